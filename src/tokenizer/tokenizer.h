@@ -1,0 +1,81 @@
+// Byte-level BPE tokenizer as Qwen2/2.5/3, Llama-3 and GPT-2 style models use it (HF `tokenizers`
+// semantics): NFC normaliser, pre-tokenizer split regex, byte-to-unicode map, merges by rank,
+// added/special tokens matched inside text. Built from tokenizer.json (+ tokenizer_config.json) or
+// from parts (a GGUF's embedded vocab). Immutable after construction; safe to share across threads.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fak {
+
+// What a vocabulary is made of, independent of the file it came from.
+struct TokenizerSpec {
+  std::vector<std::string> tokens;  // id -> token in byte-level unicode form (e.g. "Ġthe")
+  std::vector<std::pair<std::string, std::string>> merges;  // rank order
+  struct Added {
+    int32_t id;
+    std::string content;  // raw text, matched literally inside input
+    bool special;
+    bool lstrip = false, rstrip = false, normalized = false, single_word = false;
+  };
+  std::vector<Added> added;
+  std::string pre_regex;  // the Split pattern; empty = Qwen2 pattern
+  bool nfc = true;
+  std::optional<int32_t> bos_id, eos_id, pad_id;
+  bool add_bos = false;  // tokenizer_config add_bos_token / GGUF add_bos_token
+  std::string chat_template;  // from tokenizer_config.json, may be empty
+};
+
+class Tokenizer {
+ public:
+  // dir holds tokenizer.json and optionally tokenizer_config.json. Throws fak::Error naming the file.
+  static Tokenizer from_dir(const std::filesystem::path& dir);
+  static Tokenizer from_json(std::string_view tokenizer_json, std::string_view config_json = {});
+  static Tokenizer from_spec(TokenizerSpec spec);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // parse_special: added tokens in the text become their ids (HF default). Text must be valid
+  // UTF-8 (throws fak::Error otherwise). No BOS is added here; callers decide.
+  std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // Raw bytes of the ids concatenated; invalid UTF-8 is kept as bytes (callers may replace).
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // The raw bytes one token stands for.
+  std::string token_bytes(int32_t id) const;
+
+  int32_t vocab_size() const;  // number of ids the tokenizer knows (max id + 1)
+  std::optional<int32_t> token_id(std::string_view token_text) const;  // exact token lookup
+  bool is_special(int32_t id) const;
+  const TokenizerSpec& spec() const;  // for GGUF export
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Streaming decode: push ids one at a time, get back only complete UTF-8 characters; bytes of a
+// character split across tokens are held until it is whole. flush() returns whatever is left
+// (invalid sequences as U+FFFD).
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
+  std::string push(int32_t id);
+  std::string flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::string pending_;
+};
+
+}  // namespace fak

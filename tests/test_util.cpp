@@ -1,0 +1,60 @@
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace fak::test {
+
+std::filesystem::path data_path(const std::string& relative) {
+  return std::filesystem::path(FAK_TEST_DATA) / relative;
+}
+
+std::filesystem::path source_path(const std::string& relative) {
+  return std::filesystem::path(FAK_SOURCE_DIR) / relative;
+}
+
+std::filesystem::path temp_dir() {
+  static std::atomic<int> counter{0};
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "fak";
+  auto dir = std::filesystem::temp_directory_path() /
+             ("fak-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+CommandResult run_fak(const std::string& args) {
+  auto dir = temp_dir();
+  auto out_path = dir / "stdout";
+  auto err_path = dir / "stderr";
+  std::string cmd = std::string(FAK_BINARY) + " " + args + " >" + out_path.string() + " 2>" +
+                    err_path.string() + " </dev/null";
+  int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+}  // namespace fak::test

@@ -1,0 +1,23 @@
+// Helpers shared by tests: where the copied-in fixtures live, running the fak binary.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace fak::test {
+
+std::filesystem::path data_path(const std::string& relative);  // tests/data/<relative>
+std::filesystem::path source_path(const std::string& relative);  // repo root/<relative>
+std::filesystem::path temp_dir();  // a fresh directory for this test, removed at exit
+
+struct CommandResult {
+  int exit_code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs `fak <args>` (args are passed to /bin/sh, quote as needed).
+CommandResult run_fak(const std::string& args);
+std::string read_file(const std::filesystem::path& path);
+void write_file(const std::filesystem::path& path, const std::string& bytes);
+
+}  // namespace fak::test
