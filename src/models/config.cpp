@@ -1,0 +1,213 @@
+#include "models/config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace fak {
+
+using nlohmann::json;
+
+std::string arch_name(Arch a) {
+  switch (a) {
+    case Arch::Llama: return "llama";
+    case Arch::Qwen2: return "qwen2";
+    case Arch::Qwen3: return "qwen3";
+    case Arch::Qwen35: return "qwen3_5_text";
+  }
+  return "?";
+}
+
+namespace {
+
+int get_int(const json& j, const char* key, const std::string& label) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) fail(label + ": missing '" + key + "'");
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 30))
+    fail(label + ": '" + key + "' must be a positive integer, got " + it->dump());
+  return it->get<int>();
+}
+
+int get_int_or(const json& j, const char* key, int fallback, const std::string& label) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  return get_int(j, key, label);
+}
+
+double get_num_or(const json& j, const char* key, double fallback, const std::string& label) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) fail(label + ": '" + key + "' must be a number, got " + it->dump());
+  return it->get<double>();
+}
+
+bool get_bool_or(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_boolean()) return fallback;
+  return it->get<bool>();
+}
+
+void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
+  // rope_theta lives at the top level (older configs) or inside rope_parameters (newer ones);
+  // scaling in rope_scaling (older) or rope_parameters (newer).
+  const json* params = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) params = &j["rope_parameters"];
+  c->rope_theta = get_num_or(j, "rope_theta", 10000.0, label);
+  if (params) c->rope_theta = get_num_or(*params, "rope_theta", c->rope_theta, label);
+  double partial = get_num_or(j, "partial_rotary_factor", 1.0, label);
+  if (params) partial = get_num_or(*params, "partial_rotary_factor", partial, label);
+  c->rotary_dim = int(c->head_dim * partial);
+  if (c->rotary_dim <= 0 || c->rotary_dim % 2 != 0 || c->rotary_dim > c->head_dim)
+    fail(label + ": partial_rotary_factor gives an invalid rotary dimension");
+
+  const json* scaling = nullptr;
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) scaling = &j["rope_scaling"];
+  if (!scaling && params) scaling = params;
+  if (!scaling) return;
+  std::string type = "default";
+  if (scaling->contains("rope_type") && (*scaling)["rope_type"].is_string())
+    type = (*scaling)["rope_type"].get<std::string>();
+  else if (scaling->contains("type") && (*scaling)["type"].is_string())
+    type = (*scaling)["type"].get<std::string>();
+  if (type == "default") return;
+  c->rope_factor = get_num_or(*scaling, "factor", 1.0, label);
+  if (type == "linear") {
+    c->rope_scaling = RopeScaling::Linear;
+  } else if (type == "llama3") {
+    c->rope_scaling = RopeScaling::Llama3;
+    c->rope_low_freq_factor = get_num_or(*scaling, "low_freq_factor", 1.0, label);
+    c->rope_high_freq_factor = get_num_or(*scaling, "high_freq_factor", 4.0, label);
+    c->rope_original_max_pos =
+        get_int_or(*scaling, "original_max_position_embeddings", 8192, label);
+  } else {
+    fail(label + ": rope type '" + type + "' is not supported (supported: default, linear, llama3)");
+  }
+}
+
+std::vector<int32_t> parse_ids(const json& v) {
+  std::vector<int32_t> ids;
+  if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+  if (v.is_array())
+    for (auto& e : v)
+      if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+  return ids;
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(const json& root, const std::string& label) {
+  if (!root.is_object()) fail(label + ": config is not a JSON object");
+  const json* jp = &root;
+  // qwen3_5 multimodal checkpoints nest the language model's config under text_config.
+  if (root.contains("text_config") && root["text_config"].is_object() &&
+      !root.contains("hidden_size"))
+    jp = &root["text_config"];
+  const json& j = *jp;
+  if (!j.contains("model_type") || !j["model_type"].is_string())
+    fail(label + ": missing 'model_type'");
+  ModelConfig c;
+  c.model_type = j["model_type"].get<std::string>();
+  if (c.model_type == "llama") {
+    c.arch = Arch::Llama;
+  } else if (c.model_type == "qwen2") {
+    c.arch = Arch::Qwen2;
+  } else if (c.model_type == "qwen3") {
+    c.arch = Arch::Qwen3;
+  } else if (c.model_type == "qwen3_5_text" || c.model_type == "qwen3_5") {
+    c.arch = Arch::Qwen35;
+  } else {
+    fail(label + ": model_type '" + c.model_type +
+         "' is not supported (supported: llama, qwen2, qwen3, qwen3_5_text)");
+  }
+  c.dim = get_int(j, "hidden_size", label);
+  c.hidden_dim = get_int(j, "intermediate_size", label);
+  c.n_layers = get_int(j, "num_hidden_layers", label);
+  c.n_heads = get_int(j, "num_attention_heads", label);
+  c.n_kv_heads = get_int_or(j, "num_key_value_heads", c.n_heads, label);
+  c.vocab = get_int(j, "vocab_size", label);
+  c.head_dim = get_int_or(j, "head_dim", c.dim / c.n_heads, label);
+  c.max_seq_len = get_int_or(j, "max_position_embeddings", 4096, label);
+  c.rms_eps = float(get_num_or(j, "rms_norm_eps", 1e-6, label));
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail(label + ": num_attention_heads (" + std::to_string(c.n_heads) +
+         ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
+  if (c.head_dim % 2 != 0) fail(label + ": head_dim must be even");
+  std::string act = j.value("hidden_act", std::string("silu"));
+  if (act != "silu") fail(label + ": hidden_act '" + act + "' is not supported (only silu)");
+  c.tie_embeddings = get_bool_or(j, "tie_word_embeddings", false);  // HF's default for all four
+
+  switch (c.arch) {
+    case Arch::Llama:
+      c.qkv_bias = get_bool_or(j, "attention_bias", false);
+      c.attn_output_bias = c.qkv_bias;
+      c.mlp_bias = get_bool_or(j, "mlp_bias", false);
+      break;
+    case Arch::Qwen2: c.qkv_bias = true; break;
+    case Arch::Qwen3:
+      c.qk_norm = true;
+      c.qkv_bias = get_bool_or(j, "attention_bias", false);
+      break;
+    case Arch::Qwen35:
+      c.qk_norm = true;
+      c.attn_output_gate = get_bool_or(j, "attn_output_gate", true);
+      c.norm_plus_one = true;
+      c.linear_conv_kernel = get_int(j, "linear_conv_kernel_dim", label);
+      c.linear_key_head_dim = get_int(j, "linear_key_head_dim", label);
+      c.linear_value_head_dim = get_int(j, "linear_value_head_dim", label);
+      c.linear_num_key_heads = get_int(j, "linear_num_key_heads", label);
+      c.linear_num_value_heads = get_int(j, "linear_num_value_heads", label);
+      if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
+        fail(label + ": linear_num_value_heads must be a multiple of linear_num_key_heads");
+      break;
+  }
+  parse_rope(j, &c, label);
+
+  c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    const json& lt = j["layer_types"];
+    if (lt.size() != size_t(c.n_layers))
+      fail(label + ": layer_types has " + std::to_string(lt.size()) + " entries for " +
+           std::to_string(c.n_layers) + " layers");
+    for (size_t i = 0; i < lt.size(); ++i) {
+      std::string kind = lt[i].is_string() ? lt[i].get<std::string>() : "";
+      if (kind == "full_attention") {
+        c.layer_kinds[i] = LayerKind::FullAttention;
+      } else if (kind == "linear_attention" && c.arch == Arch::Qwen35) {
+        c.layer_kinds[i] = LayerKind::LinearAttention;
+      } else if (kind == "sliding_attention") {
+        fail(label + ": sliding-window attention layers are not supported");
+      } else {
+        fail(label + ": layer_types[" + std::to_string(i) + "] '" + kind + "' is not supported");
+      }
+    }
+  } else if (c.arch == Arch::Qwen35) {
+    int interval = get_int_or(j, "full_attention_interval", 4, label);
+    for (int i = 0; i < c.n_layers; ++i)
+      c.layer_kinds[size_t(i)] =
+          (i + 1) % interval == 0 ? LayerKind::FullAttention : LayerKind::LinearAttention;
+  }
+  if (get_bool_or(j, "use_sliding_window", false))
+    fail(label + ": use_sliding_window is set; sliding-window attention is not supported");
+
+  if (j.contains("bos_token_id")) {
+    auto ids = parse_ids(j["bos_token_id"]);
+    if (!ids.empty()) c.bos_id = ids[0];
+  }
+  if (j.contains("eos_token_id")) c.eos_ids = parse_ids(j["eos_token_id"]);
+  return c;
+}
+
+ModelConfig load_hf_config(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot open " + path.string());
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    fail(path.string() + ": not valid JSON: " + e.what());
+  }
+  return parse_hf_config(j, path.string());
+}
+
+}  // namespace fak

@@ -1,0 +1,67 @@
+// Model architecture as data: every family is normalised into one ModelConfig at load time, so the
+// forward pass branches on flags (qkv_bias, qk_norm, ...) rather than on architecture names.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace fak {
+
+enum class Arch { Llama, Qwen2, Qwen3, Qwen35 };
+enum class LayerKind { FullAttention, LinearAttention };
+enum class RopeScaling { None, Linear, Llama3 };
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string model_type;  // as the file names it: "llama", "qwen2", "qwen3", "qwen3_5_text"
+  int dim = 0;             // hidden_size
+  int hidden_dim = 0;      // intermediate_size (MLP)
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;  // explicit in the config, or dim / n_heads
+  int vocab = 0;     // rows of the embedding (may be padded beyond the tokenizer)
+  int max_seq_len = 0;
+  float rms_eps = 1e-6f;
+  double rope_theta = 10000.0;
+  int rotary_dim = 0;  // dims of each head that RoPE rotates (partial rotary: < head_dim)
+  RopeScaling rope_scaling = RopeScaling::None;
+  double rope_factor = 1.0;  // linear / llama3
+  double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
+  int rope_original_max_pos = 8192;
+
+  bool tie_embeddings = false;
+  bool qkv_bias = false;         // Qwen2
+  bool attn_output_bias = false;  // llama attention_bias also adds o_proj bias
+  bool mlp_bias = false;
+  bool qk_norm = false;          // Qwen3 / Qwen3.5: RMSNorm over each q and k head
+  bool attn_output_gate = false;  // Qwen3.5 gated attention
+  bool norm_plus_one = false;     // Qwen3.5: RMSNorm scale stored zero-centred (1 + w)
+
+  std::vector<LayerKind> layer_kinds;  // one per layer
+  // Gated DeltaNet (Qwen3.5) layers.
+  int linear_conv_kernel = 0;
+  int linear_key_head_dim = 0, linear_value_head_dim = 0;
+  int linear_num_key_heads = 0, linear_num_value_heads = 0;
+
+  std::optional<int32_t> bos_id;
+  std::vector<int32_t> eos_ids;
+
+  int kv_dim() const { return n_kv_heads * head_dim; }
+  int q_dim() const { return n_heads * head_dim; }
+  bool is_hybrid() const { return arch == Arch::Qwen35; }
+};
+
+// Parses a Hugging Face config.json (already read into JSON). `label` names the file in errors.
+// Throws fak::Error for unknown model types, missing or inconsistent fields.
+ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& label);
+ModelConfig load_hf_config(const std::filesystem::path& config_json);
+
+std::string arch_name(Arch a);
+
+}  // namespace fak

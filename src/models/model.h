@@ -1,0 +1,82 @@
+// A loaded model: config + weights + forward. Immutable after load and shared by every session and
+// thread. Knows nothing about requests: a forward call takes a batch of (kv blocks, tokens) items
+// and writes logits; prefill, decode, batched decode and replay after an eviction are all this one
+// call with different batches.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "models/config.h"
+#include "models/rope.h"
+#include "models/weights.h"
+
+namespace fak {
+
+class KvCache;
+class Tokenizer;
+struct RecurrentState;
+
+struct LoadOptions {
+  bool load_tokenizer = true;
+};
+
+// One sequence's part of a forward call. Its KV blocks must already cover positions
+// [start_pos, start_pos + n_tokens) and be exclusively owned (refcount 1) where they are written.
+struct BatchItem {
+  const std::vector<int32_t>* blocks = nullptr;  // block table of the sequence
+  RecurrentState* state = nullptr;  // hybrid models: conv + recurrent state, updated in place
+  const int32_t* tokens = nullptr;
+  int n_tokens = 0;
+  int start_pos = 0;
+  // Logits output: [n_tokens][vocab] when all_logits, else [vocab] for the last token. May be null.
+  float* logits = nullptr;
+  bool all_logits = false;
+};
+
+// Per-layer hidden states, for localising a parity divergence: index 0 = embeddings, i = after
+// layer i, n_layers + 1 = after the final norm (HF's convention for the last entry).
+using HiddenHook = std::function<void(int index, const float* hidden, int n_tokens)>;
+
+class Model {
+ public:
+  static std::shared_ptr<const Model> load(const std::filesystem::path& path,
+                                           const LoadOptions& options = {});
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const std::filesystem::path& path() const { return path_; }
+  // Identity for session files: hash of the config and the weights' bytes layout + a sample.
+  const std::string& identity() const { return identity_; }
+  int n_attention_layers() const { return n_attention_layers_; }
+  int attention_index(int layer) const { return attention_index_[size_t(layer)]; }
+
+  void forward(std::span<const BatchItem> batch, KvCache& cache,
+               const HiddenHook* hook = nullptr) const;
+
+ private:
+  Model();
+  void init_derived();
+
+  std::filesystem::path path_;
+  ModelConfig config_;
+  std::shared_ptr<TensorStore> store_;
+  std::shared_ptr<void> extra_storage_;  // repacked/quantised weights owned by the model
+  ModelWeights weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Rope> rope_;
+  std::string identity_;
+  int n_attention_layers_ = 0;
+  std::vector<int> attention_index_;
+};
+
+}  // namespace fak

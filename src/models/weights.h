@@ -1,0 +1,57 @@
+// The weights of a model, as views into the mapped file(s). Norm weights and biases are small and
+// are widened to f32 once at load (with the 1 + w transform for zero-centred norms); matrices stay
+// in their stored type and are widened inside the matmul kernels.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/config.h"
+#include "ops/matmul.h"
+
+namespace fak {
+
+class TensorStore;
+
+struct AttentionWeights {
+  WeightMatrix wq, wk, wv, wo;  // wq is [q_dim (x2 with an output gate), dim]
+  std::vector<float> bq, bk, bv, bo;  // empty when the model has no biases
+  std::vector<float> q_norm, k_norm;  // [head_dim], empty without qk_norm
+};
+
+// Gated DeltaNet (Qwen3.5 linear attention) — filled by the hybrid family loader.
+struct DeltaNetWeights {
+  WeightMatrix in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj;
+  std::vector<float> conv1d;   // [conv_dim][kernel]
+  std::vector<float> dt_bias;  // [n_v_heads]
+  std::vector<float> a_log;    // [n_v_heads]
+  std::vector<float> norm;     // [v_head_dim] gated RMSNorm weight (not zero-centred)
+};
+
+struct MlpWeights {
+  WeightMatrix gate, up, down;
+  std::vector<float> b_gate, b_up, b_down;
+};
+
+struct LayerWeights {
+  LayerKind kind = LayerKind::FullAttention;
+  std::vector<float> attn_norm, mlp_norm;
+  AttentionWeights attn;
+  DeltaNetWeights delta;
+  MlpWeights mlp;
+};
+
+struct ModelWeights {
+  WeightMatrix embed;    // [vocab, dim]
+  WeightMatrix lm_head;  // [vocab, dim]; the embedding itself when tied
+  std::vector<float> final_norm;
+  std::vector<LayerWeights> layers;
+  size_t bytes = 0;  // matrix bytes, for GB/s figures
+};
+
+// Loads and checks every tensor's name, shape and dtype against the config. `prefix` is the
+// name prefix of the language model ("model." or "model.language_model.").
+ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& config,
+                             const std::string& prefix);
+
+}  // namespace fak

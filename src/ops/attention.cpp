@@ -1,0 +1,65 @@
+#include "ops/attention.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ops/vec.h"
+#include "runtime/kv_cache.h"
+
+namespace fak {
+
+void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
+               const AttentionShape& s) {
+  struct Unit {
+    int task, token, head;
+  };
+  std::vector<Unit> units;
+  for (int ti = 0; ti < int(tasks.size()); ++ti)
+    for (int t = 0; t < tasks[size_t(ti)].n_tokens; ++t)
+      for (int h = 0; h < s.n_heads; ++h) units.push_back({ti, t, h});
+  const VecKernels& vk = vec_kernels();
+  const int group = s.n_heads / s.n_kv_heads;
+  const int bs = cache.block_size();
+  const int kv_dim = cache.kv_dim();
+  const int q_dim = s.n_heads * s.head_dim;
+
+#pragma omp parallel
+  {
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic, 4)
+    for (size_t u = 0; u < units.size(); ++u) {
+      const Unit& un = units[u];
+      const AttentionTask& task = tasks[size_t(un.task)];
+      const int pos = task.start_pos + un.token;
+      const int n_keys = pos + 1;
+      const float* q = task.q + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
+      float* out = task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
+      const size_t head_off = size_t(un.head / group) * size_t(s.head_dim);
+      scores.resize(size_t(n_keys));
+      float mx = -INFINITY;
+      for (int j = 0; j < n_keys; ++j) {
+        const float* krow = cache.k((*task.blocks)[size_t(j / bs)], layer) +
+                            size_t(j % bs) * size_t(kv_dim) + head_off;
+        float sc = vk.dot(q, krow, s.head_dim) * s.scale;
+        scores[size_t(j)] = sc;
+        mx = sc > mx ? sc : mx;
+      }
+      float sum = 0.0f;
+      for (int j = 0; j < n_keys; ++j) {
+        float e = std::exp(scores[size_t(j)] - mx);
+        scores[size_t(j)] = e;
+        sum += e;
+      }
+      const float inv = 1.0f / sum;
+      std::memset(out, 0, sizeof(float) * size_t(s.head_dim));
+      for (int j = 0; j < n_keys; ++j) {
+        const float* vrow = cache.v((*task.blocks)[size_t(j / bs)], layer) +
+                            size_t(j % bs) * size_t(kv_dim) + head_off;
+        vk.axpy(out, scores[size_t(j)] * inv, vrow, s.head_dim);
+      }
+    }
+  }
+}
+
+}  // namespace fak

@@ -1,0 +1,32 @@
+// Causal multi-head attention (GQA) of new queries over a paged KV cache.
+//
+// note: each query's result depends only on that query and the keys/values at positions
+// [0, its own position]: scores, softmax and the weighted V sum are computed in the same order in
+// prefill and in decode, so a cache hit, a replay or a batched step reproduce a cold run bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace fak {
+
+class KvCache;
+
+struct AttentionTask {
+  const float* q;  // [n_tokens][n_heads * head_dim], RoPE applied
+  float* out;      // [n_tokens][n_heads * head_dim]
+  const std::vector<int32_t>* blocks;
+  int n_tokens;
+  int start_pos;  // position of the first query; query i attends to [0, start_pos + i]
+};
+
+struct AttentionShape {
+  int n_heads, n_kv_heads, head_dim;
+  float scale;
+};
+
+// Runs all tasks (one per sequence in the batch) over attention layer `layer`, multithreaded.
+void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
+               const AttentionShape& shape);
+
+}  // namespace fak

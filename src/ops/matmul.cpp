@@ -1,0 +1,129 @@
+// Matmul dispatch: picks the kernel family once (CPU features), splits rows across threads.
+#include "ops/matmul.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/matmul_kernels.h"
+
+namespace fak {
+
+namespace kernels {
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return has;
+}
+}  // namespace kernels
+
+namespace {
+
+kernels::MatmulRowsFn float_kernel() {
+  static const kernels::MatmulRowsFn fn =
+      kernels::cpu_has_avx2() ? kernels::matmul_rows_avx2 : kernels::matmul_rows_ref;
+  return fn;
+}
+
+}  // namespace
+
+std::string_view wtype_name(WType t) {
+  switch (t) {
+    case WType::F32: return "f32";
+    case WType::F16: return "f16";
+    case WType::BF16: return "bf16";
+    case WType::Q8_0: return "q8_0";
+    case WType::Q4_0: return "q4_0";
+    case WType::Q4_1: return "q4_1";
+    case WType::Q5_0: return "q5_0";
+    case WType::Q5_1: return "q5_1";
+    case WType::Q4_K: return "q4_k";
+    case WType::Q5_K: return "q5_k";
+    case WType::Q6_K: return "q6_k";
+  }
+  return "?";
+}
+
+int64_t wtype_block(WType t) {
+  switch (t) {
+    case WType::F32:
+    case WType::F16:
+    case WType::BF16: return 1;
+    case WType::Q8_0:
+    case WType::Q4_0:
+    case WType::Q4_1:
+    case WType::Q5_0:
+    case WType::Q5_1: return 32;
+    case WType::Q4_K:
+    case WType::Q5_K:
+    case WType::Q6_K: return 256;
+  }
+  return 1;
+}
+
+size_t wtype_row_bytes(WType t, int64_t cols) {
+  size_t blocks = size_t(cols / wtype_block(t));
+  switch (t) {
+    case WType::F32: return 4 * size_t(cols);
+    case WType::F16:
+    case WType::BF16: return 2 * size_t(cols);
+    case WType::Q8_0: return blocks * 34;
+    case WType::Q4_0: return blocks * 18;
+    case WType::Q4_1: return blocks * 20;
+    case WType::Q5_0: return blocks * 22;
+    case WType::Q5_1: return blocks * 24;
+    case WType::Q4_K: return blocks * 144;
+    case WType::Q5_K: return blocks * 176;
+    case WType::Q6_K: return blocks * 210;
+  }
+  return 0;
+}
+
+std::string_view matmul_isa() { return kernels::cpu_has_avx2() ? "avx2" : "scalar"; }
+
+void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
+  if (n_tokens <= 0 || w.rows == 0) return;
+  kernels::MatmulRowsFn fn = float_kernel();
+  // Split rows into chunks that are multiples of 8 so tiles stay full; at least one chunk per
+  // thread, more when there is plenty of work so threads finishing early can steal.
+  const int threads = omp_get_max_threads();
+  const int64_t chunk = std::max<int64_t>(8, ((w.rows / (threads * 4)) + 7) / 8 * 8);
+  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  if (n_chunks == 1 || threads == 1) {
+    fn(w, x, n_tokens, y, 0, w.rows);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    int64_t r0 = c * chunk;
+    int64_t r1 = std::min(w.rows, r0 + chunk);
+    fn(w, x, n_tokens, y, r0, r1);
+  }
+}
+
+void dequantize_row(const WeightMatrix& w, int64_t r, float* out) {
+  const uint8_t* row = w.row(r);
+  switch (w.type) {
+    case WType::F32: std::memcpy(out, row, 4 * size_t(w.cols)); return;
+    case WType::BF16:
+      for (int64_t k = 0; k < w.cols; ++k) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * k, 2);
+        out[k] = bf16_to_f32(h);
+      }
+      return;
+    case WType::F16:
+      for (int64_t k = 0; k < w.cols; ++k) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * k, 2);
+        out[k] = f16_to_f32(h);
+      }
+      return;
+    default: fail("dequantize_row: " + std::string(wtype_name(w.type)) + " not supported yet");
+  }
+}
+
+}  // namespace fak

@@ -1,0 +1,43 @@
+// Matrix multiplication against weight matrices in any stored type: y[t][r] = dot(x[t], W[r]).
+//
+// note: every output element is computed by the same sequence of floating-point operations no
+// matter how many tokens are in the batch or how the work is tiled across threads. That is what
+// makes prefill == decode, batched == alone and cache-hit == cold prefill hold bit for bit; a
+// kernel that breaks it (e.g. a k-split reduction that depends on the batch size) breaks the
+// reuse stack's guarantees.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace fak {
+
+// How a weight matrix is stored. Float types are widened to f32 inside the kernels.
+enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
+
+std::string_view wtype_name(WType t);
+size_t wtype_row_bytes(WType t, int64_t cols);  // bytes of one row of `cols` elements
+int64_t wtype_block(WType t);                   // elements per block (1 for float types)
+
+struct WeightMatrix {
+  WType type = WType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0;  // output features
+  int64_t cols = 0;  // input features
+  size_t row_bytes = 0;
+
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes; }
+  size_t bytes() const { return row_bytes * size_t(rows); }
+};
+
+// y is [n_tokens][w.rows], x is [n_tokens][w.cols], both row-major f32. Multithreaded (OpenMP).
+void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+
+// Widens row r of w into out[w.cols] (embedding lookup).
+void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
+
+// Which kernel family runs ("avx2", "scalar"): chosen once at start-up from the CPU's features.
+std::string_view matmul_isa();
+
+}  // namespace fak

@@ -1,0 +1,22 @@
+// Element-wise and per-row ops of the forward pass. Free functions over plain pointers with
+// explicit sizes. These are cheap next to matmul and attention, so they stay scalar and readable.
+#pragma once
+
+#include <cstdint>
+
+namespace fak {
+
+// out = x / sqrt(mean(x^2) + eps) * (weight or 1 + weight). Sum of squares in double: the HF
+// reference runs in float64 and this is where f32 loses most.
+void rmsnorm(const float* x, const float* weight, int n, float eps, float* out);
+
+// RoPE in the HF "rotate_half" layout: dims [0, rot/2) pair with [rot/2, rot). cos/sin have rot/2
+// entries. Dims from rot to head_dim are left alone (partial rotary).
+void rope_apply(float* head, int rot, const float* cos, const float* sin);
+
+
+void silu_mul(const float* gate, const float* up, int n, float* out);  // out = silu(gate) * up
+void add_inplace(float* x, const float* y, int n);
+void softmax_inplace(float* x, int n);
+
+}  // namespace fak
