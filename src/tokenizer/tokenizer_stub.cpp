@@ -17,3 +17,4 @@ StreamDecoder::StreamDecoder(const Tokenizer& t, bool s) : tokenizer_(t), skip_s
 std::string StreamDecoder::push(int32_t) { return {}; }
 std::string StreamDecoder::flush() { return {}; }
 }  // namespace fak
+namespace fak { const TokenizerSpec& Tokenizer::spec() const { static TokenizerSpec s; return s; } }

@@ -1,0 +1,44 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fak {
+
+GenerateResult generate(Session& session, const GenerateOptions& o,
+                        const std::function<bool(int32_t)>& on_token) {
+  check(session.has_logits(), "generate: the session is empty; append a prompt first");
+  Sampler sampler(o.sampling);
+  GenerateResult r;
+  r.finish_reason = "length";
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.max_tokens; ++i) {
+    const int32_t next = sampler.sample(session.logits(), session.tokens());
+    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), next) != o.stop_ids.end()) {
+      r.finish_reason = "stop";
+      break;
+    }
+    r.ids.push_back(next);
+    if (on_token && !on_token(next)) {
+      r.finish_reason = "callback";
+      break;
+    }
+    if (i + 1 < o.max_tokens || o.append_last) session.append({&next, 1});
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::vector<int32_t> model_stop_ids(const Model& model) {
+  std::vector<int32_t> ids = model.config().eos_ids;
+  if (const Tokenizer* t = model.tokenizer())
+    if (auto e = t->spec().eos_id) ids.push_back(*e);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+}  // namespace fak

@@ -1,0 +1,93 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace fak {
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
+  return best;
+}
+
+Sampler::Sampler(SamplingOptions options) : options_(options), rng_(options.seed) {
+  check(options_.temperature >= 0.0f, "temperature must be >= 0");
+  check(options_.top_p > 0.0f && options_.top_p <= 1.0f, "top_p must be in (0, 1]");
+  check(options_.min_p >= 0.0f && options_.min_p < 1.0f, "min_p must be in [0, 1)");
+  check(options_.top_k >= 0, "top_k must be >= 0");
+  check(options_.repetition_penalty > 0.0f, "repetition_penalty must be > 0");
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const SamplingOptions& o = options_;
+  candidates_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], int32_t(i)};
+  if (o.repetition_penalty != 1.0f && !history.empty()) {
+    // As HF/llama.cpp: divide positive logits, multiply negative ones, once per distinct token.
+    std::unordered_set<int32_t> seen;
+    size_t from = history.size() > size_t(o.repetition_window) ? history.size() - size_t(o.repetition_window) : 0;
+    for (size_t i = from; i < history.size(); ++i) seen.insert(history[i]);
+    for (int32_t id : seen) {
+      if (id < 0 || size_t(id) >= candidates_.size()) continue;
+      float& l = candidates_[size_t(id)].first;
+      l = l > 0 ? l / o.repetition_penalty : l * o.repetition_penalty;
+    }
+  }
+  if (o.temperature == 0.0f) {
+    auto best = std::max_element(candidates_.begin(), candidates_.end(),
+                                 [](auto& a, auto& b) { return a.first < b.first; });
+    return best->second;
+  }
+  // Sort descending (ties by id for determinism), then cut by top-k, top-p, min-p.
+  size_t n = candidates_.size();
+  auto by_logit = [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  if (o.top_k > 0 && size_t(o.top_k) < n) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + o.top_k, candidates_.end(), by_logit);
+    n = size_t(o.top_k);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  std::vector<double> probs(n);
+  const double mx = candidates_[0].first / o.temperature;
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    probs[i] = std::exp(double(candidates_[i].first) / o.temperature - mx);
+    sum += probs[i];
+  }
+  for (auto& p : probs) p /= sum;
+  if (o.top_p < 1.0f) {
+    double cum = 0;
+    size_t keep = n;
+    for (size_t i = 0; i < n; ++i) {
+      cum += probs[i];
+      if (cum >= o.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n = keep;
+  }
+  if (o.min_p > 0.0f) {
+    size_t keep = 1;
+    while (keep < n && probs[keep] >= o.min_p * probs[0]) ++keep;
+    n = keep;
+  }
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += probs[i];
+  // note: uniform_real_distribution's output is implementation-defined; derive u from raw bits so
+  // a seed gives the same tokens with every standard library.
+  const double u = double(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
+  double cum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cum += probs[i];
+    if (u < cum) return candidates_[i].second;
+  }
+  return candidates_[n - 1].second;
+}
+
+}  // namespace fak

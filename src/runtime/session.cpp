@@ -1,0 +1,134 @@
+#include "runtime/session.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace fak {
+
+Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache)
+    : model_(std::move(model)), cache_(std::move(cache)) {
+  check(cache_->n_layers() == model_->n_attention_layers() && cache_->kv_dim() == model_->config().kv_dim(),
+        "Session: KV cache shape does not match the model");
+}
+
+Session::~Session() { release_all(); }
+
+Session::Session(Session&& o) noexcept
+    : model_(std::move(o.model_)),
+      cache_(std::move(o.cache_)),
+      blocks_(std::move(o.blocks_)),
+      tokens_(std::move(o.tokens_)),
+      logits_(std::move(o.logits_)),
+      logits_valid_(o.logits_valid_) {
+  o.blocks_.clear();
+}
+
+Session& Session::operator=(Session&& o) noexcept {
+  if (this != &o) {
+    release_all();
+    model_ = std::move(o.model_);
+    cache_ = std::move(o.cache_);
+    blocks_ = std::move(o.blocks_);
+    tokens_ = std::move(o.tokens_);
+    logits_ = std::move(o.logits_);
+    logits_valid_ = o.logits_valid_;
+    o.blocks_.clear();
+  }
+  return *this;
+}
+
+void Session::release_all() {
+  if (cache_)
+    for (int32_t b : blocks_) cache_->release(b);
+  blocks_.clear();
+}
+
+// Blocks covering positions [from, to) must exist and be exclusively ours before a write.
+void Session::make_writable(int from, int to) {
+  const int bs = cache_->block_size();
+  const size_t need = size_t((to + bs - 1) / bs);
+  for (size_t b = size_t(from / bs); b < std::min(need, blocks_.size()); ++b) {
+    if (cache_->refcount(blocks_[b]) > 1) {
+      // Copy-on-write: only rows before `from` in this block hold data worth keeping.
+      int keep = std::max(0, std::min(bs, from - int(b) * bs));
+      int32_t copy = cache_->copy_block(blocks_[b], keep);
+      cache_->release(blocks_[b]);
+      blocks_[b] = copy;
+    }
+  }
+  while (blocks_.size() < need) blocks_.push_back(cache_->allocate());
+}
+
+void Session::reserve_for_append(int n) {
+  const int limit = model_->config().max_seq_len;
+  if (size() + n > limit)
+    fail("prompt too long: " + std::to_string(size() + n) + " tokens exceed the context of " +
+         std::to_string(limit));
+  make_writable(size(), size() + n);
+}
+
+void Session::commit_append(std::span<const int32_t> tokens) {
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  logits_valid_ = true;
+}
+
+void Session::append(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
+  if (tokens.empty()) return;
+  reserve_for_append(int(tokens.size()));
+  const int vocab = model_->config().vocab;
+  BatchItem it;
+  it.blocks = &blocks_;
+  it.tokens = tokens.data();
+  it.n_tokens = int(tokens.size());
+  it.start_pos = size();
+  if (all_logits) {
+    all_logits->resize(tokens.size() * size_t(vocab));
+    it.logits = all_logits->data();
+    it.all_logits = true;
+  } else {
+    logits_.resize(size_t(vocab));
+    it.logits = logits_.data();
+  }
+  model_->forward({&it, 1}, *cache_);
+  if (all_logits)
+    logits_.assign(all_logits->end() - vocab, all_logits->end());
+  commit_append(tokens);
+}
+
+Session Session::clone() const {
+  Session s(model_, cache_);
+  s.blocks_ = blocks_;
+  for (int32_t b : blocks_) cache_->retain(b);
+  s.tokens_ = tokens_;
+  s.logits_ = logits_;
+  s.logits_valid_ = logits_valid_;
+  return s;
+}
+
+void Session::truncate(int n) {
+  check(n >= 0 && n <= size(), "truncate: " + std::to_string(n) + " is outside 0.." + std::to_string(size()));
+  if (n == size()) return;
+  truncate_blocks(n);
+  tokens_.resize(size_t(n));
+  logits_valid_ = false;
+  // Recompute the last kept token so logits() is valid again (one decode step; by the forward's
+  // determinism the result equals the logits that position had before).
+  if (n > 0) {
+    const int32_t last = tokens_.back();
+    truncate_blocks(n - 1);
+    tokens_.pop_back();
+    append({&last, 1});
+  }
+}
+
+void Session::truncate_blocks(int n) {
+  const int bs = cache_->block_size();
+  const size_t keep_blocks = size_t((n + bs - 1) / bs);
+  while (blocks_.size() > keep_blocks) {
+    cache_->release(blocks_.back());
+    blocks_.pop_back();
+  }
+}
+
+}  // namespace fak

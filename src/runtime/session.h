@@ -1,0 +1,80 @@
+// A Session is one sequence of tokens and the KV blocks it owns or shares: what a CLI run, a chat,
+// an agent or an HTTP conversation is. Edits use one vocabulary: append (prefill), clone (share
+// blocks, copy-on-write), truncate, evict (exact or shift), save/load.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "models/model.h"
+#include "runtime/kv_cache.h"
+
+namespace fak {
+
+enum class EvictMode {
+  Exact,  // recompute what followed the span: bit-identical to a context that never saw it
+  Shift,  // only re-position survivors (K re-rotated once from Kraw): cheap, approximate
+};
+
+class Session {
+ public:
+  Session(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache);
+  ~Session();
+  Session(Session&& other) noexcept;
+  Session& operator=(Session&& other) noexcept;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Prefills tokens. Afterwards logits() holds the next-token logits. With all_logits, receives
+  // [tokens.size()][vocab] (perplexity, parity).
+  void append(std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
+
+  // A new session sharing every block with this one: O(blocks), no KV copied.
+  Session clone() const;
+  // Keeps the first n tokens; logits() becomes the next-token logits after token n - 1.
+  void truncate(int n);
+  // Removes tokens [begin, end). Exact: keeps [0, begin), recomputes the suffix at its new
+  // positions. Shift: moves the suffix rows down and re-rotates K from Kraw (needs keep_kraw).
+  void evict(int begin, int end, EvictMode mode);
+
+  // Writes tokens, KV and logits with a header naming the model and a checksum; atomic.
+  void save(const std::filesystem::path& path) const;
+  static Session load(const std::filesystem::path& path, std::shared_ptr<const Model> model,
+                      std::shared_ptr<KvCache> cache);
+
+  int size() const { return int(tokens_.size()); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<float>& logits() const { return logits_; }
+  bool has_logits() const { return logits_valid_; }
+  const Model& model() const { return *model_; }
+  const std::shared_ptr<const Model>& model_ptr() const { return model_; }
+  KvCache& cache() const { return *cache_; }
+  const std::vector<int32_t>& blocks() const { return blocks_; }
+
+  // For batched decode (runtime/batch): make [size, size + n) writable, then commit after forward.
+  void reserve_for_append(int n);
+  void commit_append(std::span<const int32_t> tokens);
+  std::vector<float>& mutable_logits() { return logits_; }
+
+ private:
+  void release_all();
+  void truncate_blocks(int n);
+  void make_writable(int from, int to);
+
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<KvCache> cache_;
+  std::vector<int32_t> blocks_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_;
+  bool logits_valid_ = false;
+};
+
+// One decode step for many sessions at once: each weight is read once for the whole batch.
+// tokens[i] is appended to sessions[i]; afterwards each session's logits() is updated. Every
+// session's result is bit-identical to appending its token alone.
+void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens);
+
+}  // namespace fak

@@ -1,0 +1,141 @@
+// Session files: tokens, KV rows and next-token logits behind a header that names the model, the
+// format version and the KV layout, closed by a checksum. Written atomically (temp, fsync,
+// rename); a load refuses a file from another model, another version, or one that is truncated or
+// corrupted, naming which.
+//
+// Layout (little-endian):
+//   magic "FAKSESS\0" | u32 version | u32 header_len | header JSON | payload | u64 fnv1a(all before)
+//   payload: i32 tokens[n] | f32 logits[vocab] | per attention layer: K, V, (Kraw) rows [n][kv_dim]
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "io/mapped_file.h"
+#include "io/safetensors.h"
+#include "runtime/session.h"
+
+namespace fak {
+
+namespace {
+
+constexpr char kMagic[8] = {'F', 'A', 'K', 'S', 'E', 'S', 'S', '\0'};
+constexpr uint32_t kVersion = 1;
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+}  // namespace
+
+void Session::save(const std::filesystem::path& path) const {
+  check(logits_valid_ || tokens_.empty(), "save: session has no logits");
+  const ModelConfig& c = model_->config();
+  const int n = size();
+  nlohmann::json h{{"model", model_->identity()},
+                   {"model_type", c.model_type},
+                   {"n_tokens", n},
+                   {"vocab", c.vocab},
+                   {"attention_layers", model_->n_attention_layers()},
+                   {"kv_dim", c.kv_dim()},
+                   {"kv_dtype", "f32"},
+                   {"kraw", cache_->keeps_kraw()}};
+  const std::string header = h.dump();
+  std::string out;
+  const size_t kv_rows_bytes = size_t(n) * size_t(c.kv_dim()) * sizeof(float);
+  out.reserve(64 + header.size() + size_t(n) * 4 + logits_.size() * 4 +
+              size_t(model_->n_attention_layers()) * 3 * kv_rows_bytes);
+  out.append(kMagic, 8);
+  put(out, kVersion);
+  put(out, uint32_t(header.size()));
+  out += header;
+  out.append(reinterpret_cast<const char*>(tokens_.data()), tokens_.size() * 4);
+  if (n > 0) out.append(reinterpret_cast<const char*>(logits_.data()), size_t(c.vocab) * 4);
+  const int bs = cache_->block_size();
+  const size_t row = size_t(c.kv_dim()) * sizeof(float);
+  for (int l = 0; l < model_->n_attention_layers(); ++l) {
+    for (int which = 0; which < (cache_->keeps_kraw() ? 3 : 2); ++which) {
+      for (int p = 0; p < n; p += bs) {
+        const int32_t b = blocks_[size_t(p / bs)];
+        const float* src = which == 0 ? cache_->k(b, l) : which == 1 ? cache_->v(b, l) : cache_->kraw(b, l);
+        out.append(reinterpret_cast<const char*>(src), row * size_t(std::min(bs, n - p)));
+      }
+    }
+  }
+  Fnv1a sum;
+  sum.update(out);
+  put(out, sum.digest());
+  write_file_atomic(path, out);
+}
+
+Session Session::load(const std::filesystem::path& path, std::shared_ptr<const Model> model,
+                      std::shared_ptr<KvCache> cache) {
+  const std::string label = "session file " + path.string();
+  MappedFile f = MappedFile::open(path);
+  std::string_view b = f.bytes();
+  if (b.size() < 16 || std::memcmp(b.data(), kMagic, 8) != 0) fail(label + " is not a fak session file");
+  uint32_t version, header_len;
+  std::memcpy(&version, b.data() + 8, 4);
+  std::memcpy(&header_len, b.data() + 12, 4);
+  if (version != kVersion)
+    fail(label + " has format version " + std::to_string(version) + "; this fak reads version " +
+         std::to_string(kVersion));
+  if (b.size() < 16 + size_t(header_len) + 8) fail(label + " is truncated");
+  Fnv1a sum;
+  sum.update(b.data(), b.size() - 8);
+  uint64_t stored;
+  std::memcpy(&stored, b.data() + b.size() - 8, 8);
+  if (stored != sum.digest()) fail(label + " is corrupted or truncated (checksum mismatch)");
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(b.substr(16, header_len));
+  } catch (const nlohmann::json::exception&) {
+    fail(label + " has a corrupted header");
+  }
+  const ModelConfig& c = model->config();
+  if (h.value("model", "") != model->identity())
+    fail(label + " was saved with a different model (" + h.value("model_type", std::string("?")) +
+         " " + h.value("model", std::string("?")) + "), not " + model->path().string());
+  const int n = h.value("n_tokens", -1);
+  const bool kraw = h.value("kraw", false);
+  if (n < 0 || n > c.max_seq_len || h.value("kv_dim", 0) != c.kv_dim() || h.value("kv_dtype", "") != "f32" ||
+      h.value("attention_layers", -1) != model->n_attention_layers() || h.value("vocab", 0) != c.vocab)
+    fail(label + " has a KV layout that does not match the model");
+  const size_t row = size_t(c.kv_dim()) * sizeof(float);
+  const size_t expect = 16 + header_len + size_t(n) * 4 + (n > 0 ? size_t(c.vocab) * 4 : 0) +
+                        size_t(model->n_attention_layers()) * (kraw ? 3 : 2) * size_t(n) * row + 8;
+  if (b.size() != expect) fail(label + " is truncated or has trailing bytes");
+
+  Session s(std::move(model), std::move(cache));
+  const char* p = b.data() + 16 + header_len;
+  s.tokens_.resize(size_t(n));
+  std::memcpy(s.tokens_.data(), p, size_t(n) * 4);
+  p += size_t(n) * 4;
+  for (int32_t t : s.tokens_)
+    if (t < 0 || t >= c.vocab) fail(label + " holds a token id outside the vocabulary");
+  if (n > 0) {
+    s.logits_.resize(size_t(c.vocab));
+    std::memcpy(s.logits_.data(), p, size_t(c.vocab) * 4);
+    p += size_t(c.vocab) * 4;
+    s.logits_valid_ = true;
+  }
+  s.make_writable(0, n);
+  const int bs = s.cache_->block_size();
+  for (int l = 0; l < s.model_->n_attention_layers(); ++l) {
+    for (int which = 0; which < (kraw ? 3 : 2); ++which) {
+      for (int q = 0; q < n; q += bs) {
+        const int32_t blk = s.blocks_[size_t(q / bs)];
+        float* dst = which == 0 ? s.cache_->k(blk, l) : which == 1 ? s.cache_->v(blk, l) : s.cache_->kraw(blk, l);
+        const size_t bytes = row * size_t(std::min(bs, n - q));
+        if (dst) std::memcpy(dst, p, bytes);
+        p += bytes;
+      }
+    }
+  }
+  if (s.cache_->keeps_kraw() && !kraw && n > 0)
+    fail(label + " was saved without Kraw, which this cache needs (for shift eviction)");
+  return s;
+}
+
+}  // namespace fak

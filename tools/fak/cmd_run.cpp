@@ -1,0 +1,119 @@
+// fak run: prompt in, continuation streamed out (or one JSON object with --json).
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "core/error.h"
+#include "runtime/generate.h"
+#include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fak::cli {
+
+namespace {
+
+struct RunArgs {
+  std::string model, prompt, file, ids, session;
+  int n = 64;
+  int threads = 0;
+  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  bool json = false, ignore_eos = false;
+};
+
+void run(const RunArgs& a) {
+  set_threads(a.threads);
+  const int sources = !a.prompt.empty() + !a.file.empty() + !a.ids.empty();
+  if (sources != 1 && a.session.empty()) fail("give exactly one of -p TEXT, -f FILE, --ids 1,2,3");
+  auto model = load_model(a.model);
+  const Tokenizer* tok = model->tokenizer();
+  std::vector<int32_t> prompt;
+  if (!a.ids.empty()) {
+    prompt = parse_ids(a.ids);
+  } else if (!a.prompt.empty() || !a.file.empty()) {
+    if (!tok) fail(model->path().string() + " has no tokenizer.json: pass --ids instead of text");
+    std::string text = a.file.empty() ? a.prompt : read_text_file(a.file);
+    if (a.file.empty()) check_utf8(text, "the prompt");
+    prompt = tok->encode(text);
+  }
+  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().kv_dim());
+  Session session(model, cache);
+  if (!a.session.empty() && std::filesystem::exists(a.session)) session = Session::load(a.session, model, cache);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  session.append(prompt);
+  const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!session.has_logits()) fail("nothing to continue: the prompt is empty");
+
+  GenerateOptions g;
+  g.max_tokens = a.n;
+  g.sampling = {a.temp, a.top_k, a.top_p, a.min_p, a.repeat_penalty, 64, a.seed};
+  if (!a.ignore_eos) g.stop_ids = model_stop_ids(*model);
+  g.append_last = !a.session.empty();
+
+  std::unique_ptr<StreamDecoder> stream;
+  if (tok) stream = std::make_unique<StreamDecoder>(*tok);
+  auto on_token = [&](int32_t id) {
+    if (!a.json) {
+      std::string piece = stream ? stream->push(id) : std::to_string(id) + " ";
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  GenerateResult r = generate(session, g, on_token);
+  if (!a.session.empty()) session.save(a.session);
+
+  const double prefill_tok_s = prompt.empty() ? 0 : double(prompt.size()) / prefill_s;
+  const double decode_tok_s = r.ids.size() > 1 ? double(r.ids.size()) / r.seconds : 0;
+  if (a.json) {
+    nlohmann::json j;
+    j["prompt_ids"] = prompt;
+    j["ids"] = r.ids;
+    j["text"] = tok ? tok->decode(r.ids) : "";
+    j["finish_reason"] = r.finish_reason;
+    j["prompt_tokens"] = prompt.size();
+    j["generated_tokens"] = r.ids.size();
+    j["prefill_tok_s"] = prefill_tok_s;
+    j["decode_tok_s"] = decode_tok_s;
+    j["prefill_seconds"] = prefill_s;
+    j["decode_seconds"] = r.seconds;
+    j["model"] = model->path().string();
+    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    if (stream) {
+      std::string rest = stream->flush();
+      std::fwrite(rest.data(), 1, rest.size(), stdout);
+    }
+    std::printf("\n");
+    std::fprintf(stderr, "[prefill %zu tok, %.1f tok/s | decode %zu tok, %.1f tok/s]\n", prompt.size(),
+                 prefill_tok_s, r.ids.size(), decode_tok_s);
+  }
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* c = app.add_subcommand("run", "generate a continuation of a prompt");
+  c->add_option("-m,--model", a->model, "model directory (default: the bundled pycoder-6m)");
+  c->add_option("-p,--prompt", a->prompt, "prompt text");
+  c->add_option("-f,--file", a->file, "read the prompt from a file (UTF-8)");
+  c->add_option("--ids", a->ids, "prompt as comma-separated token ids");
+  c->add_option("-n,--n-predict", a->n, "tokens to generate")->check(CLI::Range(0, 1 << 20));
+  c->add_option("--temp", a->temp, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  c->add_option("--top-k", a->top_k, "top-k (0 = off)")->check(CLI::NonNegativeNumber);
+  c->add_option("--top-p", a->top_p, "top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--min-p", a->min_p, "min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--repeat-penalty", a->repeat_penalty, "repetition penalty (1 = off)");
+  c->add_option("--seed", a->seed, "sampling seed");
+  c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
+  c->add_option("--session", a->session, "resume from / save to this session file");
+  c->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text");
+  c->add_flag("--json", a->json, "print one JSON object instead of streaming");
+  c->callback([a] { run(*a); });
+}
+
+}  // namespace fak::cli

@@ -1,0 +1,88 @@
+#include "common.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace fak::cli {
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("FAK_MODEL"); env && *env) return env;
+  // Next to the binary (installed layouts), then the source tree it was built from.
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    buf[n] = 0;
+    auto exe_dir = std::filesystem::path(buf).parent_path();
+    for (auto candidate : {exe_dir / "models/pycoder-6m", exe_dir / "../models/pycoder-6m"})
+      if (std::filesystem::exists(candidate / "config.json")) return candidate.lexically_normal();
+  }
+  return FAK_DEFAULT_MODEL_DIR;
+}
+
+std::shared_ptr<const Model> load_model(const std::string& path) {
+  return Model::load(path.empty() ? default_model_dir() : path);
+}
+
+void check_utf8(const std::string& s, const std::string& what) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = len > 0 && i + size_t(len) <= s.size();
+    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+    for (int k = 1; ok && k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + size_t(k)]);
+      ok = (cc & 0xc0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+    if (ok) ok = !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) && !(len == 4 && cp < 0x10000) &&
+                 !(cp >= 0xd800 && cp <= 0xdfff) && cp <= 0x10ffff;
+    if (!ok) fail(what + " is not valid UTF-8 (bad byte at offset " + std::to_string(i) + ")");
+    i += size_t(len);
+  }
+}
+
+std::string read_text_file(const std::string& path, bool utf8) {
+  if (!std::filesystem::exists(path)) fail("cannot open " + path + ": no such file");
+  if (std::filesystem::is_directory(path)) fail(path + " is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (utf8) check_utf8(s, path);
+  return s;
+}
+
+std::vector<int32_t> parse_ids(const std::string& csv) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(csv);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0 || v > INT32_MAX) fail("--ids: '" + item + "' is not a token id");
+    ids.push_back(int32_t(v));
+  }
+  if (ids.empty()) fail("--ids: no token ids given");
+  return ids;
+}
+
+void set_threads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+}  // namespace fak::cli

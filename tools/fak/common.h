@@ -1,0 +1,30 @@
+// Shared plumbing of the fak subcommands: model resolution, prompt input, thread setup.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace fak::cli {
+
+// -m/--model with the bundled default when empty.
+std::string default_model_dir();
+std::shared_ptr<const Model> load_model(const std::string& path);
+
+// Reads a whole file; refuses invalid UTF-8 (naming the byte offset) when utf8 is true.
+std::string read_text_file(const std::string& path, bool utf8 = true);
+void check_utf8(const std::string& text, const std::string& what);
+std::vector<int32_t> parse_ids(const std::string& csv);
+
+void set_threads(int threads);  // 0 = all cores
+
+// Each subcommand registers itself on the app.
+void register_run(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_parity(CLI::App& app);
+void register_perplexity(CLI::App& app);
+
+}  // namespace fak::cli
