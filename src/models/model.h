@@ -57,6 +57,7 @@ class Model {
   const std::filesystem::path& path() const { return path_; }
   // Identity for session files: hash of the config and the weights' bytes layout + a sample.
   const std::string& identity() const { return identity_; }
+  const Rope& rope() const { return *rope_; }
   int n_attention_layers() const { return n_attention_layers_; }
   int attention_index(int layer) const { return attention_index_[size_t(layer)]; }
 

@@ -24,7 +24,9 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
   const int kv_dim = cache.kv_dim();
   const int q_dim = s.n_heads * s.head_dim;
 
-#pragma omp parallel
+  size_t work = 0;  // query-key pairs
+  for (const auto& t : tasks) work += size_t(t.n_tokens) * size_t(t.start_pos + t.n_tokens) * size_t(s.n_heads);
+#pragma omp parallel if (work * size_t(s.head_dim) > 64 * 1024)
   {
     std::vector<float> scores;
 #pragma omp for schedule(dynamic, 4)

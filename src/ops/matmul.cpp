@@ -92,7 +92,10 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   const int threads = omp_get_max_threads();
   const int64_t chunk = std::max<int64_t>(8, ((w.rows / (threads * 4)) + 7) / 8 * 8);
   const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
-  if (n_chunks == 1 || threads == 1) {
+  // Small products are not worth waking threads for (and on a loaded machine a spinning team
+  // costs far more than the work).
+  const double work = double(w.rows) * double(w.cols) * double(n_tokens);
+  if (n_chunks == 1 || threads == 1 || work < 256.0 * 1024) {
     fn(w, x, n_tokens, y, 0, w.rows);
     return;
   }

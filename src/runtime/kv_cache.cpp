@@ -23,11 +23,10 @@ float* KvCache::base(int32_t block, int layer) {
 }
 
 int32_t KvCache::allocate() {
+  if (max_bytes_ && (in_use_ + 1) * block_bytes() > max_bytes_)
+    fail("KV cache is full: " + std::to_string(max_bytes_ >> 20) + " MiB budget (" +
+         std::to_string(in_use_) + " blocks of " + std::to_string(block_size_) + " tokens in use)");
   if (free_.empty()) {
-    if (max_bytes_ && (refcounts_.size() + 1) * block_bytes() > max_bytes_)
-      fail("KV cache is full: " + std::to_string(max_bytes_ >> 20) + " MiB budget (" +
-           std::to_string(refcounts_.size()) + " blocks of " + std::to_string(block_size_) +
-           " tokens) in use");
     int32_t first = int32_t(refcounts_.size());
     slabs_.emplace_back(new float[kBlocksPerSlab * block_floats_]);
     refcounts_.resize(refcounts_.size() + kBlocksPerSlab, 0);

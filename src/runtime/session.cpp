@@ -45,13 +45,13 @@ void Session::release_all() {
 }
 
 // Blocks covering positions [from, to) must exist and be exclusively ours before a write.
-void Session::make_writable(int from, int to) {
+void Session::make_writable(int from, int to, bool keep_all_rows) {
   const int bs = cache_->block_size();
   const size_t need = size_t((to + bs - 1) / bs);
   for (size_t b = size_t(from / bs); b < std::min(need, blocks_.size()); ++b) {
     if (cache_->refcount(blocks_[b]) > 1) {
       // Copy-on-write: only rows before `from` in this block hold data worth keeping.
-      int keep = std::max(0, std::min(bs, from - int(b) * bs));
+      int keep = keep_all_rows ? bs : std::max(0, std::min(bs, from - int(b) * bs));
       int32_t copy = cache_->copy_block(blocks_[b], keep);
       cache_->release(blocks_[b]);
       blocks_[b] = copy;

@@ -62,7 +62,7 @@ class Session {
  private:
   void release_all();
   void truncate_blocks(int n);
-  void make_writable(int from, int to);
+  void make_writable(int from, int to, bool keep_all_rows = false);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;

@@ -20,7 +20,7 @@ struct ParityArgs {
 
 int parity(const ParityArgs& a) {
   set_threads(a.threads);
-  auto model = load_model(a.model);
+  auto model = Model::load(a.model.empty() ? default_model_dir() : a.model, {.load_tokenizer = false});
   TensorStore ref = TensorStore::open_file(a.reference);
   ParityReport r = run_parity(model, ref, a.tolerance);
   if (a.json) {

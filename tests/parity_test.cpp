@@ -1,0 +1,125 @@
+// Parity with HF transformers on every claimed architecture, through the library and the CLI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "io/safetensors.h"
+#include "models/model.h"
+#include "runtime/kv_cache.h"
+#include "runtime/parity.h"
+#include "test_util.h"
+
+namespace fak {
+
+namespace {
+
+struct Fixture {
+  const char* name;
+  std::string dir;
+};
+
+std::vector<Fixture> fixtures() {
+  return {{"llama-tiny", test::data_path("oracle/llama-tiny")},
+          {"qwen2-tiny", test::data_path("oracle/qwen2-tiny")},
+          {"qwen3-tiny", test::data_path("oracle/qwen3-tiny")},
+          {"pycoder-6m", test::source_path("models/pycoder-6m")}};
+}
+
+std::vector<Fixture> oracle_fixtures() {
+  auto all = fixtures();
+  all.pop_back();  // pycoder's reference has no hidden states
+  return all;
+}
+
+}  // namespace
+
+class Parity : public ::testing::TestWithParam<Fixture> {};
+
+TEST_P(Parity, LogitsArgmaxAndGreedyMatchReference) {
+  const Fixture& f = GetParam();
+  auto model = Model::load(f.dir, {.load_tokenizer = false});
+  auto ref = TensorStore::open_file(std::filesystem::path(f.dir) / "reference.safetensors");
+  ParityReport r = run_parity(model, ref, 1e-3);
+  ASSERT_FALSE(r.cases.empty());
+  for (const ParityCase& c : r.cases) {
+    std::printf("%s %s: T=%d max|dlogit|=%.3g cos=%.8f argmax %d/%d (near-ties %zu) greedy-tf %d/%d "
+                "free-run %d/%d\n",
+                f.name, c.name.c_str(), c.n_tokens, c.max_abs_diff, c.min_cosine, c.argmax_agree,
+                c.argmax_total, c.near_ties.size(), c.teacher_forced_agree, c.greedy_total,
+                c.free_run_match, c.greedy_total);
+    EXPECT_LE(c.max_abs_diff, 1e-3) << c.name;
+    EXPECT_TRUE(c.argmax_mismatches.empty()) << c.name;
+    EXPECT_TRUE(c.greedy_mismatches.empty()) << c.name;
+    EXPECT_GT(c.greedy_total, 0) << c.name;
+    EXPECT_TRUE(c.free_run_ok) << c.name;
+    EXPECT_TRUE(c.pass) << c.name;
+  }
+}
+
+// The oracle fixtures carry per-layer hidden states: check each layer, so a divergence is
+// localised to the layer that introduced it.
+class HiddenStates : public ::testing::TestWithParam<Fixture> {};
+
+TEST_P(HiddenStates, MatchReferencePerLayer) {
+  const Fixture& f = GetParam();
+  auto ref = TensorStore::open_file(std::filesystem::path(f.dir) / "reference.safetensors");
+  auto model = Model::load(f.dir, {.load_tokenizer = false});
+  auto ids64 = read_i64(ref.get("case0.input_ids"));
+  std::vector<int32_t> ids(ids64.begin(), ids64.end());
+  KvCache cache(model->n_attention_layers(), model->config().kv_dim());
+  std::vector<int32_t> blocks;
+  while (blocks.size() * size_t(cache.block_size()) < ids.size()) blocks.push_back(cache.allocate());
+  const int dim = model->config().dim;
+  int checked = 0;
+  const int n_layers = model->config().n_layers;
+  HiddenHook hook = [&](int index, const float* h, int T) {
+    // HF's last entry (index n_layers) is after the final norm, which is fak's index n_layers + 1.
+    if (index == n_layers) return;
+    if (index == n_layers + 1) index = n_layers;
+    const TensorInfo* t = ref.find("case0.hidden_states." + std::to_string(index));
+    ASSERT_NE(t, nullptr) << "no reference for hidden state " << index;
+    auto want = read_f32(*t);
+    ASSERT_EQ(want.size(), size_t(T) * size_t(dim));
+    double md = 0;
+    for (size_t i = 0; i < want.size(); ++i) md = std::max(md, double(std::fabs(h[i] - want[i])));
+    EXPECT_LT(md, 1e-4) << f.name << " hidden state " << index;
+    ++checked;
+  };
+  BatchItem it;
+  it.blocks = &blocks;
+  it.tokens = ids.data();
+  it.n_tokens = int(ids.size());
+  model->forward({&it, 1}, cache, &hook);
+  EXPECT_EQ(checked, n_layers + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, Parity, ::testing::ValuesIn(fixtures()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+INSTANTIATE_TEST_SUITE_P(OracleFixtures, HiddenStates,
+                         ::testing::ValuesIn(oracle_fixtures()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(ParityCli, PassesOnFixtureAndFailsOnWrongReference) {
+  auto dir = test::data_path("oracle/qwen3-tiny");
+  auto ok = test::run_fak("parity -m " + dir.string() + " --reference " + (dir / "reference.safetensors").string() + " --json");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("\"pass\": true"), std::string::npos) << ok.out;
+  // The qwen2 fixture's reference against the qwen3 model: same vocab, different numbers -> fails.
+  auto bad = test::run_fak("parity -m " + dir.string() + " --reference " +
+                           test::data_path("oracle/qwen2-tiny/reference.safetensors").string());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("FAIL"), std::string::npos) << bad.out;
+}
+
+}  // namespace fak

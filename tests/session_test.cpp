@@ -1,0 +1,282 @@
+// The reuse stack's exactness guarantees, bit for bit: clone == copy, truncate == never appended,
+// save/load == uninterrupted, exact evict == never saw the span, batched == alone.
+#include "runtime/session.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+#include "runtime/sampler.h"
+#include "test_util.h"
+
+namespace fak {
+
+namespace {
+
+struct ModelCase {
+  const char* name;
+  std::string dir;
+};
+
+std::vector<ModelCase> models() {
+  return {{"pycoder_6m", test::source_path("models/pycoder-6m")},
+          {"llama_tiny", test::data_path("oracle/llama-tiny")},
+          {"qwen2_tiny", test::data_path("oracle/qwen2-tiny")},
+          {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")}};
+}
+
+std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(size_t(n), 0);
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
+  return ids;
+}
+
+std::vector<int32_t> concat(std::initializer_list<std::vector<int32_t>> parts) {
+  std::vector<int32_t> out;
+  for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Greedy continuation of n tokens from a session (modifies it).
+std::vector<int32_t> greedy(Session& s, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    int32_t t = argmax(s.logits());
+    out.push_back(t);
+    s.append({&t, 1});
+  }
+  return out;
+}
+
+}  // namespace
+
+class Reuse : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    model = Model::load(GetParam().dir, {.load_tokenizer = false});
+    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().kv_dim(),
+                                      KvCacheOptions{.block_size = 16});
+    vocab = model->config().vocab;
+  }
+  Session cold(const std::vector<int32_t>& ids) {
+    Session s(model, cache);
+    s.append(ids);
+    return s;
+  }
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<KvCache> cache;
+  int vocab = 0;
+};
+
+TEST_P(Reuse, ChunkedPrefillAndDecodeEqualColdPrefill) {
+  auto ids = random_ids(53, vocab, 1);
+  Session whole = cold(ids);
+  Session pieces(model, cache);
+  pieces.append({ids.data(), 20});
+  pieces.append({ids.data() + 20, 1});
+  pieces.append({ids.data() + 21, 32});
+  EXPECT_TRUE(bit_equal(whole.logits(), pieces.logits()));
+  Session one_by_one(model, cache);
+  for (int32_t t : ids) one_by_one.append({&t, 1});
+  EXPECT_TRUE(bit_equal(whole.logits(), one_by_one.logits()));
+}
+
+TEST_P(Reuse, CloneSharesBlocksAndDivergesCopyOnWrite) {
+  auto prefix = random_ids(37, vocab, 2);  // ends mid-block: the shared tail block must be copied
+  Session base = cold(prefix);
+  const size_t blocks_before = cache->blocks_in_use();
+  Session a = base.clone();
+  EXPECT_EQ(cache->blocks_in_use(), blocks_before) << "clone copied KV";
+  Session b = base.clone();
+  auto sa = random_ids(9, vocab, 3), sb = random_ids(21, vocab, 4);
+  a.append(sa);
+  b.append(sb);
+  EXPECT_TRUE(bit_equal(a.logits(), cold(concat({prefix, sa})).logits()));
+  EXPECT_TRUE(bit_equal(b.logits(), cold(concat({prefix, sb})).logits()));
+  // The original is untouched by its clones' writes.
+  Session base_again = base.clone();
+  EXPECT_EQ(greedy(base_again, 6), greedy(*std::make_unique<Session>(cold(prefix)), 6));
+}
+
+TEST_P(Reuse, TruncateEqualsNeverAppended) {
+  auto ids = random_ids(40, vocab, 5);
+  Session s = cold(ids);
+  s.truncate(23);
+  EXPECT_EQ(s.size(), 23);
+  EXPECT_TRUE(bit_equal(s.logits(), cold({ids.begin(), ids.begin() + 23}).logits()));
+  auto more = random_ids(7, vocab, 6);
+  s.append(more);
+  EXPECT_TRUE(bit_equal(s.logits(), cold(concat({{ids.begin(), ids.begin() + 23}, more})).logits()));
+}
+
+TEST_P(Reuse, SaveLoadEqualsUninterrupted) {
+  auto ids = random_ids(45, vocab, 7);
+  Session s = cold(ids);
+  auto path = test::temp_dir() / "s.fak";
+  s.save(path);
+  Session loaded = Session::load(path, model, cache);
+  EXPECT_EQ(loaded.tokens(), s.tokens());
+  EXPECT_TRUE(bit_equal(loaded.logits(), s.logits()));
+  EXPECT_EQ(greedy(loaded, 12), greedy(s, 12));
+}
+
+TEST_P(Reuse, ExactEvictEqualsNeverSawSpan) {
+  auto a = random_ids(21, vocab, 8), span = random_ids(13, vocab, 9), c = random_ids(17, vocab, 10);
+  Session s = cold(concat({a, span, c}));
+  s.evict(int(a.size()), int(a.size() + span.size()), EvictMode::Exact);
+  Session fresh = cold(concat({a, c}));
+  EXPECT_EQ(s.tokens(), fresh.tokens());
+  EXPECT_TRUE(bit_equal(s.logits(), fresh.logits()));
+  EXPECT_EQ(greedy(s, 8), greedy(fresh, 8));
+}
+
+TEST_P(Reuse, ExactEvictOnASharedPrefixLeavesTheOtherSessionAlone) {
+  auto a = random_ids(30, vocab, 11), span = random_ids(5, vocab, 12), c = random_ids(9, vocab, 13);
+  Session s = cold(concat({a, span, c}));
+  Session other = s.clone();
+  s.evict(10, 15, EvictMode::Exact);
+  EXPECT_TRUE(bit_equal(other.logits(), cold(concat({a, span, c})).logits()));
+  auto full = concat({a, span, c});
+  full.erase(full.begin() + 10, full.begin() + 15);
+  EXPECT_TRUE(bit_equal(s.logits(), cold(full).logits()));
+}
+
+TEST_P(Reuse, ShiftEvictIsExactInLayerZeroAndCloseOverall) {
+  auto a = random_ids(20, vocab, 14), span = random_ids(10, vocab, 15), c = random_ids(12, vocab, 16);
+  Session s = cold(concat({a, span, c}));
+  Session other = s.clone();  // shift must copy-on-write too
+  s.evict(20, 30, EvictMode::Shift);
+  Session fresh = cold(concat({a, c}));
+  ASSERT_EQ(s.tokens(), fresh.tokens());
+  // Layer 0's K and V only depend on each token and its position: identical to a fresh run.
+  const int bs = cache->block_size(), kv_dim = model->config().kv_dim();
+  for (int p = 0; p < s.size(); ++p) {
+    const float* k1 = cache->k(s.blocks()[size_t(p / bs)], 0) + size_t(p % bs) * size_t(kv_dim);
+    const float* k2 = cache->k(fresh.blocks()[size_t(p / bs)], 0) + size_t(p % bs) * size_t(kv_dim);
+    ASSERT_EQ(std::memcmp(k1, k2, sizeof(float) * size_t(kv_dim)), 0) << "layer 0 K at " << p;
+  }
+  EXPECT_TRUE(bit_equal(other.logits(), cold(concat({a, span, c})).logits()));
+}
+
+TEST_P(Reuse, BatchedDecodeEqualsAlone) {
+  auto prefix = random_ids(25, vocab, 17);
+  Session base = cold(prefix);
+  std::vector<Session> agents;
+  std::vector<Session> alone;
+  for (int i = 0; i < 4; ++i) {
+    auto suffix = random_ids(3 + 5 * i, vocab, 20 + uint32_t(i));
+    agents.push_back(base.clone());
+    agents.back().append(suffix);
+    alone.push_back(cold(concat({prefix, suffix})));
+  }
+  for (int step = 0; step < 6; ++step) {
+    std::vector<Session*> ptrs;
+    std::vector<int32_t> next;
+    for (auto& s : agents) {
+      ptrs.push_back(&s);
+      next.push_back(argmax(s.logits()));
+    }
+    decode_batch(ptrs, next);
+    for (size_t i = 0; i < alone.size(); ++i) {
+      alone[i].append({&next[i], 1});
+      ASSERT_TRUE(bit_equal(agents[i].logits(), alone[i].logits())) << "agent " << i << " step " << step;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Reuse, ::testing::ValuesIn(models()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+class SessionFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model = Model::load(test::data_path("oracle/qwen2-tiny"), {.load_tokenizer = false});
+    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().kv_dim());
+    Session s(model, cache);
+    s.append(random_ids(30, model->config().vocab, 1));
+    path = test::temp_dir() / "s.fak";
+    s.save(path);
+    bytes = test::read_file(path);
+  }
+  std::string load_error(const std::string& content) {
+    auto p = test::temp_dir() / "bad.fak";
+    test::write_file(p, content);
+    try {
+      Session::load(p, model, cache);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<KvCache> cache;
+  std::filesystem::path path;
+  std::string bytes;
+};
+
+TEST_F(SessionFile, RefusesTruncatedFiles) {
+  for (size_t n : {size_t(0), size_t(5), size_t(20), bytes.size() / 2, bytes.size() - 1})
+    EXPECT_NE(load_error(bytes.substr(0, n)), "") << "truncated to " << n;
+}
+
+TEST_F(SessionFile, RefusesCorruptedBytes) {
+  std::string bad = bytes;
+  bad[bad.size() / 2] ^= 0x40;
+  EXPECT_NE(load_error(bad).find("checksum"), std::string::npos);
+}
+
+TEST_F(SessionFile, RefusesWrongMagicAndVersion) {
+  std::string bad = bytes;
+  bad[0] = 'X';
+  EXPECT_NE(load_error(bad).find("not a fak session"), std::string::npos);
+  bad = bytes;
+  bad[8] = 99;
+  EXPECT_NE(load_error(bad).find("version"), std::string::npos);
+}
+
+TEST_F(SessionFile, RefusesAnotherModel) {
+  auto other = Model::load(test::data_path("oracle/qwen3-tiny"), {.load_tokenizer = false});
+  auto other_cache = std::make_shared<KvCache>(other->n_attention_layers(), other->config().kv_dim());
+  try {
+    Session::load(path, other, other_cache);
+    FAIL() << "loaded a session of another model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("different model"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SessionFile, SaveIsAtomicAndLeavesNoTempFile) {
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  // Saving into a directory that does not exist fails cleanly.
+  Session s(model, cache);
+  s.append(random_ids(3, model->config().vocab, 2));
+  EXPECT_THROW(s.save("/nonexistent-dir/x.fak"), Error);
+}
+
+TEST(KvCache, RefcountsAndBudget) {
+  KvCache cache(2, 8, {.block_size = 4, .keep_kraw = false, .max_bytes = 4 * 2 * 2 * 4 * 8 * 4});
+  EXPECT_EQ(cache.block_bytes(), size_t(2 * 2 * 4 * 8 * 4));
+  int32_t a = cache.allocate();
+  cache.retain(a);
+  EXPECT_EQ(cache.refcount(a), 2);
+  cache.release(a);
+  EXPECT_EQ(cache.blocks_in_use(), 1u);
+  cache.k(a, 1)[3] = 7.0f;
+  int32_t b = cache.copy_block(a, 4);
+  EXPECT_EQ(cache.k(b, 1)[3], 7.0f);
+  cache.allocate();
+  cache.allocate();
+  EXPECT_THROW(cache.allocate(), Error);  // budget of 4 blocks
+  cache.release(a);
+  EXPECT_NO_THROW(cache.allocate());
+  EXPECT_EQ(cache.kraw(a, 0), nullptr);
+}
+
+}  // namespace fak
