@@ -23,7 +23,8 @@ void bench_dot(benchmark::State& state, const QuantKernels* k, QuantType t) {
   for (float& v : x) v = dist(rng);
   const size_t rb = row_bytes(t, kCols);
   std::vector<uint8_t> w(rb * kRows);
-  for (int64_t r = 0; r < kRows; ++r) quantize_row(t, x.data() + r * kCols, w.data() + r * rb, kCols);
+  for (int64_t r = 0; r < kRows; ++r)
+    quantize_row(t, x.data() + r * kCols, w.data() + r * rb, kCols);
   const QuantType at = dot_activation_type(t);
   std::vector<uint8_t> act(row_bytes(at, kCols));
   k->quantize_act(at)(x.data(), act.data(), kCols);

@@ -30,7 +30,8 @@ uint64_t touch(const fak::GgufArray& a) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const fak::GgufFile f = fak::GgufFile::from_memory(std::span<const uint8_t>(data, size), "fuzz");
+    const fak::GgufFile f =
+        fak::GgufFile::from_memory(std::span<const uint8_t>(data, size), "fuzz");
     uint64_t h = 0;
     for (const fak::GgufKv& kv : f.metadata()) {
       h += kv.key.size() + kv.value.s.size() + kv.value.u;

@@ -1,5 +1,7 @@
 // GGUF reader and writer: round trip of every metadata type and several tensor types, hand-built v2
 // files, and truncated / corrupted files that must give a fak::Error naming file and culprit.
+#include "io/gguf.h"
+
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -11,7 +13,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/ggml_type.h"
-#include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "ops/quant/quant.h"
 #include "test_util.h"
@@ -38,7 +39,8 @@ struct Bytes {
     return u32(0x46554747).u32(version).u64(n_tensors).u64(n_kv);
   }
   Bytes& kv_u32(const std::string& key, uint32_t v) { return str(key).u32(4).u32(v); }
-  Bytes& tensor(const std::string& name, std::vector<int64_t> dims, uint32_t type, uint64_t offset) {
+  Bytes& tensor(const std::string& name, std::vector<int64_t> dims, uint32_t type,
+                uint64_t offset) {
     str(name).u32(uint32_t(dims.size()));
     for (int64_t d : dims) put<int64_t>(d);
     return u32(type).u64(offset);
@@ -194,8 +196,7 @@ TEST_F(GgufRoundTrip, EveryMetadataTypeAndSeveralTensorTypes) {
   EXPECT_THROW(ai.i64(3), Error);
   EXPECT_EQ(f.get_array("t.arr_f32").f64(0), 0.5);
   EXPECT_EQ(f.get_array("t.arr_bool").u64(2), 1u);
-  EXPECT_EQ(f.get_array("t.arr_str").strings,
-            (std::vector<std::string>{"a", "", "\xc4\xa0the"}));
+  EXPECT_EQ(f.get_array("t.arr_str").strings, (std::vector<std::string>{"a", "", "\xc4\xa0the"}));
   EXPECT_EQ(f.get_array("t.arr_empty").size(), 0u);
   EXPECT_EQ(f.get_array("t.arr_empty").type, GgufType::U64);
   const GgufArray& nested = f.get_array("t.arr_nested");
@@ -233,7 +234,8 @@ TEST_F(GgufRoundTrip, EveryMetadataTypeAndSeveralTensorTypes) {
 
   // No temp file is left next to the result.
   int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.is_regular_file();
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files += entry.is_regular_file();
   EXPECT_EQ(files, 1);
 }
 
@@ -293,10 +295,11 @@ TEST_F(GgufRoundTrip, TruncationAtEveryPositionIsAnError) {
   w.add_tensor("q8", 8, {64, 2}, q8);
   w.write(dir / "t.gguf");
   const std::string full = test::read_file(dir / "t.gguf");
-  const GgufFile whole = GgufFile::from_memory(
-      {reinterpret_cast<const uint8_t*>(full.data()), full.size()}, "t.gguf");
+  const GgufFile whole =
+      GgufFile::from_memory({reinterpret_cast<const uint8_t*>(full.data()), full.size()}, "t.gguf");
   const GgufTensor* last = whole.tensor("q8");
-  const size_t needed = size_t(last->data - reinterpret_cast<const uint8_t*>(full.data())) + last->nbytes;
+  const size_t needed =
+      size_t(last->data - reinterpret_cast<const uint8_t*>(full.data())) + last->nbytes;
   for (size_t len = 0; len < needed; ++len) {
     Bytes b;
     b.b = full.substr(0, len);
@@ -311,8 +314,15 @@ TEST(GgufRead, HandBuiltVersion2File) {
   Bytes b;
   b.header(2, 2, 3)
       .kv_u32("general.alignment", 16)
-      .str("general.name").u32(8).str("v2 model")
-      .str("scores").u32(9).u32(6).u64(2).put<float>(0.25f).put<float>(-4.0f)
+      .str("general.name")
+      .u32(8)
+      .str("v2 model")
+      .str("scores")
+      .u32(9)
+      .u32(6)
+      .u64(2)
+      .put<float>(0.25f)
+      .put<float>(-4.0f)
       .tensor("w", {4, 2}, 0, 0)
       .tensor("b", {32}, 8, 32);
   b.pad(16);
@@ -369,8 +379,10 @@ TEST(GgufRead, CorruptHeadersAreErrors) {
   expect_error(Bytes().header(3, 0, 1).u64(~0ull >> 1).zeros(16), "truncated");  // key length lies
   expect_error(Bytes().header(3, 0, 1).str("k").u32(13).u32(0), "unknown metadata value type 13");
   expect_error(Bytes().header(3, 0, 1).str("k").u32(7).put<uint8_t>(2), "'k': bool value 2");
-  expect_error(Bytes().header(3, 0, 1).str("arr").u32(9).u32(4).u64(1ull << 61), "'arr': array count");
-  expect_error(Bytes().header(3, 0, 1).str("arr").u32(9).u32(8).u64(1ull << 40), "string array count");
+  expect_error(Bytes().header(3, 0, 1).str("arr").u32(9).u32(4).u64(1ull << 61),
+               "'arr': array count");
+  expect_error(Bytes().header(3, 0, 1).str("arr").u32(9).u32(8).u64(1ull << 40),
+               "string array count");
   expect_error(Bytes().header(3, 0, 1).str("arr").u32(9).u32(8).u64(1).u64(100).zeros(10),
                "truncated");
   Bytes deep;
@@ -459,7 +471,8 @@ TEST(GgufWrite, WriteFailureLeavesNoHalfFile) {
   EXPECT_NE(msg.find("m.gguf"), std::string::npos) << msg;
   EXPECT_EQ(test::read_file(path), "previous");
   int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.is_regular_file();
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files += entry.is_regular_file();
   EXPECT_EQ(files, 1);
 }
 

@@ -1,5 +1,7 @@
 // Quantized block formats: sizes and names, quantize -> dequantize error per type, dot products
 // against the dequantized values, and every SIMD variant against the scalar reference.
+#include "ops/quant/quant.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "ops/quant/quant.h"
 #include "ops/quant/quant_blocks.h"
 
 namespace fak {
@@ -103,8 +104,8 @@ TEST(QuantRoundTrip, RelativeRmseOnGaussianData) {
   for (const RmseCase& c : kRmse) {
     const auto q = quantize(c.t, x);
     const double rmse = relative_rmse(x, dequantize(c.t, q.data(), n));
-    std::printf("  %-5s relative rmse %.4f (bound %.4f)\n", std::string(quant_type_name(c.t)).c_str(),
-                rmse, c.max_rmse);
+    std::printf("  %-5s relative rmse %.4f (bound %.4f)\n",
+                std::string(quant_type_name(c.t)).c_str(), rmse, c.max_rmse);
     EXPECT_LT(rmse, c.max_rmse) << quant_type_name(c.t);
   }
 }
@@ -122,7 +123,8 @@ TEST(QuantRoundTrip, OutliersShiftedAndZeroRows) {
   for (const RmseCase& c : kRmse) {
     const auto name = quant_type_name(c.t);
     const double e_out = relative_rmse(outlier, dequantize(c.t, quantize(c.t, outlier).data(), n));
-    const double e_shift = relative_rmse(shifted, dequantize(c.t, quantize(c.t, shifted).data(), n));
+    const double e_shift =
+        relative_rmse(shifted, dequantize(c.t, quantize(c.t, shifted).data(), n));
     std::printf("  %-5s outlier %.4f shifted %.4f\n", std::string(name).c_str(), e_out, e_shift);
     EXPECT_LT(e_out, 3 * c.max_rmse) << name;
     EXPECT_LT(e_shift, 2 * c.max_rmse) << name;
@@ -156,9 +158,9 @@ TEST(QuantLayout, HandBuiltBlocksDequantizeAsGgml) {
     quant::BlockQ4K b{};
     b.d = f32_to_f16(1.0f);
     b.dmin = f32_to_f16(1.0f);
-    b.scales[9] = 0x23;        // scale 5 low bits 3, min 5 low bits 2
-    b.scales[1] = 0x40;        // scale 5 high bits 1 -> scale 19
-    b.scales[5] = 0x80 | 7;    // min 1 = 7, min 5 high bits 2 -> min 34
+    b.scales[9] = 0x23;      // scale 5 low bits 3, min 5 low bits 2
+    b.scales[1] = 0x40;      // scale 5 high bits 1 -> scale 19
+    b.scales[5] = 0x80 | 7;  // min 1 = 7, min 5 high bits 2 -> min 34
     // Chunk 2 (elements 128..255) is qs[64..95]: low nibbles sub-block 4, high sub-block 5.
     for (int l = 0; l < 32; ++l) b.qs[64 + l] = 0x21;
     const auto y = dequantize(QuantType::Q4_K, &b, 256);

@@ -44,10 +44,10 @@ size_t gguf_scalar_size(GgufType t);          // bytes of a numeric/bool value; 
 
 // An array value. Exactly one storage is used, chosen by the element type.
 struct GgufArray {
-  GgufType type = GgufType::U8;       // element type
-  std::vector<uint8_t> raw;           // numeric/bool elements, packed little-endian as in the file
-  std::vector<std::string> strings;   // STRING elements
-  std::vector<GgufArray> arrays;      // ARRAY elements (arrays of arrays)
+  GgufType type = GgufType::U8;      // element type
+  std::vector<uint8_t> raw;          // numeric/bool elements, packed little-endian as in the file
+  std::vector<std::string> strings;  // STRING elements
+  std::vector<GgufArray> arrays;     // ARRAY elements (arrays of arrays)
 
   size_t size() const;
   // Element i of a numeric/bool array, widened. Throw fak::Error on a type that does not convert
@@ -96,9 +96,9 @@ struct GgufKv {
 
 struct GgufTensor {
   std::string name;
-  uint32_t ggml_type = 0;      // ggml type id; see io/ggml_type.h
-  std::vector<int64_t> dims;   // ne0 first (the contiguous dimension), as ggml orders them
-  uint64_t offset = 0;         // from the start of the data section
+  uint32_t ggml_type = 0;     // ggml type id; see io/ggml_type.h
+  std::vector<int64_t> dims;  // ne0 first (the contiguous dimension), as ggml orders them
+  uint64_t offset = 0;        // from the start of the data section
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
 
@@ -119,9 +119,9 @@ class GgufFile {
 
   const std::vector<GgufKv>& metadata() const { return kvs_; }
   const GgufValue* find(std::string_view key) const;  // nullptr when absent
-  // Typed getters throw fak::Error naming file and key when the key is missing or the value does not
-  // convert: get_u32/get_u64/get_i64 accept any integer type whose value fits, get_f32 accepts f32
-  // and f64.
+  // Typed getters throw fak::Error naming file and key when the key is missing or the value does
+  // not convert: get_u32/get_u64/get_i64 accept any integer type whose value fits, get_f32 accepts
+  // f32 and f64.
   const std::string& get_string(std::string_view key) const;
   uint32_t get_u32(std::string_view key) const;
   uint64_t get_u64(std::string_view key) const;

@@ -17,11 +17,13 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 8;        // arrays of arrays deeper than this are hostile, not data
 // Smallest encodings, used to reject counts the remaining bytes cannot hold before allocating.
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;            // empty key, type, a u8 value
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, a u8 value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims = 0, type, offset
 constexpr uint64_t kMinArrayBytes = 4 + 8;               // element type, count
 
-std::string str(uint64_t v) { return std::to_string(v); }
+std::string str(uint64_t v) {
+  return std::to_string(v);
+}
 
 // A bounds-checked little-endian cursor. `context_` names what is being read (a key, a tensor) so
 // every error says where the file is wrong.
@@ -89,23 +91,35 @@ class Cursor {
 
   GgufValue read_value(GgufType t) {
     switch (t) {
-      case GgufType::U8: return GgufValue::make_u8(read<uint8_t>("u8 value"));
-      case GgufType::I8: return GgufValue::make_i8(read<int8_t>("i8 value"));
-      case GgufType::U16: return GgufValue::make_u16(read<uint16_t>("u16 value"));
-      case GgufType::I16: return GgufValue::make_i16(read<int16_t>("i16 value"));
-      case GgufType::U32: return GgufValue::make_u32(read<uint32_t>("u32 value"));
-      case GgufType::I32: return GgufValue::make_i32(read<int32_t>("i32 value"));
-      case GgufType::U64: return GgufValue::make_u64(read<uint64_t>("u64 value"));
-      case GgufType::I64: return GgufValue::make_i64(read<int64_t>("i64 value"));
-      case GgufType::F32: return GgufValue::make_f32(read<float>("f32 value"));
-      case GgufType::F64: return GgufValue::make_f64(read<double>("f64 value"));
+      case GgufType::U8:
+        return GgufValue::make_u8(read<uint8_t>("u8 value"));
+      case GgufType::I8:
+        return GgufValue::make_i8(read<int8_t>("i8 value"));
+      case GgufType::U16:
+        return GgufValue::make_u16(read<uint16_t>("u16 value"));
+      case GgufType::I16:
+        return GgufValue::make_i16(read<int16_t>("i16 value"));
+      case GgufType::U32:
+        return GgufValue::make_u32(read<uint32_t>("u32 value"));
+      case GgufType::I32:
+        return GgufValue::make_i32(read<int32_t>("i32 value"));
+      case GgufType::U64:
+        return GgufValue::make_u64(read<uint64_t>("u64 value"));
+      case GgufType::I64:
+        return GgufValue::make_i64(read<int64_t>("i64 value"));
+      case GgufType::F32:
+        return GgufValue::make_f32(read<float>("f32 value"));
+      case GgufType::F64:
+        return GgufValue::make_f64(read<double>("f64 value"));
       case GgufType::BOOL: {
         const uint8_t b = read<uint8_t>("bool value");
         if (b > 1) error("bool value " + str(b) + " is neither 0 nor 1");
         return GgufValue::make_bool(b != 0);
       }
-      case GgufType::STRING: return GgufValue::make_string(read_string("string value"));
-      case GgufType::ARRAY: return GgufValue::make_array(read_array(0));
+      case GgufType::STRING:
+        return GgufValue::make_string(read_string("string value"));
+      case GgufType::ARRAY:
+        return GgufValue::make_array(read_array(0));
     }
     error("unknown metadata value type " + str(uint32_t(t)));
   }
@@ -125,7 +139,9 @@ class Cursor {
   std::string context_;
 };
 
-uint32_t byte_swap(uint32_t v) { return __builtin_bswap32(v); }
+uint32_t byte_swap(uint32_t v) {
+  return __builtin_bswap32(v);
+}
 
 }  // namespace
 
@@ -149,7 +165,8 @@ void GgufFile::parse(std::span<const uint8_t> bytes) {
   c.set_context("header");
   if (c.read<uint32_t>("magic") != kMagic) c.error("not a GGUF file (bad magic)");
   version_ = c.read<uint32_t>("version");
-  if (version_ == 1) c.error("GGUF v1 is not supported (re-convert the model with a newer llama.cpp)");
+  if (version_ == 1)
+    c.error("GGUF v1 is not supported (re-convert the model with a newer llama.cpp)");
   if (version_ != 2 && version_ != 3) {
     const uint32_t swapped = byte_swap(version_);
     if (swapped >= 1 && swapped <= 3) c.error("big-endian GGUF files are not supported");
@@ -177,8 +194,10 @@ void GgufFile::parse(std::span<const uint8_t> bytes) {
 
   if (const GgufValue* a = find("general.alignment")) {
     c.set_context("metadata key 'general.alignment'");
-    if (a->type != GgufType::U32) c.error("must be u32, is " + std::string(gguf_type_name(a->type)));
-    if (a->u == 0 || (a->u & (a->u - 1)) != 0) c.error("alignment " + str(a->u) + " is not a power of two");
+    if (a->type != GgufType::U32)
+      c.error("must be u32, is " + std::string(gguf_type_name(a->type)));
+    if (a->u == 0 || (a->u & (a->u - 1)) != 0)
+      c.error("alignment " + str(a->u) + " is not a power of two");
     alignment_ = uint32_t(a->u);
   }
 
@@ -208,11 +227,13 @@ void GgufFile::parse(std::span<const uint8_t> bytes) {
       c.error("first dimension " + std::to_string(ne0) + " is not a multiple of the " +
               std::string(info->name) + " block size " + std::to_string(info->block_size));
     const uint64_t blocks = uint64_t(n_elements / info->block_size);
-    if (blocks > std::numeric_limits<uint64_t>::max() / info->block_bytes) c.error("size overflows");
+    if (blocks > std::numeric_limits<uint64_t>::max() / info->block_bytes)
+      c.error("size overflows");
     ti.nbytes = size_t(blocks * info->block_bytes);
     ti.offset = c.read<uint64_t>("data offset");
     if (ti.offset % alignment_ != 0)
-      c.error("data offset " + str(ti.offset) + " is not a multiple of the alignment " + str(alignment_));
+      c.error("data offset " + str(ti.offset) + " is not a multiple of the alignment " +
+              str(alignment_));
     tensor_index_.emplace(ti.name, tensors_.size());
     tensors_.push_back(std::move(ti));
   }
@@ -291,7 +312,8 @@ uint32_t GgufFile::get_u32(std::string_view key) const {
 int64_t GgufFile::get_i64(std::string_view key) const {
   const GgufValue& v = require(key);
   if (is_signed(v.type)) return v.i;
-  if (is_unsigned(v.type) && v.u <= uint64_t(std::numeric_limits<int64_t>::max())) return int64_t(v.u);
+  if (is_unsigned(v.type) && v.u <= uint64_t(std::numeric_limits<int64_t>::max()))
+    return int64_t(v.u);
   fail_key(key, "is " + std::string(gguf_type_name(v.type)) + ", expected an integer");
 }
 
@@ -303,7 +325,8 @@ float GgufFile::get_f32(std::string_view key) const {
 
 bool GgufFile::get_bool(std::string_view key) const {
   const GgufValue& v = require(key);
-  if (v.type != GgufType::BOOL) fail_key(key, "is " + std::string(gguf_type_name(v.type)) + ", expected bool");
+  if (v.type != GgufType::BOOL)
+    fail_key(key, "is " + std::string(gguf_type_name(v.type)) + ", expected bool");
   return v.u != 0;
 }
 

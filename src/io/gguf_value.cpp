@@ -9,19 +9,32 @@ namespace fak {
 
 std::string_view gguf_type_name(GgufType t) {
   switch (t) {
-    case GgufType::U8: return "u8";
-    case GgufType::I8: return "i8";
-    case GgufType::U16: return "u16";
-    case GgufType::I16: return "i16";
-    case GgufType::U32: return "u32";
-    case GgufType::I32: return "i32";
-    case GgufType::F32: return "f32";
-    case GgufType::BOOL: return "bool";
-    case GgufType::STRING: return "string";
-    case GgufType::ARRAY: return "array";
-    case GgufType::U64: return "u64";
-    case GgufType::I64: return "i64";
-    case GgufType::F64: return "f64";
+    case GgufType::U8:
+      return "u8";
+    case GgufType::I8:
+      return "i8";
+    case GgufType::U16:
+      return "u16";
+    case GgufType::I16:
+      return "i16";
+    case GgufType::U32:
+      return "u32";
+    case GgufType::I32:
+      return "i32";
+    case GgufType::F32:
+      return "f32";
+    case GgufType::BOOL:
+      return "bool";
+    case GgufType::STRING:
+      return "string";
+    case GgufType::ARRAY:
+      return "array";
+    case GgufType::U64:
+      return "u64";
+    case GgufType::I64:
+      return "i64";
+    case GgufType::F64:
+      return "f64";
   }
   return "unknown";
 }
@@ -30,17 +43,22 @@ size_t gguf_scalar_size(GgufType t) {
   switch (t) {
     case GgufType::U8:
     case GgufType::I8:
-    case GgufType::BOOL: return 1;
+    case GgufType::BOOL:
+      return 1;
     case GgufType::U16:
-    case GgufType::I16: return 2;
+    case GgufType::I16:
+      return 2;
     case GgufType::U32:
     case GgufType::I32:
-    case GgufType::F32: return 4;
+    case GgufType::F32:
+      return 4;
     case GgufType::U64:
     case GgufType::I64:
-    case GgufType::F64: return 8;
+    case GgufType::F64:
+      return 8;
     case GgufType::STRING:
-    case GgufType::ARRAY: return 0;
+    case GgufType::ARRAY:
+      return 0;
   }
   return 0;
 }
@@ -75,17 +93,28 @@ Element element(const GgufArray& a, size_t idx) {
   const uint8_t* p = a.raw.data() + idx * gguf_scalar_size(a.type);
   switch (a.type) {
     case GgufType::U8:
-    case GgufType::BOOL: return {Element::kUnsigned, p[0], 0, 0};
-    case GgufType::U16: return {Element::kUnsigned, load<uint16_t>(p), 0, 0};
-    case GgufType::U32: return {Element::kUnsigned, load<uint32_t>(p), 0, 0};
-    case GgufType::U64: return {Element::kUnsigned, load<uint64_t>(p), 0, 0};
-    case GgufType::I8: return {Element::kSigned, 0, load<int8_t>(p), 0};
-    case GgufType::I16: return {Element::kSigned, 0, load<int16_t>(p), 0};
-    case GgufType::I32: return {Element::kSigned, 0, load<int32_t>(p), 0};
-    case GgufType::I64: return {Element::kSigned, 0, load<int64_t>(p), 0};
-    case GgufType::F32: return {Element::kFloat, 0, 0, load<float>(p)};
-    case GgufType::F64: return {Element::kFloat, 0, 0, load<double>(p)};
-    default: break;
+    case GgufType::BOOL:
+      return {Element::kUnsigned, p[0], 0, 0};
+    case GgufType::U16:
+      return {Element::kUnsigned, load<uint16_t>(p), 0, 0};
+    case GgufType::U32:
+      return {Element::kUnsigned, load<uint32_t>(p), 0, 0};
+    case GgufType::U64:
+      return {Element::kUnsigned, load<uint64_t>(p), 0, 0};
+    case GgufType::I8:
+      return {Element::kSigned, 0, load<int8_t>(p), 0};
+    case GgufType::I16:
+      return {Element::kSigned, 0, load<int16_t>(p), 0};
+    case GgufType::I32:
+      return {Element::kSigned, 0, load<int32_t>(p), 0};
+    case GgufType::I64:
+      return {Element::kSigned, 0, load<int64_t>(p), 0};
+    case GgufType::F32:
+      return {Element::kFloat, 0, 0, load<float>(p)};
+    case GgufType::F64:
+      return {Element::kFloat, 0, 0, load<double>(p)};
+    default:
+      break;
   }
   fail("gguf array of " + std::string(gguf_type_name(a.type)) + " has no numeric elements");
 }

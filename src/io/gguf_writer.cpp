@@ -42,23 +42,38 @@ struct Out {
   }
   void put_value(const GgufValue& v) {
     switch (v.type) {
-      case GgufType::U8: return put<uint8_t>(uint8_t(v.u));
-      case GgufType::I8: return put<int8_t>(int8_t(v.i));
-      case GgufType::U16: return put<uint16_t>(uint16_t(v.u));
-      case GgufType::I16: return put<int16_t>(int16_t(v.i));
-      case GgufType::U32: return put<uint32_t>(uint32_t(v.u));
-      case GgufType::I32: return put<int32_t>(int32_t(v.i));
-      case GgufType::U64: return put<uint64_t>(v.u);
-      case GgufType::I64: return put<int64_t>(v.i);
-      case GgufType::F32: return put<float>(float(v.f));
-      case GgufType::F64: return put<double>(v.f);
-      case GgufType::BOOL: return put<uint8_t>(v.u ? 1 : 0);
-      case GgufType::STRING: return put_string(v.s);
-      case GgufType::ARRAY: return put_array(v.array);
+      case GgufType::U8:
+        return put<uint8_t>(uint8_t(v.u));
+      case GgufType::I8:
+        return put<int8_t>(int8_t(v.i));
+      case GgufType::U16:
+        return put<uint16_t>(uint16_t(v.u));
+      case GgufType::I16:
+        return put<int16_t>(int16_t(v.i));
+      case GgufType::U32:
+        return put<uint32_t>(uint32_t(v.u));
+      case GgufType::I32:
+        return put<int32_t>(int32_t(v.i));
+      case GgufType::U64:
+        return put<uint64_t>(v.u);
+      case GgufType::I64:
+        return put<int64_t>(v.i);
+      case GgufType::F32:
+        return put<float>(float(v.f));
+      case GgufType::F64:
+        return put<double>(v.f);
+      case GgufType::BOOL:
+        return put<uint8_t>(v.u ? 1 : 0);
+      case GgufType::STRING:
+        return put_string(v.s);
+      case GgufType::ARRAY:
+        return put_array(v.array);
     }
     fail("gguf writer: unknown value type " + std::to_string(uint32_t(v.type)));
   }
-  void pad_to(uint64_t alignment) { bytes.resize((bytes.size() + alignment - 1) / alignment * alignment, '\0'); }
+  void pad_to(uint64_t alignment) {
+    bytes.resize((bytes.size() + alignment - 1) / alignment * alignment, '\0');
+  }
 };
 
 // The temp file: removed on any failure path unless commit() renamed it into place.
@@ -70,7 +85,9 @@ class TempFile {
     path_ = dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
                    std::to_string(counter++));
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("cannot create " + path_.string() + " to write " + target.string() + ": " + std::strerror(errno));
+    if (fd_ < 0)
+      fail("cannot create " + path_.string() + " to write " + target.string() + ": " +
+           std::strerror(errno));
   }
   ~TempFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -82,19 +99,23 @@ class TempFile {
     while (n > 0) {
       const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t(1) << 30));
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail("cannot write " + target_.string() + ": " + std::strerror(w < 0 ? errno : EIO));
+      if (w <= 0)
+        fail("cannot write " + target_.string() + ": " + std::strerror(w < 0 ? errno : EIO));
       p += w;
       n -= size_t(w);
     }
   }
 
   void commit() {
-    if (::fsync(fd_) != 0) fail("cannot write " + target_.string() + ": fsync: " + std::strerror(errno));
+    if (::fsync(fd_) != 0)
+      fail("cannot write " + target_.string() + ": fsync: " + std::strerror(errno));
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) fail("cannot write " + target_.string() + ": close: " + std::strerror(errno));
+    if (::close(fd) != 0)
+      fail("cannot write " + target_.string() + ": close: " + std::strerror(errno));
     if (::rename(path_.c_str(), target_.c_str()) != 0)
-      fail("cannot rename " + path_.string() + " to " + target_.string() + ": " + std::strerror(errno));
+      fail("cannot rename " + path_.string() + " to " + target_.string() + ": " +
+           std::strerror(errno));
     committed_ = true;
     // Make the rename itself durable; best effort, as some filesystems refuse fsync on directories.
     const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";

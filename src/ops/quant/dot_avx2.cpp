@@ -14,7 +14,9 @@ namespace fak::quant {
 
 namespace {
 
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
 inline float load_f32(const float* p) {
   float v;
@@ -22,7 +24,9 @@ inline float load_f32(const float* p) {
   return v;
 }
 
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
 
 inline float hsum128(__m128 s) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -166,7 +170,8 @@ float dot_k4(int64_t n, const void* vw, const void* va) {
     // Mins: Σ_j m_j (bsum_2j + bsum_2j+1); hadd pairs the 16-element sums into 32-element ones.
     const __m128i bs_lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].bsums));
     const __m128i bs_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].bsums + 8));
-    const __m128i mins_dot = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), _mm_hadd_epi16(bs_lo, bs_hi));
+    const __m128i mins_dot =
+        _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), _mm_hadd_epi16(bs_lo, bs_hi));
     acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot), acc_m);
 
     const __m128i sc128 = _mm256_castsi256_si128(sm);
@@ -181,8 +186,10 @@ float dot_k4(int64_t n, const void* vw, const void* va) {
       if constexpr (kFiveBit) {
         // Bits 2c and 2c+1 of qh[l]; hbits is shifted right by 2 per chunk, masking after the
         // 16-bit shift keeps only bits from the same byte.
-        lo = _mm256_add_epi8(lo, _mm256_slli_epi16(_mm256_and_si256(hbits, _mm256_set1_epi8(1)), 4));
-        hi = _mm256_add_epi8(hi, _mm256_slli_epi16(_mm256_and_si256(hbits, _mm256_set1_epi8(2)), 3));
+        lo =
+            _mm256_add_epi8(lo, _mm256_slli_epi16(_mm256_and_si256(hbits, _mm256_set1_epi8(1)), 4));
+        hi =
+            _mm256_add_epi8(hi, _mm256_slli_epi16(_mm256_and_si256(hbits, _mm256_set1_epi8(2)), 3));
         hbits = _mm256_srli_epi16(hbits, 2);
       }
       const __m256i p_lo = _mm256_maddubs_epi16(lo, load256(a[i].qs + 64 * c));
@@ -205,7 +212,8 @@ float dot_q6_k(int64_t n, const void* vw, const void* va) {
   // Shuffle masks giving 8 copies of scale 2g then 8 copies of scale 2g+1, for group g in 0..7.
   __m128i scale_shuffle[8];
   for (int g = 0; g < 8; ++g)
-    scale_shuffle[g] = _mm_set_epi64x(0x0101010101010101LL * (2 * g + 1), 0x0101010101010101LL * (2 * g));
+    scale_shuffle[g] =
+        _mm_set_epi64x(0x0101010101010101LL * (2 * g + 1), 0x0101010101010101LL * (2 * g));
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = load_f32(&a[i].d) * h2f(w[i].d);
@@ -217,7 +225,8 @@ float dot_q6_k(int64_t n, const void* vw, const void* va) {
       const __m256i ql1 = load256(w[i].ql + 64 * h + 32);
       const __m256i qh = load256(w[i].qh + 32 * h);
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
       q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
       q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),

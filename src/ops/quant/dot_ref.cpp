@@ -74,7 +74,8 @@ float dot_q4_1(int64_t n, const void* vw, const void* va) {
       sumi += (w[i].qs[j] >> 4) * a[i].qs[j + kQK / 2];
     }
     const float da = f16_to_f32(a[i].d);
-    sum += float(sumi) * (f16_to_f32(w[i].d) * da) + float(sum_q8(a[i].qs)) * (f16_to_f32(w[i].m) * da);
+    sum += float(sumi) * (f16_to_f32(w[i].d) * da) +
+           float(sum_q8(a[i].qs)) * (f16_to_f32(w[i].m) * da);
   }
   return sum;
 }
@@ -109,7 +110,8 @@ float dot_q5_1(int64_t n, const void* vw, const void* va) {
       sumi += q0 * a[i].qs[j] + q1 * a[i].qs[j + kQK / 2];
     }
     const float da = f16_to_f32(a[i].d);
-    sum += float(sumi) * (f16_to_f32(w[i].d) * da) + float(sum_q8(a[i].qs)) * (f16_to_f32(w[i].m) * da);
+    sum += float(sumi) * (f16_to_f32(w[i].d) * da) +
+           float(sum_q8(a[i].qs)) * (f16_to_f32(w[i].m) * da);
   }
   return sum;
 }

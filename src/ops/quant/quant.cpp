@@ -15,15 +15,24 @@ using namespace quant;
 void quantize_row(QuantType t, const float* x, void* y, int64_t n) {
   row_bytes(t, n);  // validates n
   switch (t) {
-    case QuantType::Q4_0: return quantize_q4_0_ref(x, y, n);
-    case QuantType::Q4_1: return quantize_q4_1_ref(x, y, n);
-    case QuantType::Q5_0: return quantize_q5_0_ref(x, y, n);
-    case QuantType::Q5_1: return quantize_q5_1_ref(x, y, n);
-    case QuantType::Q8_0: return quant_kernels().quantize_q8_0(x, y, n);
-    case QuantType::Q4_K: return quantize_q4_k_ref(x, y, n);
-    case QuantType::Q5_K: return quantize_q5_k_ref(x, y, n);
-    case QuantType::Q6_K: return quantize_q6_k_ref(x, y, n);
-    case QuantType::Q8_K: return quant_kernels().quantize_q8_k(x, y, n);
+    case QuantType::Q4_0:
+      return quantize_q4_0_ref(x, y, n);
+    case QuantType::Q4_1:
+      return quantize_q4_1_ref(x, y, n);
+    case QuantType::Q5_0:
+      return quantize_q5_0_ref(x, y, n);
+    case QuantType::Q5_1:
+      return quantize_q5_1_ref(x, y, n);
+    case QuantType::Q8_0:
+      return quant_kernels().quantize_q8_0(x, y, n);
+    case QuantType::Q4_K:
+      return quantize_q4_k_ref(x, y, n);
+    case QuantType::Q5_K:
+      return quantize_q5_k_ref(x, y, n);
+    case QuantType::Q6_K:
+      return quantize_q6_k_ref(x, y, n);
+    case QuantType::Q8_K:
+      return quant_kernels().quantize_q8_k(x, y, n);
   }
   fail("quantize_row: unknown quant type " + std::to_string(uint32_t(t)));
 }
@@ -31,15 +40,24 @@ void quantize_row(QuantType t, const float* x, void* y, int64_t n) {
 void dequantize_row(QuantType t, const void* x, float* y, int64_t n) {
   row_bytes(t, n);
   switch (t) {
-    case QuantType::Q4_0: return dequantize_q4_0_ref(x, y, n);
-    case QuantType::Q4_1: return dequantize_q4_1_ref(x, y, n);
-    case QuantType::Q5_0: return dequantize_q5_0_ref(x, y, n);
-    case QuantType::Q5_1: return dequantize_q5_1_ref(x, y, n);
-    case QuantType::Q8_0: return dequantize_q8_0_ref(x, y, n);
-    case QuantType::Q4_K: return dequantize_q4_k_ref(x, y, n);
-    case QuantType::Q5_K: return dequantize_q5_k_ref(x, y, n);
-    case QuantType::Q6_K: return dequantize_q6_k_ref(x, y, n);
-    case QuantType::Q8_K: return dequantize_q8_k_ref(x, y, n);
+    case QuantType::Q4_0:
+      return dequantize_q4_0_ref(x, y, n);
+    case QuantType::Q4_1:
+      return dequantize_q4_1_ref(x, y, n);
+    case QuantType::Q5_0:
+      return dequantize_q5_0_ref(x, y, n);
+    case QuantType::Q5_1:
+      return dequantize_q5_1_ref(x, y, n);
+    case QuantType::Q8_0:
+      return dequantize_q8_0_ref(x, y, n);
+    case QuantType::Q4_K:
+      return dequantize_q4_k_ref(x, y, n);
+    case QuantType::Q5_K:
+      return dequantize_q5_k_ref(x, y, n);
+    case QuantType::Q6_K:
+      return dequantize_q6_k_ref(x, y, n);
+    case QuantType::Q8_K:
+      return dequantize_q8_k_ref(x, y, n);
   }
   fail("dequantize_row: unknown quant type " + std::to_string(uint32_t(t)));
 }
@@ -66,7 +84,7 @@ std::span<const QuantKernelVariant> quant_kernel_variants() {
 }
 
 const QuantKernels& quant_kernels() {
-  static const QuantKernels& best = [] () -> const QuantKernels& {
+  static const QuantKernels& best = []() -> const QuantKernels& {
     const QuantKernels* pick = &scalar_kernels();
     for (const QuantKernelVariant& v : quant_kernel_variants())
       if (v.supported) pick = v.kernels;  // variants are listed slowest first

@@ -7,8 +7,8 @@
 
 namespace fak::quant {
 
-constexpr int kQK = 32;    // elements per block of the "legacy" types (q4_0 ... q8_0)
-constexpr int kQKK = 256;  // elements per super-block of the K-quants
+constexpr int kQK = 32;          // elements per block of the "legacy" types (q4_0 ... q8_0)
+constexpr int kQKK = 256;        // elements per super-block of the K-quants
 constexpr int kKScaleSize = 12;  // 8 six-bit scales + 8 six-bit mins of q4_K / q5_K
 
 // x = d * q, q in [-127, 127].

@@ -42,9 +42,13 @@ const Info& info(QuantType t) {
 
 }  // namespace
 
-std::span<const QuantType> all_quant_types() { return kTypes; }
+std::span<const QuantType> all_quant_types() {
+  return kTypes;
+}
 
-std::string_view quant_type_name(QuantType t) { return info(t).name; }
+std::string_view quant_type_name(QuantType t) {
+  return info(t).name;
+}
 
 std::optional<QuantType> quant_type_from_name(std::string_view name) {
   std::string lower(name);
@@ -60,14 +64,18 @@ std::optional<QuantType> quant_type_from_ggml(uint32_t id) {
   return std::nullopt;
 }
 
-int quant_block_size(QuantType t) { return info(t).block_size; }
-size_t quant_block_bytes(QuantType t) { return info(t).block_bytes; }
+int quant_block_size(QuantType t) {
+  return info(t).block_size;
+}
+size_t quant_block_bytes(QuantType t) {
+  return info(t).block_bytes;
+}
 
 size_t row_bytes(QuantType t, int64_t n) {
   const Info& i = info(t);
-  check(n >= 0 && n % i.block_size == 0,
-        std::string(i.name) + " row of " + std::to_string(n) + " elements is not a multiple of " +
-            std::to_string(i.block_size));
+  check(n >= 0 && n % i.block_size == 0, std::string(i.name) + " row of " + std::to_string(n) +
+                                             " elements is not a multiple of " +
+                                             std::to_string(i.block_size));
   return size_t(n / i.block_size) * i.block_bytes;
 }
 

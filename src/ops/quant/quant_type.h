@@ -25,7 +25,7 @@ enum class QuantType : uint32_t {
 constexpr uint32_t kQuantTypeIdLimit = 16;  // every QuantType value is below this
 
 std::span<const QuantType> all_quant_types();
-std::string_view quant_type_name(QuantType t);  // "q8_0", "q4_k", ...
+std::string_view quant_type_name(QuantType t);                         // "q8_0", "q4_k", ...
 std::optional<QuantType> quant_type_from_name(std::string_view name);  // case-insensitive
 std::optional<QuantType> quant_type_from_ggml(uint32_t ggml_type_id);
 

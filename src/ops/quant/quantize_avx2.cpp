@@ -24,7 +24,8 @@ inline float hmax(__m256 v) {
 inline float abs_max(const float* x, int count) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 m = _mm256_setzero_ps();
-  for (int j = 0; j < count; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+  for (int j = 0; j < count; j += 8)
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
   return hmax(m);
 }
 
@@ -33,7 +34,8 @@ inline void quantize32(const float* x, __m256 id, int8_t* out) {
   constexpr int kMode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   __m256i v[4];
   for (int k = 0; k < 4; ++k)
-    v[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id), kMode));
+    v[k] =
+        _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id), kMode));
   // packs work within 128-bit lanes; the permute restores element order.
   const __m256i p16a = _mm256_packs_epi32(v[0], v[1]);
   const __m256i p16b = _mm256_packs_epi32(v[2], v[3]);

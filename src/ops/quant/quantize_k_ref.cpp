@@ -15,7 +15,9 @@ namespace fak::quant {
 
 namespace {
 
-inline int nearest(float v) { return int(std::nearbyint(v)); }
+inline int nearest(float v) {
+  return int(std::nearbyint(v));
+}
 
 // Fits x[l] ≈ scale * L[l] - min with L in [0, nmax] and min >= 0, minimising Σ w (error)². Tries
 // the plain range mapping and 20 slightly stretched ones; for each candidate L the best (scale,
@@ -192,7 +194,8 @@ void quantize_q4_k_ref(const float* x, void* vy, int64_t n) {
     pack_scales_k4(scales, mins, &b.d, &b.dmin, b.scales, eff_scale, eff_min);
     requantize_k4(x, 15, eff_scale, eff_min, L);
     for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) b.qs[32 * c + l] = uint8_t(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+      for (int l = 0; l < 32; ++l)
+        b.qs[32 * c + l] = uint8_t(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
     std::memcpy(&y[i], &b, sizeof b);
   }
 }
@@ -252,7 +255,8 @@ void quantize_q6_k_ref(const float* x, void* vy, int64_t n) {
           const int q3 = L[128 * h + l + 64] + 32, q4 = L[128 * h + l + 96] + 32;
           b.ql[64 * h + l] = uint8_t((q1 & 0xF) | ((q3 & 0xF) << 4));
           b.ql[64 * h + l + 32] = uint8_t((q2 & 0xF) | ((q4 & 0xF) << 4));
-          b.qh[32 * h + l] = uint8_t((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+          b.qh[32 * h + l] =
+              uint8_t((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
         }
       }
     } else {
