@@ -1,0 +1,286 @@
+// AVX2 dot products of quantized weight rows with Q8_0 / Q8_K activation rows. Same integer sums as
+// dot_ref.cpp, accumulated in 8 float lanes. The core trick: _mm256_maddubs_epi16 multiplies
+// unsigned by signed bytes, so unsigned weight codes (q4_K, q5_K, q6_K, q4_1, q5_1) feed it
+// directly and offsets are applied once per block from activation sums; signed codes (q8_0, q4_0,
+// q5_0, q8_K) move their sign onto the activation first (|w| * sign(a, w)).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/quant/kernels_internal.h"
+#include "ops/quant/quant_blocks.h"
+
+namespace fak::quant {
+
+namespace {
+
+inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+
+inline float load_f32(const float* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+inline float hsum128(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hsum(__m256 v) {
+  return hsum128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+// Σ x*y of 32 signed byte pairs, as 8 int32 partial sums.
+// note: exact while x != -128 or y != -128 on the same lane as sign(y, x) of y = -128 wraps; the
+// quantizers only produce [-127, 127] (q8) or [-16, 15] (q4_0/q5_0), so activations never hit it.
+inline __m256i dot_i8(__m256i x, __m256i y) {
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// Σ u*y of 32 (unsigned <= 127, signed) byte pairs, as 8 int32 partial sums.
+inline __m256i dot_u8(__m256i u, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15) then high (16..31).
+inline __m256i unpack_nibbles(const uint8_t* p) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+// 32 bits -> 32 bytes, 0xFF where bit i is set: byte i takes byte i/8 of the word, then tests
+// bit i%8 of it.
+inline __m256i bits_to_bytes(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m256i spread = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                            0x0202020202020202, 0x0303030303030303);
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), spread);
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+// Two accumulators so consecutive blocks' FMAs do not wait on each other.
+float dot_q8_0(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockQ8_0*>(vw);
+  const auto* a = static_cast<const BlockQ8_0*>(va);
+  const int64_t nb = n / kQK;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    const __m256i p0 = dot_i8(load256(w[i].qs), load256(a[i].qs));
+    const __m256i p1 = dot_i8(load256(w[i + 1].qs), load256(a[i + 1].qs));
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i + 1].d) * h2f(a[i + 1].d)),
+                           _mm256_cvtepi32_ps(p1), acc1);
+  }
+  for (; i < nb; ++i) {
+    const __m256i p = dot_i8(load256(w[i].qs), load256(a[i].qs));
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+float dot_q4_0(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockQ4_0*>(vw);
+  const auto* a = static_cast<const BlockQ8_0*>(va);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[i].qs), _mm256_set1_epi8(8));
+    const __m256i p = dot_i8(q, load256(a[i].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum(acc);
+}
+
+// Unsigned codes with a min: d Σ q a + m Σ a, Σ a from maddubs with ones.
+template <typename Block, bool kFiveBit>
+float dot_min_32(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const Block*>(vw);
+  const auto* a = static_cast<const BlockQ8_0*>(va);
+  const __m256i ones = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    __m256i q = unpack_nibbles(w[i].qs);
+    if constexpr (kFiveBit)
+      q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(w[i].qh), _mm256_set1_epi8(0x10)));
+    const __m256i y = load256(a[i].qs);
+    const float da = h2f(a[i].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * da), _mm256_cvtepi32_ps(dot_u8(q, y)), acc);
+    acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].m) * da), _mm256_cvtepi32_ps(dot_u8(ones, y)),
+                            acc_m);
+  }
+  return hsum(_mm256_add_ps(acc, acc_m));
+}
+
+// q5_0: code - 16 is the nibble when the 5th bit is set and nibble - 16 (= nibble | 0xF0 as a
+// signed byte) when it is not.
+float dot_q5_0(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockQ5_0*>(vw);
+  const auto* a = static_cast<const BlockQ8_0*>(va);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(w[i].qh), _mm256_set1_epi8(char(0xF0)));
+    const __m256i q = _mm256_or_si256(unpack_nibbles(w[i].qs), hi);
+    const __m256i p = dot_i8(q, load256(a[i].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum(acc);
+}
+
+// The 8 six-bit scales (bytes 0..7) and mins (bytes 8..15) of a q4_K/q5_K block, unpacked with
+// 32-bit word operations (same result as unpack_scales_k4, a few instructions instead of ~30).
+inline __m256i scales_mins_k4(const uint8_t* packed) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  const uint32_t sc_lo = u[0] & kLow6;
+  const uint32_t sc_hi = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  const uint32_t m_lo = u[1] & kLow6;
+  const uint32_t m_hi = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(int(m_hi), int(m_lo), int(sc_hi), int(sc_lo)));
+}
+
+// Broadcast int16 lane k of a 128-bit vector (duplicated into both halves) to all 16 lanes.
+inline __m256i broadcast_i16(__m256i v, int k) {
+  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(int16_t((2 * k) | ((2 * k + 1) << 8))));
+}
+
+template <typename Block, bool kFiveBit>
+float dot_k4(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const Block*>(vw);
+  const auto* a = static_cast<const BlockQ8K*>(va);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_m = _mm_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float da = load_f32(&a[i].d);
+    const float d = da * h2f(w[i].d);
+    const float dmin = da * h2f(w[i].dmin);
+    const __m256i sm = scales_mins_k4(w[i].scales);
+    // Mins: Σ_j m_j (bsum_2j + bsum_2j+1); hadd pairs the 16-element sums into 32-element ones.
+    const __m128i bs_lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].bsums));
+    const __m128i bs_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].bsums + 8));
+    const __m128i mins_dot =
+        _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), _mm_hadd_epi16(bs_lo, bs_hi));
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot), acc_m);
+
+    const __m128i sc128 = _mm256_castsi256_si128(sm);
+    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    __m256i hbits;
+    if constexpr (kFiveBit) hbits = load256(w[i].qh);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q4 = load256(w[i].qs + 32 * c);
+      __m256i lo = _mm256_and_si256(q4, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+      if constexpr (kFiveBit) {
+        // Bits 2c and 2c+1 of qh[l]; hbits is shifted right by 2 per chunk, masking after the
+        // 16-bit shift keeps only bits from the same byte.
+        lo =
+            _mm256_add_epi8(lo, _mm256_slli_epi16(_mm256_and_si256(hbits, _mm256_set1_epi8(1)), 4));
+        hi =
+            _mm256_add_epi8(hi, _mm256_slli_epi16(_mm256_and_si256(hbits, _mm256_set1_epi8(2)), 3));
+        hbits = _mm256_srli_epi16(hbits, 2);
+      }
+      const __m256i p_lo = _mm256_maddubs_epi16(lo, load256(a[i].qs + 64 * c));
+      const __m256i p_hi = _mm256_maddubs_epi16(hi, load256(a[i].qs + 64 * c + 32));
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(broadcast_i16(scales, 2 * c), p_lo));
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(broadcast_i16(scales, 2 * c + 1), p_hi));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum(acc) - hsum128(acc_m);
+}
+
+// q6_K: codes q in [0, 63] go straight into maddubs; the -32 offset is applied once per block as
+// 32 Σ_k sc_k bsum_k.
+float dot_q6_k(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockQ6K*>(vw);
+  const auto* a = static_cast<const BlockQ8K*>(va);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(0x03);
+  // Shuffle masks giving 8 copies of scale 2g then 8 copies of scale 2g+1, for group g in 0..7.
+  __m128i scale_shuffle[8];
+  for (int g = 0; g < 8; ++g)
+    scale_shuffle[g] =
+        _mm_set_epi64x(0x0101010101010101LL * (2 * g + 1), 0x0101010101010101LL * (2 * g));
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = load_f32(&a[i].d) * h2f(w[i].d);
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales));
+    const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(a[i].bsums));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load256(w[i].ql + 64 * h);
+      const __m256i ql1 = load256(w[i].ql + 64 * h + 32);
+      const __m256i qh = load256(w[i].qh + 32 * h);
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+      for (int g = 0; g < 4; ++g) {
+        const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, scale_shuffle[4 * h + g]));
+        const __m256i p = _mm256_maddubs_epi16(q[g], load256(a[i].qs + 128 * h + 32 * g));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
+      }
+    }
+    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum(acc);
+}
+
+float dot_q8_k(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockQ8K*>(vw);
+  const auto* a = static_cast<const BlockQ8K*>(va);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < kQKK; j += 32)
+      sumi = _mm256_add_epi32(sumi, dot_i8(load256(w[i].qs + j), load256(a[i].qs + j)));
+    const float d = load_f32(&w[i].d) * load_f32(&a[i].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum(acc);
+}
+
+QuantKernels make_avx2() {
+  QuantKernels k{};
+  k.isa = "avx2";
+  k.dots[uint32_t(QuantType::Q4_0)] = dot_q4_0;
+  k.dots[uint32_t(QuantType::Q4_1)] = dot_min_32<BlockQ4_1, false>;
+  k.dots[uint32_t(QuantType::Q5_0)] = dot_q5_0;
+  k.dots[uint32_t(QuantType::Q5_1)] = dot_min_32<BlockQ5_1, true>;
+  k.dots[uint32_t(QuantType::Q8_0)] = dot_q8_0;
+  k.dots[uint32_t(QuantType::Q4_K)] = dot_k4<BlockQ4K, false>;
+  k.dots[uint32_t(QuantType::Q5_K)] = dot_k4<BlockQ5K, true>;
+  k.dots[uint32_t(QuantType::Q6_K)] = dot_q6_k;
+  k.dots[uint32_t(QuantType::Q8_K)] = dot_q8_k;
+  k.quantize_q8_0 = quantize_q8_0_avx2;
+  k.quantize_q8_k = quantize_q8_k_avx2;
+  return k;
+}
+
+}  // namespace
+
+const QuantKernels& avx2_kernels() {
+  static const QuantKernels k = make_avx2();
+  return k;
+}
+
+}  // namespace fak::quant

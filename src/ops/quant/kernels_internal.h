@@ -1,0 +1,36 @@
+// Declarations shared between the quant kernel files and the dispatcher; not a public header.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/quant/quant.h"
+
+namespace fak::quant {
+
+// Scalar references (quantize_ref.cpp, quantize_k_ref.cpp, dot_ref.cpp).
+void quantize_q4_0_ref(const float* x, void* y, int64_t n);
+void quantize_q4_1_ref(const float* x, void* y, int64_t n);
+void quantize_q5_0_ref(const float* x, void* y, int64_t n);
+void quantize_q5_1_ref(const float* x, void* y, int64_t n);
+void quantize_q8_0_ref(const float* x, void* y, int64_t n);
+void quantize_q4_k_ref(const float* x, void* y, int64_t n);
+void quantize_q5_k_ref(const float* x, void* y, int64_t n);
+void quantize_q6_k_ref(const float* x, void* y, int64_t n);
+void quantize_q8_k_ref(const float* x, void* y, int64_t n);
+
+void dequantize_q4_0_ref(const void* x, float* y, int64_t n);
+void dequantize_q4_1_ref(const void* x, float* y, int64_t n);
+void dequantize_q5_0_ref(const void* x, float* y, int64_t n);
+void dequantize_q5_1_ref(const void* x, float* y, int64_t n);
+void dequantize_q8_0_ref(const void* x, float* y, int64_t n);
+void dequantize_q4_k_ref(const void* x, float* y, int64_t n);
+void dequantize_q5_k_ref(const void* x, float* y, int64_t n);
+void dequantize_q6_k_ref(const void* x, float* y, int64_t n);
+void dequantize_q8_k_ref(const void* x, float* y, int64_t n);
+
+// AVX2 variant (dot_avx2.cpp, quantize_avx2.cpp); only called when the CPU has AVX2+FMA+F16C.
+const QuantKernels& avx2_kernels();
+void quantize_q8_0_avx2(const float* x, void* y, int64_t n);
+void quantize_q8_k_avx2(const float* x, void* y, int64_t n);
+
+}  // namespace fak::quant

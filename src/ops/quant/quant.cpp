@@ -1,0 +1,96 @@
+// Row quantize / dequantize by type, and the one-time choice of dot-product kernels by CPU.
+#include "ops/quant/quant.h"
+
+#include <cpuid.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "ops/quant/kernels_internal.h"
+
+namespace fak {
+
+using namespace quant;
+
+void quantize_row(QuantType t, const float* x, void* y, int64_t n) {
+  row_bytes(t, n);  // validates n
+  switch (t) {
+    case QuantType::Q4_0:
+      return quantize_q4_0_ref(x, y, n);
+    case QuantType::Q4_1:
+      return quantize_q4_1_ref(x, y, n);
+    case QuantType::Q5_0:
+      return quantize_q5_0_ref(x, y, n);
+    case QuantType::Q5_1:
+      return quantize_q5_1_ref(x, y, n);
+    case QuantType::Q8_0:
+      return quant_kernels().quantize_q8_0(x, y, n);
+    case QuantType::Q4_K:
+      return quantize_q4_k_ref(x, y, n);
+    case QuantType::Q5_K:
+      return quantize_q5_k_ref(x, y, n);
+    case QuantType::Q6_K:
+      return quantize_q6_k_ref(x, y, n);
+    case QuantType::Q8_K:
+      return quant_kernels().quantize_q8_k(x, y, n);
+  }
+  fail("quantize_row: unknown quant type " + std::to_string(uint32_t(t)));
+}
+
+void dequantize_row(QuantType t, const void* x, float* y, int64_t n) {
+  row_bytes(t, n);
+  switch (t) {
+    case QuantType::Q4_0:
+      return dequantize_q4_0_ref(x, y, n);
+    case QuantType::Q4_1:
+      return dequantize_q4_1_ref(x, y, n);
+    case QuantType::Q5_0:
+      return dequantize_q5_0_ref(x, y, n);
+    case QuantType::Q5_1:
+      return dequantize_q5_1_ref(x, y, n);
+    case QuantType::Q8_0:
+      return dequantize_q8_0_ref(x, y, n);
+    case QuantType::Q4_K:
+      return dequantize_q4_k_ref(x, y, n);
+    case QuantType::Q5_K:
+      return dequantize_q5_k_ref(x, y, n);
+    case QuantType::Q6_K:
+      return dequantize_q6_k_ref(x, y, n);
+    case QuantType::Q8_K:
+      return dequantize_q8_k_ref(x, y, n);
+  }
+  fail("dequantize_row: unknown quant type " + std::to_string(uint32_t(t)));
+}
+
+namespace {
+
+// note: clang's __builtin_cpu_supports does not know "f16c", so that bit (CPUID.1:ECX[29]) is read
+// directly; "avx2" also covers the OS saving YMM state.
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+}
+
+}  // namespace
+
+std::span<const QuantKernelVariant> quant_kernel_variants() {
+  static const QuantKernelVariant variants[] = {
+      {&scalar_kernels(), true},
+      {&avx2_kernels(), cpu_has_avx2()},
+  };
+  return variants;
+}
+
+const QuantKernels& quant_kernels() {
+  static const QuantKernels& best = []() -> const QuantKernels& {
+    const QuantKernels* pick = &scalar_kernels();
+    for (const QuantKernelVariant& v : quant_kernel_variants())
+      if (v.supported) pick = v.kernels;  // variants are listed slowest first
+    return *pick;
+  }();
+  return best;
+}
+
+}  // namespace fak

@@ -1,0 +1,112 @@
+// The on-disk block layouts of ggml's quantized types, byte for byte. GGUF tensors are used in
+// place from the memory map, so these structs must match ggml-common.h exactly: same field order,
+// no padding, fp16 scales stored as raw IEEE half bits.
+#pragma once
+
+#include <cstdint>
+
+namespace fak::quant {
+
+constexpr int kQK = 32;          // elements per block of the "legacy" types (q4_0 ... q8_0)
+constexpr int kQKK = 256;        // elements per super-block of the K-quants
+constexpr int kKScaleSize = 12;  // 8 six-bit scales + 8 six-bit mins of q4_K / q5_K
+
+// x = d * q, q in [-127, 127].
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK];
+};
+
+// x = d * (q - 8); qs[j] holds element j in its low nibble and element j + 16 in its high nibble.
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+
+// x = d * q + m, nibbles as in q4_0.
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK / 2];
+};
+
+// x = d * (q - 16); the 5th bit of element j is bit j of qh (little-endian uint32).
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+
+// x = d * q + m, bits as in q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+
+// 8 sub-blocks of 32: x = d * sc[j] * q - dmin * m[j], q in [0, 15]. Each 64-element chunk c uses
+// the 32 bytes qs[32c..32c+31]: low nibbles are sub-block 2c, high nibbles sub-block 2c + 1.
+// scales[] packs the 6-bit sc/m pairs (see unpack_scales_k4).
+struct BlockQ4K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleSize];
+  uint8_t qs[kQKK / 2];
+};
+
+// As q4_K with a 5th bit: element l of chunk c takes bit 2c (low half) or 2c + 1 (high half) of
+// qh[l], l in [0, 32).
+struct BlockQ5K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleSize];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+
+// 16 sub-blocks of 16: x = d * scales[k] * (q - 32), q in [0, 63] split into 4 low bits (ql) and 2
+// high bits (qh). Each 128-element half h uses ql[64h..64h+63], qh[32h..32h+31], scales[8h..].
+struct BlockQ6K {
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;
+};
+
+// Activations for the K-quant dots: x = d * q with d a plain float, plus the sum of each group of
+// 16 quants so the dots can apply mins and offsets without touching the quants again.
+struct BlockQ8K {
+  float d;
+  int8_t qs[kQKK];
+  int16_t bsums[kQKK / 16];
+};
+
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ4K) == 144);
+static_assert(sizeof(BlockQ5K) == 176);
+static_assert(sizeof(BlockQ6K) == 210);
+static_assert(sizeof(BlockQ8K) == 292);
+// note: every struct has alignment 2 or 4 but rows inside a GGUF tensor start at any multiple of
+// the block size (e.g. 34 bytes), so kernels must read blocks through unaligned loads / memcpy-safe
+// access and never assume 4-byte alignment of a BlockQ8K inside an arbitrary buffer.
+
+// Unpacks the 12-byte q4_K/q5_K scale field into 8 six-bit scales and 8 six-bit mins. Sub-blocks
+// 0..3 keep their values in the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); sub-blocks 4..7
+// store 4 low bits in bytes 8..11 and their 2 high bits in the top bits of bytes 0..7.
+inline void unpack_scales_k4(const uint8_t* packed, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = packed[j] & 63;
+    m[j] = packed[j + 4] & 63;
+  }
+  for (int j = 4; j < 8; ++j) {
+    sc[j] = uint8_t((packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4));
+    m[j] = uint8_t((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
+  }
+}
+
+}  // namespace fak::quant

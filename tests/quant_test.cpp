@@ -1,0 +1,299 @@
+// Quantized block formats: sizes and names, quantize -> dequantize error per type, dot products
+// against the dequantized values, and every SIMD variant against the scalar reference.
+#include "ops/quant/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/quant/quant_blocks.h"
+
+namespace fak {
+namespace {
+
+std::vector<float> gaussian(int64_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<uint8_t> quantize(QuantType t, const std::vector<float>& x) {
+  std::vector<uint8_t> q(row_bytes(t, int64_t(x.size())));
+  quantize_row(t, x.data(), q.data(), int64_t(x.size()));
+  return q;
+}
+
+std::vector<float> dequantize(QuantType t, const void* q, int64_t n) {
+  std::vector<float> y(static_cast<size_t>(n));
+  dequantize_row(t, q, y.data(), n);
+  return y;
+}
+
+double relative_rmse(const std::vector<float>& x, const std::vector<float>& y) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err += double(x[i] - y[i]) * (x[i] - y[i]);
+    ref += double(x[i]) * x[i];
+  }
+  return std::sqrt(err / ref);
+}
+
+TEST(QuantTypes, SizesNamesAndIds) {
+  struct Expect {
+    QuantType t;
+    const char* name;
+    uint32_t ggml_id;
+    int block;
+    size_t bytes;
+  };
+  const Expect expect[] = {
+      {QuantType::Q4_0, "q4_0", 2, 32, 18},    {QuantType::Q4_1, "q4_1", 3, 32, 20},
+      {QuantType::Q5_0, "q5_0", 6, 32, 22},    {QuantType::Q5_1, "q5_1", 7, 32, 24},
+      {QuantType::Q8_0, "q8_0", 8, 32, 34},    {QuantType::Q4_K, "q4_k", 12, 256, 144},
+      {QuantType::Q5_K, "q5_k", 13, 256, 176}, {QuantType::Q6_K, "q6_k", 14, 256, 210},
+      {QuantType::Q8_K, "q8_k", 15, 256, 292},
+  };
+  ASSERT_EQ(all_quant_types().size(), std::size(expect));
+  for (const Expect& e : expect) {
+    EXPECT_EQ(quant_type_name(e.t), e.name);
+    EXPECT_EQ(uint32_t(e.t), e.ggml_id);
+    EXPECT_EQ(quant_type_from_ggml(e.ggml_id), e.t);
+    EXPECT_EQ(quant_type_from_name(e.name), e.t);
+    EXPECT_EQ(quant_block_size(e.t), e.block);
+    EXPECT_EQ(quant_block_bytes(e.t), e.bytes);
+    EXPECT_EQ(row_bytes(e.t, 4096), 4096 / e.block * e.bytes);
+    EXPECT_THROW(row_bytes(e.t, e.block + 1), Error);
+  }
+  EXPECT_EQ(quant_type_from_name("Q4_K"), QuantType::Q4_K);
+  EXPECT_FALSE(quant_type_from_name("q3_k"));
+  EXPECT_FALSE(quant_type_from_ggml(0));   // f32 is no quant type
+  EXPECT_FALSE(quant_type_from_ggml(11));  // q3_K: not implemented
+  EXPECT_EQ(dot_activation_type(QuantType::Q4_0), QuantType::Q8_0);
+  EXPECT_EQ(dot_activation_type(QuantType::Q6_K), QuantType::Q8_K);
+}
+
+// Relative RMSE (rms(x - dq(q(x))) / rms(x)) on N(0, 1) data, 64 Ki values. Measured values are in
+// the comments; bounds leave ~15% headroom. The ordering follows bits per weight, as in llama.cpp's
+// quantize-stats: q8 << q6_K < q5 < q4.
+struct RmseCase {
+  QuantType t;
+  double max_rmse;
+};
+const RmseCase kRmse[] = {
+    {QuantType::Q8_0, 0.0062},  // measured 0.0054
+    {QuantType::Q8_K, 0.0080},  // 0.0069: one scale per 256 values
+    {QuantType::Q6_K, 0.0205},  // 0.0178
+    {QuantType::Q5_0, 0.0490},  // 0.0427
+    {QuantType::Q5_1, 0.0435},  // 0.0378
+    {QuantType::Q5_K, 0.0410},  // 0.0358
+    {QuantType::Q4_0, 0.0990},  // 0.0859
+    {QuantType::Q4_1, 0.0900},  // 0.0780
+    {QuantType::Q4_K, 0.0820},  // 0.0712
+};
+
+TEST(QuantRoundTrip, RelativeRmseOnGaussianData) {
+  const int64_t n = 65536;
+  const std::vector<float> x = gaussian(n, 1);
+  for (const RmseCase& c : kRmse) {
+    const auto q = quantize(c.t, x);
+    const double rmse = relative_rmse(x, dequantize(c.t, q.data(), n));
+    std::printf("  %-5s relative rmse %.4f (bound %.4f)\n",
+                std::string(quant_type_name(c.t)).c_str(), rmse, c.max_rmse);
+    EXPECT_LT(rmse, c.max_rmse) << quant_type_name(c.t);
+  }
+}
+
+// Rows with an outlier (one value of 40 sigma: stretches one block's scale; worst for q8_K's
+// single scale per 256, measured 0.020) stay within 3x the Gaussian bound, all-positive rows (which
+// the min/offset formats exploit) within 2x; zero rows come back exactly zero, not NaN.
+TEST(QuantRoundTrip, OutliersShiftedAndZeroRows) {
+  const int64_t n = 4096;
+  std::vector<float> outlier = gaussian(n, 2);
+  outlier[100] = 40.0f;
+  std::vector<float> shifted = gaussian(n, 3);
+  for (float& v : shifted) v = std::fabs(v) + 0.5f;
+  const std::vector<float> zeros(size_t(n), 0.0f);
+  for (const RmseCase& c : kRmse) {
+    const auto name = quant_type_name(c.t);
+    const double e_out = relative_rmse(outlier, dequantize(c.t, quantize(c.t, outlier).data(), n));
+    const double e_shift =
+        relative_rmse(shifted, dequantize(c.t, quantize(c.t, shifted).data(), n));
+    std::printf("  %-5s outlier %.4f shifted %.4f\n", std::string(name).c_str(), e_out, e_shift);
+    EXPECT_LT(e_out, 3 * c.max_rmse) << name;
+    EXPECT_LT(e_shift, 2 * c.max_rmse) << name;
+    for (float v : dequantize(c.t, quantize(c.t, zeros).data(), n)) ASSERT_EQ(v, 0.0f) << name;
+  }
+}
+
+// Hand-built blocks pin the bit layouts that llama.cpp reads.
+TEST(QuantLayout, HandBuiltBlocksDequantizeAsGgml) {
+  {  // q4_0: element j in the low nibble of qs[j], element j+16 in the high nibble.
+    quant::BlockQ4_0 b{};
+    b.d = f32_to_f16(0.5f);
+    for (int j = 0; j < 16; ++j) b.qs[j] = uint8_t(j | ((15 - j) << 4));
+    const auto y = dequantize(QuantType::Q4_0, &b, 32);
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(y[j], 0.5f * (j - 8));
+      EXPECT_EQ(y[j + 16], 0.5f * (15 - j - 8));
+    }
+  }
+  {  // q5_0: the 5th bit of element j is bit j of qh.
+    quant::BlockQ5_0 b{};
+    b.d = f32_to_f16(1.0f);
+    const uint32_t qh = 0x80000001u;  // elements 0 and 31
+    std::memcpy(b.qh, &qh, 4);
+    const auto y = dequantize(QuantType::Q5_0, &b, 32);
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_EQ(y[1], -16.0f);
+    EXPECT_EQ(y[31], 0.0f);
+  }
+  {  // q4_K: sub-block 5 takes its scale from bytes 9 (low 4 bits) and 1 (top 2 bits).
+    quant::BlockQ4K b{};
+    b.d = f32_to_f16(1.0f);
+    b.dmin = f32_to_f16(1.0f);
+    b.scales[9] = 0x23;      // scale 5 low bits 3, min 5 low bits 2
+    b.scales[1] = 0x40;      // scale 5 high bits 1 -> scale 19
+    b.scales[5] = 0x80 | 7;  // min 1 = 7, min 5 high bits 2 -> min 34
+    // Chunk 2 (elements 128..255) is qs[64..95]: low nibbles sub-block 4, high sub-block 5.
+    for (int l = 0; l < 32; ++l) b.qs[64 + l] = 0x21;
+    const auto y = dequantize(QuantType::Q4_K, &b, 256);
+    EXPECT_EQ(y[32], -7.0f);               // sub-block 1: code 0, scale 0, min 7
+    EXPECT_EQ(y[128], 0.0f);               // sub-block 4: code 1, scale 0, min 0
+    EXPECT_EQ(y[160], 19.0f * 2 - 34.0f);  // sub-block 5: code 2
+  }
+  {  // q6_K: element 64+l of a half uses the high nibble of ql[l] and bits 4-5 of qh[l].
+    quant::BlockQ6K b{};
+    b.d = f32_to_f16(1.0f);
+    for (int k = 0; k < 16; ++k) b.scales[k] = int8_t(k + 1);
+    b.ql[0] = 0xF0;  // element 64: low 4 bits 15; element 0: 0
+    b.qh[0] = 0x30;  // element 64: high bits 3 -> code 63
+    const auto y = dequantize(QuantType::Q6_K, &b, 256);
+    EXPECT_EQ(y[0], 1.0f * (0 - 32));
+    EXPECT_EQ(y[64], 5.0f * (63 - 32));  // sub-block 4
+    EXPECT_EQ(y[255], 16.0f * (0 - 32));
+  }
+}
+
+// The scalar dot equals the float dot of the dequantized rows: both sides multiply the same
+// integers by the same block scales, so only float rounding of a few thousand terms separates
+// them (bound 1e-5 of Σ|w a|, ~20x the measured worst case).
+TEST(QuantDot, ScalarDotMatchesDequantizedDot) {
+  for (QuantType t : all_quant_types()) {
+    const int64_t n = 4096;
+    const QuantType at = dot_activation_type(t);
+    const auto w = quantize(t, gaussian(n, 10));
+    const auto a = quantize(at, gaussian(n, 11));
+    const auto wf = dequantize(t, w.data(), n);
+    const auto af = dequantize(at, a.data(), n);
+    double exact = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      exact += double(wf[i]) * af[i];
+      mag += std::fabs(double(wf[i]) * af[i]);
+    }
+    const float got = quant::scalar_kernels().vec_dot(t)(n, w.data(), a.data());
+    EXPECT_NEAR(got, exact, 1e-5 * mag) << quant_type_name(t);
+  }
+}
+
+// Copies bytes to an address `misalign` bytes past a 64-byte boundary.
+struct Misaligned {
+  std::vector<uint8_t> storage;
+  uint8_t* p;
+  Misaligned(const std::vector<uint8_t>& bytes, int misalign) : storage(bytes.size() + 128) {
+    auto base = reinterpret_cast<uintptr_t>(storage.data());
+    p = storage.data() + ((64 - base % 64) % 64) + misalign;
+    std::memcpy(p, bytes.data(), bytes.size());
+  }
+};
+
+class QuantVariant : public ::testing::TestWithParam<size_t> {
+ protected:
+  const QuantKernels& kernels() { return *quant_kernel_variants()[GetParam()].kernels; }
+  void SetUp() override {
+    const QuantKernelVariant& v = quant_kernel_variants()[GetParam()];
+    if (!v.supported) GTEST_SKIP() << "skipped: this CPU lacks " << v.kernels->isa;
+  }
+};
+
+std::vector<int64_t> lengths_for(QuantType t) {
+  if (quant_block_size(t) == 32) return {32, 64, 96, 32 * 7, 32 * 33, 4096};
+  return {256, 512, 768, 256 * 5, 4096, 256 * 17};
+}
+
+// Integer parts are exact in every variant; they differ only in float summation order (8 lanes +
+// a horizontal add, per-block products formed in another order), a few ulp per block:
+// tolerance 1e-5 of Σ(|w| + max|w|)|a|, which bounds every term (mins included) that is summed.
+TEST_P(QuantVariant, DotsMatchScalarReference) {
+  const QuantKernels& ref = quant::scalar_kernels();
+  const QuantKernels& k = kernels();
+  uint32_t seed = 100;
+  for (QuantType t : all_quant_types()) {
+    const QuantType at = dot_activation_type(t);
+    for (int64_t n : lengths_for(t)) {
+      std::vector<float> wx = gaussian(n, seed++);
+      wx[size_t(seed % n)] *= 8;  // an outlier exercises large scales
+      const auto w = quantize(t, wx);
+      const auto a = quantize(at, gaussian(n, seed++));
+      const auto wf = dequantize(t, w.data(), n);
+      const auto af = dequantize(at, a.data(), n);
+      double wmax = 0, mag = 0;
+      for (float v : wf) wmax = std::max(wmax, double(std::fabs(v)));
+      for (int64_t i = 0; i < n; ++i) mag += (std::fabs(wf[i]) + wmax) * std::fabs(af[i]);
+      const float want = ref.vec_dot(t)(n, w.data(), a.data());
+      for (int mis = 0; mis < 4; ++mis) {
+        Misaligned mw(w, mis), ma(a, 3 - mis);
+        const float got = k.vec_dot(t)(n, mw.p, ma.p);
+        ASSERT_NEAR(got, want, 1e-5 * mag)
+            << k.isa << " " << quant_type_name(t) << " n=" << n << " misalign=" << mis;
+      }
+    }
+  }
+}
+
+// Activation quantizers must give the reference's exact bytes (same max, scale, rounding).
+TEST_P(QuantVariant, ActivationQuantizersMatchScalarBytes) {
+  const QuantKernels& ref = quant::scalar_kernels();
+  const QuantKernels& k = kernels();
+  for (QuantType at : {QuantType::Q8_0, QuantType::Q8_K}) {
+    for (int64_t n : lengths_for(at)) {
+      std::vector<float> x = gaussian(n, uint32_t(n));
+      for (int64_t i = 0; i < std::min<int64_t>(n, 32); ++i) x[size_t(i)] = 0;  // a zero block
+      std::vector<uint8_t> want(row_bytes(at, n)), got(want.size() + 8);
+      ref.quantize_act(at)(x.data(), want.data(), n);
+      for (int mis = 0; mis < 4; ++mis) {
+        std::vector<float> xs(x.size() + 1);
+        std::memcpy(xs.data() + (mis & 1), x.data(), x.size() * 4);  // 4-byte-only aligned input
+        k.quantize_act(at)(xs.data() + (mis & 1), got.data() + mis, n);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data() + mis, want.size()))
+            << k.isa << " " << quant_type_name(at) << " n=" << n << " misalign=" << mis;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quant, QuantVariant,
+                         ::testing::Range(size_t(1), quant_kernel_variants().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return std::string(quant_kernel_variants()[info.param].kernels->isa);
+                         });
+
+TEST(QuantDispatch, PicksBestSupportedVariant) {
+  const QuantKernels& k = quant_kernels();
+  bool found = false;
+  for (const QuantKernelVariant& v : quant_kernel_variants()) {
+    if (v.kernels == &k) found = v.supported;
+  }
+  EXPECT_TRUE(found);
+  std::printf("  dispatch chose %s\n", std::string(k.isa).c_str());
+  for (QuantType t : all_quant_types()) EXPECT_NE(k.vec_dot(t), nullptr);
+}
+
+}  // namespace
+}  // namespace fak
