@@ -8,13 +8,6 @@
 #include "core/error.h"
 #include "io/gguf.h"
 
-// note: CMake compiles only this file with -fsanitize=fuzzer,address; fak_lib is built without
-// coverage or ASan, so the reader's own code would be neither guided nor checked. Compiling the
-// reader's sources into this target fixes that: the linker then takes these definitions and never
-// pulls the uninstrumented copies from libfak_lib.a.
-#include "../src/io/ggml_type.cpp"
-#include "../src/io/gguf_reader.cpp"
-#include "../src/io/gguf_value.cpp"
 
 namespace {
 

@@ -11,7 +11,7 @@ namespace {
 
 class Loader {
  public:
-  Loader(const TensorStore& store, const ModelConfig& config) : store_(store), config_(config) {}
+  explicit Loader(const TensorStore& store) : store_(store) {}
 
   const TensorInfo& tensor(const std::string& name, std::vector<int64_t> shape) {
     const TensorInfo& t = store_.get(name);
@@ -70,7 +70,6 @@ class Loader {
 
  private:
   const TensorStore& store_;
-  const ModelConfig& config_;
   size_t bytes_ = 0;
   std::set<std::string> used_;
 };
@@ -79,7 +78,7 @@ class Loader {
 
 ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
                              const std::string& prefix) {
-  Loader ld(store, c);
+  Loader ld(store);
   ModelWeights w;
   w.embed = ld.matrix(prefix + "embed_tokens.weight", c.vocab, c.dim);
   w.final_norm = ld.vec(prefix + "norm.weight", c.dim, c.norm_plus_one);

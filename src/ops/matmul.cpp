@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/matmul_kernels.h"
@@ -13,11 +14,7 @@
 namespace fak {
 
 namespace kernels {
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-  return has;
-}
+bool cpu_has_avx2() { return cpu_features().avx2; }
 }  // namespace kernels
 
 namespace {

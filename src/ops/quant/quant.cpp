@@ -1,10 +1,10 @@
 // Row quantize / dequantize by type, and the one-time choice of dot-product kernels by CPU.
 #include "ops/quant/quant.h"
 
-#include <cpuid.h>
 
 #include <string>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "ops/quant/kernels_internal.h"
 
@@ -64,14 +64,7 @@ void dequantize_row(QuantType t, const void* x, float* y, int64_t n) {
 
 namespace {
 
-// note: clang's __builtin_cpu_supports does not know "f16c", so that bit (CPUID.1:ECX[29]) is read
-// directly; "avx2" also covers the OS saving YMM state.
-bool cpu_has_avx2() {
-  __builtin_cpu_init();
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-}
+bool cpu_has_avx2() { return cpu_features().avx2; }
 
 }  // namespace
 

@@ -1,0 +1,15 @@
+// What the CPU can run, read once. Kernel families are chosen from this at start-up, never per call.
+#pragma once
+
+namespace fak {
+
+struct CpuFeatures {
+  bool avx2 = false;  // AVX2 + FMA + F16C (the "avx2" kernel family needs all three)
+  bool avx512 = false;  // F, BW, DQ, VL
+  bool avx512_vnni = false;
+  bool avx512_bf16 = false;
+};
+
+const CpuFeatures& cpu_features();
+
+}  // namespace fak
