@@ -68,6 +68,20 @@ TEST(TokenizerUtf8, NfcFastPathIsSoundBelowU0300) {
   }
 }
 
+TEST(TokenizerUtf8, NfcInStretchesEqualsWholeText) {
+  // nfc() only normalises the stretches around non-trivial code points; utf8proc on the whole
+  // text is the reference.
+  for (std::string text :
+       {"e\u0301 x a\u0308\u0301b \u1100\u1161 abc \u00e9\u0301\u0323", "\u0301start",
+        "end e\u0301", "\u212b\u212b", "ab\u00e9\u00e9\u0301cd\u0327e\u0301",
+        "\u0958 \u0915\u093c x\u0345\u0301 \ufb01", "x\u00a0\u0301 \u0385", "plain"}) {
+    auto* whole = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(text.c_str()));
+    ASSERT_NE(whole, nullptr);
+    EXPECT_EQ(nfc(text), std::string(reinterpret_cast<char*>(whole))) << text;
+    std::free(whole);
+  }
+}
+
 TEST(TokenizerUtf8, TakeCompleteCharacters) {
   std::string pending = "ab\xE4\xB8";
   EXPECT_EQ(take_complete_utf8(pending, false), "ab");

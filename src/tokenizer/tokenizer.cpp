@@ -16,6 +16,23 @@
 
 namespace fak {
 
+namespace {
+
+// Per-call memo of pre-token -> ids. Text repeats words (code more than prose), and a hash lookup
+// is much cheaper than re-running the merges. It lives for one encode() call only, so a shared
+// Tokenizer needs no locking.
+struct PieceCache {
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> spans;
+  std::vector<int32_t> ids;              // spans index into this
+  std::vector<std::string_view> pieces;  // scratch for the splitter
+};
+
+}  // namespace
+
 struct Tokenizer::Impl {
   TokenizerSpec spec;
   std::vector<std::string> bytes;                    // id -> raw bytes it decodes to
@@ -28,8 +45,9 @@ struct Tokenizer::Impl {
   Bpe bpe;
 
   explicit Impl(TokenizerSpec s);
-  void encode_text(std::string_view text, bool skip_special, std::vector<int32_t>& ids) const;
-  void encode_normalized(std::string_view text, std::vector<int32_t>& ids) const;
+  void encode_text(std::string_view text, bool skip_special, PieceCache& cache,
+                   std::vector<int32_t>& ids) const;
+  void encode_normalized(std::string_view text, PieceCache& cache, std::vector<int32_t>& ids) const;
 };
 
 namespace {
@@ -110,27 +128,40 @@ Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex)
   }
 }
 
-void Tokenizer::Impl::encode_normalized(std::string_view text, std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::encode_normalized(std::string_view text, PieceCache& cache,
+                                        std::vector<int32_t>& ids) const {
   std::string prefixed;
   if (spec.add_prefix_space && !text.empty() && text[0] != ' ') {
     prefixed = " " + std::string(text);
     text = prefixed;
   }
-  std::vector<std::string_view> pieces;
-  pre.split(text, pieces);
-  for (std::string_view piece : pieces) {
-    if (!whole.empty()) {
-      auto it = whole.find(std::string(piece));
-      if (it != whole.end()) {
-        ids.push_back(it->second);
-        continue;
-      }
+  cache.pieces.clear();
+  pre.split(text, cache.pieces);
+  for (std::string_view piece : cache.pieces) {
+    if (piece.size() == 1) {  // one byte: no merge can apply, no need to remember it
+      bpe.encode(piece, ids);
+      continue;
     }
-    bpe.encode(piece, ids);
+    auto hit = cache.spans.find(piece);
+    if (hit != cache.spans.end()) {
+      auto [begin, size] = hit->second;
+      ids.insert(ids.end(), cache.ids.begin() + begin, cache.ids.begin() + begin + size);
+      continue;
+    }
+    size_t before = ids.size();
+    auto whole_hit = whole.empty() ? whole.end() : whole.find(std::string(piece));
+    if (whole_hit != whole.end()) {
+      ids.push_back(whole_hit->second);
+    } else {
+      bpe.encode(piece, ids);
+    }
+    auto begin = static_cast<uint32_t>(cache.ids.size());
+    cache.ids.insert(cache.ids.end(), ids.begin() + before, ids.end());
+    cache.spans.emplace(piece, std::make_pair(begin, static_cast<uint32_t>(ids.size() - before)));
   }
 }
 
-void Tokenizer::Impl::encode_text(std::string_view text, bool skip_special,
+void Tokenizer::Impl::encode_text(std::string_view text, bool skip_special, PieceCache& cache,
                                   std::vector<int32_t>& ids) const {
   std::string normalized;
   if (spec.nfc && !nfc_is_trivial(text)) {
@@ -138,7 +169,7 @@ void Tokenizer::Impl::encode_text(std::string_view text, bool skip_special,
     text = normalized;
   }
   if (normalized_added.empty()) {
-    encode_normalized(text, ids);
+    encode_normalized(text, cache, ids);
     return;
   }
   std::vector<AddedTokenMatcher::Segment> segments;
@@ -147,7 +178,7 @@ void Tokenizer::Impl::encode_text(std::string_view text, bool skip_special,
     if (s.id >= 0) {
       ids.push_back(s.id);
     } else {
-      encode_normalized(text.substr(s.begin, s.end - s.begin), ids);
+      encode_normalized(text.substr(s.begin, s.end - s.begin), cache, ids);
     }
   }
 }
@@ -194,8 +225,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   check_utf8(text, "text to encode");
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
+  PieceCache cache;
   if (impl_->raw_added.empty()) {
-    impl_->encode_text(text, !parse_special, ids);
+    impl_->encode_text(text, !parse_special, cache, ids);
     return ids;
   }
   std::vector<AddedTokenMatcher::Segment> segments;
@@ -204,7 +236,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     if (s.id >= 0) {
       ids.push_back(s.id);
     } else {
-      impl_->encode_text(text.substr(s.begin, s.end - s.begin), !parse_special, ids);
+      impl_->encode_text(text.substr(s.begin, s.end - s.begin), !parse_special, cache, ids);
     }
   }
   return ids;

@@ -123,17 +123,47 @@ bool nfc_is_trivial(std::string_view valid_utf8) {
   return true;
 }
 
-std::string nfc(std::string_view valid_utf8) {
-  if (nfc_is_trivial(valid_utf8)) return std::string(valid_utf8);
+namespace {
+
+std::string utf8proc_nfc(std::string_view text) {
   utf8proc_uint8_t* out = nullptr;
   utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(valid_utf8.data()),
-                   static_cast<utf8proc_ssize_t>(valid_utf8.size()), &out,
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &out,
                    static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) fail(std::string("NFC normalisation failed: ") + utf8proc_errmsg(n));
   std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
   std::free(out);
   return result;
+}
+
+}  // namespace
+
+std::string nfc(std::string_view text) {
+  // Only the stretches around code points >= U+0300 go through utf8proc (mostly-ASCII text with a
+  // few symbols would otherwise pay full price). Cutting right before an ASCII character is safe:
+  // ASCII has combining class 0, blocks composition across it, and is the second half of no
+  // canonical composition. A stretch starts at the ASCII character before the non-ASCII run (it
+  // may be the base of a combining mark) and ends before the next ASCII character.
+  std::string out;
+  size_t n = text.size(), copied = 0, i = 0;
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  while (true) {
+    while (i < n && byte(i) < 0xCC) ++i;
+    if (i == n) break;
+    size_t begin = i;
+    while (begin > copied && byte(begin - 1) >= 0x80) --begin;
+    if (begin > copied) --begin;  // the ASCII character in front
+    size_t end = i;
+    while (end < n && byte(end) >= 0x80) ++end;
+    if (out.empty()) out.reserve(n + 16);
+    out.append(text, copied, begin - copied);
+    out += utf8proc_nfc(text.substr(begin, end - begin));
+    copied = i = end;
+  }
+  if (copied == 0) return std::string(text);
+  out.append(text, copied, n - copied);
+  return out;
 }
 
 std::string take_complete_utf8(std::string& pending, bool flush) {
