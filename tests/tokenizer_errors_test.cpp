@@ -52,6 +52,11 @@ TEST(TokenizerErrors, TruncatedAndInvalidJson) {
   EXPECT_NE(error_of([] { Tokenizer::from_json("[1, 2]"); }).find("JSON object"),
             std::string::npos);
   EXPECT_NE(error_of([] { Tokenizer::from_json(""); }).find("not valid JSON"), std::string::npos);
+  // Found by the fuzzer: nlohmann reports a number overflow as out_of_range, not parse_error.
+  EXPECT_NE(error_of([] {
+              Tokenizer::from_json("2222222222222222222222222008.1e90581");
+            }).find("not valid JSON"),
+            std::string::npos);
   // A broken tokenizer_config.json is named as such.
   test::write_file(dir / "tokenizer.json", pycoder_json());
   test::write_file(dir / "tokenizer_config.json", "{\"eos_token\": ");

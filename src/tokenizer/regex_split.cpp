@@ -119,7 +119,7 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
   if (!md || !ctx || !stack) fail("pre-tokenizer regex: out of memory");
   pcre2_jit_stack_assign(ctx.get(), nullptr, stack.get());
   // Bounds catastrophic backtracking in patterns that come from files.
-  pcre2_set_match_limit(ctx.get(), 50'000'000);
+  pcre2_set_match_limit(ctx.get(), 10'000'000);
   pcre2_set_depth_limit(ctx.get(), 1'000'000);
 
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());

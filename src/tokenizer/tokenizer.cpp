@@ -64,9 +64,11 @@ std::string read_whole_file(const std::filesystem::path& path) {
 }  // namespace
 
 Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex) {
-  // Added tokens may lie past the vocab (Qwen's start right after it): make room for them.
+  // Added tokens may lie past the vocab (Qwen's start right after it): make room for them. Far
+  // beyond it is a broken file (and would make us allocate for the gap).
+  const size_t id_limit = spec.tokens.size() + spec.added.size() + 1024;
   for (const auto& a : spec.added) {
-    check(a.id >= 0 && a.id < (1 << 24),
+    check(a.id >= 0 && static_cast<size_t>(a.id) < id_limit,
           "tokenizer: added token id " + std::to_string(a.id) + " out of range");
     if (static_cast<size_t>(a.id) >= spec.tokens.size()) spec.tokens.resize(a.id + 1);
     check_utf8(a.content, "added token " + std::to_string(a.id));

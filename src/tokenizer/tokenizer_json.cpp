@@ -29,14 +29,20 @@ bool flag(const json& obj, const char* key, bool fallback) {
   return it->get<bool>();
 }
 
+// Sequences nest; real files nest one level. The limit keeps a hostile file off the stack.
+constexpr int kMaxNesting = 8;
+
 // true when the normaliser is NFC (alone or in a Sequence), false when there is none.
-bool read_normalizer(const json& n, const std::string& name) {
+bool read_normalizer(const json& n, const std::string& name, int depth = 0) {
   if (n.is_null()) return false;
+  if (depth > kMaxNesting) fail(name + ": normalizer Sequences nested too deeply");
   std::string type = type_of(n);
   if (type == "NFC") return true;
   if (type == "Sequence") {
     bool nfc = false;
-    for (const json& inner : n.at("normalizers")) nfc = read_normalizer(inner, name) || nfc;
+    for (const json& inner : n.at("normalizers")) {
+      nfc = read_normalizer(inner, name, depth + 1) || nfc;
+    }
     return nfc;
   }
   fail(name + ": normalizer '" + (type.empty() ? n.dump() : type) +
@@ -49,11 +55,14 @@ struct PreTokenizerInfo {
   bool add_prefix_space = false;
 };
 
-void read_pre_tokenizer(const json& p, const std::string& name, PreTokenizerInfo& info) {
+void read_pre_tokenizer(const json& p, const std::string& name, PreTokenizerInfo& info,
+                        int depth = 0) {
   if (p.is_null()) return;
+  if (depth > kMaxNesting) fail(name + ": pre_tokenizer Sequences nested too deeply");
   std::string type = type_of(p);
   if (type == "Sequence") {
-    for (const json& inner : p.at("pretokenizers")) read_pre_tokenizer(inner, name, info);
+    for (const json& inner : p.at("pretokenizers"))
+      read_pre_tokenizer(inner, name, info, depth + 1);
   } else if (type == "ByteLevel") {
     info.byte_level = true;
     info.add_prefix_space = flag(p, "add_prefix_space", false);
@@ -80,11 +89,11 @@ void read_pre_tokenizer(const json& p, const std::string& name, PreTokenizerInfo
 
 // The token a TemplateProcessing post-processor puts in front of a single sequence (Llama-3's
 // <|begin_of_text|>), when there is one.
-std::optional<std::string> read_bos_template(const json& pp) {
+std::optional<std::string> read_bos_template(const json& pp, int depth = 0) {
   std::string type = type_of(pp);
-  if (type == "Sequence") {
+  if (type == "Sequence" && depth < kMaxNesting) {
     for (const json& inner : pp.at("processors")) {
-      if (auto bos = read_bos_template(inner)) return bos;
+      if (auto bos = read_bos_template(inner, depth + 1)) return bos;
     }
   } else if (type == "TemplateProcessing") {
     const json& single = pp.at("single");
@@ -109,7 +118,7 @@ json parse(std::string_view text, const std::string& name) {
     json j = json::parse(text.begin(), text.end());
     if (!j.is_object()) fail(name + ": expected a JSON object at the top level");
     return j;
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // note: a number too large is out_of_range, not parse_error
     fail(name + ": not valid JSON (" + e.what() + ")");
   }
 }
@@ -141,6 +150,11 @@ void read_model(const json& j, const std::string& name, TokenizerSpec& spec) {
     if (id < 0 || id >= kMaxId) fail(name + ": token id " + std::to_string(id) + " out of range");
     if (static_cast<size_t>(id) >= spec.tokens.size()) spec.tokens.resize(id + 1);
     spec.tokens[id] = v.key();
+  }
+  // Ids are allocated densely; a file with a few huge ids must not make us allocate gigabytes.
+  if (spec.tokens.size() > 2 * vocab->size() + 1024) {
+    fail(name + ": model.vocab ids are sparse (" + std::to_string(vocab->size()) +
+         " entries, largest id " + std::to_string(spec.tokens.size() - 1) + ")");
   }
 
   auto merges = model.find("merges");
