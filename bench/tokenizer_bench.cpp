@@ -1,9 +1,9 @@
 // Tokenizer throughput: encoding the 400k-character Qwen corpus (Python source) with the real Qwen
 // tokenizer, single thread. Reports bytes/s; the target is >= 10 MB/s on one core.
 #include <benchmark/benchmark.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "tokenizer/pretokenizer.h"

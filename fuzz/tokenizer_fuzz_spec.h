@@ -16,9 +16,10 @@ inline TokenizerSpec small_spec(std::string_view pattern) {
   for (int b = 0; b < 256; ++b) spec.tokens.push_back(bytes_to_byte_level(std::string(1, char(b))));
   // Merges in rank order; each result is appended to the vocab.
   const std::pair<const char*, const char*> merges[] = {
-      {"Ġ", "Ġ"}, {"ĠĠ", "ĠĠ"}, {"i", "n"}, {"Ġ", "t"}, {"e", "r"}, {"Ġ", "a"}, {"o", "n"},
-      {"r", "e"}, {"Ġt", "h"}, {"Ġth", "e"}, {"Ġ", "i"}, {"in", "g"}, {"Ċ", "Ċ"}, {"Ġ", "d"},
-      {"e", "f"}, {"Ġd", "ef"}, {"Ġ", "("}, {")", ":"}, {"):", "Ċ"}, {"ĠĠĠĠ", "ĠĠĠĠ"}, {"Ã", "©"}};
+      {"Ġ", "Ġ"},  {"ĠĠ", "ĠĠ"},     {"i", "n"},  {"Ġ", "t"},   {"e", "r"}, {"Ġ", "a"},
+      {"o", "n"},  {"r", "e"},       {"Ġt", "h"}, {"Ġth", "e"}, {"Ġ", "i"}, {"in", "g"},
+      {"Ċ", "Ċ"},  {"Ġ", "d"},       {"e", "f"},  {"Ġd", "ef"}, {"Ġ", "("}, {")", ":"},
+      {"):", "Ċ"}, {"ĠĠĠĠ", "ĠĠĠĠ"}, {"Ã", "©"}};
   for (auto [l, r] : merges) {
     spec.merges.emplace_back(l, r);
     spec.tokens.push_back(std::string(l) + r);

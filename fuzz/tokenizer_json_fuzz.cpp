@@ -11,8 +11,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);
   try {
     fak::Tokenizer tok = fak::Tokenizer::from_json(input);
-    for (std::string_view text : {std::string_view("Hello, world! <|im_start|>x  \n\n12 caf\xC3\xA9"),
-                                  input.substr(0, 64)}) {
+    for (std::string_view text :
+         {std::string_view("Hello, world! <|im_start|>x  \n\n12 caf\xC3\xA9"),
+          input.substr(0, 64)}) {
       try {
         std::vector<int32_t> ids = tok.encode(text);
         std::string back = tok.decode(ids);
