@@ -192,6 +192,15 @@ TEST(JinjaErrors, BadTemplatesNameLineAndColumn) {
   EXPECT_THAT(parse_error("{{ 1 + }}"), HasSubstr("unexpected end of expression"));
 }
 
+TEST(JinjaErrors, EscapedCallerAndSelfReferentialNamespaceAreSafe) {
+  EXPECT_THAT(render_error("{% set ns = namespace() %}{% macro m() %}{% set ns.c = caller %}"
+                           "{% endmacro %}{% for i in [1] %}{% call m() %}x{% endcall %}"
+                           "{% endfor %}{{ ns.c() }}"),
+              HasSubstr("caller() used outside its call block"));
+  EXPECT_THAT(render_error("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"),
+              HasSubstr("nested too deeply"));
+}
+
 TEST(JinjaErrors, RunawayTemplatesHitLimits) {
   EXPECT_THAT(render_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"),
               HasSubstr("nested deeper than"));

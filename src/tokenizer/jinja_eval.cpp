@@ -283,6 +283,16 @@ void Interpreter::emit(const std::string& s, size_t pos) {
   check_size(out_->size(), pos);
 }
 
+Interpreter::~Interpreter() {
+  // Namespaces are the only mutable values, so the only way to build a reference cycle
+  // (`set ns.me = ns`); emptying them after the render frees any such cycle.
+  for (const Value& ns : namespaces_) ns.mutable_dict().items.clear();
+}
+
+void Interpreter::track_namespace(const Value& ns) {
+  namespaces_.push_back(ns);
+}
+
 std::string Interpreter::render(const Dict& context) {
   Scope globals;
   add_globals(globals.vars);
@@ -378,17 +388,26 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
       const Stmt* block = &s;
       Scope* site = scope_;
       // caller() renders the call block's body in the scope it appears in, with its own params.
-      Value caller = Function{"caller", [block, site](Interpreter& in, CallArgs& args) -> Value {
-                                Scope frame{{}, site};
-                                for (size_t i = 0; i < block->params.size(); ++i) {
-                                  Value v = i < args.args.size() ? args.args[i] : Value();
-                                  for (auto& [k, kv] : args.kwargs) {
-                                    if (k == block->params[i].name) v = kv;
-                                  }
-                                  frame.vars.set(block->params[i].name, v);
-                                }
-                                return in.capture(block->body, &frame);
-                              }};
+      // note: the scope dies with this statement, but caller can be smuggled out through a
+      // namespace; `alive` turns that later call into an error instead of a use-after-free.
+      auto alive = std::make_shared<bool>(true);
+      struct Expire {
+        std::shared_ptr<bool> flag;
+        ~Expire() { *flag = false; }
+      } expire{alive};
+      Value caller =
+          Function{"caller", [block, site, alive](Interpreter& in, CallArgs& args) -> Value {
+                     if (!*alive) in.error(args.pos, "caller() used outside its call block");
+                     Scope frame{{}, site};
+                     for (size_t i = 0; i < block->params.size(); ++i) {
+                       Value v = i < args.args.size() ? args.args[i] : Value();
+                       for (auto& [k, kv] : args.kwargs) {
+                         if (k == block->params[i].name) v = kv;
+                       }
+                       frame.vars.set(block->params[i].name, v);
+                     }
+                     return in.capture(block->body, &frame);
+                   }};
       const Expr& call_expr = *s.expr;
       Value callee = eval(*call_expr.args[0]);
       CallArgs args;

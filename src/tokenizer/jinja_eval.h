@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tokenizer/jinja_ast.h"
 
@@ -19,6 +20,9 @@ struct Limits {
 class Interpreter {
  public:
   Interpreter(const Program& program, const Limits& limits) : program_(program), limits_(limits) {}
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // Renders with `context` as the outermost variables (globals are added beneath them).
   std::string render(const Dict& context);
@@ -28,6 +32,7 @@ class Interpreter {
   [[noreturn]] void error(size_t pos, const std::string& what) const;
   void check_size(size_t n, size_t pos) const;  // a string/list about to hold n bytes/items
   void step(size_t pos);
+  void track_namespace(const Value& ns);  // see ~Interpreter
   size_t max_size() const { return limits_.max_output; }
 
  private:
@@ -57,6 +62,7 @@ class Interpreter {
   std::string* out_ = nullptr;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  std::vector<Value> namespaces_;
 };
 
 // The operators as Python applies them, shared with filters (sum) and tests.

@@ -225,7 +225,9 @@ void add_globals(Dict& g) {
         for (const auto& [k, v] : a.as_dict().items) d.set(k, v);
       }
       for (const auto& [k, v] : args.kwargs) d.set(k, v);
-      return d;
+      Value out(std::move(d));
+      if (ns) in.track_namespace(out);
+      return out;
     };
   };
   g.set("namespace", Function{"namespace", make_dict(true)});
