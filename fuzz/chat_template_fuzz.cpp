@@ -1,6 +1,12 @@
 // Fuzzes the chat template pipeline: arbitrary bytes are parsed as a template and rendered against
 // a fixed conversation with tools. The only exception allowed out is fak::Error; tight limits keep
 // every input fast (no hangs, no multi-GB strings) so a timeout or OOM is a real finding.
+// note: CMake instruments only this file; configure with
+// CXXFLAGS="-fsanitize=fuzzer-no-link,address" so the library gives coverage feedback too:
+//   CXX=clang++ CXXFLAGS="-fsanitize=fuzzer-no-link,address" cmake -S . -B build-fuzz \
+//     -DFAK_FUZZ=ON -DFAK_BUILD_TESTS=OFF && cmake --build build-fuzz --target chat_template_fuzz
+//   build-fuzz/chat_template_fuzz -max_total_time=60 -timeout=5 NEW_CORPUS
+//   fuzz/corpus/chat_template
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -39,6 +39,7 @@ std::string ChatTemplate::render(const nlohmann::json& messages, const nlohmann:
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages,
                                  const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                  const nlohmann::ordered_json& extra) const {
+  check(program_ != nullptr, "chat template: render() on a ChatTemplate that was never parsed");
   check(messages.is_array(), "chat template: messages must be a JSON array");
   check(tools.is_null() || tools.is_array(), "chat template: tools must be a JSON array or null");
   check(extra.is_object(), "chat template: extra variables must be a JSON object");
