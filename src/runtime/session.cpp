@@ -96,6 +96,15 @@ void Session::append(std::span<const int32_t> tokens, std::vector<float>* all_lo
   commit_append(tokens);
 }
 
+Session Session::from_blocks(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                             std::vector<int32_t> tokens, std::vector<int32_t> blocks) {
+  Session s(std::move(model), std::move(cache));
+  check(blocks.size() * size_t(s.cache_->block_size()) >= tokens.size(), "from_blocks: too few blocks");
+  s.tokens_ = std::move(tokens);
+  s.blocks_ = std::move(blocks);
+  return s;
+}
+
 Session Session::clone() const {
   Session s(model_, cache_);
   s.blocks_ = blocks_;

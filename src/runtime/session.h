@@ -32,6 +32,11 @@ class Session {
   // [tokens.size()][vocab] (perplexity, parity).
   void append(std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
 
+  // A session over already-computed blocks that cover `tokens` exactly (whole blocks). The caller
+  // hands over one reference per block. logits() is invalid until the next append.
+  static Session from_blocks(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                             std::vector<int32_t> tokens, std::vector<int32_t> blocks);
+
   // A new session sharing every block with this one: O(blocks), no KV copied.
   Session clone() const;
   // Keeps the first n tokens; logits() becomes the next-token logits after token n - 1.
