@@ -27,5 +27,6 @@ void register_tokenize(CLI::App& app);
 void register_parity(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_evict_check(CLI::App& app);
 
 }  // namespace fak::cli
