@@ -136,7 +136,8 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
   std::string act = j.value("hidden_act", std::string("silu"));
   if (act != "silu") fail(label + ": hidden_act '" + act + "' is not supported (only silu)");
   // HF's default for all four; multimodal configs may keep it beside text_config.
-  c.tie_embeddings = get_bool_or(j, "tie_word_embeddings", get_bool_or(root, "tie_word_embeddings", false));
+  c.tie_embeddings =
+      get_bool_or(j, "tie_word_embeddings", get_bool_or(root, "tie_word_embeddings", false));
 
   switch (c.arch) {
     case Arch::Llama:

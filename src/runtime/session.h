@@ -84,7 +84,8 @@ class Session {
   void truncate_hybrid(int n);
   void evict_hybrid(int begin, int end);
   void maybe_checkpoint(int segment_tokens);
-  void rewind(const std::vector<int32_t>& tokens, const std::vector<int32_t>& starts, int unchanged);
+  void rewind(const std::vector<int32_t>& tokens, const std::vector<int32_t>& starts,
+              int unchanged);
   void release_all();
   void truncate_blocks(int n);
   void make_writable(int from, int to, bool keep_all_rows = false);

@@ -1,7 +1,7 @@
-// Session files: tokens, KV rows, next-token logits and (hybrid models) the DeltaNet state behind a header that names the model, the
-// format version and the KV layout, closed by a checksum. Written atomically (temp, fsync,
-// rename); a load refuses a file from another model, another version, or one that is truncated or
-// corrupted, naming which.
+// Session files: tokens, KV rows, next-token logits and (hybrid models) the DeltaNet state, behind
+// a header that names the model, the format version and the KV layout, closed by a checksum.
+// Written atomically (temp, fsync, rename); a load refuses a file from another model, another
+// version, or one that is truncated or corrupted, naming which.
 //
 // Layout (little-endian):
 //   magic "FAKSESS\0" | u32 version | u32 header_len | header JSON | payload | u64 fnv1a(all before)
