@@ -28,5 +28,6 @@ void register_parity(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_evict_check(CLI::App& app);
+void register_agentbench(CLI::App& app);
 
 }  // namespace fak::cli

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   fak::cli::register_perplexity(app);
   fak::cli::register_bench(app);
   fak::cli::register_evict_check(app);
+  fak::cli::register_agentbench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
