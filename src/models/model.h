@@ -59,6 +59,8 @@ class Model {
   const std::string& identity() const { return identity_; }
   const Rope& rope() const { return *rope_; }
   int n_attention_layers() const { return n_attention_layers_; }
+  // Where the weights live: "mmap" (pages of the model file) or "anonymous" (copied/repacked).
+  const char* weights_memory() const { return extra_storage_ ? "anonymous" : "mmap"; }
   int attention_index(int layer) const { return attention_index_[size_t(layer)]; }
 
   void forward(std::span<const BatchItem> batch, KvCache& cache,

@@ -29,13 +29,19 @@ struct TokenizerSpec {
   std::string pre_regex;  // the Split pattern; empty = Qwen2 pattern
   bool nfc = true;
   std::optional<int32_t> bos_id, eos_id, pad_id;
-  bool add_bos = false;  // tokenizer_config add_bos_token / GGUF add_bos_token
+  bool add_bos = false;       // tokenizer_config add_bos_token / GGUF add_bos_token
   std::string chat_template;  // from tokenizer_config.json, may be empty
+  // Added after the first release (keep new members at the end so aggregate users still compile):
+  bool add_prefix_space = false;  // ByteLevel add_prefix_space: a space before text not starting
+                                  // with one (GPT-2 style models that set it)
+  bool ignore_merges = false;     // BPE ignore_merges: a pre-token that is a vocab entry is taken
+                                  // whole before any merge (Llama-3 sets it)
 };
 
 class Tokenizer {
  public:
-  // dir holds tokenizer.json and optionally tokenizer_config.json. Throws fak::Error naming the file.
+  // dir holds tokenizer.json and optionally tokenizer_config.json. Throws fak::Error naming the
+  // file.
   static Tokenizer from_dir(const std::filesystem::path& dir);
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view config_json = {});
   static Tokenizer from_spec(TokenizerSpec spec);

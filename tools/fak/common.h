@@ -26,5 +26,6 @@ void register_run(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_parity(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace fak::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   fak::cli::register_tokenize(app);
   fak::cli::register_parity(app);
   fak::cli::register_perplexity(app);
+  fak::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,33 @@
+// Splitting text with an arbitrary pre-tokenizer regex through PCRE2 (JIT, UTF + UCP). The fallback
+// for patterns the hand-written splitter does not know, and the independent check of that splitter.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fak {
+
+// HF tokenizers runs split patterns through Oniguruma; PCRE2 reads the same syntax for everything
+// these patterns use, except that its \s also matches U+180E. This rewrites \s (and \S outside a
+// character class) to Oniguruma's White_Space set so both engines split alike.
+std::string onig_to_pcre2(std::string_view pattern);
+
+// Escapes a literal string (a Split pattern given as {"String": ...}) into a regex.
+std::string regex_escape(std::string_view literal);
+
+class RegexSplitter {
+ public:
+  // Throws fak::Error naming the pattern and PCRE2's message when it does not compile.
+  explicit RegexSplitter(std::string_view pattern);
+
+  // Appends the pieces of `text` (valid UTF-8, not checked again) as HF's Split with behaviour
+  // Isolated does: every match is a piece, and so is every stretch between matches.
+  void split(std::string_view text, std::vector<std::string_view>& pieces) const;
+
+ private:
+  std::shared_ptr<void> code_;  // pcre2_code_8, freed by pcre2_code_free
+};
+
+}  // namespace fak

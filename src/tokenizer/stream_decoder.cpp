@@ -1,0 +1,20 @@
+// StreamDecoder: whole UTF-8 characters out of a stream of token ids; see tokenizer.h.
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace fak {
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
+    : tokenizer_(tokenizer), skip_special_(skip_special) {}
+
+std::string StreamDecoder::push(int32_t id) {
+  if (skip_special_ && tokenizer_.is_special(id)) return {};
+  pending_ += tokenizer_.token_bytes(id);
+  return take_complete_utf8(pending_, false);
+}
+
+std::string StreamDecoder::flush() {
+  return take_complete_utf8(pending_, true);
+}
+
+}  // namespace fak

@@ -1,0 +1,286 @@
+// Tokenizer: builds the runtime tables from a TokenizerSpec and runs the encode pipeline
+// (added tokens -> NFC -> pre-tokenize -> byte-level BPE) and decode; see tokenizer.h.
+#include "tokenizer/tokenizer.h"
+
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/byte_unicode.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer_json.h"
+#include "tokenizer/utf8.h"
+
+namespace fak {
+
+namespace {
+
+// Per-call memo of pre-token -> ids. Text repeats words (code more than prose), and a hash lookup
+// is much cheaper than re-running the merges. It lives for one encode() call only, so a shared
+// Tokenizer needs no locking.
+struct PieceCache {
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> spans;
+  std::vector<int32_t> ids;              // spans index into this
+  std::vector<std::string_view> pieces;  // scratch for the splitter
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  TokenizerSpec spec;
+  std::vector<std::string> bytes;                    // id -> raw bytes it decodes to
+  std::vector<uint8_t> special;                      // id -> special added token
+  std::unordered_map<std::string, int32_t> by_text;  // token text as spelled in spec.tokens
+  std::unordered_map<std::string, int32_t> whole;    // raw bytes -> id, only for ignore_merges
+  AddedTokenMatcher raw_added;                       // matched on the text as given
+  AddedTokenMatcher normalized_added;  // matched after NFC (added tokens with normalized = true)
+  PreTokenizer pre{""};
+  Bpe bpe;
+
+  explicit Impl(TokenizerSpec s);
+  void encode_text(std::string_view text, bool skip_special, PieceCache& cache,
+                   std::vector<int32_t>& ids) const;
+  void encode_normalized(std::string_view text, PieceCache& cache, std::vector<int32_t>& ids) const;
+};
+
+namespace {
+
+std::string read_whole_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path.string() + ": cannot open for reading");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) fail(path.string() + ": read error");
+  return std::move(buffer).str();
+}
+
+}  // namespace
+
+Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex) {
+  // Added tokens may lie past the vocab (Qwen's start right after it): make room for them. Far
+  // beyond it is a broken file (and would make us allocate for the gap).
+  const size_t id_limit = spec.tokens.size() + spec.added.size() + 1024;
+  for (const auto& a : spec.added) {
+    check(a.id >= 0 && static_cast<size_t>(a.id) < id_limit,
+          "tokenizer: added token id " + std::to_string(a.id) + " out of range");
+    if (static_cast<size_t>(a.id) >= spec.tokens.size()) spec.tokens.resize(a.id + 1);
+    check_utf8(a.content, "added token " + std::to_string(a.id));
+    spec.tokens[a.id] = a.content;
+  }
+  size_t n = spec.tokens.size();
+  check(n > 0, "tokenizer: empty vocabulary");
+  bytes.resize(n);
+  special.assign(n, 0);
+  by_text.reserve(n);
+  for (size_t id = 0; id < n; ++id) {
+    const std::string& text = spec.tokens[id];
+    if (text.empty()) continue;                       // a hole in the id space
+    by_text.emplace(text, static_cast<int32_t>(id));  // first id wins for a duplicate spelling
+    // A token whose text is not in the byte-level alphabet stands for its own UTF-8.
+    bytes[id] = byte_level_to_bytes(text).value_or(text);
+  }
+  for (const auto& a : spec.added) {
+    bytes[a.id] = a.content;
+    special[a.id] = a.special;
+    by_text[a.content] = a.id;
+    AddedTokenMatcher::Token t{a.id, a.content, a.special, a.lstrip, a.rstrip, a.single_word};
+    if (a.normalized) {
+      if (spec.nfc) t.content = nfc(t.content);
+      normalized_added.add(std::move(t));
+    } else {
+      raw_added.add(std::move(t));
+    }
+  }
+  for (auto id : {spec.bos_id, spec.eos_id, spec.pad_id}) {
+    check(!id || (*id >= 0 && static_cast<size_t>(*id) < n),
+          "tokenizer: special token id " + std::to_string(id.value_or(0)) + " out of range");
+  }
+
+  std::array<int32_t, 256> byte_ids;
+  for (int b = 0; b < 256; ++b) {
+    auto it = by_text.find(bytes_to_byte_level(std::string(1, static_cast<char>(b))));
+    byte_ids[b] = it == by_text.end() ? -1 : it->second;
+  }
+  std::vector<Bpe::Merge> merges;
+  merges.reserve(spec.merges.size());
+  for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
+    const auto& [left, right] = spec.merges[rank];
+    auto l = by_text.find(left), r = by_text.find(right), m = by_text.find(left + right);
+    if (l == by_text.end() || r == by_text.end() || m == by_text.end()) {
+      fail("tokenizer: merge " + std::to_string(rank) + " (\"" + left + "\" \"" + right +
+           "\") uses a token that is not in the vocabulary");
+    }
+    merges.push_back({l->second, r->second, m->second});
+  }
+  bpe = Bpe(byte_ids, merges);
+
+  if (spec.ignore_merges) {
+    // HF looks the pre-token up in the model vocab, which holds no added tokens.
+    for (size_t id = 0; id < n; ++id) {
+      if (!spec.tokens[id].empty() && !special[id]) whole.emplace(bytes[id], int32_t(id));
+    }
+    for (const auto& a : spec.added) whole.erase(a.content);
+  }
+}
+
+void Tokenizer::Impl::encode_normalized(std::string_view text, PieceCache& cache,
+                                        std::vector<int32_t>& ids) const {
+  std::string prefixed;
+  if (spec.add_prefix_space && !text.empty() && text[0] != ' ') {
+    prefixed = " " + std::string(text);
+    text = prefixed;
+  }
+  cache.pieces.clear();
+  pre.split(text, cache.pieces);
+  for (std::string_view piece : cache.pieces) {
+    if (piece.size() == 1) {  // one byte: no merge can apply, no need to remember it
+      bpe.encode(piece, ids);
+      continue;
+    }
+    auto hit = cache.spans.find(piece);
+    if (hit != cache.spans.end()) {
+      auto [begin, size] = hit->second;
+      ids.insert(ids.end(), cache.ids.begin() + begin, cache.ids.begin() + begin + size);
+      continue;
+    }
+    size_t before = ids.size();
+    auto whole_hit = whole.empty() ? whole.end() : whole.find(std::string(piece));
+    if (whole_hit != whole.end()) {
+      ids.push_back(whole_hit->second);
+    } else {
+      bpe.encode(piece, ids);
+    }
+    auto begin = static_cast<uint32_t>(cache.ids.size());
+    cache.ids.insert(cache.ids.end(), ids.begin() + before, ids.end());
+    cache.spans.emplace(piece, std::make_pair(begin, static_cast<uint32_t>(ids.size() - before)));
+  }
+}
+
+void Tokenizer::Impl::encode_text(std::string_view text, bool skip_special, PieceCache& cache,
+                                  std::vector<int32_t>& ids) const {
+  std::string normalized;
+  if (spec.nfc && !nfc_is_trivial(text)) {
+    normalized = nfc(text);
+    text = normalized;
+  }
+  if (normalized_added.empty()) {
+    encode_normalized(text, cache, ids);
+    return;
+  }
+  std::vector<AddedTokenMatcher::Segment> segments;
+  normalized_added.split(text, skip_special, segments);
+  for (const auto& s : segments) {
+    if (s.id >= 0) {
+      ids.push_back(s.id);
+    } else {
+      encode_normalized(text.substr(s.begin, s.end - s.begin), cache, ids);
+    }
+  }
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    fail(dir.string() + ": tokenizer directory does not exist");
+  }
+  auto json_path = dir / "tokenizer.json";
+  if (!std::filesystem::exists(json_path, ec)) fail(json_path.string() + ": no such file");
+  std::string json = read_whole_file(json_path);
+  auto config_path = dir / "tokenizer_config.json";
+  std::string config;
+  if (std::filesystem::exists(config_path, ec)) config = read_whole_file(config_path);
+  TokenizerSpec spec = parse_tokenizer_json(json, config, json_path.string(), config_path.string());
+  try {
+    return from_spec(std::move(spec));
+  } catch (const Error& e) {
+    fail(json_path.string() + ": " + e.what());
+  }
+}
+
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json) {
+  TokenizerSpec spec =
+      parse_tokenizer_json(tokenizer_json, config_json, "tokenizer.json", "tokenizer_config.json");
+  try {
+    return from_spec(std::move(spec));
+  } catch (const Error& e) {
+    fail(std::string("tokenizer.json: ") + e.what());
+  }
+}
+
+Tokenizer Tokenizer::from_spec(TokenizerSpec spec) {
+  return Tokenizer(std::make_unique<Impl>(std::move(spec)));
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+  check_utf8(text, "text to encode");
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  PieceCache cache;
+  if (impl_->raw_added.empty()) {
+    impl_->encode_text(text, !parse_special, cache, ids);
+    return ids;
+  }
+  std::vector<AddedTokenMatcher::Segment> segments;
+  impl_->raw_added.split(text, !parse_special, segments);
+  for (const auto& s : segments) {
+    if (s.id >= 0) {
+      ids.push_back(s.id);
+    } else {
+      impl_->encode_text(text.substr(s.begin, s.end - s.begin), !parse_special, cache, ids);
+    }
+  }
+  return ids;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size()) {
+      fail("decode: token id " + std::to_string(id) + " is outside the vocabulary (" +
+           std::to_string(vocab_size()) + " ids)");
+    }
+    if (skip_special && impl_->special[id]) continue;
+    out += impl_->bytes[id];
+  }
+  return out;
+}
+
+std::string Tokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    fail("token id " + std::to_string(id) + " is outside the vocabulary (" +
+         std::to_string(vocab_size()) + " ids)");
+  }
+  return impl_->bytes[id];
+}
+
+int32_t Tokenizer::vocab_size() const {
+  return static_cast<int32_t>(impl_->bytes.size());
+}
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view token_text) const {
+  auto it = impl_->by_text.find(std::string(token_text));
+  if (it == impl_->by_text.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < vocab_size() && impl_->special[id];
+}
+
+const TokenizerSpec& Tokenizer::spec() const {
+  return impl_->spec;
+}
+
+}  // namespace fak

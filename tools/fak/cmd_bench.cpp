@@ -1,0 +1,172 @@
+// fak bench: llama-bench's flags and table (pp = prompt processing, tg = text generation), plus the
+// effective GB/s of weights read per generated token. JSON lists each test with `test` and `tok_s`.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "common.h"
+#include "core/error.h"
+#include "ops/matmul.h"
+#include "runtime/session.h"
+
+namespace fak::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string model, prompts = "16,64,256", gens = "32", output = "md";
+  int threads = 0, reps = 3;
+};
+
+std::vector<int> parse_list(const std::string& s, const char* what) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      int v = std::stoi(item);
+      if (v < 0) throw std::out_of_range("negative");
+      out.push_back(v);
+    } catch (...) {
+      fail(std::string(what) + ": '" + item + "' is not a non-negative number");
+    }
+  }
+  return out;
+}
+
+struct Stat {
+  double mean = 0, stddev = 0, min = 0, median = 0;
+};
+
+Stat stats(std::vector<double> v) {
+  Stat s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= double(v.size());
+  for (double x : v) s.stddev += (x - s.mean) * (x - s.mean);
+  s.stddev = v.size() > 1 ? std::sqrt(s.stddev / double(v.size() - 1)) : 0;
+  std::sort(v.begin(), v.end());
+  s.min = v.front();
+  s.median = v[v.size() / 2];
+  return s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void bench(const BenchArgs& a) {
+  set_threads(a.threads);
+  const int threads = omp_get_max_threads();
+  auto t_load = std::chrono::steady_clock::now();
+  auto model = load_model(a.model);
+  const double load_s = seconds_since(t_load);
+  const ModelConfig& c = model->config();
+  auto prompts = parse_list(a.prompts, "-p");
+  auto gens = parse_list(a.gens, "-n");
+  if (a.reps < 1) fail("-r must be at least 1");
+  std::mt19937 rng(42);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> v(size_t(n), 0);
+    for (auto& t : v) t = int32_t(rng() % uint32_t(c.vocab));
+    return v;
+  };
+  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), c.kv_dim(),
+                                         KvCacheOptions{.keep_kraw = false});
+  // Warm-up: touch every weight once so the first timed run does not pay for page faults.
+  {
+    Session s(model, cache);
+    auto t = random_tokens(8);
+    s.append(t);
+  }
+  const double weight_gb = double(model->weights().bytes) / 1e9;
+  nlohmann::json results = nlohmann::json::array();
+  auto record = [&](const std::string& test, int n_prompt, int n_gen, const std::vector<double>& tok_s) {
+    Stat st = stats(tok_s);
+    nlohmann::json r{{"test", test},         {"n_prompt", n_prompt},   {"n_gen", n_gen},
+                     {"tok_s", st.mean},     {"stddev", st.stddev},    {"min", st.min},
+                     {"median", st.median},  {"reps", tok_s.size()},   {"samples", tok_s}};
+    if (n_gen > 0) r["gb_s"] = st.mean * weight_gb;  // every generated token reads every weight once
+    results.push_back(r);
+    if (a.output == "md") {
+      std::printf("| %-6s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
+      if (n_gen > 0)
+        std::printf(" %6.1f |\n", st.mean * weight_gb);
+      else
+        std::printf("        |\n");
+      std::fflush(stdout);
+    }
+  };
+  if (a.output == "md") {
+    std::printf("model: %s (%s, %.1f M params, %.2f GiB weights, %s)\n", model->path().string().c_str(),
+                c.model_type.c_str(), double(model->weights().bytes) / 2 / 1e6,
+                double(model->weights().bytes) / double(1 << 30), std::string(wtype_name(model->weights().embed.type)).c_str());
+    std::printf("threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n", threads,
+                std::string(matmul_isa()).c_str(), model->weights_memory(), load_s);
+    std::printf("| test   |              t/s       |  GB/s  |\n|--------|------------------------|--------|\n");
+  }
+  for (int p : prompts) {
+    if (p == 0) continue;
+    std::vector<double> v;
+    for (int r = 0; r < a.reps; ++r) {
+      auto toks = random_tokens(p);
+      Session s(model, cache);
+      auto t0 = std::chrono::steady_clock::now();
+      s.append(toks);
+      v.push_back(double(p) / seconds_since(t0));
+    }
+    record("pp" + std::to_string(p), p, 0, v);
+  }
+  for (int n : gens) {
+    if (n == 0) continue;
+    std::vector<double> v;
+    for (int r = 0; r < a.reps; ++r) {
+      Session s(model, cache);
+      auto first = random_tokens(1);
+      // As llama-bench: generation from an (almost) empty context, one token per forward.
+      auto t0 = std::chrono::steady_clock::now();
+      int32_t tok = first[0];
+      for (int i = 0; i < n; ++i) {
+        s.append({&tok, 1});
+        tok = int32_t(rng() % uint32_t(c.vocab));
+      }
+      v.push_back(double(n) / seconds_since(t0));
+    }
+    record("tg" + std::to_string(n), 0, n, v);
+  }
+  if (a.output == "json") {
+    nlohmann::json j{{"model", model->path().string()},
+                     {"model_type", c.model_type},
+                     {"weight_bytes", model->weights().bytes},
+                     {"weight_type", std::string(wtype_name(model->weights().embed.type))},
+                     {"weights_memory", model->weights_memory()},
+                     {"threads", threads},
+                     {"kernels", std::string(matmul_isa())},
+                     {"load_seconds", load_s},
+                     {"results", results}};
+    std::printf("%s\n", j.dump(1).c_str());
+  }
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* c = app.add_subcommand("bench", "prompt-processing and generation speed (llama-bench style)");
+  c->add_option("-m,--model", a->model, "model (default: the bundled pycoder-6m)");
+  c->add_option("-p,--n-prompt", a->prompts, "prompt lengths, comma-separated");
+  c->add_option("-n,--n-gen", a->gens, "generation lengths, comma-separated");
+  c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
+  c->add_option("-r,--repetitions", a->reps, "repetitions of each test");
+  c->add_option("-o,--output", a->output, "md or json")->check(CLI::IsMember({"md", "json"}));
+  c->callback([a] { bench(*a); });
+}
+
+}  // namespace fak::cli
