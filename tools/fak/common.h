@@ -27,5 +27,7 @@ void register_tokenize(CLI::App& app);
 void register_parity(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_chat(CLI::App& app);
 
 }  // namespace fak::cli

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   fak::cli::register_parity(app);
   fak::cli::register_perplexity(app);
   fak::cli::register_bench(app);
+  fak::cli::register_serve(app);
+  fak::cli::register_chat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
