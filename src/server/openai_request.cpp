@@ -281,6 +281,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
     std::erase_if(r.stop, [](const std::string& s) { return s.empty(); });
   }
   if (auto v = get_string(j, "cache_salt")) r.cache_salt = *v;
+  if (auto v = get_bool(j, "ignore_eos")) r.ignore_eos = *v;
   // Chat sends logprobs as a boolean, completions as a count; either asks for what fak lacks.
   if (auto it = j.find("logprobs");
       it != j.end() && ((it->is_boolean() && it->get<bool>()) || (it->is_number() && *it != 0)))

@@ -32,6 +32,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string cache_salt;
+  bool ignore_eos = false;  // extension (llama.cpp's name): generate through end tokens
 };
 
 // body: the raw request body. Throws ApiError(400) naming the offending field.

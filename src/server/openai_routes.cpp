@@ -181,7 +181,7 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
   g.max_tokens = std::min(r.max_tokens.value_or(n_ctx), n_ctx - int(prompt.size()));
   g.prompt = std::move(prompt);
   g.sampling = r.sampling;
-  g.stop_ids = chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
+  if (!r.ignore_eos) g.stop_ids = chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
   g.stream = std::make_shared<GenStream>();
   auto rep = std::make_shared<Reply>(*ctx.model->tokenizer(), r, new_response_meta(r.model, chat),
                                      g.stream);
