@@ -149,7 +149,12 @@ TEST_F(ServerTest, ModelsHealthMetrics) {
   EXPECT_EQ(m.j()["data"][0]["id"], "pycoder-6m");
   EXPECT_EQ(m.j()["data"][0]["meta"]["context_length"], 512);
   EXPECT_EQ(get("/health", "").status, 200);  // no key needed
+  // httplib counts a request (its logger) after the reply is sent: poll briefly.
   auto metrics = get("/metrics", "");
+  for (int i = 0; i < 50 && metrics.body.find("route=\"/v1/models\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(20ms);
+    metrics = get("/metrics", "");
+  }
   EXPECT_EQ(metrics.status, 200);
   for (const char* name :
        {"fak_requests_total", "fak_prompt_tokens_total", "fak_generated_tokens_total",

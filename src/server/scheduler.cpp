@@ -117,6 +117,8 @@ void Scheduler::loop() {
           admitted.push_back(std::move(queue_.front()));
           queue_.pop_front();
         }
+      // Counted as active from here, so submit() never sees a free slot that is already taken.
+      active_count_ = int(active_.size() + admitted.size());
     }
     for (auto& job : jobs) job();
     if (stopping) break;
