@@ -24,7 +24,8 @@ std::vector<ModelCase> models() {
   return {{"pycoder_6m", test::source_path("models/pycoder-6m")},
           {"llama_tiny", test::data_path("oracle/llama-tiny")},
           {"qwen2_tiny", test::data_path("oracle/qwen2-tiny")},
-          {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")}};
+          {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")},
+          {"qwen35_hybrid_tiny", test::data_path("oracle/qwen35-hybrid-tiny")}};
 }
 
 std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
@@ -70,6 +71,17 @@ class Reuse : public ::testing::TestWithParam<ModelCase> {
     s.append(ids);
     return s;
   }
+  // The cold run a session built by appending `parts` one after another must equal bit for bit.
+  // Dense models: one append of everything (their forward does not depend on the grouping).
+  // Hybrid models: the same appends, because the DeltaNet's chunked prefill and recurrent step
+  // differ in the last bits (the rule is in runtime/session_state.cpp).
+  Session cold_parts(std::initializer_list<std::vector<int32_t>> parts) {
+    if (!model->config().is_hybrid()) return cold(concat(parts));
+    Session s(model, cache);
+    for (auto& p : parts) s.append(p);
+    return s;
+  }
+  bool hybrid() const { return model->config().is_hybrid(); }
   std::shared_ptr<const Model> model;
   std::shared_ptr<KvCache> cache;
   int vocab = 0;
@@ -82,9 +94,17 @@ TEST_P(Reuse, ChunkedPrefillAndDecodeEqualColdPrefill) {
   pieces.append({ids.data(), 20});
   pieces.append({ids.data() + 20, 1});
   pieces.append({ids.data() + 21, 32});
-  EXPECT_TRUE(bit_equal(whole.logits(), pieces.logits()));
   Session one_by_one(model, cache);
   for (int32_t t : ids) one_by_one.append({&t, 1});
+  if (hybrid()) {
+    // Chunked prefill vs recurrent steps: equal up to f32 rounding only (see cold_parts).
+    for (size_t i = 0; i < whole.logits().size(); ++i) {
+      ASSERT_NEAR(whole.logits()[i], pieces.logits()[i], 1e-4);
+      ASSERT_NEAR(whole.logits()[i], one_by_one.logits()[i], 1e-4);
+    }
+    return;
+  }
+  EXPECT_TRUE(bit_equal(whole.logits(), pieces.logits()));
   EXPECT_TRUE(bit_equal(whole.logits(), one_by_one.logits()));
 }
 
@@ -98,8 +118,8 @@ TEST_P(Reuse, CloneSharesBlocksAndDivergesCopyOnWrite) {
   auto sa = random_ids(9, vocab, 3), sb = random_ids(21, vocab, 4);
   a.append(sa);
   b.append(sb);
-  EXPECT_TRUE(bit_equal(a.logits(), cold(concat({prefix, sa})).logits()));
-  EXPECT_TRUE(bit_equal(b.logits(), cold(concat({prefix, sb})).logits()));
+  EXPECT_TRUE(bit_equal(a.logits(), cold_parts({prefix, sa}).logits()));
+  EXPECT_TRUE(bit_equal(b.logits(), cold_parts({prefix, sb}).logits()));
   // The original is untouched by its clones' writes.
   Session base_again = base.clone();
   EXPECT_EQ(greedy(base_again, 6), greedy(*std::make_unique<Session>(cold(prefix)), 6));
@@ -113,7 +133,7 @@ TEST_P(Reuse, TruncateEqualsNeverAppended) {
   EXPECT_TRUE(bit_equal(s.logits(), cold({ids.begin(), ids.begin() + 23}).logits()));
   auto more = random_ids(7, vocab, 6);
   s.append(more);
-  EXPECT_TRUE(bit_equal(s.logits(), cold(concat({{ids.begin(), ids.begin() + 23}, more})).logits()));
+  EXPECT_TRUE(bit_equal(s.logits(), cold_parts({{ids.begin(), ids.begin() + 23}, more}).logits()));
 }
 
 TEST_P(Reuse, SaveLoadEqualsUninterrupted) {
@@ -151,6 +171,12 @@ TEST_P(Reuse, ExactEvictOnASharedPrefixLeavesTheOtherSessionAlone) {
 TEST_P(Reuse, ShiftEvictIsExactInLayerZeroAndCloseOverall) {
   auto a = random_ids(20, vocab, 14), span = random_ids(10, vocab, 15), c = random_ids(12, vocab, 16);
   Session s = cold(concat({a, span, c}));
+  if (hybrid()) {
+    // A recurrent state cannot be re-positioned: hybrids refuse shift eviction, untouched.
+    EXPECT_THROW(s.evict(20, 30, EvictMode::Shift), Error);
+    EXPECT_EQ(s.size(), 42);
+    return;
+  }
   Session other = s.clone();  // shift must copy-on-write too
   s.evict(20, 30, EvictMode::Shift);
   Session fresh = cold(concat({a, c}));
@@ -174,7 +200,7 @@ TEST_P(Reuse, BatchedDecodeEqualsAlone) {
     auto suffix = random_ids(3 + 5 * i, vocab, 20 + uint32_t(i));
     agents.push_back(base.clone());
     agents.back().append(suffix);
-    alone.push_back(cold(concat({prefix, suffix})));
+    alone.push_back(cold_parts({prefix, suffix}));
   }
   for (int step = 0; step < 6; ++step) {
     std::vector<Session*> ptrs;

@@ -135,7 +135,9 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
   if (c.head_dim % 2 != 0) fail(label + ": head_dim must be even");
   std::string act = j.value("hidden_act", std::string("silu"));
   if (act != "silu") fail(label + ": hidden_act '" + act + "' is not supported (only silu)");
-  c.tie_embeddings = get_bool_or(j, "tie_word_embeddings", false);  // HF's default for all four
+  // HF's default for all four; multimodal configs may keep it beside text_config.
+  c.tie_embeddings =
+      get_bool_or(j, "tie_word_embeddings", get_bool_or(root, "tie_word_embeddings", false));
 
   switch (c.arch) {
     case Arch::Llama:

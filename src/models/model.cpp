@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "models/gguf_loader.h"
+#include "models/quant_policy.h"
 #include "runtime/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,14 +26,72 @@ std::string read_text(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// --quant at load: every matrix converted as `fak convert --type` would (llama.cpp's mix rules, so
+// a q8_0 load computes what a q8_0 GGUF would).
+std::shared_ptr<void> quantise_weights(ModelWeights& w, const ModelConfig& c, QuantType q) {
+  FileType ft = FileType::Q8_0;
+  switch (q) {
+    case QuantType::Q8_0: ft = FileType::Q8_0; break;
+    case QuantType::Q4_0: ft = FileType::Q4_0; break;
+    case QuantType::Q4_1: ft = FileType::Q4_1; break;
+    case QuantType::Q5_0: ft = FileType::Q5_0; break;
+    case QuantType::Q5_1: ft = FileType::Q5_1; break;
+    case QuantType::Q4_K: ft = FileType::Q4_K_M; break;
+    case QuantType::Q5_K: ft = FileType::Q5_K_M; break;
+    case QuantType::Q6_K: ft = FileType::Q6_K; break;
+    case QuantType::Q8_K: fail("--quant q8_k: Q8_K is an activation format, not a weight type");
+  }
+  auto owned = std::make_shared<std::vector<std::vector<uint8_t>>>();
+  auto convert = [&](WeightMatrix& m, TensorRole role, int layer) {
+    const WType t = choose_wtype(ft, role, layer, c.n_layers, m.cols, c.tie_embeddings);
+    if (t == m.type || !wtype_quant(t)) return;  // rows that fit no block type stay as stored
+    owned->push_back(convert_matrix(m, t));
+    w.bytes -= m.bytes();
+    m = WeightMatrix{t, owned->back().data(), m.rows, m.cols, wtype_row_bytes(t, m.cols)};
+    w.bytes += m.bytes();
+  };
+  const bool tied = w.lm_head.data == w.embed.data;
+  convert(w.embed, TensorRole::TokenEmbd, 0);
+  if (tied) w.lm_head = w.embed; else convert(w.lm_head, TensorRole::Output, 0);
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w.layers[size_t(l)];
+    if (L.kind == LayerKind::FullAttention) {
+      convert(L.attn.wq, TensorRole::AttnQ, l);
+      convert(L.attn.wk, TensorRole::AttnK, l);
+      convert(L.attn.wv, TensorRole::AttnV, l);
+      convert(L.attn.wo, TensorRole::AttnOutput, l);
+    } else {
+      for (WeightMatrix* m : {&L.delta.in_proj_qkv, &L.delta.in_proj_z, &L.delta.in_proj_b,
+                              &L.delta.in_proj_a, &L.delta.out_proj})
+        convert(*m, TensorRole::AttnOutput, l);
+    }
+    convert(L.mlp.gate, TensorRole::FfnGate, l);
+    convert(L.mlp.up, TensorRole::FfnUp, l);
+    convert(L.mlp.down, TensorRole::FfnDown, l);
+  }
+  return owned;
+}
+
 }  // namespace
 
 std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, const LoadOptions& options) {
   std::shared_ptr<Model> m(new Model());
   m->path_ = path;
   if (!std::filesystem::exists(path)) fail("model path " + path.string() + " does not exist");
+  if (!std::filesystem::is_directory(path) && path.extension() == ".gguf") {
+    if (options.quant) fail(path.string() + ": --quant applies to Hugging Face directories; use fak quantize for GGUF files");
+    GgufModel g = load_gguf_model(path, options.mmap, options.load_tokenizer);
+    m->config_ = std::move(g.config);
+    m->weights_ = std::move(g.weights);
+    m->extra_storage_ = std::move(g.storage);
+    m->identity_ = g.identity;
+    m->weights_memory_ = g.memory;
+    if (g.tokenizer) m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_spec(std::move(*g.tokenizer)));
+    m->init_derived();
+    return m;
+  }
   if (!std::filesystem::is_directory(path))
-    fail(path.string() + ": expected a Hugging Face model directory (config.json + *.safetensors)");
+    fail(path.string() + ": expected a Hugging Face model directory (config.json + *.safetensors) or a .gguf file");
   const auto config_path = path / "config.json";
   if (!std::filesystem::exists(config_path)) fail(path.string() + ": no config.json");
   m->config_ = load_hf_config(config_path);
@@ -49,6 +109,11 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, cons
     // A sample of the bytes: enough to tell two checkpoints of one shape apart without a full read.
     h.update(t->data, std::min<size_t>(t->nbytes, 256));
     if (t->nbytes > 256) h.update(t->data + t->nbytes - 256, 256);
+  }
+  if (options.quant) {
+    m->extra_storage_ = quantise_weights(m->weights_, m->config_, *options.quant);
+    h.update("quant:" + std::string(quant_type_name(*options.quant)));
+    m->weights_memory_ = "quantised";
   }
   m->identity_ = h.hex();
 

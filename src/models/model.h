@@ -17,6 +17,7 @@
 #include "models/config.h"
 #include "models/rope.h"
 #include "models/weights.h"
+#include "ops/quant/quant_type.h"
 
 namespace fak {
 
@@ -26,6 +27,10 @@ struct RecurrentState;
 
 struct LoadOptions {
   bool load_tokenizer = true;
+  // GGUF files: map the file (true) or read it into anonymous memory with huge pages advised.
+  bool mmap = true;
+  // HF directories: quantise every matrix to this type at load (llama.cpp's rules for the mix).
+  std::optional<QuantType> quant = std::nullopt;
 };
 
 // One sequence's part of a forward call. Its KV blocks must already cover positions
@@ -57,10 +62,11 @@ class Model {
   const std::filesystem::path& path() const { return path_; }
   // Identity for session files: hash of the config and the weights' bytes layout + a sample.
   const std::string& identity() const { return identity_; }
+  // Where the weights live: "mmap" (pages of the model file), "anonymous" (a GGUF read into
+  // memory) or "quantised" (an HF model converted at load).
+  const char* weights_memory() const { return weights_memory_.c_str(); }
   const Rope& rope() const { return *rope_; }
   int n_attention_layers() const { return n_attention_layers_; }
-  // Where the weights live: "mmap" (pages of the model file) or "anonymous" (copied/repacked).
-  const char* weights_memory() const { return extra_storage_ ? "anonymous" : "mmap"; }
   int attention_index(int layer) const { return attention_index_[size_t(layer)]; }
 
   void forward(std::span<const BatchItem> batch, KvCache& cache,
@@ -78,6 +84,7 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Rope> rope_;
   std::string identity_;
+  std::string weights_memory_ = "mmap";
   int n_attention_layers_ = 0;
   std::vector<int> attention_index_;
 };

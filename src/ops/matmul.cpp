@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -83,6 +84,7 @@ std::string_view matmul_isa() { return kernels::cpu_has_avx2() ? "avx2" : "scala
 
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   if (n_tokens <= 0 || w.rows == 0) return;
+  if (wtype_quant(w.type)) return kernels::matmul_quant(w, x, n_tokens, y);
   kernels::MatmulRowsFn fn = float_kernel();
   // Split rows into chunks that are multiples of 8 so tiles stay full; at least one chunk per
   // thread, more when there is plenty of work so threads finishing early can steal.
@@ -122,7 +124,7 @@ void dequantize_row(const WeightMatrix& w, int64_t r, float* out) {
         out[k] = f16_to_f32(h);
       }
       return;
-    default: fail("dequantize_row: " + std::string(wtype_name(w.type)) + " not supported yet");
+    default: return dequantize_row(*wtype_quant(w.type), row, out, w.cols);
   }
 }
 

@@ -9,7 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+
+#include "ops/quant/quant_type.h"
 
 namespace fak {
 
@@ -17,6 +20,8 @@ namespace fak {
 enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
 
 std::string_view wtype_name(WType t);
+std::optional<QuantType> wtype_quant(WType t);  // the block format of a quantised WType
+std::optional<WType> wtype_from_quant(QuantType t);  // nullopt for Q8_K (activations only)
 size_t wtype_row_bytes(WType t, int64_t cols);  // bytes of one row of `cols` elements
 int64_t wtype_block(WType t);                   // elements per block (1 for float types)
 
@@ -32,9 +37,11 @@ struct WeightMatrix {
 };
 
 // y is [n_tokens][w.rows], x is [n_tokens][w.cols], both row-major f32. Multithreaded (OpenMP).
+// Quantised weights: x is quantised once per call to Q8_0/Q8_K (dot_activation_type), so results
+// are those of the integer dot products, not of the dequantised weights times x.
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 
-// Widens row r of w into out[w.cols] (embedding lookup).
+// Widens (dequantises) row r of w into out[w.cols] (embedding lookup).
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
 
 // Which kernel family runs ("avx2", "scalar"): chosen once at start-up from the CPU's features.

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "ops/matmul.h"
+#include "ops/quant/quant.h"
 
 namespace fak::kernels {
 
@@ -17,5 +18,24 @@ void matmul_rows_avx2(const WeightMatrix& w, const float* x, int n_tokens, float
                       int64_t r1);
 
 bool cpu_has_avx2();
+
+// Block-quantised weights (matmul_quant.cpp): the activations already quantised, one row per token.
+struct QuantTask {
+  const WeightMatrix* w = nullptr;
+  const uint8_t* act = nullptr;  // [n_tokens][act_row_bytes], Q8_0 or Q8_K
+  size_t act_row_bytes = 0;
+  int n_tokens = 0;
+  float* y = nullptr;  // [n_tokens][w->rows]
+  VecDotFn dot = nullptr;
+};
+void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+
+// Computes outputs of rows [r0, r1) for every token of q, bit-identical to q.dot per output.
+using QuantTileFn = void (*)(const QuantTask& q, int64_t r0, int64_t r1);
+// The register-tiled prefill kernel for t on this CPU, or null (rows are then done by vec_dot).
+QuantTileFn quant_tile_kernel(QuantType t);
+QuantTileFn quant_tile_avx2(QuantType t);  // gemm_avx2.cpp; only when cpu_has_avx2()
+// Test hook: forces vec_dot rows even where a tile kernel exists (to compare the two).
+void set_quant_tiles_enabled(bool enabled);
 
 }  // namespace fak::kernels

@@ -7,7 +7,7 @@
 namespace fak {
 
 Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache)
-    : model_(std::move(model)), cache_(std::move(cache)) {
+    : model_(std::move(model)), cache_(std::move(cache)), state_(model_->config()) {
   check(cache_->n_layers() == model_->n_attention_layers() && cache_->kv_dim() == model_->config().kv_dim(),
         "Session: KV cache shape does not match the model");
 }
@@ -20,7 +20,10 @@ Session::Session(Session&& o) noexcept
       blocks_(std::move(o.blocks_)),
       tokens_(std::move(o.tokens_)),
       logits_(std::move(o.logits_)),
-      logits_valid_(o.logits_valid_) {
+      logits_valid_(o.logits_valid_),
+      state_(std::move(o.state_)),
+      starts_(std::move(o.starts_)),
+      checkpoints_(std::move(o.checkpoints_)) {
   o.blocks_.clear();
 }
 
@@ -33,6 +36,9 @@ Session& Session::operator=(Session&& o) noexcept {
     tokens_ = std::move(o.tokens_);
     logits_ = std::move(o.logits_);
     logits_valid_ = o.logits_valid_;
+    state_ = std::move(o.state_);
+    starts_ = std::move(o.starts_);
+    checkpoints_ = std::move(o.checkpoints_);
     o.blocks_.clear();
   }
   return *this;
@@ -68,32 +74,51 @@ void Session::reserve_for_append(int n) {
   make_writable(size(), size() + n);
 }
 
-void Session::commit_append(std::span<const int32_t> tokens) {
+void Session::commit_append(std::span<const int32_t> tokens, bool new_append) {
+  if (hybrid() && new_append) starts_.push_back(size());
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   logits_valid_ = true;
+  if (hybrid()) maybe_checkpoint(int(tokens.size()));
 }
 
 void Session::append(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
   if (tokens.empty()) return;
+  if (hybrid()) return append_hybrid(tokens, all_logits);
+  if (all_logits) all_logits->resize(tokens.size() * size_t(model_->config().vocab));
+  forward_segment(tokens, all_logits ? all_logits->data() : nullptr, true);
+}
+
+void Session::forward_segment(std::span<const int32_t> tokens, float* all_logits, bool new_append) {
   reserve_for_append(int(tokens.size()));
   const int vocab = model_->config().vocab;
   BatchItem it;
   it.blocks = &blocks_;
+  it.state = recurrent_state();
   it.tokens = tokens.data();
   it.n_tokens = int(tokens.size());
   it.start_pos = size();
+  logits_.resize(size_t(vocab));
   if (all_logits) {
-    all_logits->resize(tokens.size() * size_t(vocab));
-    it.logits = all_logits->data();
+    it.logits = all_logits;
     it.all_logits = true;
   } else {
-    logits_.resize(size_t(vocab));
     it.logits = logits_.data();
   }
   model_->forward({&it, 1}, *cache_);
-  if (all_logits)
-    logits_.assign(all_logits->end() - vocab, all_logits->end());
-  commit_append(tokens);
+  if (all_logits) {
+    const float* last = all_logits + (tokens.size() - 1) * size_t(vocab);
+    logits_.assign(last, last + vocab);
+  }
+  commit_append(tokens, new_append);
+}
+
+Session Session::from_blocks(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                             std::vector<int32_t> tokens, std::vector<int32_t> blocks) {
+  Session s(std::move(model), std::move(cache));
+  check(blocks.size() * size_t(s.cache_->block_size()) >= tokens.size(), "from_blocks: too few blocks");
+  s.tokens_ = std::move(tokens);
+  s.blocks_ = std::move(blocks);
+  return s;
 }
 
 Session Session::clone() const {
@@ -103,12 +128,16 @@ Session Session::clone() const {
   s.tokens_ = tokens_;
   s.logits_ = logits_;
   s.logits_valid_ = logits_valid_;
+  s.state_ = state_;
+  s.starts_ = starts_;
+  s.checkpoints_ = checkpoints_;
   return s;
 }
 
 void Session::truncate(int n) {
   check(n >= 0 && n <= size(), "truncate: " + std::to_string(n) + " is outside 0.." + std::to_string(size()));
   if (n == size()) return;
+  if (hybrid()) return truncate_hybrid(n);
   truncate_blocks(n);
   tokens_.resize(size_t(n));
   logits_valid_ = false;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "models/recurrent_state.h"
 #include "runtime/kv_cache.h"
 
 namespace fak {
@@ -31,6 +32,11 @@ class Session {
   // Prefills tokens. Afterwards logits() holds the next-token logits. With all_logits, receives
   // [tokens.size()][vocab] (perplexity, parity).
   void append(std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
+
+  // A session over already-computed blocks that cover `tokens` exactly (whole blocks). The caller
+  // hands over one reference per block. logits() is invalid until the next append.
+  static Session from_blocks(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                             std::vector<int32_t> tokens, std::vector<int32_t> blocks);
 
   // A new session sharing every block with this one: O(blocks), no KV copied.
   Session clone() const;
@@ -56,10 +62,35 @@ class Session {
 
   // For batched decode (runtime/batch): make [size, size + n) writable, then commit after forward.
   void reserve_for_append(int n);
-  void commit_append(std::span<const int32_t> tokens);
+  // new_append: the tokens start an append of their own (false: they continue the previous one,
+  // which hybrid replays must know to reproduce its grouping).
+  void commit_append(std::span<const int32_t> tokens, bool new_append = true);
   std::vector<float>& mutable_logits() { return logits_; }
 
+  // Hybrid models (runtime/session_state.cpp): the live DeltaNet state (null on dense models), the
+  // start of every forward call so far (the grouping a replay must reproduce), and the state
+  // checkpoints that truncate/evict restart from.
+  RecurrentState* recurrent_state() { return state_.empty() ? nullptr : &state_; }
+  const std::vector<int32_t>& segment_starts() const { return starts_; }
+  int n_checkpoints() const { return int(checkpoints_.size()); }
+  size_t checkpoint_bytes() const;
+
  private:
+  struct Checkpoint {
+    int pos = 0;
+    RecurrentState state;
+    std::vector<float> logits;  // next-token logits at pos
+  };
+
+  bool hybrid() const { return !state_.empty(); }
+  // One forward call; all_logits: [tokens.size()][vocab] or null for the last row only.
+  void forward_segment(std::span<const int32_t> tokens, float* all_logits, bool new_append);
+  void append_hybrid(std::span<const int32_t> tokens, std::vector<float>* all_logits);
+  void truncate_hybrid(int n);
+  void evict_hybrid(int begin, int end);
+  void maybe_checkpoint(int segment_tokens);
+  void rewind(const std::vector<int32_t>& tokens, const std::vector<int32_t>& starts,
+              int unchanged);
   void release_all();
   void truncate_blocks(int n);
   void make_writable(int from, int to, bool keep_all_rows = false);
@@ -70,6 +101,10 @@ class Session {
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;
   bool logits_valid_ = false;
+  RecurrentState state_;
+  std::vector<int32_t> starts_;
+  // Immutable once taken, so clones share them.
+  std::vector<std::shared_ptr<const Checkpoint>> checkpoints_;
 };
 
 // One decode step for many sessions at once: each weight is read once for the whole batch.

@@ -13,6 +13,12 @@ void Session::evict(int begin, int end, EvictMode mode) {
         "evict: span [" + std::to_string(begin) + ", " + std::to_string(end) + ") is outside the " +
             std::to_string(size()) + "-token context");
   if (begin == end) return;
+  if (hybrid()) {
+    check(mode == EvictMode::Exact || end == size(),
+          "evict --shift is not possible on hybrid models (recurrent state cannot be "
+          "re-positioned); use exact");
+    return evict_hybrid(begin, end);
+  }
   const std::vector<int32_t> suffix(tokens_.begin() + end, tokens_.end());
   if (mode == EvictMode::Exact || suffix.empty()) {
     // Keep [0, begin) as it is; everything after the span attended to it, so recompute it at its
@@ -77,6 +83,7 @@ void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> t
     s.reserve_for_append(1);
     s.mutable_logits().resize(size_t(model.config().vocab));
     items[i].blocks = &s.blocks();
+    items[i].state = s.recurrent_state();
     items[i].tokens = &tokens[i];
     items[i].n_tokens = 1;
     items[i].start_pos = s.size();

@@ -1,11 +1,14 @@
-// Session files: tokens, KV rows and next-token logits behind a header that names the model, the
-// format version and the KV layout, closed by a checksum. Written atomically (temp, fsync,
-// rename); a load refuses a file from another model, another version, or one that is truncated or
-// corrupted, naming which.
+// Session files: tokens, KV rows, next-token logits and (hybrid models) the DeltaNet state, behind
+// a header that names the model, the format version and the KV layout, closed by a checksum.
+// Written atomically (temp, fsync, rename); a load refuses a file from another model, another
+// version, or one that is truncated or corrupted, naming which.
 //
 // Layout (little-endian):
 //   magic "FAKSESS\0" | u32 version | u32 header_len | header JSON | payload | u64 fnv1a(all before)
 //   payload: i32 tokens[n] | f32 logits[vocab] | per attention layer: K, V, (Kraw) rows [n][kv_dim]
+//            | i32 append starts[n_starts] | f32 recurrent state (RecurrentState layout)
+// Version 2 added the last two (empty on dense models): the state, and the append boundaries that
+// later exact edits of a hybrid session must replay with (runtime/session_state.cpp).
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -20,7 +23,7 @@ namespace fak {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'A', 'K', 'S', 'E', 'S', 'S', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 template <typename T>
 void put(std::string& out, const T& v) {
@@ -40,7 +43,9 @@ void Session::save(const std::filesystem::path& path) const {
                    {"attention_layers", model_->n_attention_layers()},
                    {"kv_dim", c.kv_dim()},
                    {"kv_dtype", "f32"},
-                   {"kraw", cache_->keeps_kraw()}};
+                   {"kraw", cache_->keeps_kraw()},
+                   {"n_starts", starts_.size()},
+                   {"recurrent_bytes", state_.bytes()}};
   const std::string header = h.dump();
   std::string out;
   const size_t kv_rows_bytes = size_t(n) * size_t(c.kv_dim()) * sizeof(float);
@@ -63,6 +68,8 @@ void Session::save(const std::filesystem::path& path) const {
       }
     }
   }
+  out.append(reinterpret_cast<const char*>(starts_.data()), starts_.size() * 4);
+  state_.write(out);
   Fnv1a sum;
   sum.update(out);
   put(out, sum.digest());
@@ -102,9 +109,14 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
   if (n < 0 || n > c.max_seq_len || h.value("kv_dim", 0) != c.kv_dim() || h.value("kv_dtype", "") != "f32" ||
       h.value("attention_layers", -1) != model->n_attention_layers() || h.value("vocab", 0) != c.vocab)
     fail(label + " has a KV layout that does not match the model");
+  const int64_t n_starts = h.value("n_starts", int64_t(-1));
+  const size_t state_bytes = RecurrentState(c).bytes();
+  if (n_starts < 0 || n_starts > n || h.value("recurrent_bytes", size_t(0)) != state_bytes)
+    fail(label + " has a recurrent state layout that does not match the model");
   const size_t row = size_t(c.kv_dim()) * sizeof(float);
   const size_t expect = 16 + header_len + size_t(n) * 4 + (n > 0 ? size_t(c.vocab) * 4 : 0) +
-                        size_t(model->n_attention_layers()) * (kraw ? 3 : 2) * size_t(n) * row + 8;
+                        size_t(model->n_attention_layers()) * (kraw ? 3 : 2) * size_t(n) * row +
+                        size_t(n_starts) * 4 + state_bytes + 8;
   if (b.size() != expect) fail(label + " is truncated or has trailing bytes");
 
   Session s(std::move(model), std::move(cache));
@@ -133,6 +145,19 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
       }
     }
   }
+  s.starts_.resize(size_t(n_starts));
+  std::memcpy(s.starts_.data(), p, size_t(n_starts) * 4);
+  p += size_t(n_starts) * 4;
+  for (size_t i = 0; i < s.starts_.size(); ++i)
+    if ((i == 0 && s.starts_[i] != 0) || (i > 0 && s.starts_[i] <= s.starts_[i - 1]) ||
+        s.starts_[i] >= n)
+      fail(label + " has corrupted append boundaries");
+  if (s.hybrid() && n > 0 && s.starts_.empty()) fail(label + " has no append boundaries");
+  s.state_.read(p, state_bytes);
+  p += state_bytes;
+  // The loaded state is a restart point like the saving session's last checkpoint (a 1-token
+  // session gets none: replaying it from the zero state costs one token).
+  if (s.hybrid() && n > 0) s.maybe_checkpoint(n);
   if (s.cache_->keeps_kraw() && !kraw && n > 0)
     fail(label + " was saved without Kraw, which this cache needs (for shift eviction)");
   return s;

@@ -166,6 +166,7 @@ void register_bench(CLI::App& app) {
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_option("-r,--repetitions", a->reps, "repetitions of each test");
   c->add_option("-o,--output", a->output, "md or json")->check(CLI::IsMember({"md", "json"}));
+  add_load_flags(c);
   c->callback([a] { bench(*a); });
 }
 

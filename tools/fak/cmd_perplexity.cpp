@@ -48,6 +48,7 @@ void register_perplexity(CLI::App& app) {
   c->add_option("--ctx", a->ctx, "scored tokens per window")->check(CLI::PositiveNumber);
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");
+  add_load_flags(c);
   c->callback([a] { run_perplexity(*a); });
 }
 

@@ -113,6 +113,7 @@ void register_run(CLI::App& app) {
   c->add_option("--session", a->session, "resume from / save to this session file");
   c->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text");
   c->add_flag("--json", a->json, "print one JSON object instead of streaming");
+  add_load_flags(c);
   c->callback([a] { run(*a); });
 }
 

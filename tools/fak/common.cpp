@@ -25,8 +25,25 @@ std::string default_model_dir() {
   return FAK_DEFAULT_MODEL_DIR;
 }
 
+namespace {
+LoadOptions g_load_options;
+std::string g_quant;
+}  // namespace
+
 std::shared_ptr<const Model> load_model(const std::string& path) {
-  return Model::load(path.empty() ? default_model_dir() : path);
+  LoadOptions o = g_load_options;
+  if (!g_quant.empty()) {
+    o.quant = quant_type_from_name(g_quant);
+    if (!o.quant || *o.quant == QuantType::Q8_K)
+      fail("--quant '" + g_quant + "': choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k");
+  }
+  return Model::load(path.empty() ? default_model_dir() : path, o);
+}
+
+void add_load_flags(CLI::App* c) {
+  c->add_flag("--mmap,!--no-mmap", g_load_options.mmap,
+              "GGUF: map the file (default) or read it into memory with huge pages");
+  c->add_option("--quant", g_quant, "HF directory: quantise the weights at load (e.g. q8_0)");
 }
 
 void check_utf8(const std::string& s, const std::string& what) {

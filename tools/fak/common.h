@@ -12,7 +12,9 @@ namespace fak::cli {
 
 // -m/--model with the bundled default when empty.
 std::string default_model_dir();
+// Loads with the options the --mmap/--no-mmap/--quant flags set (add_load_flags).
 std::shared_ptr<const Model> load_model(const std::string& path);
+void add_load_flags(CLI::App* command);
 
 // Reads a whole file; refuses invalid UTF-8 (naming the byte offset) when utf8 is true.
 std::string read_text_file(const std::string& path, bool utf8 = true);
@@ -27,6 +29,11 @@ void register_tokenize(CLI::App& app);
 void register_parity(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_evict_check(CLI::App& app);
+void register_agentbench(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_quantize(CLI::App& app);
+void register_synth(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_chat(CLI::App& app);
 

@@ -1,10 +1,29 @@
 // The fak command: one binary, one file per subcommand. Errors are caught here and printed once.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 
 #include "common.h"
 #include "core/error.h"
 
+namespace {
+
+// note: libgomp reads its wait policy from the environment before main runs. Its default spins
+// for ~300k iterations at every barrier, which is ideal on an idle machine but collapses (20x
+// slower, measured) when another process shares the cores: a spinning thread burns the slice its
+// descheduled peer needs. A short spin then sleep is within a few percent on an idle machine and
+// robust on a busy one, so fak re-executes itself once with that setting unless the user chose.
+void bound_openmp_spinning(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  ::setenv("GOMP_SPINCOUNT", "20000", 1);
+  ::execv("/proc/self/exe", argv);  // only returns on failure: carry on with the default
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  bound_openmp_spinning(argv);
   CLI::App app{"fak — an LLM inference engine for agents"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
@@ -13,6 +32,11 @@ int main(int argc, char** argv) {
   fak::cli::register_parity(app);
   fak::cli::register_perplexity(app);
   fak::cli::register_bench(app);
+  fak::cli::register_evict_check(app);
+  fak::cli::register_agentbench(app);
+  fak::cli::register_convert(app);
+  fak::cli::register_quantize(app);
+  fak::cli::register_synth(app);
   fak::cli::register_serve(app);
   fak::cli::register_chat(app);
   try {

@@ -48,34 +48,48 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// note: the accumulators must live in registers; GCC keeps them in a stack array (and runs ~5x
+// slower) unless every loop over the tile is fully unrolled, hence the pragmas.
 template <WType T, int RT, int TT>
-inline void tile(const WeightMatrix& w, const float* x, float* y, int64_t r, int t) {
+__attribute__((always_inline)) inline void tile(const WeightMatrix& w, const float* x, float* y, int64_t r, int t) {
   const int64_t n = w.cols;
   const int64_t n8 = n & ~int64_t(7);
   const uint8_t* rows[RT];
   const float* xs[TT];
+#pragma GCC unroll 8
   for (int i = 0; i < RT; ++i) rows[i] = w.row(r + i);
+#pragma GCC unroll 4
   for (int j = 0; j < TT; ++j) xs[j] = x + size_t(t + j) * size_t(n);
   __m256 acc[RT][TT];
+#pragma GCC unroll 8
   for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < TT; ++j) acc[i][j] = _mm256_setzero_ps();
   for (int64_t k = 0; k < n8; k += 8) {
     __m256 xv[TT];
+#pragma GCC unroll 4
     for (int j = 0; j < TT; ++j) xv[j] = _mm256_loadu_ps(xs[j] + k);
+#pragma GCC unroll 8
     for (int i = 0; i < RT; ++i) {
       __m256 wv = load8<T>(rows[i], k);
+#pragma GCC unroll 4
       for (int j = 0; j < TT; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
     }
   }
   if (n8 < n) {
     __m256 xv[TT];
+#pragma GCC unroll 4
     for (int j = 0; j < TT; ++j) xv[j] = load_x_tail(xs[j], n8, n);
+#pragma GCC unroll 8
     for (int i = 0; i < RT; ++i) {
       __m256 wv = load_tail<T>(rows[i], n8, n);
+#pragma GCC unroll 4
       for (int j = 0; j < TT; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < TT; ++j) y[size_t(t + j) * size_t(w.rows) + size_t(r + i)] = hsum(acc[i][j]);
 }
 

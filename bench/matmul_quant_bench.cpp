@@ -1,0 +1,57 @@
+// Quantised matmul throughput: a 4864 x 896 weight (Qwen2.5-0.5B's ffn up/gate) times 1 token
+// (decode, GB/s of weights) and 128 tokens (prefill, GMAC/s), with and without the tiled kernels.
+//   OMP_NUM_THREADS=1 ./build/matmul_quant_bench
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
+#include "ops/quant/quant.h"
+
+namespace fak {
+namespace {
+
+void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles) {
+  const int64_t rows = 4864, cols = type == WType::Q4_K || type == WType::Q6_K ? 1024 : 896;
+  const QuantType qt = *wtype_quant(type);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(size_t(cols) * size_t(std::max(n_tokens, 1)));
+  for (float& v : x) v = dist(rng);
+  const size_t rb = row_bytes(qt, cols);
+  std::vector<uint8_t> w(rb * size_t(rows));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    quantize_row(qt, row.data(), w.data() + size_t(r) * rb, cols);
+  }
+  WeightMatrix m{type, w.data(), rows, cols, rb};
+  std::vector<float> y(size_t(rows) * size_t(n_tokens));
+  kernels::set_quant_tiles_enabled(tiles);
+  for (auto _ : state) {
+    matmul(m, x.data(), n_tokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  kernels::set_quant_tiles_enabled(true);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(w.size()));
+  state.counters["GMAC/s"] =
+      benchmark::Counter(double(state.iterations()) * double(rows) * double(cols) * n_tokens / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+
+#define FAK_MM(type)                                                                \
+  BENCHMARK_CAPTURE(bench_matmul, type##_decode, WType::type, 1, true);             \
+  BENCHMARK_CAPTURE(bench_matmul, type##_prefill128_tiled, WType::type, 128, true); \
+  BENCHMARK_CAPTURE(bench_matmul, type##_prefill128_vecdot, WType::type, 128, false);
+
+FAK_MM(Q8_0)
+FAK_MM(Q5_0)
+FAK_MM(Q4_K)
+FAK_MM(Q6_K)
+
+}  // namespace
+}  // namespace fak
+
+BENCHMARK_MAIN();

@@ -1,0 +1,30 @@
+// Writing GGUF files llama.cpp can load: `fak convert` (a Hugging Face model -> GGUF of a chosen
+// type) and `fak quantize` (GGUF -> GGUF of another type). Follows llama.cpp's converter: its
+// tensor names and metadata keys, 1-D tensors in F32, llama q/k rows permuted for its interleaved
+// RoPE, the tokenizer as tokenizer.ggml.*, and llama-quantize's per-tensor type rules
+// (quant_policy.h).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "models/model.h"
+#include "models/quant_policy.h"
+
+namespace fak {
+
+struct ExportStats {
+  size_t tensors = 0;
+  size_t bytes = 0;                          // tensor data bytes written
+  std::map<std::string, int> types;          // stored type name -> tensor count
+  std::string summary() const;               // "12 tensors, 3.1 MiB (f32:5 q8_0:7)"
+};
+
+// `model` must have been loaded from a Hugging Face directory (its weights are read from there).
+ExportStats export_gguf(const Model& model, FileType type, const std::filesystem::path& out);
+
+ExportStats requantize_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
+                            FileType type);
+
+}  // namespace fak

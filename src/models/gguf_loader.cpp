@@ -1,0 +1,340 @@
+// GGUF model loading. llama.cpp's names: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,
+// attn_output, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm,
+// output (absent = tied to token_embd). ggml dims are ne0 first, so a [rows, cols] matrix is
+// stored with dims {cols, rows}.
+#include "models/gguf_loader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "io/ggml_type.h"
+#include "models/gguf_tokenizer.h"
+#include "ops/quant/quant.h"
+
+namespace fak {
+
+std::optional<WType> wtype_from_ggml(uint32_t id) {
+  switch (GgmlType(id)) {
+    case GgmlType::F32: return WType::F32;
+    case GgmlType::F16: return WType::F16;
+    case GgmlType::BF16: return WType::BF16;
+    default: break;
+  }
+  if (auto q = quant_type_from_ggml(id)) return wtype_from_quant(*q);
+  return std::nullopt;
+}
+
+uint32_t ggml_type_of(WType t) {
+  switch (t) {
+    case WType::F32: return uint32_t(GgmlType::F32);
+    case WType::F16: return uint32_t(GgmlType::F16);
+    case WType::BF16: return uint32_t(GgmlType::BF16);
+    default: return uint32_t(*wtype_quant(t));  // QuantType values are the ggml ids
+  }
+}
+
+int64_t llama_unpermuted_row(int64_t g, int hd) {
+  const int64_t head = g / hd, j = g % hd;
+  return head * hd + (j % 2) * (hd / 2) + j / 2;
+}
+
+int64_t llama_permuted_row(int64_t h, int hd) {
+  const int64_t head = h / hd, j = h % hd;
+  return head * hd + 2 * (j % (hd / 2)) + j / (hd / 2);
+}
+
+namespace {
+
+// The whole file read into anonymous memory: no page faults into the page cache during decode,
+// and transparent huge pages when the kernel grants them.
+struct AnonymousCopy {
+  void* data = MAP_FAILED;
+  size_t size = 0;
+  ~AnonymousCopy() {
+    if (data != MAP_FAILED) munmap(data, size);
+  }
+};
+
+std::shared_ptr<AnonymousCopy> read_anonymous(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open " + path.string() + ": " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail("cannot stat " + path.string());
+  }
+  auto copy = std::make_shared<AnonymousCopy>();
+  copy->size = size_t(st.st_size);
+  copy->data = mmap(nullptr, copy->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy->data == MAP_FAILED) {
+    ::close(fd);
+    fail(path.string() + ": cannot allocate " + std::to_string(copy->size) + " bytes");
+  }
+  madvise(copy->data, copy->size, MADV_HUGEPAGE);  // advisory: ignored where THP is off
+  size_t done = 0;
+  auto* dst = static_cast<uint8_t*>(copy->data);
+  while (done < copy->size) {
+    const ssize_t n = ::read(fd, dst + done, copy->size - done);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      ::close(fd);
+      fail("cannot read " + path.string() + ": " + (n == 0 ? "truncated" : std::strerror(errno)));
+    }
+    done += size_t(n);
+  }
+  ::close(fd);
+  return copy;
+}
+
+
+// Everything the model owns: the parsed file (and its bytes) plus rows repacked at load.
+struct Storage {
+  std::shared_ptr<AnonymousCopy> anon;
+  std::unique_ptr<GgufFile> file;
+  std::vector<std::vector<uint8_t>> repacked;
+};
+
+class Loader {
+ public:
+  Loader(const GgufFile& f, const ModelConfig& c, Storage& s) : f_(f), c_(c), s_(s) {}
+
+  const GgufTensor& tensor(const std::string& name, const std::vector<int64_t>& dims) {
+    const GgufTensor* t = f_.tensor(name);
+    if (!t) fail(f_.name() + ": missing tensor '" + name + "'");
+    used_.insert(name);
+    if (t->dims != dims) fail(f_.name() + ": tensor '" + name + "' has dims " + dims_str(t->dims) +
+                              ", expected " + dims_str(dims) + " from the metadata");
+    return *t;
+  }
+
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
+    const GgufTensor& t = tensor(name, {cols, rows});
+    const std::optional<WType> type = wtype_from_ggml(t.ggml_type);
+    if (!type) {
+      const GgmlTypeInfo* info = ggml_type_info(t.ggml_type);
+      fail(f_.name() + ": tensor '" + name + "' has type " +
+           (info ? std::string(info->name) : std::to_string(t.ggml_type)) +
+           ", which fak cannot compute with (supported: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
+           "q4_K q5_K q6_K)");
+    }
+    WeightMatrix m{*type, t.data, rows, cols, wtype_row_bytes(*type, cols)};
+    bytes_ += m.bytes();
+    return m;
+  }
+
+  // llama q/k: rows back into HF's rotate-half order (see llama_unpermuted_row).
+  WeightMatrix unpermuted(WeightMatrix m) {
+    std::vector<uint8_t> rows(m.bytes());
+    for (int64_t r = 0; r < m.rows; ++r)
+      std::memcpy(rows.data() + size_t(llama_permuted_row(r, c_.head_dim)) * m.row_bytes,
+                  m.row(r), m.row_bytes);
+    s_.repacked.push_back(std::move(rows));
+    m.data = s_.repacked.back().data();
+    return m;
+  }
+
+  std::vector<float> vec(const std::string& name, int64_t n) {
+    const GgufTensor& t = tensor(name, {n});
+    std::vector<float> v(static_cast<size_t>(n));
+    const std::optional<WType> type = wtype_from_ggml(t.ggml_type);
+    if (!type || (wtype_quant(*type) && n % wtype_block(*type) != 0))
+      fail(f_.name() + ": tensor '" + name + "' has an unsupported type for a vector");
+    WeightMatrix m{*type, t.data, 1, n, wtype_row_bytes(*type, n)};
+    dequantize_row(m, 0, v.data());
+    return v;
+  }
+
+  std::vector<float> unpermuted_vec(std::vector<float> v) {
+    std::vector<float> out(v.size());
+    for (size_t r = 0; r < v.size(); ++r) out[size_t(llama_permuted_row(int64_t(r), c_.head_dim))] = v[r];
+    return out;
+  }
+
+  bool has(const std::string& name) const { return f_.tensor(name) != nullptr; }
+  size_t bytes() const { return bytes_; }
+
+  void check_all_used() const {
+    for (const GgufTensor& t : f_.tensors()) {
+      if (used_.count(t.name) || t.name == "rope_freqs.weight") continue;
+      fail(f_.name() + ": unexpected tensor '" + t.name + "' " + dims_str(t.dims) +
+           " that the metadata does not account for");
+    }
+  }
+
+ private:
+  static std::string dims_str(const std::vector<int64_t>& d) {
+    std::string s = "[";
+    for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+    return s + "]";
+  }
+
+  const GgufFile& f_;
+  const ModelConfig& c_;
+  Storage& s_;
+  size_t bytes_ = 0;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+ModelConfig gguf_model_config(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  ModelConfig c;
+  c.model_type = arch;
+  if (arch == "llama") {
+    c.arch = Arch::Llama;
+  } else if (arch == "qwen2") {
+    c.arch = Arch::Qwen2;
+  } else if (arch == "qwen3") {
+    c.arch = Arch::Qwen3;
+  } else {
+    fail(f.name() + ": general.architecture '" + arch +
+         "' is not supported (supported: llama, qwen2, qwen3)");
+  }
+  const std::string p = arch + ".";
+  auto positive = [&](const std::string& key) {
+    const uint64_t v = f.get_u64(key);
+    if (v == 0 || v > (1u << 30)) fail(f.name() + ": " + key + " must be a positive integer");
+    return int(v);
+  };
+  c.dim = positive(p + "embedding_length");
+  c.hidden_dim = positive(p + "feed_forward_length");
+  c.n_layers = positive(p + "block_count");
+  c.n_heads = positive(p + "attention.head_count");
+  c.n_kv_heads = f.find(p + "attention.head_count_kv") ? positive(p + "attention.head_count_kv")
+                                                         : c.n_heads;
+  c.head_dim = f.find(p + "attention.key_length") ? positive(p + "attention.key_length")
+                                                  : c.dim / c.n_heads;
+  if (f.find(p + "attention.value_length") && positive(p + "attention.value_length") != c.head_dim)
+    fail(f.name() + ": attention.value_length differs from key_length (not supported)");
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail(f.name() + ": attention.head_count is not a multiple of attention.head_count_kv");
+  if (c.head_dim % 2 != 0) fail(f.name() + ": attention.key_length must be even");
+  c.max_seq_len = f.find(p + "context_length") ? positive(p + "context_length") : 4096;
+  c.rms_eps = f.get_f32_or(p + "attention.layer_norm_rms_epsilon", 1e-6f);
+  c.rope_theta = f.get_f32_or(p + "rope.freq_base", 10000.0f);
+  c.rotary_dim = f.find(p + "rope.dimension_count") ? positive(p + "rope.dimension_count")
+                                                    : c.head_dim;
+  if (c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
+    fail(f.name() + ": rope.dimension_count must be even and at most key_length");
+  std::string scaling = "none";
+  if (f.find(p + "rope.scaling.type")) scaling = f.get_string(p + "rope.scaling.type");
+  if (scaling == "linear") {
+    c.rope_scaling = RopeScaling::Linear;
+    c.rope_factor = f.get_f32(p + "rope.scaling.factor");
+  } else if (scaling != "none") {
+    fail(f.name() + ": rope.scaling.type '" + scaling + "' is not supported (none, linear)");
+  } else if (f.find(p + "rope.scale_linear")) {  // older files
+    c.rope_scaling = RopeScaling::Linear;
+    c.rope_factor = f.get_f32(p + "rope.scale_linear");
+  }
+  if (f.tensor("rope_freqs.weight"))
+    fail(f.name() + ": per-frequency rope factors (rope_freqs, Llama-3.1 style scaling) are not "
+                    "supported yet");
+
+  const GgufTensor* embd = f.tensor("token_embd.weight");
+  if (!embd || embd->dims.size() != 2) fail(f.name() + ": missing 2-D tensor 'token_embd.weight'");
+  c.vocab = int(embd->dims[1]);
+  c.tie_embeddings = f.tensor("output.weight") == nullptr;
+  c.qkv_bias = f.tensor("blk.0.attn_q.bias") != nullptr;
+  c.attn_output_bias = f.tensor("blk.0.attn_output.bias") != nullptr;
+  c.mlp_bias = f.tensor("blk.0.ffn_up.bias") != nullptr;
+  c.qk_norm = f.tensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (c.arch == Arch::Qwen3 && !c.qk_norm) fail(f.name() + ": qwen3 without attn_q_norm tensors");
+  c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
+
+  if (f.find("tokenizer.ggml.bos_token_id")) c.bos_id = int32_t(f.get_i64("tokenizer.ggml.bos_token_id"));
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
+    if (f.find(key)) c.eos_ids.push_back(int32_t(f.get_i64(key)));
+  return c;
+}
+
+GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool load_tokenizer) {
+  auto storage = std::make_shared<Storage>();
+  GgufModel out;
+  if (use_mmap) {
+    storage->file = std::make_unique<GgufFile>(GgufFile::open(path));
+    out.memory = "mmap";
+  } else {
+    storage->anon = read_anonymous(path);
+    storage->file = std::make_unique<GgufFile>(GgufFile::from_memory(
+        {static_cast<const uint8_t*>(storage->anon->data), storage->anon->size}, path.string()));
+    out.memory = "anonymous";
+  }
+  const GgufFile& f = *storage->file;
+  ModelConfig c = gguf_model_config(f);
+  Loader ld(f, c, *storage);
+  ModelWeights& w = out.weights;
+  w.embed = ld.matrix("token_embd.weight", c.vocab, c.dim);
+  w.final_norm = ld.vec("output_norm.weight", c.dim);
+  w.lm_head = c.tie_embeddings ? w.embed : ld.matrix("output.weight", c.vocab, c.dim);
+  const bool permuted = c.arch == Arch::Llama;  // qwen2/qwen3 use NEOX rope: rows as in HF
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    LayerWeights L;
+    L.attn_norm = ld.vec(b + "attn_norm.weight", c.dim);
+    L.mlp_norm = ld.vec(b + "ffn_norm.weight", c.dim);
+    AttentionWeights& A = L.attn;
+    A.wq = ld.matrix(b + "attn_q.weight", c.q_dim(), c.dim);
+    A.wk = ld.matrix(b + "attn_k.weight", c.kv_dim(), c.dim);
+    A.wv = ld.matrix(b + "attn_v.weight", c.kv_dim(), c.dim);
+    A.wo = ld.matrix(b + "attn_output.weight", c.dim, c.q_dim());
+    if (c.qkv_bias) {
+      A.bq = ld.vec(b + "attn_q.bias", c.q_dim());
+      A.bk = ld.vec(b + "attn_k.bias", c.kv_dim());
+      A.bv = ld.vec(b + "attn_v.bias", c.kv_dim());
+    }
+    if (c.attn_output_bias) A.bo = ld.vec(b + "attn_output.bias", c.dim);
+    if (c.qk_norm) {
+      A.q_norm = ld.vec(b + "attn_q_norm.weight", c.head_dim);
+      A.k_norm = ld.vec(b + "attn_k_norm.weight", c.head_dim);
+    }
+    if (permuted) {
+      A.wq = ld.unpermuted(A.wq);
+      A.wk = ld.unpermuted(A.wk);
+      if (!A.bq.empty()) A.bq = ld.unpermuted_vec(std::move(A.bq));
+      if (!A.bk.empty()) A.bk = ld.unpermuted_vec(std::move(A.bk));
+    }
+    MlpWeights& M = L.mlp;
+    M.gate = ld.matrix(b + "ffn_gate.weight", c.hidden_dim, c.dim);
+    M.up = ld.matrix(b + "ffn_up.weight", c.hidden_dim, c.dim);
+    M.down = ld.matrix(b + "ffn_down.weight", c.dim, c.hidden_dim);
+    if (c.mlp_bias) {
+      M.b_gate = ld.vec(b + "ffn_gate.bias", c.hidden_dim);
+      M.b_up = ld.vec(b + "ffn_up.bias", c.hidden_dim);
+      M.b_down = ld.vec(b + "ffn_down.bias", c.dim);
+    }
+    w.layers.push_back(std::move(L));
+  }
+  w.bytes = ld.bytes();
+  ld.check_all_used();
+
+  Fnv1a h;
+  h.update(path.filename().string());
+  for (const GgufTensor& t : f.tensors()) {
+    h.update(t.name);
+    h.update(std::to_string(t.ggml_type));
+    for (int64_t d : t.dims) h.update(std::to_string(d));
+    h.update(t.data, std::min<size_t>(t.nbytes, 256));
+    if (t.nbytes > 256) h.update(t.data + t.nbytes - 256, 256);
+  }
+  out.identity = h.hex();
+  if (load_tokenizer && f.find("tokenizer.ggml.model")) {
+    out.tokenizer = tokenizer_spec_from_gguf(f);
+    if (c.bos_id && !out.tokenizer->bos_id) out.tokenizer->bos_id = c.bos_id;
+  }
+  out.config = std::move(c);
+  out.storage = storage;
+  return out;
+}
+
+}  // namespace fak

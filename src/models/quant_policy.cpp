@@ -1,0 +1,121 @@
+#include "models/quant_policy.h"
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/quant/quant.h"
+
+namespace fak {
+
+namespace {
+
+struct Named {
+  FileType type;
+  const char* name;
+};
+constexpr Named kNames[] = {
+    {FileType::F32, "f32"},   {FileType::F16, "f16"},       {FileType::BF16, "bf16"},
+    {FileType::Q8_0, "q8_0"}, {FileType::Q4_0, "q4_0"},     {FileType::Q4_1, "q4_1"},
+    {FileType::Q5_0, "q5_0"}, {FileType::Q5_1, "q5_1"},     {FileType::Q4_K_M, "q4_k_m"},
+    {FileType::Q5_K_M, "q5_k_m"}, {FileType::Q6_K, "q6_k"},
+};
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between.
+bool use_more_bits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+// The type llama.cpp falls back to when rows are no multiple of the K-quant super-block.
+WType fallback(WType t) {
+  switch (t) {
+    case WType::Q4_K: return WType::Q5_0;
+    case WType::Q5_K: return WType::Q5_1;
+    case WType::Q6_K: return WType::Q8_0;
+    default: return t;
+  }
+}
+
+}  // namespace
+
+FileType parse_file_type(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  std::string choices;
+  for (const Named& n : kNames) {
+    if (lower == n.name) return n.type;
+    choices += std::string(choices.empty() ? "" : ", ") + n.name;
+  }
+  fail("unknown type '" + std::string(name) + "' (choose from: " + choices + ")");
+}
+
+std::string file_type_name(FileType t) {
+  for (const Named& n : kNames)
+    if (n.type == t) return n.name;
+  return "?";
+}
+
+WType choose_wtype(FileType ft, TensorRole role, int layer, int n_layers, int64_t cols, bool tied) {
+  WType base = WType::F16;
+  switch (ft) {
+    case FileType::F32: return WType::F32;
+    case FileType::F16: return WType::F16;
+    case FileType::BF16: return WType::BF16;
+    case FileType::Q8_0: base = WType::Q8_0; break;
+    case FileType::Q4_0: base = WType::Q4_0; break;
+    case FileType::Q4_1: base = WType::Q4_1; break;
+    case FileType::Q5_0: base = WType::Q5_0; break;
+    case FileType::Q5_1: base = WType::Q5_1; break;
+    case FileType::Q4_K_M: base = WType::Q4_K; break;
+    case FileType::Q5_K_M: base = WType::Q5_K; break;
+    case FileType::Q6_K: base = WType::Q6_K; break;
+  }
+  WType t = base;
+  const bool k_mix = ft == FileType::Q4_K_M || ft == FileType::Q5_K_M;
+  const bool is_output = role == TensorRole::Output || (tied && role == TensorRole::TokenEmbd);
+  if (is_output) {
+    // llama.cpp: the output matrix gets Q6_K unless the file is Q8_0 (or its rows do not fit the
+    // file's base type, then Q8_0).
+    if (cols % wtype_block(base) != 0) {
+      t = WType::Q8_0;
+    } else if (ft != FileType::Q8_0) {
+      t = WType::Q6_K;
+    }
+  } else if (k_mix && (role == TensorRole::AttnV || role == TensorRole::FfnDown)) {
+    if (use_more_bits(layer, n_layers)) t = WType::Q6_K;
+  }
+  if (cols % wtype_block(t) != 0) t = fallback(t);
+  // Still no fit (e.g. 176 columns, not a multiple of 32): llama.cpp keeps such tensors in F16.
+  if (cols % wtype_block(t) != 0) t = WType::F16;
+  return t;
+}
+
+std::vector<uint8_t> convert_matrix(const WeightMatrix& src, WType type) {
+  const size_t rb = wtype_row_bytes(type, src.cols);
+  check(src.cols % wtype_block(type) == 0, "convert: a row of " + std::to_string(src.cols) +
+                                               " does not fit " + std::string(wtype_name(type)));
+  std::vector<uint8_t> out(rb * size_t(src.rows));
+  const std::optional<QuantType> q = wtype_quant(type);
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<size_t>(src.cols));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t r = 0; r < src.rows; ++r) {
+      dequantize_row(src, r, row.data());
+      uint8_t* dst = out.data() + size_t(r) * rb;
+      if (q) {
+        quantize_row(*q, row.data(), dst, src.cols);
+      } else if (type == WType::F32) {
+        std::memcpy(dst, row.data(), 4 * row.size());
+      } else {
+        for (size_t k = 0; k < row.size(); ++k) {
+          const uint16_t h = type == WType::F16 ? f32_to_f16(row[k]) : f32_to_bf16(row[k]);
+          std::memcpy(dst + 2 * k, &h, 2);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace fak

@@ -1,0 +1,44 @@
+// Which stored type each weight matrix gets when a model is quantised (fak convert / quantize,
+// --quant at load), following llama.cpp's llama_tensor_get_type so files read like its own: e.g.
+// Q4_K_M keeps the output matrix and half the attn_v / ffn_down layers in Q6_K, and rows whose
+// length is no multiple of 256 fall back to Q5_0 / Q8_0 (llama.cpp's "incompatible tensor" rule).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ops/matmul.h"
+
+namespace fak {
+
+// The file types fak writes, with llama.cpp's general.file_type values (enum llama_ftype).
+enum class FileType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 7,
+  Q5_0 = 8,
+  Q5_1 = 9,
+  Q4_K_M = 15,
+  Q5_K_M = 17,
+  Q6_K = 18,
+  BF16 = 32,
+};
+
+FileType parse_file_type(std::string_view name);  // "f16", "q4_k_m", ...; throws listing choices
+std::string file_type_name(FileType t);
+
+enum class TensorRole { TokenEmbd, Output, AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown };
+
+// The type of one matrix of shape [rows, cols] (cols contiguous). `tied` says the model has no
+// output matrix, so token_embd is used as the output and gets the output's type (as llama.cpp).
+WType choose_wtype(FileType ft, TensorRole role, int layer, int n_layers, int64_t cols, bool tied);
+
+// Converts a matrix to `type`, row by row through f32 (multithreaded). Rows must fit the type's
+// block size.
+std::vector<uint8_t> convert_matrix(const WeightMatrix& src, WType type);
+
+}  // namespace fak

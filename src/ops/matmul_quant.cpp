@@ -1,0 +1,136 @@
+// Matmul against block-quantised weights: each activation row is quantised once per call to the
+// format the weight type's dot product expects (Q8_0 or Q8_K), then every output is one integer
+// vec_dot of a weight row with an activation row.
+//
+// note: an output y[t][r] is always exactly vec_dot(row r, act t) (or a tile kernel that is tested
+// to be bit-identical to it), so results do not depend on n_tokens, the tiling or the thread count
+// (see matmul.h). The activation quantisers are per-row and deterministic too.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/matmul_kernels.h"
+#include "ops/quant/quant.h"
+
+namespace fak {
+
+std::optional<QuantType> wtype_quant(WType t) {
+  switch (t) {
+    case WType::Q8_0:
+      return QuantType::Q8_0;
+    case WType::Q4_0:
+      return QuantType::Q4_0;
+    case WType::Q4_1:
+      return QuantType::Q4_1;
+    case WType::Q5_0:
+      return QuantType::Q5_0;
+    case WType::Q5_1:
+      return QuantType::Q5_1;
+    case WType::Q4_K:
+      return QuantType::Q4_K;
+    case WType::Q5_K:
+      return QuantType::Q5_K;
+    case WType::Q6_K:
+      return QuantType::Q6_K;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<WType> wtype_from_quant(QuantType t) {
+  for (WType w : {WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0, WType::Q5_1, WType::Q4_K,
+                  WType::Q5_K, WType::Q6_K})
+    if (wtype_quant(w) == t) return w;
+  return std::nullopt;
+}
+
+namespace kernels {
+
+namespace {
+
+// Rows x tokens of outputs from vec_dot, blocked so a few weight rows stay in L1 while a block of
+// activation rows streams past them (prefill reads each weight row once per token block, not once
+// per token).
+void rows_vec_dot(const QuantTask& q, int64_t r0, int64_t r1) {
+  const int64_t kRowBlock = 16;
+  const int kTokenBlock = 64;
+  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+    const int64_t re = std::min(r1, rb + kRowBlock);
+    for (int tb = 0; tb < q.n_tokens; tb += kTokenBlock) {
+      const int te = std::min(q.n_tokens, tb + kTokenBlock);
+      for (int t = tb; t < te; ++t) {
+        const uint8_t* a = q.act + size_t(t) * q.act_row_bytes;
+        float* yt = q.y + size_t(t) * size_t(q.w->rows);
+        for (int64_t r = rb; r < re; ++r) yt[r] = q.dot(q.w->cols, q.w->row(r), a);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+bool g_tiles_enabled = true;
+}  // namespace
+
+void set_quant_tiles_enabled(bool enabled) {
+  g_tiles_enabled = enabled;
+}
+
+QuantTileFn quant_tile_kernel(QuantType t) {
+  if (!g_tiles_enabled) return nullptr;
+  // The tiles reproduce the AVX2 vec_dot bit for bit; with the scalar dots they would not.
+  return quant_kernels().isa == "avx2" ? quant_tile_avx2(t) : nullptr;
+}
+
+void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
+  const QuantType qt = *wtype_quant(w.type);
+  const QuantKernels& k = quant_kernels();
+  const QuantType at = dot_activation_type(qt);
+  check(w.cols % quant_block_size(qt) == 0,
+        "matmul: " + std::string(wtype_name(w.type)) + " matrix with " + std::to_string(w.cols) +
+            " columns (not a multiple of " + std::to_string(quant_block_size(qt)) + ")");
+  QuantTask q;
+  q.w = &w;
+  q.n_tokens = n_tokens;
+  q.y = y;
+  q.dot = k.vec_dot(qt);
+  q.act_row_bytes = row_bytes(at, w.cols);
+  // note: a reference to the caller's thread_local, so OpenMP workers read the caller's buffer.
+  thread_local std::vector<uint8_t> tls_act;
+  std::vector<uint8_t>& act = tls_act;
+  act.resize(q.act_row_bytes * size_t(n_tokens));
+  q.act = act.data();
+  const QuantizeRowFn quantize = k.quantize_act(at);
+
+  const int threads = omp_get_max_threads();
+  const double work = double(w.rows) * double(w.cols) * double(n_tokens);
+  const bool parallel = threads > 1 && work >= 256.0 * 1024;
+#pragma omp parallel for schedule(static) if (parallel && n_tokens >= 4 * threads)
+  for (int t = 0; t < n_tokens; ++t)
+    quantize(x + size_t(t) * size_t(w.cols), act.data() + size_t(t) * q.act_row_bytes, w.cols);
+
+  const QuantTileFn tile = quant_tile_kernel(qt);
+  auto run = [&](int64_t r0, int64_t r1) {
+    if (tile && n_tokens > 1)
+      tile(q, r0, r1);
+    else
+      rows_vec_dot(q, r0, r1);
+  };
+  // Chunks of whole 16-row groups (tile kernels work on groups of rows), several per thread so
+  // threads that finish early take more.
+  const int64_t chunk = std::max<int64_t>(16, (w.rows / (threads * 4) + 15) / 16 * 16);
+  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  if (!parallel || n_chunks == 1) {
+    run(0, w.rows);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t c = 0; c < n_chunks; ++c) run(c * chunk, std::min(w.rows, (c + 1) * chunk));
+}
+
+}  // namespace kernels
+
+}  // namespace fak

@@ -1,0 +1,406 @@
+// Qwen3.5 hybrid models (Gated DeltaNet + gated attention): parity with HF, the chunked prefill
+// against the recurrent step, and the reuse stack's exactness on sessions that carry DeltaNet state
+// (checkpoints + replay with the cold run's append boundaries, runtime/session_state.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "models/model.h"
+#include "models/recurrent_state.h"
+#include "runtime/kv_cache.h"
+#include "runtime/parity.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "test_util.h"
+
+namespace fak {
+
+namespace {
+
+std::filesystem::path fixture_dir() {
+  return test::data_path("oracle/qwen35-hybrid-tiny");
+}
+
+std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(size_t(n), 0);
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
+  return ids;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double max_abs_diff(const float* a, const float* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+  return m;
+}
+
+using Appends = std::vector<std::vector<int32_t>>;
+
+}  // namespace
+
+class Hybrid : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model = Model::load(fixture_dir(), {.load_tokenizer = false});
+    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().kv_dim(),
+                                      KvCacheOptions{.block_size = 16});
+    vocab = model->config().vocab;
+  }
+  // The reference for an edited session: a fresh session given the same appends.
+  Session cold(const Appends& appends) {
+    Session s(model, cache);
+    for (auto& a : appends) s.append(a);
+    return s;
+  }
+  void expect_same(Session& got, Session& want, const std::string& what) {
+    EXPECT_EQ(got.tokens(), want.tokens()) << what;
+    EXPECT_EQ(got.segment_starts(), want.segment_starts()) << what;
+    EXPECT_TRUE(*got.recurrent_state() == *want.recurrent_state()) << what << ": state differs";
+    EXPECT_EQ(got.has_logits(), want.has_logits()) << what;
+    if (want.has_logits()) {
+      EXPECT_TRUE(bit_equal(got.logits(), want.logits())) << what;
+    }
+  }
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<KvCache> cache;
+  int vocab = 0;
+};
+
+// note: the fixture's greedy_ids (HF generate, the cache path) disagree with fak at step 14, where
+// fak's top-2 margin is 0.042 (129 over the reference's 456) — far outside f32 noise. fak's chunked
+// prefill over prompt + greedy[:14] and its recurrent decode agree on 129 to 1e-5, and the prompt
+// logits match the float64 reference to ~1e-5, so the suspect is how the reference continuation
+// was produced (see reference.json); every other step matches. Until the fixture is regenerated
+// the test pins exactly that one mismatch, so any other divergence still fails.
+const std::vector<int> kKnownGreedyMismatches = {14};
+
+TEST_F(Hybrid, ParityWithReference) {
+  auto ref = TensorStore::open_file(fixture_dir() / "reference.safetensors");
+  ParityReport r = run_parity(model, ref, 1e-3);
+  ASSERT_FALSE(r.cases.empty());
+  for (const ParityCase& c : r.cases) {
+    std::printf(
+        "qwen35-hybrid %s: T=%d max|dlogit|=%.3g cos=%.8f argmax %d/%d (near-ties %zu) "
+        "greedy-tf %d/%d free-run %d/%d\n",
+        c.name.c_str(), c.n_tokens, c.max_abs_diff, c.min_cosine, c.argmax_agree, c.argmax_total,
+        c.near_ties.size(), c.teacher_forced_agree, c.greedy_total, c.free_run_match,
+        c.greedy_total);
+    EXPECT_LE(c.max_abs_diff, 1e-3) << c.name;
+    EXPECT_EQ(c.argmax_agree, c.argmax_total) << c.name;
+    EXPECT_TRUE(c.argmax_mismatches.empty()) << c.name;
+    EXPECT_EQ(c.greedy_mismatches, kKnownGreedyMismatches) << c.name;
+    EXPECT_GE(c.free_run_match, kKnownGreedyMismatches[0]) << c.name;
+    EXPECT_EQ(c.greedy_total, 16) << c.name;
+  }
+}
+
+TEST_F(Hybrid, HiddenStatesMatchReferencePerLayer) {
+  auto ref = TensorStore::open_file(fixture_dir() / "reference.safetensors");
+  auto ids64 = read_i64(ref.get("case0.input_ids"));
+  std::vector<int32_t> ids(ids64.begin(), ids64.end());
+  ASSERT_GT(ids.size(), 64u) << "the fixture should span two DeltaNet chunks";
+  std::vector<int32_t> blocks;
+  while (blocks.size() * size_t(cache->block_size()) < ids.size())
+    blocks.push_back(cache->allocate());
+  RecurrentState state(model->config());
+  const int n_layers = model->config().n_layers, dim = model->config().dim;
+  int checked = 0;
+  HiddenHook hook = [&](int index, const float* h, int T) {
+    if (index == n_layers) return;  // HF's last entry is after the final norm (fak's n_layers + 1)
+    if (index == n_layers + 1) index = n_layers;
+    auto want = read_f32(ref.get("case0.hidden_states." + std::to_string(index)));
+    ASSERT_EQ(want.size(), size_t(T) * size_t(dim));
+    EXPECT_LT(max_abs_diff(h, want.data(), want.size()), 1e-4) << "hidden state " << index;
+    ++checked;
+  };
+  BatchItem it;
+  it.blocks = &blocks;
+  it.state = &state;
+  it.tokens = ids.data();
+  it.n_tokens = int(ids.size());
+  model->forward({&it, 1}, *cache, &hook);
+  EXPECT_EQ(checked, n_layers + 1);
+  for (int32_t b : blocks) cache->release(b);
+}
+
+TEST_F(Hybrid, ForwardRefusesAMissingState) {
+  std::vector<int32_t> blocks{cache->allocate()};
+  int32_t tok = 1;
+  BatchItem it;
+  it.blocks = &blocks;
+  it.tokens = &tok;
+  it.n_tokens = 1;
+  EXPECT_THROW(model->forward({&it, 1}, *cache), Error);
+  cache->release(blocks[0]);
+}
+
+// One forward call over n tokens (chunked form, chunks of 64 from the start) against n one-token
+// calls (recurrent step): equal up to f32 rounding, at and around the chunk boundaries.
+TEST_F(Hybrid, ChunkedPrefillMatchesRecurrentDecode) {
+  for (int n : {1, 2, 63, 64, 65, 80, 130}) {
+    auto ids = random_ids(n, vocab, 100 + uint32_t(n));
+    std::vector<int32_t> blocks;
+    while (blocks.size() * size_t(cache->block_size()) < ids.size())
+      blocks.push_back(cache->allocate());
+    RecurrentState chunked(model->config());
+    std::vector<float> prefill(size_t(n) * size_t(vocab));
+    BatchItem it;
+    it.blocks = &blocks;
+    it.state = &chunked;
+    it.tokens = ids.data();
+    it.n_tokens = n;
+    it.logits = prefill.data();
+    it.all_logits = true;
+    model->forward({&it, 1}, *cache);
+
+    Session step(model, cache);
+    double worst = 0;
+    for (int i = 0; i < n; ++i) {
+      step.append({&ids[size_t(i)], 1});
+      worst = std::max(worst, max_abs_diff(step.logits().data(),
+                                           &prefill[size_t(i) * size_t(vocab)], size_t(vocab)));
+    }
+    const auto& rec = step.recurrent_state()->data;
+    const double state_diff = max_abs_diff(rec.data(), chunked.data.data(), rec.size());
+    std::printf("n=%d: max|dlogit| chunked vs recurrent %.3g, max|dstate| %.3g\n", n, worst,
+                state_diff);
+    EXPECT_LT(worst, 1e-4) << "n=" << n;
+    EXPECT_LT(state_diff, 1e-4) << "n=" << n;
+    if (n == 1) {
+      EXPECT_EQ(worst, 0.0) << "one token is the recurrent step either way";
+    }
+    for (int32_t b : blocks) cache->release(b);
+  }
+}
+
+// Appends longer than the checkpoint interval (128) run as several forward calls; that split must
+// not change anything (it falls on the 64-token chunk grid).
+TEST_F(Hybrid, LongAppendSplitsWithoutChangingTheResult) {
+  auto ids = random_ids(200, vocab, 7);
+  std::vector<int32_t> blocks;
+  while (blocks.size() * size_t(cache->block_size()) < ids.size())
+    blocks.push_back(cache->allocate());
+  RecurrentState state(model->config());
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  BatchItem it{&blocks, &state, ids.data(), int(ids.size()), 0, logits.data(), false};
+  model->forward({&it, 1}, *cache);
+  Session s = cold({ids});
+  EXPECT_TRUE(bit_equal(s.logits(), logits));
+  EXPECT_TRUE(*s.recurrent_state() == state);
+  EXPECT_EQ(s.segment_starts(), std::vector<int32_t>{0});
+  EXPECT_GE(s.n_checkpoints(), 2);  // at 128 and at 200
+  for (int32_t b : blocks) cache->release(b);
+}
+
+TEST_F(Hybrid, TruncateEqualsColdRunOfTheClippedAppends) {
+  auto a = random_ids(150, vocab, 1), b = random_ids(20, vocab, 2), d = random_ids(4, vocab, 3);
+  Session base = cold({a, b});
+  for (int32_t t : d) base.append({&t, 1});  // decode steps: appends of one token
+  for (int n : {0, 1, 63, 64, 100, 128, 129, 140, 150, 151, 165, 170, 172}) {
+    Session s = base.clone();
+    s.truncate(n);
+    Appends want;
+    int pos = 0;
+    for (const auto& part : Appends{a, b, {d[0]}, {d[1]}, {d[2]}, {d[3]}}) {
+      const int take = std::clamp(n - pos, 0, int(part.size()));
+      if (take > 0) want.push_back({part.begin(), part.begin() + take});
+      pos += int(part.size());
+    }
+    Session ref = cold(want);
+    expect_same(s, ref, "truncate " + std::to_string(n));
+    auto more = random_ids(9, vocab, 50 + uint32_t(n));
+    s.append(more);
+    ref.append(more);
+    expect_same(s, ref, "truncate " + std::to_string(n) + " then append");
+  }
+}
+
+TEST_F(Hybrid, ExactEvictEqualsColdRunWithoutTheSpan) {
+  auto a = random_ids(150, vocab, 11), b = random_ids(20, vocab, 12), c = random_ids(30, vocab, 13);
+  struct Case {
+    int begin, end;
+    Appends want;
+  };
+  auto cut = [](const std::vector<int32_t>& v, int from, int to) {
+    return std::vector<int32_t>(v.begin() + from, v.begin() + to);
+  };
+  auto without = [](std::vector<int32_t> v, int from, int to) {
+    v.erase(v.begin() + from, v.begin() + to);
+    return v;
+  };
+  std::vector<Case> cases = {
+      {10, 20, {without(a, 10, 20), b, c}},            // inside the first append
+      {140, 155, {cut(a, 0, 140), cut(b, 5, 20), c}},  // across a boundary: b loses its head
+      {150, 170, {a, c}},                              // a whole append
+      {0, 150, {b, c}},                                // from the start
+      {160, 200, {a, cut(b, 0, 10)}},                  // to the end
+      {130, 175, {cut(a, 0, 130), cut(c, 5, 30)}},
+  };
+  for (const Case& k : cases) {
+    Session s = cold({a, b, c});
+    Session other = s.clone();
+    s.evict(k.begin, k.end, EvictMode::Exact);
+    Session ref = cold(k.want);
+    const std::string what =
+        "evict [" + std::to_string(k.begin) + ", " + std::to_string(k.end) + ")";
+    expect_same(s, ref, what);
+    Session untouched = cold({a, b, c});
+    expect_same(other, untouched, what + ": the clone");
+  }
+}
+
+TEST_F(Hybrid, ShiftEvictIsRefused) {
+  Session s = cold({random_ids(40, vocab, 1)});
+  EXPECT_THROW(s.evict(5, 10, EvictMode::Shift), Error);
+  EXPECT_EQ(s.size(), 40);
+}
+
+TEST_F(Hybrid, CloneCopiesTheState) {
+  auto prefix = random_ids(70, vocab, 21), x = random_ids(5, vocab, 22),
+       y = random_ids(66, vocab, 23);
+  Session base = cold({prefix});
+  Session a = base.clone(), b = base.clone();
+  a.append(x);
+  b.append(y);
+  Session ra = cold({prefix, x}), rb = cold({prefix, y}), rbase = cold({prefix});
+  expect_same(a, ra, "clone a");
+  expect_same(b, rb, "clone b");
+  expect_same(base, rbase, "the original");
+}
+
+TEST_F(Hybrid, SaveLoadEqualsUninterrupted) {
+  auto a = random_ids(140, vocab, 31), b = random_ids(9, vocab, 32);
+  Session s = cold({a, b});
+  auto path = test::temp_dir() / "h.fak";
+  s.save(path);
+  Session loaded = Session::load(path, model, cache);
+  expect_same(loaded, s, "loaded");
+  for (int i = 0; i < 5; ++i) {
+    int32_t t = argmax(s.logits());
+    s.append({&t, 1});
+    loaded.append({&t, 1});
+  }
+  expect_same(loaded, s, "decoded after load");
+  // Edits after a load replay with the saved append boundaries.
+  loaded.truncate(145);
+  Session ref = cold({a, {b.begin(), b.begin() + 5}});
+  expect_same(loaded, ref, "truncated after load");
+}
+
+TEST_F(Hybrid, SessionFileRefusesAStateOfTheWrongSize) {
+  Session s = cold({random_ids(10, vocab, 41)});
+  auto path = test::temp_dir() / "h.fak";
+  s.save(path);
+  std::string bytes = test::read_file(path);
+  // Drop four bytes of state before the checksum: truncation is caught.
+  auto bad = test::temp_dir() / "bad.fak";
+  test::write_file(bad, bytes.substr(0, bytes.size() - 12) + bytes.substr(bytes.size() - 8));
+  EXPECT_THROW(Session::load(bad, model, cache), Error);
+  // A dense model's session file does not load into the hybrid model.
+  auto dense = Model::load(test::data_path("oracle/qwen3-tiny"), {.load_tokenizer = false});
+  auto dense_cache =
+      std::make_shared<KvCache>(dense->n_attention_layers(), dense->config().kv_dim());
+  EXPECT_THROW(Session::load(path, dense, dense_cache), Error);
+}
+
+TEST_F(Hybrid, BatchedDecodeEqualsAlone) {
+  auto prefix = random_ids(66, vocab, 51);
+  Session base = cold({prefix});
+  std::vector<Session> agents, alone;
+  for (int i = 0; i < 4; ++i) {
+    auto suffix = random_ids(1 + 30 * i, vocab, 60 + uint32_t(i));
+    agents.push_back(base.clone());
+    agents.back().append(suffix);
+    alone.push_back(cold({prefix, suffix}));
+  }
+  for (int step = 0; step < 5; ++step) {
+    std::vector<Session*> ptrs;
+    std::vector<int32_t> next;
+    for (auto& s : agents) {
+      ptrs.push_back(&s);
+      next.push_back(argmax(s.logits()));
+    }
+    decode_batch(ptrs, next);
+    for (size_t i = 0; i < alone.size(); ++i) {
+      alone[i].append({&next[i], 1});
+      expect_same(agents[i], alone[i],
+                  "agent " + std::to_string(i) + " step " + std::to_string(step));
+    }
+  }
+}
+
+TEST_F(Hybrid, CheckpointsAreBounded) {
+  Session s = cold({random_ids(300, vocab, 71)});
+  const size_t one = RecurrentState(model->config()).bytes() + size_t(vocab) * sizeof(float);
+  EXPECT_EQ(s.n_checkpoints(), 3);  // 128, 256, 300
+  EXPECT_EQ(s.checkpoint_bytes(), 3 * one);
+  for (int i = 0; i < 12; ++i) s.append(random_ids(2, vocab, 80 + uint32_t(i)));
+  EXPECT_EQ(s.n_checkpoints(), 8);
+  EXPECT_EQ(s.checkpoint_bytes(), 8 * one);
+  // Truncating below every kept checkpoint replays from the zero state: still exact.
+  s.truncate(200);
+  Session ref = cold({{s.tokens().begin(), s.tokens().end()}});
+  expect_same(s, ref, "truncate below the kept checkpoints");
+}
+
+// The qwen3_5 multimodal checkpoint layout: config under text_config, the language model's weights
+// under model.language_model., vision and MTP tensors beside them (ignored).
+TEST_F(Hybrid, LoadsTheMultimodalLayout) {
+  auto dir = test::temp_dir() / "qwen35-vl";
+  std::filesystem::create_directories(dir);
+  auto text = nlohmann::json::parse(test::read_file(fixture_dir() / "config.json"));
+  nlohmann::json root{{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                      {"model_type", "qwen3_5"},
+                      {"text_config", text},
+                      {"vision_config", {{"depth", 1}, {"hidden_size", 8}}},
+                      {"image_token_id", 500}};
+  test::write_file(dir / "config.json", root.dump(1));
+  auto src = SafetensorsFile::open(fixture_dir() / "model.safetensors");
+  std::vector<TensorToWrite> ts;
+  for (const auto& t : src.tensors()) {
+    std::string name = t.name;
+    if (name.rfind("model.", 0) == 0) name = "model.language_model." + name.substr(6);
+    ts.push_back({name, t.dtype, t.shape, {reinterpret_cast<const char*>(t.data), t.nbytes}});
+  }
+  std::vector<float> extra(16, 0.5f);
+  std::string_view extra_bytes(reinterpret_cast<const char*>(extra.data()), 64);
+  ts.push_back({"model.visual.patch_embed.proj.weight", DType::F32, {4, 4}, extra_bytes});
+  ts.push_back({"mtp.fc.weight", DType::F32, {16}, extra_bytes});
+  write_safetensors(dir / "model.safetensors", ts);
+
+  auto vl = Model::load(dir, {.load_tokenizer = false});
+  EXPECT_TRUE(vl->config().is_hybrid());
+  EXPECT_EQ(vl->config().n_layers, model->config().n_layers);
+  auto ids = random_ids(70, vocab, 91);
+  auto vl_cache = std::make_shared<KvCache>(vl->n_attention_layers(), vl->config().kv_dim());
+  Session s(vl, vl_cache);
+  s.append(ids);
+  Session ref = cold({ids});
+  EXPECT_TRUE(bit_equal(s.logits(), ref.logits()));
+}
+
+// The CLI over the same fixture: logits and argmax pass; the verdict is FAIL only through the
+// known reference greedy mismatch above.
+TEST(HybridCli, ParityReportsTheFixture) {
+  auto dir = fixture_dir();
+  auto r = test::run_fak("parity -m " + dir.string() + " --reference " +
+                         (dir / "reference.safetensors").string() + " --json");
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["cases"].size(), 1u) << r.out;
+  const auto& c = j["cases"][0];
+  EXPECT_LE(c["max_abs_diff"].get<double>(), 1e-3);
+  EXPECT_EQ(c["argmax_agree"], c["argmax_total"]);
+  EXPECT_EQ(c["greedy_mismatches"].get<std::vector<int>>(), kKnownGreedyMismatches);
+  EXPECT_EQ(r.exit_code == 0, kKnownGreedyMismatches.empty()) << r.out << r.err;
+}
+
+}  // namespace fak

@@ -1,0 +1,150 @@
+// Quantised matmul: every weight type against the dequantised-weights float reference, and the
+// bit-determinism rule of matmul.h (batch size, tiles, threads never change an output).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
+#include "ops/quant/quant.h"
+
+namespace fak {
+namespace {
+
+const WType kQuantTypes[] = {WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0,
+                             WType::Q5_1, WType::Q4_K, WType::Q5_K, WType::Q6_K};
+
+struct Quantised {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+Quantised make_matrix(WType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  Quantised q;
+  const QuantType qt = *wtype_quant(type);
+  const size_t rb = row_bytes(qt, cols);
+  q.bytes.resize(rb * size_t(rows));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    quantize_row(qt, row.data(), q.bytes.data() + size_t(r) * rb, cols);
+  }
+  q.w = {type, q.bytes.data(), rows, cols, rb};
+  EXPECT_EQ(rb, wtype_row_bytes(type, cols));
+  return q;
+}
+
+std::vector<float> activations(int n_tokens, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(size_t(n_tokens) * size_t(cols));
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+std::vector<float> run(const WeightMatrix& w, const std::vector<float>& x, int n_tokens) {
+  std::vector<float> y(size_t(n_tokens) * size_t(w.rows));
+  matmul(w, x.data(), n_tokens, y.data());
+  return y;
+}
+
+class MatmulQuant : public ::testing::TestWithParam<WType> {};
+
+// The engine's answer is the integer dot of the weights with the *quantised* activations, so the
+// tight check dequantises both sides (only float summation order differs: 1e-4 of the row's
+// magnitude); the loose one bounds the activation quantisation error against float x.
+TEST_P(MatmulQuant, MatchesDequantisedReference) {
+  const WType type = GetParam();
+  const QuantType qt = *wtype_quant(type);
+  const QuantType at = dot_activation_type(qt);
+  for (int64_t cols : {256, 768, 1024 + 512}) {
+    const int64_t rows = 37;
+    const int n_tokens = 5;
+    Quantised m = make_matrix(type, rows, cols, uint32_t(cols));
+    std::vector<float> x = activations(n_tokens, cols, 11);
+    std::vector<float> y = run(m.w, x, n_tokens);
+    std::vector<float> wrow(static_cast<size_t>(cols)), xq(static_cast<size_t>(cols));
+    std::vector<uint8_t> aq(row_bytes(at, cols));
+    for (int t = 0; t < n_tokens; ++t) {
+      const float* xt = &x[size_t(t) * size_t(cols)];
+      quantize_row(at, xt, aq.data(), cols);
+      dequantize_row(at, aq.data(), xq.data(), cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(m.w, r, wrow.data());
+        double exact = 0, loose = 0, mag = 0;
+        for (int64_t k = 0; k < cols; ++k) {
+          exact += double(wrow[size_t(k)]) * xq[size_t(k)];
+          loose += double(wrow[size_t(k)]) * xt[k];
+          mag += std::fabs(double(wrow[size_t(k)]) * xt[k]);
+        }
+        const float got = y[size_t(t) * size_t(rows) + size_t(r)];
+        ASSERT_NEAR(got, exact, 1e-4 * mag) << wtype_name(type) << " cols " << cols << " r " << r;
+        ASSERT_NEAR(got, loose, 0.02 * mag) << wtype_name(type) << " cols " << cols << " r " << r;
+      }
+    }
+  }
+}
+
+// Prefill == decode: every output of a batched call is bit-identical to the same token alone, to
+// the plain vec_dot path (tiles off), and to a single-threaded run.
+TEST_P(MatmulQuant, OutputsDoNotDependOnBatchTilesOrThreads) {
+  const WType type = GetParam();
+  const int64_t cols = 512, rows = 67;  // odd rows: 2-row tiles plus a 1-row remainder
+  Quantised m = make_matrix(type, rows, cols, 3);
+  for (int n_tokens : {1, 2, 3, 4, 7, 9, 70}) {
+    std::vector<float> x = activations(n_tokens, cols, uint32_t(n_tokens));
+    std::vector<float> batched = run(m.w, x, n_tokens);
+    kernels::set_quant_tiles_enabled(false);
+    std::vector<float> plain = run(m.w, x, n_tokens);
+    kernels::set_quant_tiles_enabled(true);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    std::vector<float> single = run(m.w, x, n_tokens);
+    omp_set_num_threads(threads);
+    ASSERT_EQ(0, std::memcmp(batched.data(), plain.data(), 4 * batched.size()))
+        << wtype_name(type) << " tiles vs vec_dot, n_tokens " << n_tokens;
+    ASSERT_EQ(0, std::memcmp(batched.data(), single.data(), 4 * batched.size()))
+        << wtype_name(type) << " threads, n_tokens " << n_tokens;
+    for (int t = 0; t < n_tokens; ++t) {
+      std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+      std::vector<float> alone = run(m.w, xt, 1);
+      ASSERT_EQ(0, std::memcmp(alone.data(), &batched[size_t(t) * size_t(rows)], 4 * size_t(rows)))
+          << wtype_name(type) << " token " << t << " of " << n_tokens;
+    }
+  }
+}
+
+TEST_P(MatmulQuant, DequantizeRowMatchesBlockDequantize) {
+  const WType type = GetParam();
+  Quantised m = make_matrix(type, 3, 512, 5);
+  std::vector<float> a(512), b(512);
+  for (int64_t r = 0; r < 3; ++r) {
+    dequantize_row(m.w, r, a.data());
+    dequantize_row(*wtype_quant(type), m.w.row(r), b.data(), 512);
+    EXPECT_EQ(a, b);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulQuant, ::testing::ValuesIn(kQuantTypes),
+                         [](const auto& info) { return std::string(wtype_name(info.param)); });
+
+TEST(MatmulQuantTypes, WTypeMirrorsQuantType) {
+  for (WType t : kQuantTypes) {
+    ASSERT_TRUE(wtype_quant(t));
+    EXPECT_EQ(wtype_from_quant(*wtype_quant(t)), t);
+    EXPECT_EQ(wtype_block(t), quant_block_size(*wtype_quant(t)));
+    EXPECT_EQ(wtype_row_bytes(t, 4096), row_bytes(*wtype_quant(t), 4096));
+    EXPECT_EQ(wtype_name(t), quant_type_name(*wtype_quant(t)));
+  }
+  EXPECT_FALSE(wtype_quant(WType::BF16));
+  EXPECT_FALSE(wtype_from_quant(QuantType::Q8_K));
+}
+
+}  // namespace
+}  // namespace fak

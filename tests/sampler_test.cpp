@@ -1,0 +1,67 @@
+#include "runtime/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+
+namespace fak {
+
+TEST(Sampler, GreedyIsArgmaxAndTopK1IsGreedy) {
+  std::vector<float> l = {0.1f, 2.0f, -1.0f, 1.9f};
+  Sampler greedy;
+  EXPECT_EQ(greedy.sample(l), 1);
+  Sampler k1({.temperature = 1.5f, .top_k = 1, .seed = 3});
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(k1.sample(l), 1);
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferent) {
+  std::vector<float> l(50);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = float(i % 7) * 0.3f;
+  auto draw = [&](uint64_t seed) {
+    Sampler s({.temperature = 1.0f, .seed = seed});
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) out.push_back(s.sample(l));
+    return out;
+  };
+  EXPECT_EQ(draw(1), draw(1));
+  EXPECT_NE(draw(1), draw(2));
+}
+
+TEST(Sampler, TemperatureFollowsTheSoftmax) {
+  // Two tokens with logits differing by ln(3): probabilities 3/4 and 1/4 at temperature 1.
+  std::vector<float> l = {std::log(3.0f), 0.0f};
+  Sampler s({.temperature = 1.0f, .seed = 11});
+  int first = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) first += s.sample(l) == 0;
+  EXPECT_NEAR(double(first) / n, 0.75, 0.02);
+}
+
+TEST(Sampler, TopPAndMinPCutTheTail) {
+  std::vector<float> l = {3.0f, 2.9f, -5.0f, -6.0f};
+  Sampler top_p({.temperature = 1.0f, .top_p = 0.9f, .seed = 5});
+  Sampler min_p({.temperature = 1.0f, .min_p = 0.05f, .seed = 5});
+  for (int i = 0; i < 500; ++i) {
+    EXPECT_LT(top_p.sample(l), 2);
+    EXPECT_LT(min_p.sample(l), 2);
+  }
+}
+
+TEST(Sampler, RepetitionPenaltyPushesSeenTokensDown) {
+  std::vector<float> l = {2.0f, 1.9f, 0.0f};
+  Sampler s({.repetition_penalty = 1.3f});
+  std::vector<int32_t> history = {0};
+  EXPECT_EQ(s.sample(l, history), 1);
+  EXPECT_EQ(s.sample(l), 0);
+}
+
+TEST(Sampler, RejectsNonsenseOptions) {
+  EXPECT_THROW(Sampler({.temperature = -1.0f}), Error);
+  EXPECT_THROW(Sampler({.top_p = 0.0f}), Error);
+  EXPECT_THROW(Sampler({.min_p = 1.0f}), Error);
+}
+
+}  // namespace fak

@@ -1,0 +1,196 @@
+// fak agentbench: A agents x T turns over a shared prefix of P tokens; each turn appends a tool
+// result of R tokens and decodes D tokens. Three arms on the same model:
+//   (a) re-prefill: every turn prefills the agent's whole context from scratch (what a stateless
+//       server does); measured on the first `--a-turns` turns, the rest extrapolated from the
+//       measured cost per prefilled token (reported as such);
+//   (b) warm: one KV per agent, kept across turns (each agent prefills the prefix itself);
+//   (c) fak: the prefix prefilled once, cloned into every agent (blocks shared), each turn's tool
+//       result prefilled per agent, and the D decode steps of all agents batched together.
+// Reports tokens computed and wall time per arm (JSON with --json).
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "common.h"
+#include "core/error.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+namespace fak::cli {
+
+namespace {
+
+struct AgentArgs {
+  std::string model;
+  int agents = 5, turns = 20, prefix = 2048, result = 64, decode = 32, a_turns = 2, threads = 0;
+  bool json = false;
+  std::string arms = "abc";
+};
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Arm {
+  std::string name;
+  double seconds = 0;
+  int64_t prefilled = 0, decoded = 0;
+  bool extrapolated = false;
+  int measured_turns = 0;
+};
+
+void agentbench(const AgentArgs& a) {
+  set_threads(a.threads);
+  auto model = load_model(a.model);
+  const ModelConfig& c = model->config();
+  const int64_t final_ctx = int64_t(a.prefix) + int64_t(a.turns) * (a.result + a.decode);
+  if (final_ctx > c.max_seq_len)
+    fail("P + T*(R+D) = " + std::to_string(final_ctx) + " tokens exceeds the model's context of " +
+         std::to_string(c.max_seq_len));
+  std::mt19937 rng(7);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> v(size_t(n), 0);
+    for (auto& t : v) t = int32_t(rng() % uint32_t(c.vocab));
+    return v;
+  };
+  const auto prefix = random_tokens(a.prefix);
+  // results[agent][turn]: the tool results, fixed so every arm sees the same workload.
+  std::vector<std::vector<std::vector<int32_t>>> results(size_t(a.agents));
+  for (auto& per_agent : results)
+    for (int t = 0; t < a.turns; ++t) per_agent.push_back(random_tokens(a.result));
+  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), c.kv_dim(), KvCacheOptions{.keep_kraw = false});
+  std::vector<Arm> arms;
+
+  if (a.arms.find('a') != std::string::npos) {
+    Arm arm{"a_reprefill"};
+    const int measured = std::min(a.a_turns, a.turns);
+    auto t0 = std::chrono::steady_clock::now();
+    double prefill_s = 0;
+    int64_t measured_prefill = 0;
+    for (int ag = 0; ag < a.agents; ++ag) {
+      std::vector<int32_t> ctx = prefix;
+      for (int t = 0; t < measured; ++t) {
+        ctx.insert(ctx.end(), results[size_t(ag)][size_t(t)].begin(), results[size_t(ag)][size_t(t)].end());
+        Session s(model, cache);
+        auto tp = std::chrono::steady_clock::now();
+        s.append(ctx);
+        prefill_s += since(tp);
+        measured_prefill += int64_t(ctx.size());
+        for (int d = 0; d < a.decode; ++d) {
+          int32_t next = argmax(s.logits());
+          ctx.push_back(next);
+          if (d + 1 < a.decode) s.append({&next, 1});
+        }
+      }
+    }
+    const double measured_s = since(t0);
+    const double decode_s = measured_s - prefill_s;
+    // Extrapolate: prefill cost per token measured above; contexts grow by R + D per turn.
+    int64_t total_prefill = 0;
+    for (int t = 0; t < a.turns; ++t) total_prefill += int64_t(a.prefix) + int64_t(t + 1) * a.result + int64_t(t) * a.decode;
+    total_prefill *= a.agents;
+    arm.prefilled = total_prefill;
+    arm.decoded = int64_t(a.agents) * a.turns * a.decode;
+    arm.seconds = prefill_s / double(measured_prefill) * double(total_prefill) +
+                  decode_s / double(measured) * double(a.turns);
+    arm.extrapolated = measured < a.turns;
+    arm.measured_turns = measured;
+    arms.push_back(arm);
+  }
+
+  if (a.arms.find('b') != std::string::npos) {
+    Arm arm{"b_warm_per_agent"};
+    auto t0 = std::chrono::steady_clock::now();
+    for (int ag = 0; ag < a.agents; ++ag) {
+      Session s(model, cache);
+      s.append(prefix);
+      arm.prefilled += a.prefix;
+      for (int t = 0; t < a.turns; ++t) {
+        s.append(results[size_t(ag)][size_t(t)]);
+        arm.prefilled += a.result;
+        for (int d = 0; d < a.decode; ++d) {
+          int32_t next = argmax(s.logits());
+          s.append({&next, 1});
+          ++arm.decoded;
+        }
+      }
+    }
+    arm.seconds = since(t0);
+    arm.measured_turns = a.turns;
+    arms.push_back(arm);
+  }
+
+  if (a.arms.find('c') != std::string::npos) {
+    Arm arm{"c_fak_shared_batched"};
+    auto t0 = std::chrono::steady_clock::now();
+    Session base(model, cache);
+    base.append(prefix);
+    arm.prefilled += a.prefix;
+    std::vector<Session> agents;
+    for (int ag = 0; ag < a.agents; ++ag) agents.push_back(base.clone());
+    std::vector<Session*> ptrs;
+    for (auto& s : agents) ptrs.push_back(&s);
+    std::vector<int32_t> next(size_t(a.agents));
+    for (int t = 0; t < a.turns; ++t) {
+      for (int ag = 0; ag < a.agents; ++ag) {
+        agents[size_t(ag)].append(results[size_t(ag)][size_t(t)]);
+        arm.prefilled += a.result;
+      }
+      for (int d = 0; d < a.decode; ++d) {
+        for (int ag = 0; ag < a.agents; ++ag) next[size_t(ag)] = argmax(agents[size_t(ag)].logits());
+        decode_batch(ptrs, next);
+        arm.decoded += a.agents;
+      }
+    }
+    arm.seconds = since(t0);
+    arm.measured_turns = a.turns;
+    arms.push_back(arm);
+  }
+
+  nlohmann::json j{{"model", model->path().string()}, {"agents", a.agents}, {"turns", a.turns},
+                   {"prefix", a.prefix}, {"result", a.result}, {"decode", a.decode}};
+  double b_s = 0, a_s = 0, c_s = 0;
+  for (auto& arm : arms) {
+    j["arms"].push_back({{"arm", arm.name}, {"seconds", arm.seconds}, {"tokens_prefilled", arm.prefilled},
+                         {"tokens_decoded", arm.decoded}, {"tokens_computed", arm.prefilled + arm.decoded},
+                         {"extrapolated", arm.extrapolated}, {"measured_turns", arm.measured_turns}});
+    if (arm.name[0] == 'a') a_s = arm.seconds;
+    if (arm.name[0] == 'b') b_s = arm.seconds;
+    if (arm.name[0] == 'c') c_s = arm.seconds;
+  }
+  if (c_s > 0 && b_s > 0) j["speedup_c_over_b"] = b_s / c_s;
+  if (c_s > 0 && a_s > 0) j["speedup_c_over_a"] = a_s / c_s;
+  if (a.json) {
+    std::printf("%s\n", j.dump(1).c_str());
+    return;
+  }
+  std::printf("agentbench: %d agents x %d turns, prefix %d, result %d, decode %d (%s)\n", a.agents, a.turns,
+              a.prefix, a.result, a.decode, model->path().string().c_str());
+  for (auto& arm : arms)
+    std::printf("  %-22s %9.2f s  prefilled %9lld  decoded %7lld%s\n", arm.name.c_str(), arm.seconds,
+                (long long)arm.prefilled, (long long)arm.decoded,
+                arm.extrapolated ? ("  (extrapolated from " + std::to_string(arm.measured_turns) + " turns)").c_str() : "");
+  if (j.contains("speedup_c_over_b")) std::printf("  c vs b: %.2fx\n", j["speedup_c_over_b"].get<double>());
+  if (j.contains("speedup_c_over_a")) std::printf("  c vs a: %.2fx\n", j["speedup_c_over_a"].get<double>());
+}
+
+}  // namespace
+
+void register_agentbench(CLI::App& app) {
+  auto a = std::make_shared<AgentArgs>();
+  CLI::App* c = app.add_subcommand("agentbench", "multi-agent workload: re-prefill vs warm KV vs fak reuse");
+  c->add_option("-m,--model", a->model, "model (default: the bundled pycoder-6m)");
+  c->add_option("-A,--agents", a->agents, "agents")->check(CLI::Range(1, 256));
+  c->add_option("-T,--turns", a->turns, "turns per agent")->check(CLI::Range(1, 10000));
+  c->add_option("-P,--prefix", a->prefix, "shared prefix tokens")->check(CLI::Range(1, 1 << 20));
+  c->add_option("-R,--result", a->result, "tool-result tokens per turn")->check(CLI::Range(1, 1 << 20));
+  c->add_option("-D,--decode", a->decode, "decoded tokens per turn")->check(CLI::Range(1, 1 << 20));
+  c->add_option("--a-turns", a->a_turns, "turns measured in arm (a) before extrapolating")->check(CLI::Range(1, 10000));
+  c->add_option("--arms", a->arms, "which arms to run (subset of abc)");
+  c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
+  c->add_flag("--json", a->json, "print JSON");
+  c->callback([a] { agentbench(*a); });
+}
+
+}  // namespace fak::cli
