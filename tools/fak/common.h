@@ -43,5 +43,7 @@ void register_agentbench(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_chat(CLI::App& app);
 
 }  // namespace fak::cli

@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   fak::cli::register_convert(app);
   fak::cli::register_quantize(app);
   fak::cli::register_synth(app);
+  fak::cli::register_serve(app);
+  fak::cli::register_chat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

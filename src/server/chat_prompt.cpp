@@ -1,0 +1,40 @@
+#include "server/chat_prompt.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "runtime/generate.h"
+#include "server/tool_calls.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fak::server {
+
+ChatPrompt::ChatPrompt(const Model& model) {
+  const Tokenizer* tok = model.tokenizer();
+  check(tok != nullptr, model.path().string() + " has no tokenizer.json: chat needs one");
+  const TokenizerSpec& spec = tok->spec();
+  template_ =
+      spec.chat_template.empty() ? ChatTemplate::chatml() : ChatTemplate::parse(spec.chat_template);
+  // A template that never mentions tool_calls would silently drop them; such templates get the
+  // tools and calls written into the messages instead (messages_for_plain_template).
+  handles_tools_ = template_.source().find("tool_calls") != std::string::npos &&
+                   template_.source().find("tools") != std::string::npos;
+  extra_ = ojson::object();
+  auto token_text = [&](std::optional<int32_t> id) { return id ? tok->decode({&*id, 1}) : ""; };
+  extra_["bos_token"] = token_text(spec.bos_id);
+  extra_["eos_token"] = token_text(spec.eos_id);
+  stop_ids_ = model_stop_ids(model);
+  for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"})
+    if (auto id = tok->token_id(end); id && tok->is_special(*id)) stop_ids_.push_back(*id);
+  std::sort(stop_ids_.begin(), stop_ids_.end());
+  stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
+}
+
+std::string ChatPrompt::render(const ojson& messages, const ojson& tools,
+                               bool add_generation_prompt) const {
+  if (handles_tools_) return template_.render(messages, tools, add_generation_prompt, extra_);
+  return template_.render(messages_for_plain_template(messages, tools), ojson(),
+                          add_generation_prompt, extra_);
+}
+
+}  // namespace fak::server

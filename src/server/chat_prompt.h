@@ -1,0 +1,36 @@
+// A conversation to prompt tokens for one model: its own chat template (tokenizer_config.json's
+// chat_template) or ChatML when it has none, the generation prompt, and the end-of-turn tokens that
+// stop an assistant reply. Shared by `fak serve`, `fak chat` and the session API.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "tokenizer/chat_template.h"
+
+namespace fak::server {
+
+using ojson = nlohmann::ordered_json;
+
+class ChatPrompt {
+ public:
+  // Throws fak::Error when the model has no tokenizer or its template does not parse.
+  explicit ChatPrompt(const Model& model);
+
+  // messages: normalised OpenAI messages (content strings). tools: null or an array.
+  std::string render(const ojson& messages, const ojson& tools, bool add_generation_prompt) const;
+  // End of an assistant turn: the model's eos ids plus end-of-turn specials (<|im_end|>, ...).
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  bool template_handles_tools() const { return handles_tools_; }
+
+ private:
+  ChatTemplate template_;
+  ojson extra_;
+  std::vector<int32_t> stop_ids_;
+  bool handles_tools_ = false;
+};
+
+}  // namespace fak::server

@@ -1,0 +1,46 @@
+// What every route handler shares: the model and its prompt builder, the scheduler, the session
+// store, metrics and options; plus the glue every route uses (tenant from the bearer token, JSON
+// replies, turning exceptions into OpenAI error bodies).
+#pragma once
+
+#include <httplib.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "models/model.h"
+#include "server/chat_prompt.h"
+#include "server/metrics.h"
+#include "server/openai_format.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+#include "server/session_store.h"
+
+namespace fak::server {
+
+struct ServerContext {
+  std::shared_ptr<const Model> model;
+  ServerOptions options;
+  std::string model_id;
+  std::unique_ptr<ChatPrompt> chat;  // null when the model has no tokenizer
+  Metrics metrics;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<SessionStore> sessions;  // touched only inside scheduler jobs
+};
+
+// The bearer token (empty without one): the tenant for prefix-cache partitions and sessions.
+std::string tenant_of(const httplib::Request& req);
+void reply_json(httplib::Response& res, int status, const ojson& body);
+void reply_error(httplib::Response& res, int status, const std::string& message,
+                 const std::string& type, const std::string& param = "",
+                 const std::string& code = "");
+// A handler whose exceptions become error replies: ApiError as given, fak::Error as 400, anything
+// else as 500. The server never dies of one request.
+httplib::Server::Handler guarded(
+    std::function<void(const httplib::Request&, httplib::Response&)> fn);
+
+void add_openai_routes(httplib::Server& http, ServerContext& ctx);
+void add_fak_routes(httplib::Server& http, ServerContext& ctx);
+
+}  // namespace fak::server

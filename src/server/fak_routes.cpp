@@ -1,0 +1,160 @@
+// The /v1/fak/ extensions: server-side sessions an agent edits directly. HTTP parsing happens here;
+// the work runs as a scheduler job (SessionStore), between decode steps of the OpenAI traffic.
+//
+//   POST   /v1/fak/sessions                 {id?, text? | ids? | messages?}  create (+ append)
+//   GET    /v1/fak/sessions                 list
+//   GET    /v1/fak/sessions/:id             tokens, text, segments
+//   DELETE /v1/fak/sessions/:id
+//   POST   /v1/fak/sessions/:id/append      {text | ids | messages, add_generation_prompt?}
+//   POST   /v1/fak/sessions/:id/generate    {max_tokens, temperature, top_p, top_k, seed,
+//   ignore_eos} POST   /v1/fak/sessions/:id/clone       {id?} POST   /v1/fak/sessions/:id/save
+//   {name}        (a file under --session-dir) POST   /v1/fak/sessions/load            {name, id?}
+//   POST   /v1/fak/sessions/:id/quarantine  {begin, end} | {message}, mode: "exact" | "shift"
+#include "runtime/generate.h"
+#include "server/api_error.h"
+#include "server/context.h"
+#include "server/openai_request.h"
+
+namespace fak::server {
+
+namespace {
+
+ojson body_of(const httplib::Request& req) {
+  if (req.body.empty()) return ojson::object();
+  return parse_json_object(req.body);
+}
+
+// Runs fn on the scheduler thread and replies with what it returns.
+void in_job(ServerContext& ctx, httplib::Response& res, int status, std::function<ojson()> fn) {
+  ojson out;
+  ctx.scheduler->run_job([&] { out = fn(); });
+  reply_json(res, status, out);
+}
+
+EvictMode mode_of(const ojson& body) {
+  const std::string mode = get_string(body, "mode").value_or("exact");
+  if (mode == "exact") return EvictMode::Exact;
+  if (mode == "shift") return EvictMode::Shift;
+  bad_request("`mode` must be \"exact\" or \"shift\"", "mode");
+}
+
+}  // namespace
+
+void add_fak_routes(httplib::Server& http, ServerContext& ctx) {
+  SessionStore& store = *ctx.sessions;
+  const char* kId = R"(/v1/fak/sessions/([A-Za-z0-9._-]+))";
+
+  http.Post("/v1/fak/sessions", guarded([&](const httplib::Request& req, httplib::Response& res) {
+              const ojson body = body_of(req);
+              const std::string wanted = get_string(body, "id").value_or("");
+              const std::string tenant = tenant_of(req);
+              in_job(ctx, res, 201, [&] {
+                const std::string id = store.create(tenant, wanted);
+                try {
+                  if (body.contains("text") || body.contains("ids") || body.contains("messages"))
+                    store.append(tenant, id, body);
+                } catch (...) {
+                  store.remove(tenant, id);
+                  throw;
+                }
+                ojson d = store.describe(tenant, id);
+                return ojson{{"id", id}, {"object", "fak.session"}, {"size", d["size"]}};
+              });
+            }));
+  http.Get("/v1/fak/sessions", guarded([&](const httplib::Request& req, httplib::Response& res) {
+             const std::string tenant = tenant_of(req);
+             in_job(ctx, res, 200, [&] {
+               ojson data = ojson::array();
+               for (const std::string& id : store.list(tenant))
+                 data.push_back({{"id", id}, {"object", "fak.session"}});
+               return ojson{{"object", "list"}, {"data", data}};
+             });
+           }));
+  http.Post(
+      "/v1/fak/sessions/load", guarded([&](const httplib::Request& req, httplib::Response& res) {
+        const ojson body = body_of(req);
+        const auto name = get_string(body, "name");
+        if (!name) bad_request("`name` is required", "name");
+        const std::string wanted = get_string(body, "id").value_or("");
+        const std::string tenant = tenant_of(req);
+        in_job(ctx, res, 201, [&] {
+          const std::string id = store.load(tenant, *name, wanted);
+          return ojson{
+              {"id", id}, {"object", "fak.session"}, {"size", store.describe(tenant, id)["size"]}};
+        });
+      }));
+  http.Get(kId, guarded([&](const httplib::Request& req, httplib::Response& res) {
+             const std::string id = req.matches[1], tenant = tenant_of(req);
+             in_job(ctx, res, 200, [&] { return store.describe(tenant, id); });
+           }));
+  http.Delete(kId, guarded([&](const httplib::Request& req, httplib::Response& res) {
+                const std::string id = req.matches[1], tenant = tenant_of(req);
+                in_job(ctx, res, 200, [&] {
+                  store.remove(tenant, id);
+                  return ojson{{"id", id}, {"object", "fak.session"}, {"deleted", true}};
+                });
+              }));
+  http.Post(std::string(kId) + "/append",
+            guarded([&](const httplib::Request& req, httplib::Response& res) {
+              const std::string id = req.matches[1], tenant = tenant_of(req);
+              const ojson body = body_of(req);
+              in_job(ctx, res, 200, [&] { return store.append(tenant, id, body); });
+            }));
+  http.Post(std::string(kId) + "/generate",
+            guarded([&](const httplib::Request& req, httplib::Response& res) {
+              const std::string id = req.matches[1], tenant = tenant_of(req);
+              const ojson body = body_of(req);
+              GenerateOptions o;
+              o.max_tokens = int(get_int(body, "max_tokens", 1, 1 << 20).value_or(16));
+              o.sampling.temperature = float(get_number(body, "temperature", 0, 2).value_or(0));
+              o.sampling.top_p = float(get_number(body, "top_p", 1e-6, 1).value_or(1));
+              o.sampling.top_k = int(get_int(body, "top_k", 0, 1 << 30).value_or(0));
+              o.sampling.seed = uint64_t(get_int(body, "seed", INT64_MIN, INT64_MAX).value_or(0));
+              if (!get_bool(body, "ignore_eos").value_or(false))
+                o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
+              in_job(ctx, res, 200, [&] { return store.generate(tenant, id, o); });
+            }));
+  http.Post(std::string(kId) + "/clone",
+            guarded([&](const httplib::Request& req, httplib::Response& res) {
+              const std::string id = req.matches[1], tenant = tenant_of(req);
+              const std::string wanted = get_string(body_of(req), "id").value_or("");
+              in_job(ctx, res, 201, [&] {
+                const std::string nid = store.clone(tenant, id, wanted);
+                return ojson{{"id", nid}, {"object", "fak.session"}, {"cloned_from", id}};
+              });
+            }));
+  http.Post(std::string(kId) + "/save",
+            guarded([&](const httplib::Request& req, httplib::Response& res) {
+              const std::string id = req.matches[1], tenant = tenant_of(req);
+              const auto name = get_string(body_of(req), "name");
+              if (!name) bad_request("`name` is required", "name");
+              in_job(ctx, res, 200, [&] {
+                store.save(tenant, id, *name);
+                return ojson{{"id", id}, {"saved", *name}};
+              });
+            }));
+  http.Post(std::string(kId) + "/quarantine",
+            guarded([&](const httplib::Request& req, httplib::Response& res) {
+              const std::string id = req.matches[1], tenant = tenant_of(req);
+              const ojson body = body_of(req);
+              const EvictMode mode = mode_of(body);
+              const auto message = get_int(body, "message", 0, INT32_MAX);
+              const auto begin = get_int(body, "begin", 0, INT32_MAX);
+              const auto end = get_int(body, "end", 0, INT32_MAX);
+              if (message.has_value() == (begin.has_value() || end.has_value()) ||
+                  begin.has_value() != end.has_value())
+                bad_request("give either `message` (a segment index) or both `begin` and `end`");
+              in_job(ctx, res, 200, [&] {
+                EvictReport r = message
+                                    ? store.evict_segment(tenant, id, int(*message), mode)
+                                    : store.evict_span(tenant, id, int(*begin), int(*end), mode);
+                return ojson{{"id", id},
+                             {"mode", mode == EvictMode::Exact ? "exact" : "shift"},
+                             {"evicted", r.evicted},
+                             {"tokens_recomputed", r.tokens_recomputed},
+                             {"size", r.size}};
+              });
+            }));
+}
+
+}  // namespace fak::server

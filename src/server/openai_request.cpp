@@ -1,0 +1,292 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include "server/api_error.h"
+
+namespace fak::server {
+
+namespace {
+
+std::string type_name(const ojson& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+// Message content: a string, null, or an array of {type: "text", text} parts (joined).
+std::string content_text(const ojson& m, size_t index, bool allow_null) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  auto it = m.find("content");
+  if (it == m.end() || it->is_null()) {
+    if (allow_null) return "";
+    bad_request("`" + param + "` is required", param);
+  }
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    std::string text;
+    for (const ojson& part : *it) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string())
+        bad_request("`" + param + "` parts must be {\"type\": \"text\", \"text\": string}", param);
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  bad_request("`" + param + "` must be a string or an array of text parts, not " + type_name(*it),
+              param);
+}
+
+ojson parse_tool_calls(const ojson& calls, size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "].tool_calls";
+  if (!calls.is_array()) bad_request("`" + param + "` must be an array", param);
+  ojson out = ojson::array();
+  for (const ojson& c : calls) {
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      bad_request("`" + param + "` entries must be objects with a `function` object", param);
+    const ojson& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string())
+      bad_request("`" + param + "[].function.name` must be a string", param);
+    ojson args = ojson::object();
+    if (auto a = f.find("arguments"); a != f.end()) {
+      if (a->is_string()) {
+        // Templates render arguments with tojson: a JSON string argument would come out quoted.
+        args = ojson::parse(a->get<std::string>(), nullptr, false);
+        if (args.is_discarded()) args = *a;
+      } else if (a->is_object()) {
+        args = *a;
+      } else {
+        bad_request("`" + param + "[].function.arguments` must be a JSON string", param);
+      }
+    }
+    ojson call;
+    call["id"] = c.value("id", "");
+    call["type"] = "function";
+    call["function"] = {{"name", f["name"]}, {"arguments", args}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+ojson parse_messages(const ojson& body) {
+  auto it = body.find("messages");
+  if (it == body.end()) bad_request("`messages` is required", "messages");
+  if (!it->is_array())
+    bad_request("`messages` must be an array, not " + type_name(*it), "messages");
+  if (it->empty()) bad_request("`messages` must not be empty", "messages");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const ojson& m = (*it)[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) bad_request("`" + p + "` must be an object", p);
+    if (!m.contains("role") || !m["role"].is_string())
+      bad_request("`" + p + ".role` must be a string", p + ".role");
+    std::string role = m["role"];
+    if (role == "developer") role = "system";  // newer OpenAI name for the same thing
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      bad_request("`" + p + ".role` must be system, user, assistant or tool, not '" + role + "'",
+                  p + ".role");
+    ojson msg;
+    msg["role"] = role;
+    const bool has_calls =
+        role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+    msg["content"] = content_text(m, i, role == "assistant");
+    if (has_calls) msg["tool_calls"] = parse_tool_calls(m["tool_calls"], i);
+    if (role == "tool") {
+      if (auto id = m.find("tool_call_id"); id != m.end()) {
+        if (!id->is_string())
+          bad_request("`" + p + ".tool_call_id` must be a string", p + ".tool_call_id");
+        msg["tool_call_id"] = *id;
+      }
+    }
+    if (auto n = m.find("name"); n != m.end() && n->is_string()) msg["name"] = *n;
+    if (auto r = m.find("reasoning_content"); r != m.end() && r->is_string())
+      msg["reasoning_content"] = *r;
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+void parse_tools(const ojson& body, CompletionRequest& r) {
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) bad_request("`tools` must be an array", "tools");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const ojson& t = (*it)[i];
+      const std::string p = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object() || t.value("type", "function") != "function" || !t.contains("function") ||
+          !t["function"].is_object() || !t["function"].contains("name") ||
+          !t["function"]["name"].is_string())
+        bad_request("`" + p + "` must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                    p);
+    }
+    if (!it->empty()) r.tools = *it;
+  }
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.tool_choice = it->get<std::string>();
+      if (r.tool_choice != "none" && r.tool_choice != "auto" && r.tool_choice != "required")
+        bad_request("`tool_choice` must be none, auto, required or a function object",
+                    "tool_choice");
+    } else if (it->is_object()) {
+      r.tool_choice = "function";
+    } else {
+      bad_request("`tool_choice` must be a string or an object", "tool_choice");
+    }
+  }
+}
+
+void parse_prompt(const ojson& body, CompletionRequest& r) {
+  auto it = body.find("prompt");
+  if (it == body.end()) bad_request("`prompt` is required", "prompt");
+  if (it->is_string()) {
+    r.prompt = it->get<std::string>();
+    return;
+  }
+  if (it->is_array()) {
+    if (it->size() == 1 && (*it)[0].is_string()) {
+      r.prompt = (*it)[0].get<std::string>();
+      return;
+    }
+    std::vector<int32_t> ids;
+    for (const ojson& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+        bad_request(
+            "`prompt` must be a string, one string in an array, or an array of token ids "
+            "(several prompts in one request are not supported)",
+            "prompt");
+      ids.push_back(v.get<int32_t>());
+    }
+    r.prompt_ids = std::move(ids);
+    return;
+  }
+  bad_request("`prompt` must be a string or an array of token ids, not " + type_name(*it),
+              "prompt");
+}
+
+}  // namespace
+
+ojson parse_json_object(const std::string& body) {
+  ojson j;
+  try {
+    j = ojson::parse(body);
+  } catch (const ojson::parse_error& e) {
+    // nlohmann rejects ill-formed UTF-8 inside strings here too, with a message that says so.
+    bad_request(std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad_request("the request body must be a JSON object, not " + type_name(j));
+  return j;
+}
+
+std::optional<int64_t> get_int(const ojson& j, const char* name, int64_t lo, int64_t hi) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  // note: 5.0 is accepted as 5 (JS clients send numbers); 5.5 is not.
+  int64_t v = 0;
+  if (it->is_number_integer()) {
+    v = it->get<int64_t>();
+  } else if (it->is_number_float() && it->get<double>() == double(int64_t(it->get<double>())) &&
+             std::abs(it->get<double>()) < 9e15) {
+    v = int64_t(it->get<double>());
+  } else {
+    bad_request(std::string("`") + name + "` must be an integer, not " + type_name(*it), name);
+  }
+  if (v < lo || v > hi)
+    bad_request(std::string("`") + name + "` must be in [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "], got " + std::to_string(v),
+                name);
+  return v;
+}
+
+std::optional<double> get_number(const ojson& j, const char* name, double lo, double hi) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number())
+    bad_request(std::string("`") + name + "` must be a number, not " + type_name(*it), name);
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi))
+    bad_request(std::string("`") + name + "` must be in [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "]",
+                name);
+  return v;
+}
+
+std::optional<std::string> get_string(const ojson& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string())
+    bad_request(std::string("`") + name + "` must be a string, not " + type_name(*it), name);
+  return it->get<std::string>();
+}
+
+std::optional<bool> get_bool(const ojson& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean())
+    bad_request(std::string("`") + name + "` must be a boolean, not " + type_name(*it), name);
+  return it->get<bool>();
+}
+
+CompletionRequest parse_completion_request(const std::string& body, bool chat) {
+  const ojson j = parse_json_object(body);
+  CompletionRequest r;
+  r.chat = chat;
+  auto model = get_string(j, "model");
+  if (!model) bad_request("`model` is required", "model");
+  r.model = *model;
+  if (chat) {
+    r.messages = parse_messages(j);
+    parse_tools(j, r);
+  } else {
+    parse_prompt(j, r);
+  }
+  if (auto n = get_int(j, "n", 1, 128); n && *n != 1)
+    bad_request("`n` must be 1: fak generates one choice per request", "n");
+  // max_completion_tokens is the newer name; either is accepted, the newer wins.
+  if (auto v = get_int(j, "max_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
+  if (auto v = get_int(j, "max_completion_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
+  if (auto v = get_number(j, "temperature", 0.0, 2.0)) r.sampling.temperature = float(*v);
+  if (auto v = get_number(j, "top_p", 0.0, 1.0)) {
+    if (*v <= 0) bad_request("`top_p` must be > 0", "top_p");
+    r.sampling.top_p = float(*v);
+  }
+  if (auto v = get_int(j, "top_k", 0, INT32_MAX)) r.sampling.top_k = int(*v);
+  if (auto v = get_number(j, "min_p", 0.0, 1.0)) r.sampling.min_p = float(*v);
+  if (auto v = get_number(j, "repetition_penalty", 0.0, 10.0))
+    r.sampling.repetition_penalty = float(*v);
+  get_number(j, "presence_penalty", -2.0, 2.0);   // accepted, not applied
+  get_number(j, "frequency_penalty", -2.0, 2.0);  // accepted, not applied
+  if (auto v = get_int(j, "seed", std::numeric_limits<int64_t>::min(),
+                       std::numeric_limits<int64_t>::max()))
+    r.sampling.seed = uint64_t(*v);
+  if (auto v = get_bool(j, "stream")) r.stream = *v;
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) bad_request("`stream_options` must be an object", "stream_options");
+    if (auto v = get_bool(*it, "include_usage")) r.include_usage = *v;
+  }
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 16) {
+      for (const ojson& s : *it) {
+        if (!s.is_string()) bad_request("`stop` must be a string or an array of strings", "stop");
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad_request("`stop` must be a string or an array of at most 16 strings", "stop");
+    }
+    std::erase_if(r.stop, [](const std::string& s) { return s.empty(); });
+  }
+  if (auto v = get_string(j, "cache_salt")) r.cache_salt = *v;
+  if (auto v = get_bool(j, "ignore_eos")) r.ignore_eos = *v;
+  // Chat sends logprobs as a boolean, completions as a count; either asks for what fak lacks.
+  if (auto it = j.find("logprobs");
+      it != j.end() && ((it->is_boolean() && it->get<bool>()) || (it->is_number() && *it != 0)))
+    bad_request("`logprobs` is not supported", "logprobs");
+  return r;
+}
+
+}  // namespace fak::server

@@ -1,0 +1,50 @@
+// OpenAI request bodies (/v1/completions, /v1/chat/completions) parsed and validated into one plain
+// struct. Everything a client can get wrong is found here and reported as a 400 naming the field,
+// before any work is queued.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+
+namespace fak::server {
+
+using ojson = nlohmann::ordered_json;
+
+struct CompletionRequest {
+  bool chat = false;
+  std::string model;
+  // /v1/completions: the prompt as text, or as token ids when given as an array of integers.
+  std::string prompt;
+  std::optional<std::vector<int32_t>> prompt_ids;
+  // /v1/chat/completions: messages normalised for the template (content always a string; tool
+  // call arguments parsed into objects, as HF templates expect).
+  ojson messages = ojson::array();
+  ojson tools;                       // null or a non-empty array of tool objects
+  std::string tool_choice = "auto";  // "none", "auto", "required" or "function"
+  std::optional<int> max_tokens;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string cache_salt;
+  bool ignore_eos = false;  // extension (llama.cpp's name): generate through end tokens
+};
+
+// body: the raw request body. Throws ApiError(400) naming the offending field.
+CompletionRequest parse_completion_request(const std::string& body, bool chat);
+
+// Parses a JSON object body with the same error reporting (for the /v1/fak/ routes).
+ojson parse_json_object(const std::string& body);
+
+// Typed field access that reports "`name` must be ..." as a 400.
+std::optional<int64_t> get_int(const ojson& j, const char* name, int64_t lo, int64_t hi);
+std::optional<double> get_number(const ojson& j, const char* name, double lo, double hi);
+std::optional<std::string> get_string(const ojson& j, const char* name);
+std::optional<bool> get_bool(const ojson& j, const char* name);
+
+}  // namespace fak::server

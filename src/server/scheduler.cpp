@@ -1,0 +1,217 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <future>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace fak::server {
+
+void GenStream::push(GenEvent e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_one();
+}
+
+std::vector<GenEvent> GenStream::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+  std::vector<GenEvent> out(std::make_move_iterator(events_.begin()),
+                            std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+struct Scheduler::Active {
+  GenRequest req;
+  Session session;
+  Sampler sampler;
+  int generated = 0;
+  bool done = false;
+};
+
+Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions options, Metrics* metrics)
+    : model_(std::move(model)), options_(options), metrics_(metrics) {
+  const int model_ctx = model_->config().max_seq_len;
+  ctx_ = options_.ctx > 0 ? std::min(options_.ctx, model_ctx) : model_ctx;
+  options_.parallel = std::max(1, options_.parallel);
+  options_.max_queue = std::max(0, options_.max_queue);
+  cache_ = std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().kv_dim());
+  prefix_ = std::make_unique<PrefixCache>(model_, cache_, options_.cache_bytes);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  shutdown();
+}
+
+void Scheduler::submit(GenRequest request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+    // Requests that can start right away do not count against the queue bound.
+    const int free_slots = std::max(0, options_.parallel - active_count_);
+    if (int(queue_.size()) >= options_.max_queue + free_slots)
+      throw ApiError(429,
+                     "the server is busy: " + std::to_string(queue_.size()) +
+                         " requests are already queued (--max-queue " +
+                         std::to_string(options_.max_queue) + "); retry later",
+                     "", "queue_full");
+    queue_.push_back(std::move(request));
+  }
+  cv_.notify_one();
+}
+
+void Scheduler::run_job(std::function<void()> fn) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> result = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+    jobs_.push_back([fn = std::move(fn), done] {
+      try {
+        fn();
+        done->set_value();
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+  }
+  cv_.notify_one();
+  result.get();
+}
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+SchedulerGauges Scheduler::gauges() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {int(queue_.size()), active_count_, options_.parallel, options_.max_queue};
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    std::deque<std::function<void()>> jobs;
+    std::vector<GenRequest> admitted;
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !jobs_.empty() || !active_.empty() ||
+               (!queue_.empty() && int(active_.size()) < options_.parallel);
+      });
+      stopping = stopping_;
+      jobs.swap(jobs_);
+      if (!stopping)
+        while (!queue_.empty() && int(active_.size() + admitted.size()) < options_.parallel) {
+          admitted.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      // Counted as active from here, so submit() never sees a free slot that is already taken.
+      active_count_ = int(active_.size() + admitted.size());
+    }
+    for (auto& job : jobs) job();
+    if (stopping) break;
+    for (auto& r : admitted) admit(std::move(r));
+    step();
+    std::lock_guard<std::mutex> lock(mu_);
+    active_count_ = int(active_.size());
+  }
+  // Shutting down: whoever is still waiting hears so.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& a : active_)
+    a->req.stream->push({GenEvent::Kind::Error, 0, 0, 0, "the server is shutting down"});
+  for (auto& r : queue_)
+    r.stream->push({GenEvent::Kind::Error, 0, 0, 0, "the server is shutting down"});
+  for (auto& job : jobs_) job();  // they see stopping_ = true only via their own checks
+  active_.clear();
+  queue_.clear();
+  jobs_.clear();
+  active_count_ = 0;
+}
+
+void Scheduler::admit(GenRequest r) {
+  if (r.stream->cancelled()) {
+    if (metrics_) metrics_->add_cancelled();
+    return;
+  }
+  try {
+    int reused = 0;
+    Session s = prefix_->acquire(r.partition, r.prompt, &reused);
+    if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
+    r.stream->push({GenEvent::Kind::Started, 0, int(r.prompt.size()), reused, ""});
+    auto a = std::make_unique<Active>(Active{std::move(r), std::move(s), Sampler{}, 0, false});
+    a->sampler = Sampler(a->req.sampling);
+    active_.push_back(std::move(a));
+  } catch (const std::exception& e) {
+    r.stream->push({GenEvent::Kind::Error, 0, 0, 0, e.what()});
+  }
+}
+
+void Scheduler::finish(Active& a, const std::string& reason) {
+  a.done = true;
+  a.req.stream->push({GenEvent::Kind::Done, 0, 0, 0, reason});
+  if (metrics_) metrics_->add_generated(a.generated);
+  // The conversation so far, offered to the cache: an agent resending this history next turn
+  // (prompt + this reply) starts from these blocks.
+  try {
+    prefix_->insert(a.req.partition, a.session);
+  } catch (const std::exception&) {
+    // A full cache only costs the next turn a prefill.
+  }
+}
+
+void Scheduler::step() {
+  std::vector<Session*> batch;
+  std::vector<int32_t> tokens;
+  std::vector<Active*> members;
+  for (auto& ap : active_) {
+    Active& a = *ap;
+    if (a.req.stream->cancelled()) {
+      if (metrics_ && a.req.stream->client_gone()) metrics_->add_cancelled();
+      finish(a, "cancelled");
+      continue;
+    }
+    const int32_t next = a.sampler.sample(a.session.logits(), a.session.tokens());
+    if (std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), next) != a.req.stop_ids.end()) {
+      finish(a, "stop");
+      continue;
+    }
+    if (a.generated == 0 && metrics_)
+      metrics_->observe_ttft(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - a.req.arrived).count());
+    a.req.stream->push({GenEvent::Kind::Token, next, 0, 0, ""});
+    ++a.generated;
+    if (a.generated >= a.req.max_tokens || a.session.size() + 1 > ctx_) {
+      finish(a, "length");
+      continue;
+    }
+    batch.push_back(&a.session);
+    tokens.push_back(next);
+    members.push_back(&a);
+  }
+  if (!batch.empty()) {
+    try {
+      decode_batch(batch, tokens);
+    } catch (const std::exception& e) {
+      // E.g. the KV memory budget is spent: these sequences end, the server goes on.
+      for (Active* a : members) {
+        a->done = true;
+        a->req.stream->push({GenEvent::Kind::Error, 0, 0, 0, e.what()});
+      }
+    }
+  }
+  std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->done; });
+}
+
+}  // namespace fak::server

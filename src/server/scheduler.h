@@ -1,0 +1,122 @@
+// Continuous batching. One scheduler thread owns the model's KV cache, the prefix cache and every
+// session: requests queue up, join the running batch between decode steps (their prompt is
+// prefilled then, reusing the tenant's cached prefix), and each step samples one token for every
+// active sequence and runs one decode_batch over all of them. Tokens go back to the HTTP thread
+// through a GenStream; a client that leaves cancels its stream and frees its slot at the next step.
+//
+// Anything else that touches sessions (the /v1/fak/ API) runs as a job on the same thread, between
+// steps, so the KV cache is never shared across threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/prefix_cache.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "server/metrics.h"
+
+namespace fak::server {
+
+struct GenEvent {
+  enum class Kind { Started, Token, Done, Error };
+  Kind kind = Kind::Token;
+  int32_t token = 0;
+  int prompt_tokens = 0, cached_tokens = 0;  // Started
+  std::string text;                          // Done: finish reason; Error: message
+};
+
+// Scheduler -> HTTP thread. The consumer may cancel at any time; the scheduler notices at its
+// next step.
+class GenStream {
+ public:
+  void push(GenEvent e);
+  // Waits up to `timeout` for events; returns what arrived (possibly nothing).
+  std::vector<GenEvent> wait(std::chrono::milliseconds timeout);
+  // client_gone: the client left (counted in metrics); otherwise the consumer has all it wants
+  // (a stop string matched).
+  void cancel(bool client_gone = true) {
+    client_gone_ = client_gone;
+    cancelled_ = true;
+  }
+  bool cancelled() const { return cancelled_; }
+  bool client_gone() const { return client_gone_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenEvent> events_;
+  std::atomic<bool> cancelled_{false}, client_gone_{false};
+};
+
+struct GenRequest {
+  std::string partition;  // prefix-cache tenant
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  SamplingOptions sampling;
+  std::vector<int32_t> stop_ids;
+  std::shared_ptr<GenStream> stream;
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+};
+
+struct SchedulerOptions {
+  int parallel = 4;                        // active sequences at most
+  int max_queue = 64;                      // waiting requests at most; more get 429
+  size_t cache_bytes = size_t(256) << 20;  // prefix-cache budget
+  int ctx = 0;                             // context limit (0 = the model's)
+};
+
+class Scheduler {
+ public:
+  Scheduler(std::shared_ptr<const Model> model, SchedulerOptions options, Metrics* metrics);
+  ~Scheduler();
+
+  // Queues a generation. Throws ApiError 429 when the queue is full, 503 when shutting down.
+  void submit(GenRequest request);
+  // Runs fn on the scheduler thread between steps and waits; rethrows what fn throws.
+  void run_job(std::function<void()> fn);
+  // Stops admitting, ends queued and active generations with an error, joins the thread.
+  void shutdown();
+
+  int ctx() const { return ctx_; }
+  SchedulerGauges gauges() const;
+  PrefixCacheStats cache_stats() const { return prefix_->stats(); }
+  // For jobs (scheduler thread only): the shared KV cache and prefix cache.
+  const std::shared_ptr<KvCache>& kv_cache() const { return cache_; }
+  PrefixCache& prefix_cache() { return *prefix_; }
+
+ private:
+  struct Active;
+  void loop();
+  void admit(GenRequest request);
+  void step();
+  void finish(Active& a, const std::string& reason);
+
+  std::shared_ptr<const Model> model_;
+  SchedulerOptions options_;
+  Metrics* metrics_;
+  int ctx_;
+  std::shared_ptr<KvCache> cache_;
+  std::unique_ptr<PrefixCache> prefix_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenRequest> queue_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  int active_count_ = 0;  // mirror of active_.size() for gauges()
+
+  std::vector<std::unique_ptr<Active>> active_;  // scheduler thread only
+  std::thread thread_;
+};
+
+}  // namespace fak::server

@@ -1,0 +1,298 @@
+#include "server/session_store.h"
+
+#include <fstream>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fak::server {
+
+namespace {
+
+// Ids and file names: plain words, so a name can never climb out of --session-dir.
+void check_name(const std::string& s, const char* what) {
+  bool ok = !s.empty() && s.size() <= 128 && s[0] != '.';
+  for (char c : s)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  if (!ok)
+    bad_request(std::string("`") + what +
+                    "` must be 1-128 characters of [A-Za-z0-9._-], not starting with '.'",
+                what);
+}
+
+std::vector<int32_t> ids_of(const ojson& v, int vocab) {
+  if (!v.is_array()) bad_request("`ids` must be an array of token ids", "ids");
+  std::vector<int32_t> ids;
+  for (const ojson& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab)
+      bad_request("`ids` must hold integers in [0, " + std::to_string(vocab) + ")", "ids");
+    ids.push_back(x.get<int32_t>());
+  }
+  return ids;
+}
+
+}  // namespace
+
+SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                           const ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
+                           size_t max_sessions)
+    : model_(std::move(model)),
+      cache_(std::move(cache)),
+      chat_(chat),
+      dir_(std::move(session_dir)),
+      ctx_(ctx),
+      max_sessions_(max_sessions) {}
+
+SessionStore::Entry& SessionStore::get(const std::string& tenant, const std::string& id) {
+  auto it = sessions_.find({tenant, id});
+  if (it == sessions_.end())
+    throw ApiError(404, "no session '" + id + "'", "id", "session_not_found");
+  return it->second;
+}
+
+const SessionStore::Entry& SessionStore::get(const std::string& tenant,
+                                             const std::string& id) const {
+  return const_cast<SessionStore*>(this)->get(tenant, id);
+}
+
+std::string SessionStore::new_id(const std::string& tenant, const std::string& wanted) {
+  if (sessions_.size() >= max_sessions_)
+    throw ApiError(429,
+                   "too many sessions (" + std::to_string(max_sessions_) + "); delete some first",
+                   "", "too_many_sessions");
+  std::string id = wanted;
+  if (id.empty()) {
+    do id = "sess_" + std::to_string(++counter_);
+    while (sessions_.count({tenant, id}));
+  } else {
+    check_name(id, "id");
+    if (sessions_.count({tenant, id}))
+      throw ApiError(409, "session '" + id + "' exists", "id", "session_exists");
+  }
+  return id;
+}
+
+std::string SessionStore::create(const std::string& tenant, const std::string& wanted) {
+  std::string id = new_id(tenant, wanted);
+  sessions_.emplace(std::make_pair(tenant, id), Entry{tenant, Session(model_, cache_), {}});
+  return id;
+}
+
+void SessionStore::remove(const std::string& tenant, const std::string& id) {
+  get(tenant, id);
+  sessions_.erase({tenant, id});
+}
+
+std::vector<std::string> SessionStore::list(const std::string& tenant) const {
+  std::vector<std::string> out;
+  for (const auto& [key, e] : sessions_)
+    if (key.first == tenant) out.push_back(key.second);
+  return out;
+}
+
+ojson SessionStore::describe(const std::string& tenant, const std::string& id) const {
+  const Entry& e = get(tenant, id);
+  ojson j;
+  j["id"] = id;
+  j["object"] = "fak.session";
+  j["size"] = e.session.size();
+  j["tokens"] = e.session.tokens();
+  ojson segs = ojson::array();
+  for (size_t i = 0; i < e.segments.size(); ++i)
+    segs.push_back({{"index", i},
+                    {"begin", e.segments[i].begin},
+                    {"end", e.segments[i].end},
+                    {"kind", e.segments[i].kind}});
+  j["segments"] = segs;
+  if (const Tokenizer* tok = model_->tokenizer()) {
+    StreamDecoder d(*tok);
+    std::string text;
+    for (int32_t t : e.session.tokens()) text += d.push(t);
+    j["text"] = text + d.flush();
+  }
+  return j;
+}
+
+void SessionStore::add(Entry& e, const std::vector<int32_t>& ids, const std::string& kind) {
+  if (ids.empty()) return;
+  if (e.session.size() + int(ids.size()) > ctx_)
+    bad_request("the session would hold " + std::to_string(e.session.size() + ids.size()) +
+                " tokens, more than the context of " + std::to_string(ctx_));
+  const int begin = e.session.size();
+  e.session.append(ids);
+  e.segments.push_back({begin, e.session.size(), kind});
+}
+
+ojson SessionStore::append(const std::string& tenant, const std::string& id, const ojson& body) {
+  Entry& e = get(tenant, id);
+  const Tokenizer* tok = model_->tokenizer();
+  const int before = e.session.size();
+  const size_t segments_before = e.segments.size();
+  auto need_tok = [&] {
+    if (!tok) bad_request("the model has no tokenizer: append `ids` instead");
+  };
+  if (body.contains("text")) {
+    need_tok();
+    if (!body["text"].is_string()) bad_request("`text` must be a string", "text");
+    add(e, tok->encode(body["text"].get<std::string>()), "text");
+  } else if (body.contains("ids")) {
+    add(e, ids_of(body["ids"], model_->config().vocab), "ids");
+  } else if (body.contains("messages")) {
+    need_tok();
+    if (!chat_) bad_request("the model has no chat template");
+    const ojson& msgs = body["messages"];
+    if (!msgs.is_array() || msgs.empty())
+      bad_request("`messages` must be a non-empty array", "messages");
+    // One segment per message, each rendered alone. note: exact for ChatML-style templates; a
+    // template that injects text for a lone message (a default system prompt) adds it each time.
+    for (const ojson& m : msgs) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
+          !m.contains("content") || !m["content"].is_string())
+        bad_request("`messages` entries must be {\"role\": string, \"content\": string}",
+                    "messages");
+      ojson one = ojson::array({{{"role", m["role"]}, {"content", m["content"]}}});
+      add(e, tok->encode(chat_->render(one, ojson(), false)),
+          "message:" + m["role"].get<std::string>());
+    }
+    if (body.value("add_generation_prompt", false)) {
+      ojson last =
+          ojson::array({{{"role", msgs.back()["role"]}, {"content", msgs.back()["content"]}}});
+      const std::string without = chat_->render(last, ojson(), false);
+      const std::string with = chat_->render(last, ojson(), true);
+      if (with.size() > without.size() && with.compare(0, without.size(), without) == 0) {
+        std::vector<int32_t> ids = tok->encode(with.substr(without.size()));
+        e.session.append(ids);
+        // The generation prompt belongs to the last message's segment.
+        e.segments.back().end = e.session.size();
+      }
+    }
+  } else {
+    bad_request("give one of `text`, `ids` or `messages`");
+  }
+  return {{"id", id},
+          {"appended", e.session.size() - before},
+          {"segments_added", e.segments.size() - segments_before},
+          {"size", e.session.size()}};
+}
+
+ojson SessionStore::generate(const std::string& tenant, const std::string& id,
+                             const GenerateOptions& options) {
+  Entry& e = get(tenant, id);
+  if (!e.session.has_logits()) bad_request("the session is empty: append something first");
+  GenerateOptions o = options;
+  o.max_tokens = std::min(o.max_tokens, ctx_ - e.session.size());
+  if (o.max_tokens < 1)
+    bad_request("the session fills the context of " + std::to_string(ctx_) + " tokens");
+  o.append_last = true;
+  const int begin = e.session.size();
+  GenerateResult r = fak::generate(e.session, o);
+  if (e.session.size() > begin) e.segments.push_back({begin, e.session.size(), "generated"});
+  ojson j;
+  j["id"] = id;
+  j["ids"] = r.ids;
+  if (const Tokenizer* tok = model_->tokenizer()) {
+    StreamDecoder d(*tok);
+    std::string text;
+    for (int32_t t : r.ids) text += d.push(t);
+    j["text"] = text + d.flush();
+  }
+  j["finish_reason"] = r.finish_reason;
+  j["size"] = e.session.size();
+  return j;
+}
+
+std::string SessionStore::clone(const std::string& tenant, const std::string& id,
+                                const std::string& wanted) {
+  const Entry& src = get(tenant, id);
+  Session copy = src.session.clone();
+  std::vector<Segment> segments = src.segments;
+  std::string nid = new_id(tenant, wanted);
+  sessions_.emplace(std::make_pair(tenant, nid),
+                    Entry{tenant, std::move(copy), std::move(segments)});
+  return nid;
+}
+
+EvictReport SessionStore::evict_span(const std::string& tenant, const std::string& id, int begin,
+                                     int end, EvictMode mode) {
+  Entry& e = get(tenant, id);
+  const int n = e.session.size();
+  if (!(0 <= begin && begin < end && end <= n))
+    bad_request("span [" + std::to_string(begin) + ", " + std::to_string(end) +
+                ") is not a non-empty span inside the " + std::to_string(n) + "-token session");
+  if (mode == EvictMode::Shift && end < n && !cache_->keeps_kraw())
+    bad_request("mode shift needs Kraw in the cache", "mode");
+  if (mode == EvictMode::Shift && end < n && model_->config().is_hybrid())
+    bad_request("mode shift is not possible on hybrid models; use exact", "mode");
+  e.session.evict(begin, end, mode);
+  EvictReport r;
+  r.evicted = end - begin;
+  r.size = e.session.size();
+  // What Session::evict re-runs: exact recomputes the whole suffix; shift (and a span at the end)
+  // re-run only the last token for fresh logits.
+  const int suffix = n - end;
+  if (suffix == 0)
+    r.tokens_recomputed = begin > 0 ? 1 : 0;
+  else
+    r.tokens_recomputed = mode == EvictMode::Exact ? suffix : 1;
+  std::vector<Segment> kept;
+  const int len = end - begin;
+  for (Segment s : e.segments) {
+    auto move = [&](int p) { return p <= begin ? p : (p >= end ? p - len : begin); };
+    s.begin = move(s.begin);
+    s.end = move(s.end);
+    if (s.end > s.begin) kept.push_back(s);
+  }
+  e.segments = std::move(kept);
+  return r;
+}
+
+EvictReport SessionStore::evict_segment(const std::string& tenant, const std::string& id, int index,
+                                        EvictMode mode) {
+  Entry& e = get(tenant, id);
+  if (index < 0 || index >= int(e.segments.size()))
+    bad_request("segment " + std::to_string(index) + " does not exist (the session has " +
+                    std::to_string(e.segments.size()) + ")",
+                "message");
+  const Segment s = e.segments[size_t(index)];
+  return evict_span(tenant, id, s.begin, s.end, mode);
+}
+
+std::filesystem::path SessionStore::file_for(const std::string& name) const {
+  if (dir_.empty())
+    throw ApiError(403, "saving and loading sessions is off: start the server with --session-dir",
+                   "", "session_dir_unset");
+  check_name(name, "name");
+  return dir_ / (name + ".faksession");
+}
+
+void SessionStore::save(const std::string& tenant, const std::string& id,
+                        const std::string& name) const {
+  const Entry& e = get(tenant, id);
+  const auto path = file_for(name);
+  e.session.save(path);
+  ojson segs = ojson::array();
+  for (const Segment& s : e.segments) segs.push_back({s.begin, s.end, s.kind});
+  std::ofstream(path.string() + ".segments.json") << segs.dump();
+}
+
+std::string SessionStore::load(const std::string& tenant, const std::string& name,
+                               const std::string& wanted) {
+  const auto path = file_for(name);
+  if (!std::filesystem::exists(path))
+    throw ApiError(404, "no saved session '" + name + "'", "name", "session_file_not_found");
+  Session s = Session::load(path, model_, cache_);
+  std::vector<Segment> segments;
+  std::ifstream in(path.string() + ".segments.json");
+  ojson segs = ojson::parse(in, nullptr, false);
+  if (segs.is_array())
+    for (const ojson& x : segs)
+      if (x.is_array() && x.size() == 3 && x[0].is_number_integer() && x[1].is_number_integer() &&
+          x[2].is_string() && x[1].get<int>() <= s.size())
+        segments.push_back({x[0].get<int>(), x[1].get<int>(), x[2].get<std::string>()});
+  std::string id = new_id(tenant, wanted);
+  sessions_.emplace(std::make_pair(tenant, id), Entry{tenant, std::move(s), std::move(segments)});
+  return id;
+}
+
+}  // namespace fak::server

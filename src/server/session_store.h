@@ -1,0 +1,82 @@
+// Named sessions for the /v1/fak/ API: an agent keeps its context on the server and edits it —
+// append text, ids or messages, generate, clone, save/load under --session-dir, and quarantine
+// (evict) a token span or a whole segment. A segment is what one append (one per message) or one
+// generate added, so "forget message 3" is one call.
+//
+// Not thread-safe: every call runs on the scheduler thread (Scheduler::run_job), which owns the KV
+// cache these sessions live in.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "runtime/session.h"
+#include "server/chat_prompt.h"
+
+namespace fak::server {
+
+using ojson = nlohmann::ordered_json;
+
+struct Segment {
+  int begin = 0, end = 0;
+  std::string kind;  // "text", "ids", "message:<role>", "generated"
+};
+
+struct EvictReport {
+  int evicted = 0;            // tokens removed
+  int tokens_recomputed = 0;  // forward positions re-run to keep the rest exact / logits fresh
+  int size = 0;               // tokens left
+};
+
+class SessionStore {
+ public:
+  SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+               const ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
+               size_t max_sessions = 256);
+
+  // Each call names the tenant; a session is visible only to the tenant that made it.
+  std::string create(const std::string& tenant, const std::string& id);
+  void remove(const std::string& tenant, const std::string& id);
+  std::vector<std::string> list(const std::string& tenant) const;
+  ojson describe(const std::string& tenant, const std::string& id) const;
+
+  // body: {"text": str} | {"ids": [int]} | {"messages": [...], "add_generation_prompt": bool}
+  ojson append(const std::string& tenant, const std::string& id, const ojson& body);
+  ojson generate(const std::string& tenant, const std::string& id, const GenerateOptions& options);
+  std::string clone(const std::string& tenant, const std::string& id, const std::string& new_id);
+  // Span [begin, end) or segment index; exact mode unless shift.
+  EvictReport evict_span(const std::string& tenant, const std::string& id, int begin, int end,
+                         EvictMode mode);
+  EvictReport evict_segment(const std::string& tenant, const std::string& id, int index,
+                            EvictMode mode);
+  void save(const std::string& tenant, const std::string& id, const std::string& name) const;
+  std::string load(const std::string& tenant, const std::string& name, const std::string& id);
+
+ private:
+  struct Entry {
+    std::string tenant;
+    Session session;
+    std::vector<Segment> segments;
+  };
+  Entry& get(const std::string& tenant, const std::string& id);
+  const Entry& get(const std::string& tenant, const std::string& id) const;
+  std::string new_id(const std::string& tenant, const std::string& wanted);
+  std::filesystem::path file_for(const std::string& name) const;
+  void add(Entry& e, const std::vector<int32_t>& ids, const std::string& kind);
+
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<KvCache> cache_;
+  const ChatPrompt* chat_;
+  std::filesystem::path dir_;
+  int ctx_;
+  size_t max_sessions_;
+  uint64_t counter_ = 0;
+  std::map<std::pair<std::string, std::string>, Entry> sessions_;  // (tenant, id)
+};
+
+}  // namespace fak::server

@@ -1,0 +1,69 @@
+#include "server/stop_filter.h"
+
+#include <algorithm>
+
+namespace fak::server {
+
+StopFilter::StopFilter(std::vector<std::string> stops, std::string capture_marker)
+    : stops_(std::move(stops)), marker_(std::move(capture_marker)) {
+  std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+}
+
+size_t StopFilter::holdback() const {
+  size_t keep = 0;
+  auto consider = [&](const std::string& pattern) {
+    // note: a match of a proper prefix of the pattern at the end; the full pattern was searched.
+    for (size_t k = std::min(pattern.size() - 1, held_.size()); k > keep; --k)
+      if (held_.compare(held_.size() - k, k, pattern, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+  };
+  for (const std::string& s : stops_) consider(s);
+  if (!marker_.empty() && !capturing_) consider(marker_);
+  return keep;
+}
+
+std::string StopFilter::push(std::string_view text) {
+  if (stopped_) return "";
+  std::string& buf = capturing_ ? captured_ : held_;
+  const size_t searched_from = buf.size();
+  buf.append(text);
+  // A stop string can only end inside the new text; it may begin in what was held back.
+  for (const std::string& s : stops_) {
+    size_t from = searched_from >= s.size() ? searched_from - s.size() + 1 : 0;
+    size_t at = buf.find(s, from);
+    if (at == std::string::npos) continue;
+    buf.resize(at);
+    stopped_ = true;
+  }
+  if (stopped_) {
+    if (capturing_) return "";
+    std::string out = std::move(held_);
+    held_.clear();
+    return out;
+  }
+  if (capturing_) return "";
+  if (!marker_.empty()) {
+    size_t at = held_.find(marker_);
+    if (at != std::string::npos) {
+      capturing_ = true;
+      captured_ = held_.substr(at);
+      std::string out = held_.substr(0, at);
+      held_.clear();
+      return out;
+    }
+  }
+  const size_t keep = holdback();
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string StopFilter::finish() {
+  std::string out = std::move(held_);
+  held_.clear();
+  return out;
+}
+
+}  // namespace fak::server

@@ -1,0 +1,37 @@
+// Stop strings over streamed text: text is released only once no stop string can still start in
+// it, so a client never sees the first half of a stop string that the next token completes. With a
+// capture marker (e.g. "<tool_call>"), everything from the marker on is held for the caller to
+// parse at the end instead of being streamed.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fak::server {
+
+class StopFilter {
+ public:
+  explicit StopFilter(std::vector<std::string> stops, std::string capture_marker = "");
+
+  // Feeds decoded text (whole UTF-8 characters); returns the text that is now safe to emit.
+  // Once a stop string matched, stopped() is true and later input is ignored.
+  std::string push(std::string_view text);
+  // End of generation: returns the held text that turned out not to be a stop string.
+  std::string finish();
+  bool stopped() const { return stopped_; }
+  // Text from the capture marker on (empty when the marker never appeared).
+  const std::string& captured() const { return captured_; }
+
+ private:
+  size_t holdback() const;  // length of the longest suffix of held_ that may begin a match
+
+  std::vector<std::string> stops_;
+  std::string marker_;
+  std::string held_;
+  std::string captured_;
+  bool capturing_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace fak::server

@@ -1,0 +1,144 @@
+// Drives a real `fak serve` with the official openai npm client, as an agent would: chat
+// (non-stream + stream), tools, completions and multi-turn prefix caching.
+// Usage: node run.mjs /path/to/fak   (ctest passes the built binary). Exits non-zero on failure;
+// a missing `openai` package is a failure, not a skip (run .ci/install-deps).
+import { spawn } from "node:child_process";
+import assert from "node:assert/strict";
+
+let OpenAI;
+try {
+  ({ default: OpenAI } = await import("openai"));
+} catch (e) {
+  console.error("FAIL: the openai package is missing (npm ci in tests/openai_client): " + e.message);
+  process.exit(1);
+}
+
+const fak = process.argv[2];
+if (!fak) {
+  console.error("usage: node run.mjs FAK_BINARY");
+  process.exit(2);
+}
+
+function startServer() {
+  return new Promise((resolve, reject) => {
+    const env = { ...process.env, FAK_OPENAI_TEST_KEY: "sk-test-one,sk-test-two", OMP_WAIT_POLICY: "PASSIVE" };
+    const proc = spawn(fak, ["serve", "--port", "0", "-t", "1", "--ctx", "1024", "--api-key-env", "FAK_OPENAI_TEST_KEY"],
+                       { env, stdio: ["ignore", "inherit", "pipe"] });
+    let err = "";
+    const timer = setTimeout(() => reject(new Error("fak serve did not start: " + err)), 20000);
+    proc.stderr.on("data", (d) => {
+      err += d.toString();
+      const m = err.match(/listening on (http:\/\/[0-9.]+:\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ proc, url: m[1] });
+      }
+    });
+    proc.on("exit", (code) => reject(new Error(`fak serve exited with ${code}: ${err}`)));
+  });
+}
+
+const { proc, url } = await startServer();
+const client = new OpenAI({ baseURL: url + "/v1", apiKey: "sk-test-one", maxRetries: 0 });
+const other = new OpenAI({ baseURL: url + "/v1", apiKey: "sk-test-two", maxRetries: 0 });
+let failed = 0;
+
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log("ok   " + name);
+  } catch (e) {
+    failed++;
+    console.log("FAIL " + name + ": " + (e.stack || e));
+  }
+}
+
+const system = "You are a careful Python assistant. Reply with short code only. " +
+               "Prefer the standard library. Never explain. Use four spaces for indentation.";
+
+await check("models.list", async () => {
+  const models = await client.models.list();
+  assert.equal(models.data[0].id, "pycoder-6m");
+});
+
+await check("chat non-stream", async () => {
+  const r = await client.chat.completions.create({
+    model: "pycoder-6m", max_tokens: 12, temperature: 0,
+    messages: [{ role: "system", content: system }, { role: "user", content: "add two numbers" }],
+  });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(typeof r.choices[0].message.content, "string");
+  assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+await check("chat stream equals non-stream (greedy)", async () => {
+  const req = { model: "pycoder-6m", max_tokens: 16, temperature: 0, ignore_eos: true,
+                messages: [{ role: "user", content: "print hello world" }] };
+  const whole = await client.chat.completions.create(req);
+  const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let text = "", chunks = 0, finish = null, usage = null;
+  for await (const c of stream) {
+    if (c.usage) usage = c.usage;
+    if (!c.choices.length) continue;
+    chunks++;
+    text += c.choices[0].delta.content ?? "";
+    if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+  }
+  assert.ok(chunks > 3, "several chunks, got " + chunks);
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(finish, "length");
+  assert.equal(usage.completion_tokens, 16);
+});
+
+await check("tools round trip", async () => {
+  const tools = [{ type: "function", function: { name: "get_weather", description: "weather in a city",
+                   parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+  const r = await client.chat.completions.create({
+    model: "pycoder-6m", max_tokens: 8, tools, tool_choice: "auto",
+    messages: [
+      { role: "user", content: "weather in Paris?" },
+      { role: "assistant", content: null,
+        tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: "{\"city\":\"Paris\"}" } }] },
+      { role: "tool", tool_call_id: "call_1", content: "{\"temp_c\": 21}" },
+    ],
+  });
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.ok(["stop", "length", "tool_calls"].includes(r.choices[0].finish_reason));
+});
+
+await check("completions", async () => {
+  const r = await client.completions.create({ model: "pycoder-6m", prompt: "def fib(n):", max_tokens: 10, temperature: 0 });
+  assert.equal(r.object, "text_completion");
+  assert.equal(typeof r.choices[0].text, "string");
+  const s = await client.completions.create({ model: "pycoder-6m", prompt: "def fib(n):", max_tokens: 10, temperature: 0, stream: true });
+  let text = "";
+  for await (const c of s) text += c.choices[0]?.text ?? "";
+  assert.equal(text, r.choices[0].text);
+});
+
+await check("multi-turn reuses the cached prefix; other keys do not", async () => {
+  const messages = [{ role: "system", content: system }, { role: "user", content: "write a function that reverses a string" }];
+  const first = await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 12, messages });
+  messages.push({ role: "assistant", content: first.choices[0].message.content });
+  messages.push({ role: "user", content: "now make it reverse words instead" });
+  const second = await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 12, messages });
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(second.usage));
+  const stranger = await other.chat.completions.create({ model: "pycoder-6m", max_tokens: 4, messages });
+  assert.equal(stranger.usage.prompt_tokens_details.cached_tokens, 0);
+});
+
+await check("errors are OpenAI errors", async () => {
+  await assert.rejects(client.chat.completions.create({ model: "no-such-model", messages: [{ role: "user", content: "x" }] }),
+                       (e) => e.status === 404 && e.code === "model_not_found");
+  await assert.rejects(client.chat.completions.create({ model: "pycoder-6m", messages: [] }),
+                       (e) => e.status === 400 && e.param === "messages");
+  const bad = new OpenAI({ baseURL: url + "/v1", apiKey: "sk-wrong", maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (e) => e.status === 401);
+});
+
+proc.kill("SIGTERM");
+console.log(failed ? `${failed} check(s) failed` : "all checks passed");
+process.exit(failed ? 1 : 0);

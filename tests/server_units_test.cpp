@@ -1,0 +1,130 @@
+// Unit tests of the server's text handling: stop strings held back across tokens, tool-call
+// extraction, request validation.
+#include <gtest/gtest.h>
+
+#include "server/api_error.h"
+#include "server/openai_request.h"
+#include "server/stop_filter.h"
+#include "server/tool_calls.h"
+
+namespace fak::server {
+namespace {
+
+std::string feed(StopFilter& f, const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& p : pieces) out += f.push(p);
+  if (!f.stopped()) out += f.finish();
+  return out;
+}
+
+TEST(StopFilter, StopSplitAcrossPiecesIsNeverShown) {
+  StopFilter f({"\n\n"});
+  EXPECT_EQ(f.push("abc\n"), "abc");  // "\n" might start the stop string: held
+  EXPECT_EQ(f.push("\nrest"), "");
+  EXPECT_TRUE(f.stopped());
+  StopFilter g({"STOP"});
+  EXPECT_EQ(feed(g, {"xx ST", "O", "P yy"}), "xx ");
+}
+
+TEST(StopFilter, HeldTextComesOutWhenItCannotMatch) {
+  StopFilter f({"END"});
+  EXPECT_EQ(f.push("a E"), "a ");
+  EXPECT_EQ(f.push("N"), "");
+  EXPECT_EQ(f.push("x"), "ENx");
+  EXPECT_EQ(f.finish(), "");
+  StopFilter g({"END"});
+  EXPECT_EQ(feed(g, {"tail E"}), "tail E");
+}
+
+TEST(StopFilter, EarliestOfSeveralStops) {
+  StopFilter f({"bbb", "b c"});
+  EXPECT_EQ(feed(f, {"aa b c bbb"}), "aa ");
+}
+
+TEST(StopFilter, CapturesFromMarker) {
+  StopFilter f({}, "<tool_call>");
+  std::string shown = f.push("hi <tool");
+  shown += f.push("_call>{\"name\"");
+  shown += f.push(": \"f\"}</tool_call>");
+  EXPECT_EQ(shown, "hi ");
+  EXPECT_EQ(f.captured(), "<tool_call>{\"name\": \"f\"}</tool_call>");
+}
+
+TEST(ToolCalls, ExtractsHermesBlocks) {
+  auto r = extract_tool_calls(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n"
+      "</tool_call>\n<tool_call>{\"name\": \"now\"}</tool_call>");
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(r.content, "Let me check.");
+  EXPECT_EQ(r.tool_calls[0]["type"], "function");
+  EXPECT_EQ(r.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(r.tool_calls[0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+  EXPECT_EQ(r.tool_calls[1]["function"]["arguments"], "{}");
+  EXPECT_NE(r.tool_calls[0]["id"], r.tool_calls[1]["id"]);
+}
+
+TEST(ToolCalls, BrokenBlocksStayText) {
+  auto r = extract_tool_calls("x <tool_call>{not json</tool_call>");
+  EXPECT_TRUE(r.tool_calls.empty());
+  EXPECT_EQ(r.content, "x <tool_call>{not json</tool_call>");
+  auto u =
+      extract_tool_calls("<tool_call>{\"name\": \"f\", \"arguments\": {}}");  // cut off at the end
+  EXPECT_EQ(u.tool_calls.size(), 1u);
+}
+
+TEST(ToolCalls, PlainTemplatesGetToolsAndCallsAsText) {
+  ojson msgs = ojson::parse(R"([{"role":"user","content":"hi"},
+    {"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"a":1}}}]},
+    {"role":"tool","content":"42"}])");
+  ojson tools = ojson::parse(
+      R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
+  ojson out = messages_for_plain_template(msgs, tools);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0]["role"], "system");
+  EXPECT_NE(out[0]["content"].get<std::string>().find("\"name\":\"f\""), std::string::npos);
+  EXPECT_EQ(out[2]["content"],
+            "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":1}}\n</tool_call>");
+  EXPECT_EQ(out[3]["content"], "<tool_response>\n42\n</tool_response>");
+}
+
+int status_of(const std::string& body, bool chat) {
+  try {
+    parse_completion_request(body, chat);
+    return 200;
+  } catch (const ApiError& e) {
+    return e.status;
+  }
+}
+
+TEST(OpenAiRequest, Validation) {
+  const std::string m = R"("model":"m","messages":[{"role":"user","content":"hi"}])";
+  EXPECT_EQ(status_of("{" + m + "}", true), 200);
+  EXPECT_EQ(status_of("{" + m + R"(,"max_tokens":"ten"})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"max_tokens":0})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"temperature":"hot"})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"n":2})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"stop":5})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"stop":["a","b"],"seed":7,"stream":true})", true), 200);
+  EXPECT_EQ(status_of(R"({"model":"m","messages":[]})", true), 400);
+  EXPECT_EQ(status_of(R"({"model":"m","messages":"hi"})", true), 400);
+  EXPECT_EQ(status_of(R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", true), 400);
+  EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"x"}]})", true), 400);
+  EXPECT_EQ(status_of(R"([1,2])", true), 400);
+  EXPECT_EQ(status_of(R"({"model":"m","prompt":"x")", false), 400);
+  EXPECT_EQ(status_of(R"({"model":"m","prompt":[1,2,3]})", false), 200);
+  EXPECT_EQ(status_of(R"({"model":"m","prompt":["a","b"]})", false), 400);
+  EXPECT_EQ(status_of("{\"model\":\"m\",\"prompt\":\"\xff\"}", false), 400);
+}
+
+TEST(OpenAiRequest, ToolCallArgumentsBecomeObjects) {
+  auto r = parse_completion_request(R"({"model":"m","messages":[{"role":"assistant","content":null,
+    "tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"z\":1,\"a\":2}"}}]}]})",
+                                    true);
+  EXPECT_EQ(r.messages[0]["content"], "");
+  // Key order kept (ordered_json): templates render arguments as the client wrote them.
+  EXPECT_EQ(r.messages[0]["tool_calls"][0]["function"]["arguments"].dump(), "{\"z\":1,\"a\":2}");
+}
+
+}  // namespace
+}  // namespace fak::server

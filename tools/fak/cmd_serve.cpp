@@ -1,0 +1,72 @@
+// fak serve: the OpenAI-compatible HTTP server (src/server/) over one model.
+#include <cstdlib>
+
+#include "common.h"
+#include "core/error.h"
+#include "server/server.h"
+
+namespace fak::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, api_key_env;
+  int threads = 0;
+  size_t max_body_mib = 8;
+  server::ServerOptions o;
+};
+
+void serve(ServeArgs& a) {
+  set_threads(a.threads);
+  if (!a.api_key_env.empty()) {
+    const char* v = std::getenv(a.api_key_env.c_str());
+    if (!v || !*v)
+      fail("--api-key-env " + a.api_key_env + ": that environment variable is empty or unset");
+    // Several keys, comma-separated: each is a tenant with its own prefix-cache partition.
+    std::string keys = v;
+    size_t pos = 0;
+    while (pos <= keys.size()) {
+      size_t comma = keys.find(',', pos);
+      if (comma == std::string::npos) comma = keys.size();
+      if (comma > pos) a.o.api_keys.insert(keys.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  }
+  a.o.max_body_bytes = a.max_body_mib << 20;
+  server::serve(load_model(a.model), a.o);
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* c = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server (chat, completions, tools, sessions)");
+  c->add_option("-m,--model", a->model, "model directory (default: the bundled pycoder-6m)");
+  c->add_option("--host", a->o.host, "address to listen on")->capture_default_str();
+  c->add_option("--port", a->o.port, "port (0 = any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  c->add_option("--api-key-env", a->api_key_env,
+                "require Authorization: Bearer <key>, keys (comma-separated) read from this "
+                "environment variable");
+  c->add_option("--parallel", a->o.parallel, "sequences generated at once (continuous batching)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  c->add_option("--max-queue", a->o.max_queue, "requests waiting beyond --parallel before 429")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  c->add_option("--cache-mem", a->o.cache_mib, "prefix-cache budget in MiB")->capture_default_str();
+  c->add_option("--ctx", a->o.ctx, "context length (default: the model's)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--session-dir", a->o.session_dir,
+                "directory for /v1/fak/ session save/load (off when unset)");
+  c->add_option("--max-body", a->max_body_mib, "largest request body in MiB")
+      ->capture_default_str();
+  c->add_option("--model-name", a->o.model_id,
+                "model id clients use (default: the directory name)");
+  c->add_option("-t,--threads", a->threads, "threads for the forward pass (default: all cores)");
+  c->callback([a] { serve(*a); });
+}
+
+}  // namespace fak::cli
