@@ -20,6 +20,7 @@
 #include "models/model.h"
 #include "models/quant_policy.h"
 #include "runtime/kv_cache.h"
+#include "runtime/parity.h"
 #include "runtime/session.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -378,6 +379,26 @@ TEST(GgufCli, ConvertQuantizeSynthAndRun) {
   EXPECT_NE(r.out.find("q5_0"), std::string::npos);  // 896 columns: llama.cpp's fallback
   r = test::run_fak("run -m " + (dir / "syn.gguf").string() + " -p hello -n 2 -t 1");
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+}  // namespace
+}  // namespace fak
+
+namespace fak {
+namespace {
+
+// Q8_0 keeps the bundled model's greedy decoding: every reference greedy token (teacher-forced and
+// free-running) of every case, as the BF16 path does (measured: 240/240).
+TEST(GgufQuality, Q8_0KeepsBundledModelGreedy) {
+  const auto dir = fixture_with_tokenizer("pycoder-6m");
+  export_gguf(*Model::load(dir), FileType::Q8_0, dir / "q8.gguf");
+  auto ref = TensorStore::open_file(test::source_path("models/pycoder-6m/reference.safetensors"));
+  ParityReport r = run_parity(Model::load(dir / "q8.gguf"), ref, 1e-3);
+  for (const ParityCase& c : r.cases) {
+    EXPECT_EQ(c.teacher_forced_agree, c.greedy_total) << c.name;
+    EXPECT_EQ(c.free_run_match, c.greedy_total) << c.name;
+    EXPECT_EQ(c.argmax_agree, c.argmax_total) << c.name;
+  }
 }
 
 }  // namespace
