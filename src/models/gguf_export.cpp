@@ -28,7 +28,8 @@ struct Collector {
   std::vector<std::vector<uint8_t>> buffers;
   ExportStats stats;
 
-  void add(const std::string& name, WType type, std::vector<int64_t> dims, std::vector<uint8_t> data) {
+  void add(const std::string& name, WType type, std::vector<int64_t> dims,
+           std::vector<uint8_t> data) {
     buffers.push_back(std::move(data));
     const auto& b = buffers.back();
     w.add_tensor(name, ggml_type_of(type), std::move(dims), {b.data(), b.size()});
@@ -57,7 +58,8 @@ std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& src, int64_t rows,
 
 std::vector<float> permute_vec(const std::vector<float>& v, int head_dim) {
   std::vector<float> out(v.size());
-  for (size_t g = 0; g < v.size(); ++g) out[g] = v[size_t(llama_unpermuted_row(int64_t(g), head_dim))];
+  for (size_t g = 0; g < v.size(); ++g)
+    out[g] = v[size_t(llama_unpermuted_row(int64_t(g), head_dim))];
   return out;
 }
 
@@ -98,8 +100,9 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
   if (c.arch == Arch::Qwen35)
     fail("GGUF export of " + arch_name(c.arch) + " (hybrid Gated DeltaNet) is not supported yet");
   if (c.rope_scaling == RopeScaling::Llama3)
-    fail("GGUF export of llama3 rope scaling (llama.cpp writes it as a rope_freqs tensor) is not "
-         "supported yet");
+    fail(
+        "GGUF export of llama3 rope scaling (llama.cpp writes it as a rope_freqs tensor) is not "
+        "supported yet");
   if (!model.tokenizer())
     fail(model.path().string() + ": no tokenizer.json; a GGUF needs the vocabulary");
   const ModelWeights& W = model.weights();
@@ -181,13 +184,13 @@ ExportStats requantize_gguf(const std::filesystem::path& in, const std::filesyst
     } else if (std::regex_match(t.name, m, kBlock)) {
       layer = std::stoi(m[1]);
       const std::string kind = m[2];
-      role = kind == "attn_q"        ? TensorRole::AttnQ
-             : kind == "attn_k"      ? TensorRole::AttnK
-             : kind == "attn_v"      ? TensorRole::AttnV
-             : kind == "ffn_gate"    ? TensorRole::FfnGate
-             : kind == "ffn_up"      ? TensorRole::FfnUp
-             : kind == "ffn_down"    ? TensorRole::FfnDown
-                                     : TensorRole::AttnOutput;
+      role = kind == "attn_q"     ? TensorRole::AttnQ
+             : kind == "attn_k"   ? TensorRole::AttnK
+             : kind == "attn_v"   ? TensorRole::AttnV
+             : kind == "ffn_gate" ? TensorRole::FfnGate
+             : kind == "ffn_up"   ? TensorRole::FfnUp
+             : kind == "ffn_down" ? TensorRole::FfnDown
+                                  : TensorRole::AttnOutput;
     }
     const WeightMatrix wm{*src, t.data, t.dims[1], t.dims[0], wtype_row_bytes(*src, t.dims[0])};
     const WType type = choose_wtype(ft, role, layer, n_layers, wm.cols, tied);

@@ -16,9 +16,9 @@ namespace fak {
 
 struct ExportStats {
   size_t tensors = 0;
-  size_t bytes = 0;                          // tensor data bytes written
-  std::map<std::string, int> types;          // stored type name -> tensor count
-  std::string summary() const;               // "12 tensors, 3.1 MiB (f32:5 q8_0:7)"
+  size_t bytes = 0;                  // tensor data bytes written
+  std::map<std::string, int> types;  // stored type name -> tensor count
+  std::string summary() const;       // "12 tensors, 3.1 MiB (f32:5 q8_0:7)"
 };
 
 // `model` must have been loaded from a Hugging Face directory (its weights are read from there).

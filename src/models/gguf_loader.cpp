@@ -24,10 +24,14 @@ namespace fak {
 
 std::optional<WType> wtype_from_ggml(uint32_t id) {
   switch (GgmlType(id)) {
-    case GgmlType::F32: return WType::F32;
-    case GgmlType::F16: return WType::F16;
-    case GgmlType::BF16: return WType::BF16;
-    default: break;
+    case GgmlType::F32:
+      return WType::F32;
+    case GgmlType::F16:
+      return WType::F16;
+    case GgmlType::BF16:
+      return WType::BF16;
+    default:
+      break;
   }
   if (auto q = quant_type_from_ggml(id)) return wtype_from_quant(*q);
   return std::nullopt;
@@ -35,10 +39,14 @@ std::optional<WType> wtype_from_ggml(uint32_t id) {
 
 uint32_t ggml_type_of(WType t) {
   switch (t) {
-    case WType::F32: return uint32_t(GgmlType::F32);
-    case WType::F16: return uint32_t(GgmlType::F16);
-    case WType::BF16: return uint32_t(GgmlType::BF16);
-    default: return uint32_t(*wtype_quant(t));  // QuantType values are the ggml ids
+    case WType::F32:
+      return uint32_t(GgmlType::F32);
+    case WType::F16:
+      return uint32_t(GgmlType::F16);
+    case WType::BF16:
+      return uint32_t(GgmlType::BF16);
+    default:
+      return uint32_t(*wtype_quant(t));  // QuantType values are the ggml ids
   }
 }
 
@@ -74,7 +82,8 @@ std::shared_ptr<AnonymousCopy> read_anonymous(const std::filesystem::path& path)
   }
   auto copy = std::make_shared<AnonymousCopy>();
   copy->size = size_t(st.st_size);
-  copy->data = mmap(nullptr, copy->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  copy->data =
+      mmap(nullptr, copy->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (copy->data == MAP_FAILED) {
     ::close(fd);
     fail(path.string() + ": cannot allocate " + std::to_string(copy->size) + " bytes");
@@ -95,7 +104,6 @@ std::shared_ptr<AnonymousCopy> read_anonymous(const std::filesystem::path& path)
   return copy;
 }
 
-
 // Everything the model owns: the parsed file (and its bytes) plus rows repacked at load.
 struct Storage {
   std::shared_ptr<AnonymousCopy> anon;
@@ -111,8 +119,9 @@ class Loader {
     const GgufTensor* t = f_.tensor(name);
     if (!t) fail(f_.name() + ": missing tensor '" + name + "'");
     used_.insert(name);
-    if (t->dims != dims) fail(f_.name() + ": tensor '" + name + "' has dims " + dims_str(t->dims) +
-                              ", expected " + dims_str(dims) + " from the metadata");
+    if (t->dims != dims)
+      fail(f_.name() + ": tensor '" + name + "' has dims " + dims_str(t->dims) + ", expected " +
+           dims_str(dims) + " from the metadata");
     return *t;
   }
 
@@ -135,7 +144,7 @@ class Loader {
   WeightMatrix unpermuted(WeightMatrix m) {
     std::vector<uint8_t> rows(m.bytes());
     for (int64_t r = 0; r < m.rows; ++r)
-      std::memcpy(rows.data() + size_t(llama_permuted_row(r, c_.head_dim)) * m.row_bytes,
+      std::memcpy(rows.data() + size_t(llama_unpermuted_row(r, c_.head_dim)) * m.row_bytes,
                   m.row(r), m.row_bytes);
     s_.repacked.push_back(std::move(rows));
     m.data = s_.repacked.back().data();
@@ -155,7 +164,8 @@ class Loader {
 
   std::vector<float> unpermuted_vec(std::vector<float> v) {
     std::vector<float> out(v.size());
-    for (size_t r = 0; r < v.size(); ++r) out[size_t(llama_permuted_row(int64_t(r), c_.head_dim))] = v[r];
+    for (size_t r = 0; r < v.size(); ++r)
+      out[size_t(llama_unpermuted_row(int64_t(r), c_.head_dim))] = v[r];
     return out;
   }
 
@@ -210,10 +220,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.hidden_dim = positive(p + "feed_forward_length");
   c.n_layers = positive(p + "block_count");
   c.n_heads = positive(p + "attention.head_count");
-  c.n_kv_heads = f.find(p + "attention.head_count_kv") ? positive(p + "attention.head_count_kv")
-                                                         : c.n_heads;
-  c.head_dim = f.find(p + "attention.key_length") ? positive(p + "attention.key_length")
-                                                  : c.dim / c.n_heads;
+  c.n_kv_heads =
+      f.find(p + "attention.head_count_kv") ? positive(p + "attention.head_count_kv") : c.n_heads;
+  c.head_dim =
+      f.find(p + "attention.key_length") ? positive(p + "attention.key_length") : c.dim / c.n_heads;
   if (f.find(p + "attention.value_length") && positive(p + "attention.value_length") != c.head_dim)
     fail(f.name() + ": attention.value_length differs from key_length (not supported)");
   if (c.n_heads % c.n_kv_heads != 0)
@@ -222,8 +232,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.max_seq_len = f.find(p + "context_length") ? positive(p + "context_length") : 4096;
   c.rms_eps = f.get_f32_or(p + "attention.layer_norm_rms_epsilon", 1e-6f);
   c.rope_theta = f.get_f32_or(p + "rope.freq_base", 10000.0f);
-  c.rotary_dim = f.find(p + "rope.dimension_count") ? positive(p + "rope.dimension_count")
-                                                    : c.head_dim;
+  c.rotary_dim =
+      f.find(p + "rope.dimension_count") ? positive(p + "rope.dimension_count") : c.head_dim;
   if (c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
     fail(f.name() + ": rope.dimension_count must be even and at most key_length");
   std::string scaling = "none";
@@ -238,8 +248,9 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.rope_factor = f.get_f32(p + "rope.scale_linear");
   }
   if (f.tensor("rope_freqs.weight"))
-    fail(f.name() + ": per-frequency rope factors (rope_freqs, Llama-3.1 style scaling) are not "
-                    "supported yet");
+    fail(f.name() +
+         ": per-frequency rope factors (rope_freqs, Llama-3.1 style scaling) are not "
+         "supported yet");
 
   const GgufTensor* embd = f.tensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2) fail(f.name() + ": missing 2-D tensor 'token_embd.weight'");
@@ -252,7 +263,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (c.arch == Arch::Qwen3 && !c.qk_norm) fail(f.name() + ": qwen3 without attn_q_norm tensors");
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
 
-  if (f.find("tokenizer.ggml.bos_token_id")) c.bos_id = int32_t(f.get_i64("tokenizer.ggml.bos_token_id"));
+  if (f.find("tokenizer.ggml.bos_token_id"))
+    c.bos_id = int32_t(f.get_i64("tokenizer.ggml.bos_token_id"));
   for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
     if (f.find(key)) c.eos_ids.push_back(int32_t(f.get_i64(key)));
   return c;

@@ -71,8 +71,10 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
   spec.bos_id = optional_id(f, "tokenizer.ggml.bos_token_id");
   spec.eos_id = optional_id(f, "tokenizer.ggml.eos_token_id");
   spec.pad_id = optional_id(f, "tokenizer.ggml.padding_token_id");
-  if (f.find("tokenizer.ggml.add_bos_token")) spec.add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
-  if (f.find("tokenizer.chat_template")) spec.chat_template = f.get_string("tokenizer.chat_template");
+  if (f.find("tokenizer.ggml.add_bos_token"))
+    spec.add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
+  if (f.find("tokenizer.chat_template"))
+    spec.chat_template = f.get_string("tokenizer.chat_template");
   return spec;
 }
 
@@ -99,8 +101,7 @@ void write_gguf_tokenizer(GgufWriter& out, const TokenizerSpec& spec, int vocab)
   for (const TokenizerSpec::Added& a : spec.added) {
     if (a.id < 0 || size_t(a.id) >= n) continue;
     tokens[size_t(a.id)] = a.content;
-    types[size_t(a.id)] =
-        int32_t(a.special ? GgufTokenType::Control : GgufTokenType::UserDefined);
+    types[size_t(a.id)] = int32_t(a.special ? GgufTokenType::Control : GgufTokenType::UserDefined);
   }
   std::vector<std::string> merges;
   merges.reserve(spec.merges.size());

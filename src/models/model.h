@@ -27,8 +27,11 @@ struct RecurrentState;
 
 struct LoadOptions {
   bool load_tokenizer = true;
-  // GGUF files: map the file (true) or read it into anonymous memory with huge pages advised.
-  bool mmap = true;
+  // GGUF files: map the file (instant start) or read it into anonymous memory with huge pages
+  // advised. Reading is the default: decode measured ~10% faster here (median of 3 interleaved
+  // runs, Qwen2.5-0.5B Q4_K_M, 2 threads: 14.7 vs 13.3 tok/s; THP in madvise mode), for a
+  // start-up read of the file (~0.3 s per 400 MB from the page cache).
+  bool mmap = false;
   // HF directories: quantise every matrix to this type at load (llama.cpp's rules for the mix).
   std::optional<QuantType> quant = std::nullopt;
 };

@@ -15,9 +15,9 @@ struct Named {
   const char* name;
 };
 constexpr Named kNames[] = {
-    {FileType::F32, "f32"},   {FileType::F16, "f16"},       {FileType::BF16, "bf16"},
-    {FileType::Q8_0, "q8_0"}, {FileType::Q4_0, "q4_0"},     {FileType::Q4_1, "q4_1"},
-    {FileType::Q5_0, "q5_0"}, {FileType::Q5_1, "q5_1"},     {FileType::Q4_K_M, "q4_k_m"},
+    {FileType::F32, "f32"},       {FileType::F16, "f16"},   {FileType::BF16, "bf16"},
+    {FileType::Q8_0, "q8_0"},     {FileType::Q4_0, "q4_0"}, {FileType::Q4_1, "q4_1"},
+    {FileType::Q5_0, "q5_0"},     {FileType::Q5_1, "q5_1"}, {FileType::Q4_K_M, "q4_k_m"},
     {FileType::Q5_K_M, "q5_k_m"}, {FileType::Q6_K, "q6_k"},
 };
 
@@ -29,10 +29,14 @@ bool use_more_bits(int layer, int n_layers) {
 // The type llama.cpp falls back to when rows are no multiple of the K-quant super-block.
 WType fallback(WType t) {
   switch (t) {
-    case WType::Q4_K: return WType::Q5_0;
-    case WType::Q5_K: return WType::Q5_1;
-    case WType::Q6_K: return WType::Q8_0;
-    default: return t;
+    case WType::Q4_K:
+      return WType::Q5_0;
+    case WType::Q5_K:
+      return WType::Q5_1;
+    case WType::Q6_K:
+      return WType::Q8_0;
+    default:
+      return t;
   }
 }
 
@@ -58,17 +62,36 @@ std::string file_type_name(FileType t) {
 WType choose_wtype(FileType ft, TensorRole role, int layer, int n_layers, int64_t cols, bool tied) {
   WType base = WType::F16;
   switch (ft) {
-    case FileType::F32: return WType::F32;
-    case FileType::F16: return WType::F16;
-    case FileType::BF16: return WType::BF16;
-    case FileType::Q8_0: base = WType::Q8_0; break;
-    case FileType::Q4_0: base = WType::Q4_0; break;
-    case FileType::Q4_1: base = WType::Q4_1; break;
-    case FileType::Q5_0: base = WType::Q5_0; break;
-    case FileType::Q5_1: base = WType::Q5_1; break;
-    case FileType::Q4_K_M: base = WType::Q4_K; break;
-    case FileType::Q5_K_M: base = WType::Q5_K; break;
-    case FileType::Q6_K: base = WType::Q6_K; break;
+    case FileType::F32:
+      return WType::F32;
+    case FileType::F16:
+      return WType::F16;
+    case FileType::BF16:
+      return WType::BF16;
+    case FileType::Q8_0:
+      base = WType::Q8_0;
+      break;
+    case FileType::Q4_0:
+      base = WType::Q4_0;
+      break;
+    case FileType::Q4_1:
+      base = WType::Q4_1;
+      break;
+    case FileType::Q5_0:
+      base = WType::Q5_0;
+      break;
+    case FileType::Q5_1:
+      base = WType::Q5_1;
+      break;
+    case FileType::Q4_K_M:
+      base = WType::Q4_K;
+      break;
+    case FileType::Q5_K_M:
+      base = WType::Q5_K;
+      break;
+    case FileType::Q6_K:
+      base = WType::Q6_K;
+      break;
   }
   WType t = base;
   const bool k_mix = ft == FileType::Q4_K_M || ft == FileType::Q5_K_M;

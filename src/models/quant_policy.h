@@ -31,7 +31,17 @@ enum class FileType : uint32_t {
 FileType parse_file_type(std::string_view name);  // "f16", "q4_k_m", ...; throws listing choices
 std::string file_type_name(FileType t);
 
-enum class TensorRole { TokenEmbd, Output, AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown };
+enum class TensorRole {
+  TokenEmbd,
+  Output,
+  AttnQ,
+  AttnK,
+  AttnV,
+  AttnOutput,
+  FfnGate,
+  FfnUp,
+  FfnDown
+};
 
 // The type of one matrix of shape [rows, cols] (cols contiguous). `tied` says the model has no
 // output matrix, so token_embd is used as the output and gets the output's type (as llama.cpp).

@@ -26,7 +26,8 @@ void register_convert(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string dir = a->model.empty() ? default_model_dir() : a->model;
     if (!std::filesystem::is_directory(dir))
-      fail("fak convert reads a Hugging Face directory (" + dir + " is not one); use fak quantize "
+      fail("fak convert reads a Hugging Face directory (" + dir +
+           " is not one); use fak quantize "
            "for GGUF files");
     auto model = Model::load(dir);
     ExportStats s = export_gguf(*model, ft, a->out);

@@ -148,7 +148,8 @@ void synth(const SynthArgs& a) {
 
 void register_synth(CLI::App& app) {
   auto a = std::make_shared<SynthArgs>();
-  CLI::App* c = app.add_subcommand("synth", "write a random-weight HF model directory from a config");
+  CLI::App* c =
+      app.add_subcommand("synth", "write a random-weight HF model directory from a config");
   c->add_option("--config", a->config, "config.json (e.g. tests/data/configs/*.json)")->required();
   c->add_option("-o,--out", a->out, "output directory")->required();
   c->add_option("--dtype", a->dtype, "bf16 (default), f16 or f32")

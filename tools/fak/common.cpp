@@ -42,7 +42,7 @@ std::shared_ptr<const Model> load_model(const std::string& path) {
 
 void add_load_flags(CLI::App* c) {
   c->add_flag("--mmap,!--no-mmap", g_load_options.mmap,
-              "GGUF: map the file (default) or read it into memory with huge pages");
+              "GGUF: map the file (instant start) or read it into memory with huge pages (default, faster decode)");
   c->add_option("--quant", g_quant, "HF directory: quantise the weights at load (e.g. q8_0)");
 }
 
