@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <cmath>
 #include <random>
 
 #include "core/error.h"
@@ -182,11 +183,11 @@ TEST_P(Reuse, ShiftEvictIsExactInLayerZeroAndCloseOverall) {
   Session fresh = cold(concat({a, c}));
   ASSERT_EQ(s.tokens(), fresh.tokens());
   // Layer 0's K and V only depend on each token and its position: identical to a fresh run.
-  const int bs = cache->block_size(), kv_dim = model->config().kv_dim();
+  const int bs = cache->block_size();
   for (int p = 0; p < s.size(); ++p) {
-    const float* k1 = cache->k(s.blocks()[size_t(p / bs)], 0) + size_t(p % bs) * size_t(kv_dim);
-    const float* k2 = cache->k(fresh.blocks()[size_t(p / bs)], 0) + size_t(p % bs) * size_t(kv_dim);
-    ASSERT_EQ(std::memcmp(k1, k2, sizeof(float) * size_t(kv_dim)), 0) << "layer 0 K at " << p;
+    const uint8_t* k1 = cache->row(s.blocks()[size_t(p / bs)], 0, KvPlane::K, p % bs);
+    const uint8_t* k2 = cache->row(fresh.blocks()[size_t(p / bs)], 0, KvPlane::K, p % bs);
+    ASSERT_EQ(std::memcmp(k1, k2, cache->row_bytes()), 0) << "layer 0 K at " << p;
   }
   EXPECT_TRUE(bit_equal(other.logits(), cold(concat({a, span, c})).logits()));
 }
@@ -294,15 +295,58 @@ TEST(KvCache, RefcountsAndBudget) {
   EXPECT_EQ(cache.refcount(a), 2);
   cache.release(a);
   EXPECT_EQ(cache.blocks_in_use(), 1u);
-  cache.k(a, 1)[3] = 7.0f;
+  std::vector<float> row(8, 0.0f);
+  row[3] = 7.0f;
+  cache.store_row(a, 1, KvPlane::K, 2, row.data());
   int32_t b = cache.copy_block(a, 4);
-  EXPECT_EQ(cache.k(b, 1)[3], 7.0f);
+  std::vector<float> back(8);
+  cache.load_row(b, 1, KvPlane::K, 2, back.data());
+  EXPECT_EQ(back, row);
   cache.allocate();
   cache.allocate();
   EXPECT_THROW(cache.allocate(), Error);  // budget of 4 blocks
   cache.release(a);
   EXPECT_NO_THROW(cache.allocate());
-  EXPECT_EQ(cache.kraw(a, 0), nullptr);
+  EXPECT_EQ(cache.row(a, 0, KvPlane::Kraw, 0), nullptr);
 }
+
+}  // namespace fak
+
+namespace fak {
+
+// Half-precision KV storage: the guarantees are about determinism, so they hold for every storage
+// type; the logits move by the rounding of K and V only.
+class HalfKv : public ::testing::TestWithParam<DType> {};
+
+TEST_P(HalfKv, ExactnessHoldsAndLogitsStayClose) {
+  auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
+  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().kv_dim(),
+                                         KvCacheOptions{.block_size = 16, .dtype = GetParam()});
+  auto f32 = std::make_shared<KvCache>(model->n_attention_layers(), model->config().kv_dim());
+  const int vocab = model->config().vocab;
+  auto a = random_ids(20, vocab, 1), b = random_ids(9, vocab, 2), c = random_ids(14, vocab, 3);
+  Session s(model, cache);
+  s.append(concat({a, b, c}));
+  s.evict(20, 29, EvictMode::Exact);
+  Session fresh(model, cache);
+  fresh.append(concat({a, c}));
+  EXPECT_TRUE(bit_equal(s.logits(), fresh.logits()));
+  auto path = test::temp_dir() / "half.fak";
+  s.save(path);
+  Session loaded = Session::load(path, model, cache);
+  EXPECT_TRUE(bit_equal(loaded.logits(), s.logits()));
+  EXPECT_THROW(Session::load(path, model, f32), Error);  // f32 cache cannot take half rows
+  Session full(model, f32);
+  full.append(concat({a, c}));
+  double md = 0;
+  for (size_t i = 0; i < s.logits().size(); ++i) md = std::max(md, double(std::fabs(s.logits()[i] - full.logits()[i])));
+  EXPECT_GT(md, 0.0);
+  EXPECT_LT(md, GetParam() == DType::F16 ? 0.02 : 0.1) << "KV rounding moved the logits too far";
+  EXPECT_EQ(argmax(s.logits()), argmax(full.logits()));
+  EXPECT_EQ(cache->block_bytes() / 16 * 2, f32->block_bytes() / 32);  // half the bytes per token
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, HalfKv, ::testing::Values(DType::F16, DType::BF16),
+                         [](const auto& info) { return info.param == DType::F16 ? std::string("f16") : std::string("bf16"); });
 
 }  // namespace fak

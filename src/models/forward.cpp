@@ -123,14 +123,14 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const Hidd
           }
           const int pos = it.start_pos + i;
           const int32_t block = (*it.blocks)[size_t(pos / bs)];
-          const size_t row = size_t(pos % bs) * size_t(kv_dim);
-          if (float* kraw = cache.kraw(block, al)) std::memcpy(kraw + row, kt, sizeof(float) * size_t(kv_dim));
+          const int slot = pos % bs;
+          cache.store_row(block, al, KvPlane::Kraw, slot, kt);
           const float* cs = &cos[size_t(t) * size_t(half)];
           const float* sn = &sin[size_t(t) * size_t(half)];
           for (int h = 0; h < c.n_heads; ++h) rope_apply(qt + h * hd, 2 * half, cs, sn);
           for (int h = 0; h < c.n_kv_heads; ++h) rope_apply(kt + h * hd, 2 * half, cs, sn);
-          std::memcpy(cache.k(block, al) + row, kt, sizeof(float) * size_t(kv_dim));
-          std::memcpy(cache.v(block, al) + row, &s.v[size_t(t) * size_t(kv_dim)], sizeof(float) * size_t(kv_dim));
+          cache.store_row(block, al, KvPlane::K, slot, kt);
+          cache.store_row(block, al, KvPlane::V, slot, &s.v[size_t(t) * size_t(kv_dim)]);
         }
       }
       std::vector<AttentionTask> tasks;

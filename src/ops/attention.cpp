@@ -21,7 +21,18 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
   const VecKernels& vk = vec_kernels();
   const int group = s.n_heads / s.n_kv_heads;
   const int bs = cache.block_size();
-  const int kv_dim = cache.kv_dim();
+  const size_t elem = dtype_size(cache.dtype());
+  // Row readers for the cache's storage type, picked once per call.
+  auto dot = [&vk, dt = cache.dtype()](const float* q, const uint8_t* row, int n) {
+    if (dt == DType::F32) return vk.dot(q, reinterpret_cast<const float*>(row), n);
+    if (dt == DType::F16) return vk.dot_f16(q, reinterpret_cast<const uint16_t*>(row), n);
+    return vk.dot_bf16(q, reinterpret_cast<const uint16_t*>(row), n);
+  };
+  auto axpy = [&vk, dt = cache.dtype()](float* y, float a, const uint8_t* row, int n) {
+    if (dt == DType::F32) return vk.axpy(y, a, reinterpret_cast<const float*>(row), n);
+    if (dt == DType::F16) return vk.axpy_f16(y, a, reinterpret_cast<const uint16_t*>(row), n);
+    return vk.axpy_bf16(y, a, reinterpret_cast<const uint16_t*>(row), n);
+  };
   const int q_dim = s.n_heads * s.head_dim;
 
   size_t work = 0;  // query-key pairs
@@ -37,13 +48,12 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
       const int n_keys = pos + 1;
       const float* q = task.q + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       float* out = task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
-      const size_t head_off = size_t(un.head / group) * size_t(s.head_dim);
+      const size_t head_off = size_t(un.head / group) * size_t(s.head_dim) * elem;
       scores.resize(size_t(n_keys));
       float mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {
-        const float* krow = cache.k((*task.blocks)[size_t(j / bs)], layer) +
-                            size_t(j % bs) * size_t(kv_dim) + head_off;
-        float sc = vk.dot(q, krow, s.head_dim) * s.scale;
+        const uint8_t* krow = cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::K, j % bs) + head_off;
+        const float sc = dot(q, krow, s.head_dim) * s.scale;
         scores[size_t(j)] = sc;
         mx = sc > mx ? sc : mx;
       }
@@ -56,9 +66,8 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
       const float inv = 1.0f / sum;
       std::memset(out, 0, sizeof(float) * size_t(s.head_dim));
       for (int j = 0; j < n_keys; ++j) {
-        const float* vrow = cache.v((*task.blocks)[size_t(j / bs)], layer) +
-                            size_t(j % bs) * size_t(kv_dim) + head_off;
-        vk.axpy(out, scores[size_t(j)] * inv, vrow, s.head_dim);
+        const uint8_t* vrow = cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::V, j % bs) + head_off;
+        axpy(out, scores[size_t(j)] * inv, vrow, s.head_dim);
       }
     }
   }

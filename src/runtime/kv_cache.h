@@ -3,21 +3,34 @@
 // K after RoPE, V, and optionally Kraw (K before RoPE, kept so a shift-eviction can re-rotate
 // survivors once from the original instead of composing rotations).
 //
-// Layout of one block: for each layer, [K | V | Kraw] each [block_size][kv_dim] f32.
+// Rows are stored as f32, f16 or bf16 (KvCacheOptions::dtype); the forward pass writes f32 rows
+// through store_row and attention reads them in place. Conversions are deterministic, so the
+// reuse stack's bit-exactness holds for every storage type.
+//
+// Layout of one block: for each layer, [K | V | Kraw] each [block_size][kv_dim] elements.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace fak {
 
 struct KvCacheOptions {
   int block_size = 32;
-  bool keep_kraw = true;
-  size_t max_bytes = 0;  // 0 = no limit
+  bool keep_kraw = true;  // drop to save a third of the memory when shift-eviction is not needed
+  size_t max_bytes = 0;   // 0 = no limit
+  DType dtype = DType::F32;  // F32, F16 or BF16
 };
+
+enum class KvPlane : uint8_t { K, V, Kraw };
+
+// "f32" / "f16" / "bf16" -> DType; throws fak::Error naming the accepted values.
+DType parse_kv_type(const std::string& name);
 
 class KvCache {
  public:
@@ -30,32 +43,35 @@ class KvCache {
   // A new block (refcount 1) holding a copy of the first n_rows rows of src in every layer.
   int32_t copy_block(int32_t src, int n_rows);
 
-  float* k(int32_t block, int layer) { return base(block, layer); }
-  float* v(int32_t block, int layer) { return base(block, layer) + layer_plane(); }
-  float* kraw(int32_t block, int layer) { return keep_kraw_ ? base(block, layer) + 2 * layer_plane() : nullptr; }
-  const float* k(int32_t block, int layer) const { return const_cast<KvCache*>(this)->k(block, layer); }
-  const float* v(int32_t block, int layer) const { return const_cast<KvCache*>(this)->v(block, layer); }
-  const float* kraw(int32_t block, int layer) const { return const_cast<KvCache*>(this)->kraw(block, layer); }
+  // Row `slot` (0..block_size-1) of one plane; nullptr for Kraw when it is not kept.
+  uint8_t* row(int32_t block, int layer, KvPlane plane, int slot);
+  const uint8_t* row(int32_t block, int layer, KvPlane plane, int slot) const {
+    return const_cast<KvCache*>(this)->row(block, layer, plane, slot);
+  }
+  void store_row(int32_t block, int layer, KvPlane plane, int slot, const float* src);
+  void load_row(int32_t block, int layer, KvPlane plane, int slot, float* dst) const;
 
   int block_size() const { return block_size_; }
   int n_layers() const { return n_layers_; }
   int kv_dim() const { return kv_dim_; }
+  DType dtype() const { return dtype_; }
+  size_t row_bytes() const { return row_bytes_; }
   bool keeps_kraw() const { return keep_kraw_; }
-  size_t block_bytes() const { return block_floats_ * sizeof(float); }
+  size_t block_bytes() const { return block_bytes_; }
   size_t blocks_in_use() const { return in_use_; }
   size_t bytes_in_use() const { return in_use_ * block_bytes(); }
   size_t max_bytes() const { return max_bytes_; }
 
  private:
-  size_t layer_plane() const { return size_t(block_size_) * size_t(kv_dim_); }
-  float* base(int32_t block, int layer);
+  int planes() const { return keep_kraw_ ? 3 : 2; }
 
   int n_layers_, kv_dim_, block_size_;
   bool keep_kraw_;
   size_t max_bytes_;
-  size_t block_floats_;
+  DType dtype_;
+  size_t row_bytes_, block_bytes_;
   static constexpr int kBlocksPerSlab = 16;
-  std::vector<std::unique_ptr<float[]>> slabs_;
+  std::vector<std::unique_ptr<uint8_t[]>> slabs_;
   std::vector<int> refcounts_;
   std::vector<int32_t> free_;
   size_t in_use_ = 0;

@@ -46,20 +46,21 @@ void Session::evict(int begin, int end, EvictMode mode) {
   const int n_new = size() - (end - begin);
   make_writable(begin, size(), /*keep_all_rows=*/true);  // sources are read from these blocks too
   const int bs = cache_->block_size();
-  const int kv_dim = c.kv_dim();
   const int half = model_->rope().rotary_dim() / 2;
+  const size_t row_bytes = cache_->row_bytes();
   std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  std::vector<float> k(static_cast<size_t>(c.kv_dim()));
   for (size_t j = 0; j < suffix.size(); ++j) {
     const int from = end + int(j), to = begin + int(j);
     model_->rope().angles(to, cs.data(), sn.data());
-    const size_t rf = size_t(from % bs) * size_t(kv_dim), rt = size_t(to % bs) * size_t(kv_dim);
+    const int32_t bf = blocks_[size_t(from / bs)], bt = blocks_[size_t(to / bs)];
     for (int l = 0; l < model_->n_attention_layers(); ++l) {
-      const int32_t bf = blocks_[size_t(from / bs)], bt = blocks_[size_t(to / bs)];
-      std::memmove(cache_->v(bt, l) + rt, cache_->v(bf, l) + rf, sizeof(float) * size_t(kv_dim));
-      std::memmove(cache_->kraw(bt, l) + rt, cache_->kraw(bf, l) + rf, sizeof(float) * size_t(kv_dim));
-      float* k = cache_->k(bt, l) + rt;
-      std::memcpy(k, cache_->kraw(bt, l) + rt, sizeof(float) * size_t(kv_dim));
-      for (int h = 0; h < c.n_kv_heads; ++h) rope_apply(k + h * c.head_dim, 2 * half, cs.data(), sn.data());
+      std::memmove(cache_->row(bt, l, KvPlane::V, to % bs), cache_->row(bf, l, KvPlane::V, from % bs), row_bytes);
+      std::memmove(cache_->row(bt, l, KvPlane::Kraw, to % bs), cache_->row(bf, l, KvPlane::Kraw, from % bs),
+                   row_bytes);
+      cache_->load_row(bt, l, KvPlane::Kraw, to % bs, k.data());
+      for (int h = 0; h < c.n_kv_heads; ++h) rope_apply(k.data() + h * c.head_dim, 2 * half, cs.data(), sn.data());
+      cache_->store_row(bt, l, KvPlane::K, to % bs, k.data());
     }
   }
   tokens_.erase(tokens_.begin() + begin, tokens_.begin() + end);

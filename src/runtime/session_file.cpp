@@ -22,6 +22,8 @@ namespace fak {
 
 namespace {
 
+const char* kv_dtype_name(DType t) { return t == DType::F32 ? "f32" : t == DType::F16 ? "f16" : "bf16"; }
+
 constexpr char kMagic[8] = {'F', 'A', 'K', 'S', 'E', 'S', 'S', '\0'};
 constexpr uint32_t kVersion = 2;
 
@@ -42,13 +44,13 @@ void Session::save(const std::filesystem::path& path) const {
                    {"vocab", c.vocab},
                    {"attention_layers", model_->n_attention_layers()},
                    {"kv_dim", c.kv_dim()},
-                   {"kv_dtype", "f32"},
+                   {"kv_dtype", kv_dtype_name(cache_->dtype())},
                    {"kraw", cache_->keeps_kraw()},
                    {"n_starts", starts_.size()},
                    {"recurrent_bytes", state_.bytes()}};
   const std::string header = h.dump();
   std::string out;
-  const size_t kv_rows_bytes = size_t(n) * size_t(c.kv_dim()) * sizeof(float);
+  const size_t kv_rows_bytes = size_t(n) * cache_->row_bytes();
   out.reserve(64 + header.size() + size_t(n) * 4 + logits_.size() * 4 +
               size_t(model_->n_attention_layers()) * 3 * kv_rows_bytes);
   out.append(kMagic, 8);
@@ -58,12 +60,11 @@ void Session::save(const std::filesystem::path& path) const {
   out.append(reinterpret_cast<const char*>(tokens_.data()), tokens_.size() * 4);
   if (n > 0) out.append(reinterpret_cast<const char*>(logits_.data()), size_t(c.vocab) * 4);
   const int bs = cache_->block_size();
-  const size_t row = size_t(c.kv_dim()) * sizeof(float);
+  const size_t row = cache_->row_bytes();
   for (int l = 0; l < model_->n_attention_layers(); ++l) {
     for (int which = 0; which < (cache_->keeps_kraw() ? 3 : 2); ++which) {
       for (int p = 0; p < n; p += bs) {
-        const int32_t b = blocks_[size_t(p / bs)];
-        const float* src = which == 0 ? cache_->k(b, l) : which == 1 ? cache_->v(b, l) : cache_->kraw(b, l);
+        const uint8_t* src = cache_->row(blocks_[size_t(p / bs)], l, KvPlane(which), 0);
         out.append(reinterpret_cast<const char*>(src), row * size_t(std::min(bs, n - p)));
       }
     }
@@ -106,14 +107,18 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
          " " + h.value("model", std::string("?")) + "), not " + model->path().string());
   const int n = h.value("n_tokens", -1);
   const bool kraw = h.value("kraw", false);
-  if (n < 0 || n > c.max_seq_len || h.value("kv_dim", 0) != c.kv_dim() || h.value("kv_dtype", "") != "f32" ||
+  if (n < 0 || n > c.max_seq_len || h.value("kv_dim", 0) != c.kv_dim() ||
       h.value("attention_layers", -1) != model->n_attention_layers() || h.value("vocab", 0) != c.vocab)
     fail(label + " has a KV layout that does not match the model");
+  const std::string file_kv = h.value("kv_dtype", std::string("?"));
+  if (file_kv != kv_dtype_name(cache->dtype()))
+    fail(label + " holds " + file_kv + " KV rows but this cache stores " + kv_dtype_name(cache->dtype()) +
+         " (use the same --kv-type)");
   const int64_t n_starts = h.value("n_starts", int64_t(-1));
   const size_t state_bytes = RecurrentState(c).bytes();
   if (n_starts < 0 || n_starts > n || h.value("recurrent_bytes", size_t(0)) != state_bytes)
     fail(label + " has a recurrent state layout that does not match the model");
-  const size_t row = size_t(c.kv_dim()) * sizeof(float);
+  const size_t row = cache->row_bytes();
   const size_t expect = 16 + header_len + size_t(n) * 4 + (n > 0 ? size_t(c.vocab) * 4 : 0) +
                         size_t(model->n_attention_layers()) * (kraw ? 3 : 2) * size_t(n) * row +
                         size_t(n_starts) * 4 + state_bytes + 8;
@@ -138,7 +143,7 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
     for (int which = 0; which < (kraw ? 3 : 2); ++which) {
       for (int q = 0; q < n; q += bs) {
         const int32_t blk = s.blocks_[size_t(q / bs)];
-        float* dst = which == 0 ? s.cache_->k(blk, l) : which == 1 ? s.cache_->v(blk, l) : s.cache_->kraw(blk, l);
+        uint8_t* dst = s.cache_->row(blk, l, KvPlane(which), 0);
         const size_t bytes = row * size_t(std::min(bs, n - q));
         if (dst) std::memcpy(dst, p, bytes);
         p += bytes;

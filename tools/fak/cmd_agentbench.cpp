@@ -26,6 +26,7 @@ struct AgentArgs {
   int agents = 5, turns = 20, prefix = 2048, result = 64, decode = 32, a_turns = 2, threads = 0;
   bool json = false;
   std::string arms = "abc";
+  KvFlags kv;
 };
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -59,7 +60,7 @@ void agentbench(const AgentArgs& a) {
   std::vector<std::vector<std::vector<int32_t>>> results(size_t(a.agents));
   for (auto& per_agent : results)
     for (int t = 0; t < a.turns; ++t) per_agent.push_back(random_tokens(a.result));
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), c.kv_dim(), KvCacheOptions{.keep_kraw = false});
+  auto cache = a.kv.make_cache(*model);
   std::vector<Arm> arms;
 
   if (a.arms.find('a') != std::string::npos) {
@@ -190,6 +191,7 @@ void register_agentbench(CLI::App& app) {
   c->add_option("--arms", a->arms, "which arms to run (subset of abc)");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");
+  a->kv.add_to(c);
   c->callback([a] { agentbench(*a); });
 }
 

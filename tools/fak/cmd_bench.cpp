@@ -22,6 +22,7 @@ namespace {
 struct BenchArgs {
   std::string model, prompts = "16,64,256", gens = "32", output = "md";
   int threads = 0, reps = 3;
+  KvFlags kv;
 };
 
 std::vector<int> parse_list(const std::string& s, const char* what) {
@@ -78,8 +79,7 @@ void bench(const BenchArgs& a) {
     for (auto& t : v) t = int32_t(rng() % uint32_t(c.vocab));
     return v;
   };
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), c.kv_dim(),
-                                         KvCacheOptions{.keep_kraw = false});
+  auto cache = a.kv.make_cache(*model);
   // Warm-up: touch every weight once so the first timed run does not pay for page faults.
   {
     Session s(model, cache);
@@ -167,6 +167,7 @@ void register_bench(CLI::App& app) {
   c->add_option("-r,--repetitions", a->reps, "repetitions of each test");
   c->add_option("-o,--output", a->output, "md or json")->check(CLI::IsMember({"md", "json"}));
   add_load_flags(c);
+  a->kv.add_to(c);
   c->callback([a] { bench(*a); });
 }
 

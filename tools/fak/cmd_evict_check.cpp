@@ -20,6 +20,7 @@ struct EvictArgs {
   std::string model, prefix_file, span_file, suffix_file, prefix_ids, span_ids, suffix_ids;
   bool json = false;
   int threads = 0;
+  KvFlags kv;
 };
 
 std::vector<int32_t> part(const Model& m, const std::string& file, const std::string& ids, const char* name) {
@@ -44,7 +45,7 @@ int evict_check(const EvictArgs& a) {
   auto C = part(*model, a.suffix_file, a.suffix_ids, "suffix");
   if (A.empty() && C.empty()) fail("prefix and suffix are both empty: nothing would remain after the eviction");
   if (B.empty()) fail("the span is empty");
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().kv_dim());
+  auto cache = a.kv.make_cache(*model);
   std::vector<int32_t> abc = A, ac = A;
   abc.insert(abc.end(), B.begin(), B.end());
   abc.insert(abc.end(), C.begin(), C.end());
@@ -112,6 +113,7 @@ void register_evict_check(CLI::App& app) {
   c->add_option("--suffix-ids", a->suffix_ids, "C as comma-separated ids");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");
+  a->kv.add_to(c);
   c->callback([a] {
     int rc = evict_check(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -21,6 +21,7 @@ struct RunArgs {
   int top_k = 0;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false;
+  KvFlags kv;
 };
 
 void run(const RunArgs& a) {
@@ -38,7 +39,7 @@ void run(const RunArgs& a) {
     if (a.file.empty()) check_utf8(text, "the prompt");
     prompt = tok->encode(text);
   }
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().kv_dim());
+  auto cache = a.kv.make_cache(*model);
   Session session(model, cache);
   if (!a.session.empty() && std::filesystem::exists(a.session)) session = Session::load(a.session, model, cache);
 
@@ -114,6 +115,7 @@ void register_run(CLI::App& app) {
   c->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text");
   c->add_flag("--json", a->json, "print one JSON object instead of streaming");
   add_load_flags(c);
+  a->kv.add_to(c);
   c->callback([a] { run(*a); });
 }
 

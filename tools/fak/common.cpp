@@ -98,6 +98,18 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
   return ids;
 }
 
+void KvFlags::add_to(CLI::App* app) {
+  app->add_option("--kv-type", type, "KV cache storage: f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app->add_flag("--no-kraw", no_kraw, "do not keep pre-RoPE keys (saves a third of the KV; no shift eviction)");
+}
+
+std::shared_ptr<KvCache> KvFlags::make_cache(const Model& model) const {
+  KvCacheOptions o;
+  o.dtype = parse_kv_type(type);
+  o.keep_kraw = !no_kraw;
+  return std::make_shared<KvCache>(model.n_attention_layers(), model.config().kv_dim(), o);
+}
+
 void set_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/kv_cache.h"
 
 namespace fak::cli {
 
@@ -22,6 +23,14 @@ void check_utf8(const std::string& text, const std::string& what);
 std::vector<int32_t> parse_ids(const std::string& csv);
 
 void set_threads(int threads);  // 0 = all cores
+
+// --kv-type f32|f16|bf16 and --no-kraw, shared by every subcommand that builds a KV cache.
+struct KvFlags {
+  std::string type = "f32";
+  bool no_kraw = false;
+  void add_to(CLI::App* app);
+  std::shared_ptr<KvCache> make_cache(const Model& model) const;
+};
 
 // Each subcommand registers itself on the app.
 void register_run(CLI::App& app);

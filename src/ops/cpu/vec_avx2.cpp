@@ -1,5 +1,6 @@
 #include <immintrin.h>
 
+#include "core/dtype.h"
 #include "ops/vec.h"
 
 namespace fak {
@@ -33,10 +34,51 @@ void axpy_avx2(float* y, float a, const float* x, int n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+inline __m256 widen_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 widen_bf16(const uint16_t* p) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+template <__m256 (*Widen)(const uint16_t*), float (*Scalar)(uint16_t)>
+float dot_half_avx2(const float* a, const uint16_t* b, int n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), Widen(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), Widen(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), Widen(b + i), acc0);
+  __m256 acc = _mm256_add_ps(acc0, acc1);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  float r = _mm_cvtss_f32(s);
+  for (; i < n; ++i) r += a[i] * Scalar(b[i]);
+  return r;
+}
+
+template <__m256 (*Widen)(const uint16_t*), float (*Scalar)(uint16_t)>
+void axpy_half_avx2(float* y, float a, const uint16_t* x, int n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, Widen(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * Scalar(x[i]);
+}
+
 }  // namespace
 
 const VecKernels& vec_kernels_avx2() {
-  static const VecKernels k{dot_avx2, axpy_avx2, "avx2"};
+  static const VecKernels k{dot_avx2,
+                            axpy_avx2,
+                            dot_half_avx2<widen_f16, f16_to_f32>,
+                            axpy_half_avx2<widen_f16, f16_to_f32>,
+                            dot_half_avx2<widen_bf16, bf16_to_f32>,
+                            axpy_half_avx2<widen_bf16, bf16_to_f32>,
+                            "avx2"};
   return k;
 }
 

@@ -1,3 +1,4 @@
+#include "core/dtype.h"
 #include "ops/vec.h"
 
 namespace fak {
@@ -11,10 +12,26 @@ float dot_ref(const float* a, const float* b, int n) {
 void axpy_ref(float* y, float a, const float* x, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
 }
+template <float (*Widen)(uint16_t)>
+float dot_half_ref(const float* a, const uint16_t* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * Widen(b[i]);
+  return s;
+}
+template <float (*Widen)(uint16_t)>
+void axpy_half_ref(float* y, float a, const uint16_t* x, int n) {
+  for (int i = 0; i < n; ++i) y[i] += a * Widen(x[i]);
+}
 }  // namespace
 
 const VecKernels& vec_kernels_ref() {
-  static const VecKernels k{dot_ref, axpy_ref, "scalar"};
+  static const VecKernels k{dot_ref,
+                            axpy_ref,
+                            dot_half_ref<f16_to_f32>,
+                            axpy_half_ref<f16_to_f32>,
+                            dot_half_ref<bf16_to_f32>,
+                            axpy_half_ref<bf16_to_f32>,
+                            "scalar"};
   return k;
 }
 
