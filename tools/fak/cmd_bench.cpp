@@ -59,6 +59,18 @@ Stat stats(std::vector<double> v) {
   return s;
 }
 
+// Parameters of the weight matrices (norms and biases are noise at this scale).
+double matrix_params(const ModelWeights& w) {
+  double n = double(w.embed.rows) * double(w.embed.cols);
+  if (w.lm_head.data != w.embed.data) n += double(w.lm_head.rows) * double(w.lm_head.cols);
+  for (const LayerWeights& l : w.layers)
+    for (const WeightMatrix* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.mlp.gate, &l.mlp.up,
+                                  &l.mlp.down, &l.delta.in_proj_qkv, &l.delta.in_proj_z, &l.delta.in_proj_b,
+                                  &l.delta.in_proj_a, &l.delta.out_proj})
+      n += double(m->rows) * double(m->cols);
+  return n;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -106,7 +118,7 @@ void bench(const BenchArgs& a) {
   };
   if (a.output == "md") {
     std::printf("model: %s (%s, %.1f M params, %.2f GiB weights, %s)\n", model->path().string().c_str(),
-                c.model_type.c_str(), double(model->weights().bytes) / 2 / 1e6,
+                c.model_type.c_str(), matrix_params(model->weights()) / 1e6,
                 double(model->weights().bytes) / double(1 << 30), std::string(wtype_name(model->weights().embed.type)).c_str());
     std::printf("threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n", threads,
                 std::string(matmul_isa()).c_str(), model->weights_memory(), load_s);
