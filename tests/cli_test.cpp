@@ -130,9 +130,9 @@ TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
   };
   expect_error(test::run_fak("run -m /nonexistent/model -p hi"), "/nonexistent/model does not exist");
   test::write_file(dir / "bad.txt", std::string("def f():\n  return '\xff\xfe'\n"));
-  expect_error(test::run_fak("run -f " + (dir / "bad.txt").string()), "not valid UTF-8 (bad byte at offset 19)");
+  expect_error(test::run_fak("run -f " + (dir / "bad.txt").string()), "bad.txt at byte offset 19 (byte 0xFF)");
   expect_error(test::run_fak("run -f " + (dir / "missing.txt").string()), "missing.txt");
-  expect_error(test::run_fak("run -p \"$(printf 'x\\377')\""), "not valid UTF-8");
+  expect_error(test::run_fak("run -p \"$(printf 'x\\377')\""), "invalid UTF-8 in the prompt");
   // A prompt longer than the model's 4096-token context.
   std::string ids;
   for (int i = 0; i < 4200; ++i) ids += std::to_string(100 + i % 50) + ",";

@@ -9,6 +9,13 @@
 
 namespace fak {
 
+namespace kernels {
+bool attend_f32_avx2(const float* q, int n_keys, float scale, const uint8_t* const* blocks_k,
+                     const uint8_t* const* blocks_v, int block_size, size_t row_bytes, size_t head_offset,
+                     int head_dim, float* scores, float* out);
+bool cpu_has_avx2();
+}  // namespace kernels
+
 void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
                const AttentionShape& s) {
   struct Unit {
@@ -34,6 +41,17 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
     return vk.axpy_bf16(y, a, reinterpret_cast<const uint16_t*>(row), n);
   };
   const int q_dim = s.n_heads * s.head_dim;
+  // Fast path: f32 rows with an AVX2 kernel for this head size. Each task's block table becomes
+  // two arrays of plane pointers once per call.
+  const bool fast = cache.dtype() == DType::F32 && kernels::cpu_has_avx2() && s.head_dim % 16 == 0 &&
+                    s.head_dim <= 256 && (s.head_dim & (s.head_dim - 1)) == 0;
+  std::vector<std::vector<const uint8_t*>> k_planes(tasks.size()), v_planes(tasks.size());
+  if (fast)
+    for (size_t ti = 0; ti < tasks.size(); ++ti)
+      for (int32_t b : *tasks[ti].blocks) {
+        k_planes[ti].push_back(cache.row(b, layer, KvPlane::K, 0));
+        v_planes[ti].push_back(cache.row(b, layer, KvPlane::V, 0));
+      }
 
   size_t work = 0;  // query-key pairs
   for (const auto& t : tasks) work += size_t(t.n_tokens) * size_t(t.start_pos + t.n_tokens) * size_t(s.n_heads);
@@ -50,6 +68,10 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
       float* out = task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       const size_t head_off = size_t(un.head / group) * size_t(s.head_dim) * elem;
       scores.resize(size_t(n_keys));
+      if (fast && kernels::attend_f32_avx2(q, n_keys, s.scale, k_planes[size_t(un.task)].data(),
+                                           v_planes[size_t(un.task)].data(), bs, cache.row_bytes(), head_off,
+                                           s.head_dim, scores.data(), out))
+        continue;
       float mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {
         const uint8_t* krow = cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::K, j % bs) + head_off;

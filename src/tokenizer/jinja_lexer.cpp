@@ -2,6 +2,7 @@
 // rendered bytes: lstrip only applies when the text since the last newline is pure whitespace and
 // either contains a newline or the previous tag ended a line.
 #include "tokenizer/jinja_lexer.h"
+#include "tokenizer/utf8.h"
 
 #include <cstring>
 
@@ -33,23 +34,6 @@ size_t skip_space(std::string_view s, size_t p) {
   return p;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xc0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += char(0xe0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3f));
-    out += char(0x80 | (cp & 0x3f));
-  } else {
-    out += char(0xf0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3f));
-    out += char(0x80 | ((cp >> 6) & 0x3f));
-    out += char(0x80 | (cp & 0x3f));
-  }
-}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';

@@ -1,5 +1,6 @@
 // Value construction, truthiness, comparison and the Python spellings (str, repr, json.dumps).
 #include "tokenizer/jinja_value.h"
+#include "tokenizer/utf8.h"
 
 #include <algorithm>
 #include <charconv>
@@ -468,20 +469,8 @@ std::string utf8_encode(std::u32string_view s) {
   for (char32_t cp : s) {
     if (cp >= 0xdc80 && cp <= 0xdcff) {
       out += char(cp - 0xdc00);
-    } else if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xc0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += char(0xe0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
     } else {
-      out += char(0xf0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3f));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
+      append_utf8(out, cp);
     }
   }
   return out;

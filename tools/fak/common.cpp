@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "tokenizer/utf8.h"
 
 namespace fak::cli {
 
@@ -46,25 +47,7 @@ void add_load_flags(CLI::App* c) {
   c->add_option("--quant", g_quant, "HF directory: quantise the weights at load (e.g. q8_0)");
 }
 
-void check_utf8(const std::string& s, const std::string& what) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    bool ok = len > 0 && i + size_t(len) <= s.size();
-    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
-    for (int k = 1; ok && k < len; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + size_t(k)]);
-      ok = (cc & 0xc0) == 0x80;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
-    if (ok) ok = !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) && !(len == 4 && cp < 0x10000) &&
-                 !(cp >= 0xd800 && cp <= 0xdfff) && cp <= 0x10ffff;
-    if (!ok) fail(what + " is not valid UTF-8 (bad byte at offset " + std::to_string(i) + ")");
-    i += size_t(len);
-  }
-}
+void check_utf8(const std::string& s, const std::string& what) { fak::check_utf8(s, what); }
 
 std::string read_text_file(const std::string& path, bool utf8) {
   if (!std::filesystem::exists(path)) fail("cannot open " + path + ": no such file");
