@@ -10,9 +10,9 @@
 namespace fak {
 
 namespace kernels {
-bool attend_f32_avx2(const float* q, int n_keys, float scale, const uint8_t* const* blocks_k,
-                     const uint8_t* const* blocks_v, int block_size, size_t row_bytes, size_t head_offset,
-                     int head_dim, float* scores, float* out);
+bool attend_group_f32_avx2(const float* q, int group, int n_keys, float scale, const uint8_t* const* k_rows,
+                           const uint8_t* const* v_rows, size_t head_offset, int head_dim, float* scores,
+                           float* out);
 bool cpu_has_avx2();
 }  // namespace kernels
 
@@ -21,13 +21,17 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
   struct Unit {
     int task, token, head;
   };
-  std::vector<Unit> units;
-  for (int ti = 0; ti < int(tasks.size()); ++ti)
-    for (int t = 0; t < tasks[size_t(ti)].n_tokens; ++t)
-      for (int h = 0; h < s.n_heads; ++h) units.push_back({ti, t, h});
   const VecKernels& vk = vec_kernels();
   const int group = s.n_heads / s.n_kv_heads;
   const int bs = cache.block_size();
+  // Fast path: f32 rows with an AVX2 kernel for this head size, one work unit per GQA group.
+  const bool fast = cache.dtype() == DType::F32 && kernels::cpu_has_avx2() && s.head_dim % 16 == 0 &&
+                    s.head_dim <= 256 && (s.head_dim & (s.head_dim - 1)) == 0;
+  const int heads_per_unit = fast ? group : 1;
+  std::vector<Unit> units;
+  for (int ti = 0; ti < int(tasks.size()); ++ti)
+    for (int t = 0; t < tasks[size_t(ti)].n_tokens; ++t)
+      for (int h = 0; h < s.n_heads; h += heads_per_unit) units.push_back({ti, t, h});
   const size_t elem = dtype_size(cache.dtype());
   // Row readers for the cache's storage type, picked once per call.
   auto dot = [&vk, dt = cache.dtype()](const float* q, const uint8_t* row, int n) {
@@ -41,16 +45,14 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
     return vk.axpy_bf16(y, a, reinterpret_cast<const uint16_t*>(row), n);
   };
   const int q_dim = s.n_heads * s.head_dim;
-  // Fast path: f32 rows with an AVX2 kernel for this head size. Each task's block table becomes
-  // two arrays of plane pointers once per call.
-  const bool fast = cache.dtype() == DType::F32 && kernels::cpu_has_avx2() && s.head_dim % 16 == 0 &&
-                    s.head_dim <= 256 && (s.head_dim & (s.head_dim - 1)) == 0;
+  // Each task's block table becomes two arrays of row pointers (one per position) once per call.
   std::vector<std::vector<const uint8_t*>> k_planes(tasks.size()), v_planes(tasks.size());
   if (fast)
     for (size_t ti = 0; ti < tasks.size(); ++ti)
-      for (int32_t b : *tasks[ti].blocks) {
-        k_planes[ti].push_back(cache.row(b, layer, KvPlane::K, 0));
-        v_planes[ti].push_back(cache.row(b, layer, KvPlane::V, 0));
+      for (int j = 0; j < tasks[ti].start_pos + tasks[ti].n_tokens; ++j) {
+        const int32_t b = (*tasks[ti].blocks)[size_t(j / bs)];
+        k_planes[ti].push_back(cache.row(b, layer, KvPlane::K, j % bs));
+        v_planes[ti].push_back(cache.row(b, layer, KvPlane::V, j % bs));
       }
 
   size_t work = 0;  // query-key pairs
@@ -67,11 +69,14 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
       const float* q = task.q + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       float* out = task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       const size_t head_off = size_t(un.head / group) * size_t(s.head_dim) * elem;
+      if (fast) {
+        scores.resize(size_t(n_keys) * size_t(group));
+        if (kernels::attend_group_f32_avx2(q, group, n_keys, s.scale, k_planes[size_t(un.task)].data(),
+                                           v_planes[size_t(un.task)].data(), head_off, s.head_dim,
+                                           scores.data(), out))
+          continue;
+      }
       scores.resize(size_t(n_keys));
-      if (fast && kernels::attend_f32_avx2(q, n_keys, s.scale, k_planes[size_t(un.task)].data(),
-                                           v_planes[size_t(un.task)].data(), bs, cache.row_bytes(), head_off,
-                                           s.head_dim, scores.data(), out))
-        continue;
       float mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {
         const uint8_t* krow = cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::K, j % bs) + head_off;

@@ -1,10 +1,11 @@
-// AVX2 inner loops of attention for an f32 KV cache: one query head against its keys and values.
+// AVX2 inner loops of attention for an f32 KV cache: the query heads of one GQA group against
+// their shared keys and values.
 //
 // note: per key, the score is computed with exactly the arithmetic of vec_avx2's dot (two
 // accumulators over 16-element chunks, same horizontal sum) and the output accumulates
 // p_j * v_j in key order with one fma per element, exactly like axpy — so results are identical
-// to the generic path, only faster: four keys' dot products are in flight at once and the output
-// row stays in registers across all keys.
+// to the generic path, only faster: four keys' dot products are in flight at once, each head's
+// output stays in registers across a block of keys, and K/V rows are read once per group.
 #include <immintrin.h>
 
 #include <cmath>
@@ -51,62 +52,82 @@ inline float score1(const float* q, const float* k) {
   return hsum2(a0, a1);
 }
 
-// key(j) / value(j) give row pointers (already offset to the head).
+// All `group` query heads that share one KV head, against keys [0, n_keys). Keys are walked in
+// blocks small enough to stay in L1, and every head of the group uses a block before the next is
+// loaded: K and V come from memory once per group instead of once per head.
+// note: per head the arithmetic is exactly the single-head order (scores4/score1 per key; the
+// output accumulates p_j * v_j in key order, parked in `out` between blocks, which is exact).
 template <int HD, typename KeyFn, typename ValueFn>
-void attend(const float* q, int n_keys, float scale, KeyFn key, ValueFn value, float* scores, float* out) {
-  float mx = -INFINITY;
-  int j = 0;
-  for (; j + 4 <= n_keys; j += 4) {
-    const float* k[4] = {key(j), key(j + 1), key(j + 2), key(j + 3)};
-    scores4<HD>(q, k, scores + j);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      scores[j + r] *= scale;
-      mx = scores[j + r] > mx ? scores[j + r] : mx;
+void attend_group(const float* q, int group, int n_keys, float scale, KeyFn key, ValueFn value,
+                  float* scores, float* out) {
+  constexpr int kBlock = 64;
+  for (int j0 = 0; j0 < n_keys; j0 += kBlock) {
+    const int j1 = j0 + kBlock < n_keys ? j0 + kBlock : n_keys;
+    for (int g = 0; g < group; ++g) {
+      const float* qg = q + g * HD;
+      float* sg = scores + size_t(g) * size_t(n_keys);
+      int j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const float* k[4] = {key(j), key(j + 1), key(j + 2), key(j + 3)};
+        scores4<HD>(qg, k, sg + j);
+      }
+      for (; j < j1; ++j) sg[j] = score1<HD>(qg, key(j));
     }
   }
-  for (; j < n_keys; ++j) {
-    scores[j] = score1<HD>(q, key(j)) * scale;
-    mx = scores[j] > mx ? scores[j] : mx;
+  for (int g = 0; g < group; ++g) {
+    float* sg = scores + size_t(g) * size_t(n_keys);
+    float mx = -INFINITY;
+    for (int j = 0; j < n_keys; ++j) {
+      sg[j] *= scale;
+      mx = sg[j] > mx ? sg[j] : mx;
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < n_keys; ++i) {
+      const float e = std::exp(sg[i] - mx);
+      sg[i] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < n_keys; ++i) sg[i] *= inv;
   }
-  float sum = 0.0f;
-  for (int i = 0; i < n_keys; ++i) {
-    const float e = std::exp(scores[i] - mx);
-    scores[i] = e;
-    sum += e;
+  for (int j0 = 0; j0 < n_keys; j0 += kBlock) {
+    const int j1 = j0 + kBlock < n_keys ? j0 + kBlock : n_keys;
+    for (int g = 0; g < group; ++g) {
+      const float* sg = scores + size_t(g) * size_t(n_keys);
+      float* og = out + g * HD;
+      __m256 acc[HD / 8];
+#pragma GCC unroll 32
+      for (int e = 0; e < HD / 8; ++e) acc[e] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(og + 8 * e);
+      for (int i = j0; i < j1; ++i) {
+        const __m256 p = _mm256_set1_ps(sg[i]);
+        const float* v = value(i);
+#pragma GCC unroll 32
+        for (int e = 0; e < HD / 8; ++e) acc[e] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * e), acc[e]);
+      }
+#pragma GCC unroll 32
+      for (int e = 0; e < HD / 8; ++e) _mm256_storeu_ps(og + 8 * e, acc[e]);
+    }
   }
-  const float inv = 1.0f / sum;
-  __m256 acc[HD / 8];
-#pragma GCC unroll 32
-  for (int i = 0; i < HD / 8; ++i) acc[i] = _mm256_setzero_ps();
-  for (int i = 0; i < n_keys; ++i) {
-    const __m256 p = _mm256_set1_ps(scores[i] * inv);
-    const float* v = value(i);
-#pragma GCC unroll 32
-    for (int e = 0; e < HD / 8; ++e) acc[e] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * e), acc[e]);
-  }
-#pragma GCC unroll 32
-  for (int e = 0; e < HD / 8; ++e) _mm256_storeu_ps(out + 8 * e, acc[e]);
 }
 
 }  // namespace
 
 // Returns false when head_dim has no specialised kernel (the caller uses the generic path).
-bool attend_f32_avx2(const float* q, int n_keys, float scale, const uint8_t* const* blocks_k,
-                     const uint8_t* const* blocks_v, int block_size, size_t row_bytes, size_t head_offset,
-                     int head_dim, float* scores, float* out) {
-  auto key = [&](int j) {
-    return reinterpret_cast<const float*>(blocks_k[j / block_size] + size_t(j % block_size) * row_bytes + head_offset);
-  };
-  auto value = [&](int j) {
-    return reinterpret_cast<const float*>(blocks_v[j / block_size] + size_t(j % block_size) * row_bytes + head_offset);
-  };
+// k_rows[j] / v_rows[j]: row j of the K / V plane (position j), before the head offset. q and out
+// hold `group` consecutive heads; scores has room for group * n_keys floats.
+// note: row pointers are resolved once per call, not per key: a division by the block size per
+// key and head cost more than the dot product itself.
+bool attend_group_f32_avx2(const float* q, int group, int n_keys, float scale, const uint8_t* const* k_rows,
+                           const uint8_t* const* v_rows, size_t head_offset, int head_dim, float* scores,
+                           float* out) {
+  auto key = [&](int j) { return reinterpret_cast<const float*>(k_rows[j] + head_offset); };
+  auto value = [&](int j) { return reinterpret_cast<const float*>(v_rows[j] + head_offset); };
   switch (head_dim) {
-    case 64: attend<64>(q, n_keys, scale, key, value, scores, out); return true;
-    case 128: attend<128>(q, n_keys, scale, key, value, scores, out); return true;
-    case 32: attend<32>(q, n_keys, scale, key, value, scores, out); return true;
-    case 16: attend<16>(q, n_keys, scale, key, value, scores, out); return true;
-    case 256: attend<256>(q, n_keys, scale, key, value, scores, out); return true;
+    case 64: attend_group<64>(q, group, n_keys, scale, key, value, scores, out); return true;
+    case 128: attend_group<128>(q, group, n_keys, scale, key, value, scores, out); return true;
+    case 32: attend_group<32>(q, group, n_keys, scale, key, value, scores, out); return true;
+    case 16: attend_group<16>(q, group, n_keys, scale, key, value, scores, out); return true;
+    case 256: attend_group<256>(q, group, n_keys, scale, key, value, scores, out); return true;
     default: return false;
   }
 }
