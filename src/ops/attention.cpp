@@ -1,37 +1,94 @@
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "ops/attention_kernels.h"
 #include "ops/vec.h"
 #include "runtime/kv_cache.h"
 
 namespace fak {
 
 namespace kernels {
-bool attend_group_f32_avx2(const float* q, int group, int n_keys, float scale, const uint8_t* const* k_rows,
-                           const uint8_t* const* v_rows, size_t head_offset, int head_dim, float* scores,
-                           float* out);
 bool cpu_has_avx2();
 }  // namespace kernels
 
-void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
-               const AttentionShape& s) {
+namespace {
+
+size_t query_key_pairs(const std::vector<AttentionTask>& tasks, const AttentionShape& s) {
+  size_t work = 0;
+  for (const auto& t : tasks) work += size_t(t.n_tokens) * size_t(t.start_pos + t.n_tokens) * size_t(s.n_heads);
+  return work;
+}
+
+// Tiled path: for each sequence and KV head, the queries of its GQA group over all new tokens
+// (token-major, head-minor) are cut into tiles of kTileQueries; each tile is one work unit.
+void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
+                     const AttentionShape& s) {
+  struct Unit {
+    int task, kv_head, first;  // first: index into the task's flattened (token, head) queries
+  };
+  const int group = s.n_heads / s.n_kv_heads;
+  const int bs = cache.block_size();
+  const int q_dim = s.n_heads * s.head_dim;
+  const size_t elem = dtype_size(cache.dtype());
+  std::vector<Unit> units;
+  // Each task's block table becomes two arrays of row pointers (one per position) once per call:
+  // a division by the block size per key cost more than the key's arithmetic.
+  std::vector<std::vector<const uint8_t*>> k_rows(tasks.size()), v_rows(tasks.size());
+  for (size_t ti = 0; ti < tasks.size(); ++ti) {
+    const AttentionTask& task = tasks[ti];
+    for (int j = 0; j < task.start_pos + task.n_tokens; ++j) {
+      const int32_t b = (*task.blocks)[size_t(j / bs)];
+      k_rows[ti].push_back(cache.row(b, layer, KvPlane::K, j % bs));
+      v_rows[ti].push_back(cache.row(b, layer, KvPlane::V, j % bs));
+    }
+    const int n_queries = task.n_tokens * group;
+    // Later tiles see more keys: queue them first so dynamic scheduling ends evenly.
+    for (int first = ((n_queries - 1) / kernels::kTileQueries) * kernels::kTileQueries; first >= 0;
+         first -= kernels::kTileQueries)
+      for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
+  }
+#pragma omp parallel if (query_key_pairs(tasks, s) * size_t(s.head_dim) > 64 * 1024)
+  {
+    kernels::AttentionScratch scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (size_t u = 0; u < units.size(); ++u) {
+      const Unit& un = units[u];
+      const AttentionTask& task = tasks[size_t(un.task)];
+      kernels::AttentionTile tile;
+      const int n_queries = task.n_tokens * group;
+      tile.n = std::min(kernels::kTileQueries, n_queries - un.first);
+      for (int i = 0; i < tile.n; ++i) {
+        const int token = (un.first + i) / group;
+        const int head = un.kv_head * group + (un.first + i) % group;
+        const size_t off = size_t(token) * size_t(q_dim) + size_t(head) * size_t(s.head_dim);
+        tile.q[i] = task.q + off;
+        tile.out[i] = task.out + off;
+        tile.n_keys[i] = task.start_pos + token + 1;
+      }
+      const kernels::KvRows rows{k_rows[size_t(un.task)].data(), v_rows[size_t(un.task)].data(),
+                                 size_t(un.kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
+      kernels::attend_tile_avx2(tile, rows, s.head_dim, s.scale, scratch);
+    }
+  }
+}
+
+// Portable path (no AVX2, or a head size without a tile kernel): one query head at a time.
+void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
+                       const AttentionShape& s) {
   struct Unit {
     int task, token, head;
   };
   const VecKernels& vk = vec_kernels();
   const int group = s.n_heads / s.n_kv_heads;
   const int bs = cache.block_size();
-  // Fast path: f32 rows with an AVX2 kernel for this head size, one work unit per GQA group.
-  const bool fast = cache.dtype() == DType::F32 && kernels::cpu_has_avx2() && s.head_dim % 16 == 0 &&
-                    s.head_dim <= 256 && (s.head_dim & (s.head_dim - 1)) == 0;
-  const int heads_per_unit = fast ? group : 1;
   std::vector<Unit> units;
   for (int ti = 0; ti < int(tasks.size()); ++ti)
     for (int t = 0; t < tasks[size_t(ti)].n_tokens; ++t)
-      for (int h = 0; h < s.n_heads; h += heads_per_unit) units.push_back({ti, t, h});
+      for (int h = 0; h < s.n_heads; ++h) units.push_back({ti, t, h});
   const size_t elem = dtype_size(cache.dtype());
   // Row readers for the cache's storage type, picked once per call.
   auto dot = [&vk, dt = cache.dtype()](const float* q, const uint8_t* row, int n) {
@@ -45,37 +102,17 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
     return vk.axpy_bf16(y, a, reinterpret_cast<const uint16_t*>(row), n);
   };
   const int q_dim = s.n_heads * s.head_dim;
-  // Each task's block table becomes two arrays of row pointers (one per position) once per call.
-  std::vector<std::vector<const uint8_t*>> k_planes(tasks.size()), v_planes(tasks.size());
-  if (fast)
-    for (size_t ti = 0; ti < tasks.size(); ++ti)
-      for (int j = 0; j < tasks[ti].start_pos + tasks[ti].n_tokens; ++j) {
-        const int32_t b = (*tasks[ti].blocks)[size_t(j / bs)];
-        k_planes[ti].push_back(cache.row(b, layer, KvPlane::K, j % bs));
-        v_planes[ti].push_back(cache.row(b, layer, KvPlane::V, j % bs));
-      }
-
-  size_t work = 0;  // query-key pairs
-  for (const auto& t : tasks) work += size_t(t.n_tokens) * size_t(t.start_pos + t.n_tokens) * size_t(s.n_heads);
-#pragma omp parallel if (work * size_t(s.head_dim) > 64 * 1024)
+#pragma omp parallel if (query_key_pairs(tasks, s) * size_t(s.head_dim) > 64 * 1024)
   {
     std::vector<float> scores;
 #pragma omp for schedule(dynamic, 4)
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& un = units[u];
       const AttentionTask& task = tasks[size_t(un.task)];
-      const int pos = task.start_pos + un.token;
-      const int n_keys = pos + 1;
+      const int n_keys = task.start_pos + un.token + 1;
       const float* q = task.q + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       float* out = task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       const size_t head_off = size_t(un.head / group) * size_t(s.head_dim) * elem;
-      if (fast) {
-        scores.resize(size_t(n_keys) * size_t(group));
-        if (kernels::attend_group_f32_avx2(q, group, n_keys, s.scale, k_planes[size_t(un.task)].data(),
-                                           v_planes[size_t(un.task)].data(), head_off, s.head_dim,
-                                           scores.data(), out))
-          continue;
-      }
       scores.resize(size_t(n_keys));
       float mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {
@@ -98,6 +135,21 @@ void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, in
       }
     }
   }
+}
+
+}  // namespace
+
+void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
+               const AttentionShape& s) {
+  if (kernels::cpu_has_avx2() && kernels::attend_tile_supported(s.head_dim))
+    attention_tiled(tasks, cache, layer, s);
+  else
+    attention_generic(tasks, cache, layer, s);
+}
+
+void attention_reference(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
+                         const AttentionShape& s) {
+  attention_generic(tasks, cache, layer, s);
 }
 
 }  // namespace fak

@@ -26,7 +26,13 @@ struct AttentionShape {
 };
 
 // Runs all tasks (one per sequence in the batch) over attention layer `layer`, multithreaded.
+// Picks the tiled AVX2 kernel when the CPU and head size allow, else the portable path.
 void attention(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
                const AttentionShape& shape);
+
+// The portable path (one query head at a time, libm exp): the reference the kernels are tested
+// against. Agrees with attention() to rounding, not bit for bit.
+void attention_reference(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
+                         const AttentionShape& shape);
 
 }  // namespace fak

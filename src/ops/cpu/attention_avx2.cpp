@@ -1,133 +1,217 @@
-// AVX2 inner loops of attention for an f32 KV cache: the query heads of one GQA group against
-// their shared keys and values.
+// AVX2 attention tile: up to 16 queries sharing one KV head, queries in SIMD lanes.
 //
-// note: per key, the score is computed with exactly the arithmetic of vec_avx2's dot (two
-// accumulators over 16-element chunks, same horizontal sum) and the output accumulates
-// p_j * v_j in key order with one fma per element, exactly like axpy — so results are identical
-// to the generic path, only faster: four keys' dot products are in flight at once, each head's
-// output stays in registers across a block of keys, and K/V rows are read once per group.
+// Three passes over the tile's keys (see attention_kernels.h for why lanes never interact):
+//   1. scores: for a few keys at a time, one fma per head dimension per key broadcasts K[j][d]
+//      against the lanes' query values (a small GEMM, no horizontal sums); causal masking sets a
+//      lane's score to -inf for keys past its own position;
+//   2. softmax: per lane max, exp (vectorised, see exp256) and the sum in key order;
+//   3. values: the output accumulates p_j * V[j][d] in key order with one fma per element, lanes
+//      again being queries, then is scaled by 1 / sum once.
+// K and V rows are read once per tile, in blocks that stay in L1; f16/bf16 rows are widened into a
+// block buffer first.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstdint>
+#include <cstring>
+
+#include "ops/attention_kernels.h"
 
 namespace fak::kernels {
 
 namespace {
 
-inline float hsum2(__m256 acc0, __m256 acc1) {
-  __m256 acc = _mm256_add_ps(acc0, acc1);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+constexpr int kKeyBlock = 64;
+
+// exp(x) for a lane vector: Cody-Waite range reduction x = n ln2 + r, a degree-6 polynomial for
+// e^r, then 2^n through the exponent bits. Relative error ~2e-7; exactly 0 below -87.33 (and for
+// -inf, which is how masked keys arrive). Deterministic: the same input always gives the same bits.
+inline __m256 exp256(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.37f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// Row pointers for keys [j0, j1) of one plane as f32; half rows are widened into `conv`.
+template <int HD>
+void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1, float* conv,
+                const float** out) {
+  if (dt == DType::F32) {
+    for (int j = j0; j < j1; ++j) out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
+    return;
+  }
+  for (int j = j0; j < j1; ++j) {
+    const auto* src = reinterpret_cast<const uint16_t*>(plane[j] + head_offset);
+    float* dst = conv + size_t(j - j0) * HD;
+    for (int d = 0; d < HD; d += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d));
+      const __m256 f = dt == DType::F16 ? _mm256_cvtph_ps(h)
+                                        : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      _mm256_storeu_ps(dst + d, f);
+    }
+    out[j - j0] = dst;
+  }
+}
+
+// Scores of KB consecutive keys (starting at key j) for all lanes, scaled and causally masked.
+template <int HD, int NV, int KB>
+inline void scores(const float* qt, const float* const* k, int j, float scale, const __m256i* n_keys,
+                   int min_keys, float* s) {
+  constexpr int L = 8 * NV;
+  __m256 acc[KB][NV];
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[b][v] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int d = 0; d < HD; ++d) {
+    __m256 q[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) q[v] = _mm256_loadu_ps(qt + d * L + 8 * v);
+#pragma GCC unroll 8
+    for (int b = 0; b < KB; ++b) {
+      const __m256 kb = _mm256_broadcast_ss(k[b] + d);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[b][v] = _mm256_fmadd_ps(q[v], kb, acc[b][v]);
+    }
+  }
+  const __m256 sc = _mm256_set1_ps(scale), neg_inf = _mm256_set1_ps(-INFINITY);
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      __m256 x = _mm256_mul_ps(acc[b][v], sc);
+      if (j + b >= min_keys) {
+        const __m256i valid = _mm256_cmpgt_epi32(n_keys[v], _mm256_set1_epi32(j + b));
+        x = _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(valid));
+      }
+      _mm256_storeu_ps(s + size_t(j + b) * L + 8 * v, x);
+    }
+}
+
+template <int HD, int NV>
+void attend_tile(const AttentionTile& t, const KvRows& rows, float scale, AttentionScratch& scratch) {
+  constexpr int L = 8 * NV;
+  int n_keys = 0, min_keys = 1 << 30;
+  for (int i = 0; i < t.n; ++i) {
+    n_keys = std::max(n_keys, t.n_keys[i]);
+    min_keys = std::min(min_keys, t.n_keys[i]);
+  }
+  const bool half = rows.dtype != DType::F32;
+  const size_t need = size_t(2 * HD * L) + size_t(n_keys) * L + (half ? size_t(kKeyBlock) * HD : 0);
+  if (scratch.buf.size() < need) scratch.buf.resize(need);
+  float* qt = scratch.buf.data();  // [HD][L]: queries transposed
+  float* ot = qt + HD * L;         // [HD][L]: outputs transposed
+  float* s = ot + HD * L;          // [n_keys][L]: scores, then probabilities
+  float* conv = s + size_t(n_keys) * L;
+
+  alignas(32) int32_t lane_keys[L];
+  for (int i = 0; i < L; ++i) lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
+  __m256i nk[NV];
+  for (int v = 0; v < NV; ++v) nk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lane_keys + 8 * v));
+  for (int d = 0; d < HD; ++d)
+    for (int i = 0; i < L; ++i) qt[d * L + i] = i < t.n ? t.q[i][d] : 0.0f;
+
+  // Pass 1: scores. More keys per step with fewer lanes keeps 8 accumulators in flight.
+  constexpr int KB = 8 / NV;
+  const float* kp[kKeyBlock];
+  for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+    const int j1 = std::min(n_keys, j0 + kKeyBlock);
+    block_rows<HD>(rows.k, rows.head_offset, rows.dtype, j0, j1, conv, kp);
+    int j = j0;
+    for (; j + KB <= j1; j += KB) scores<HD, NV, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
+    for (; j < j1; ++j) scores<HD, NV, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
+  }
+
+  // Pass 2: softmax numerators in place and their sums, in key order per lane.
+  __m256 mx[NV], sum[NV];
+  for (int v = 0; v < NV; ++v) {
+    mx[v] = _mm256_set1_ps(-INFINITY);
+    sum[v] = _mm256_setzero_ps();
+  }
+  for (int j = 0; j < n_keys; ++j)
+    for (int v = 0; v < NV; ++v) mx[v] = _mm256_max_ps(mx[v], _mm256_loadu_ps(s + size_t(j) * L + 8 * v));
+  for (int j = 0; j < n_keys; ++j)
+    for (int v = 0; v < NV; ++v) {
+      float* sj = s + size_t(j) * L + 8 * v;
+      const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(sj), mx[v]));
+      _mm256_storeu_ps(sj, p);
+      sum[v] = _mm256_add_ps(sum[v], p);
+    }
+
+  // Pass 3: output = sum_j p_j V[j], dimension chunks of DC with 8 accumulators.
+  constexpr int DC = 8 / NV;
+  const float* vp[kKeyBlock];
+  for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+    const int j1 = std::min(n_keys, j0 + kKeyBlock);
+    block_rows<HD>(rows.v, rows.head_offset, rows.dtype, j0, j1, conv, vp);
+    for (int d0 = 0; d0 < HD; d0 += DC) {
+      __m256 acc[DC][NV];
+#pragma GCC unroll 8
+      for (int c = 0; c < DC; ++c)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v)
+          acc[c][v] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(ot + (d0 + c) * L + 8 * v);
+      for (int j = j0; j < j1; ++j) {
+        __m256 p[NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v) p[v] = _mm256_loadu_ps(s + size_t(j) * L + 8 * v);
+        const float* vr = vp[j - j0] + d0;
+#pragma GCC unroll 8
+        for (int c = 0; c < DC; ++c) {
+          const __m256 x = _mm256_broadcast_ss(vr + c);
+#pragma GCC unroll 2
+          for (int v = 0; v < NV; ++v) acc[c][v] = _mm256_fmadd_ps(p[v], x, acc[c][v]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < DC; ++c)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v) _mm256_storeu_ps(ot + (d0 + c) * L + 8 * v, acc[c][v]);
+    }
+  }
+
+  alignas(32) float inv[L];
+  for (int v = 0; v < NV; ++v) _mm256_store_ps(inv + 8 * v, _mm256_div_ps(_mm256_set1_ps(1.0f), sum[v]));
+  for (int i = 0; i < t.n; ++i)
+    for (int d = 0; d < HD; ++d) t.out[i][d] = ot[d * L + i] * inv[i];
 }
 
 template <int HD>
-inline void scores4(const float* q, const float* const* k, float* out) {
-  __m256 a0[4], a1[4];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
-#pragma GCC unroll 16
-  for (int i = 0; i < HD; i += 16) {
-    const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      a0[r] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[r] + i), a0[r]);
-      a1[r] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k[r] + i + 8), a1[r]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) out[r] = hsum2(a0[r], a1[r]);
-}
-
-template <int HD>
-inline float score1(const float* q, const float* k) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-#pragma GCC unroll 16
-  for (int i = 0; i < HD; i += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
-  }
-  return hsum2(a0, a1);
-}
-
-// All `group` query heads that share one KV head, against keys [0, n_keys). Keys are walked in
-// blocks small enough to stay in L1, and every head of the group uses a block before the next is
-// loaded: K and V come from memory once per group instead of once per head.
-// note: per head the arithmetic is exactly the single-head order (scores4/score1 per key; the
-// output accumulates p_j * v_j in key order, parked in `out` between blocks, which is exact).
-template <int HD, typename KeyFn, typename ValueFn>
-void attend_group(const float* q, int group, int n_keys, float scale, KeyFn key, ValueFn value,
-                  float* scores, float* out) {
-  constexpr int kBlock = 64;
-  for (int j0 = 0; j0 < n_keys; j0 += kBlock) {
-    const int j1 = j0 + kBlock < n_keys ? j0 + kBlock : n_keys;
-    for (int g = 0; g < group; ++g) {
-      const float* qg = q + g * HD;
-      float* sg = scores + size_t(g) * size_t(n_keys);
-      int j = j0;
-      for (; j + 4 <= j1; j += 4) {
-        const float* k[4] = {key(j), key(j + 1), key(j + 2), key(j + 3)};
-        scores4<HD>(qg, k, sg + j);
-      }
-      for (; j < j1; ++j) sg[j] = score1<HD>(qg, key(j));
-    }
-  }
-  for (int g = 0; g < group; ++g) {
-    float* sg = scores + size_t(g) * size_t(n_keys);
-    float mx = -INFINITY;
-    for (int j = 0; j < n_keys; ++j) {
-      sg[j] *= scale;
-      mx = sg[j] > mx ? sg[j] : mx;
-    }
-    float sum = 0.0f;
-    for (int i = 0; i < n_keys; ++i) {
-      const float e = std::exp(sg[i] - mx);
-      sg[i] = e;
-      sum += e;
-    }
-    const float inv = 1.0f / sum;
-    for (int i = 0; i < n_keys; ++i) sg[i] *= inv;
-  }
-  for (int j0 = 0; j0 < n_keys; j0 += kBlock) {
-    const int j1 = j0 + kBlock < n_keys ? j0 + kBlock : n_keys;
-    for (int g = 0; g < group; ++g) {
-      const float* sg = scores + size_t(g) * size_t(n_keys);
-      float* og = out + g * HD;
-      __m256 acc[HD / 8];
-#pragma GCC unroll 32
-      for (int e = 0; e < HD / 8; ++e) acc[e] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(og + 8 * e);
-      for (int i = j0; i < j1; ++i) {
-        const __m256 p = _mm256_set1_ps(sg[i]);
-        const float* v = value(i);
-#pragma GCC unroll 32
-        for (int e = 0; e < HD / 8; ++e) acc[e] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * e), acc[e]);
-      }
-#pragma GCC unroll 32
-      for (int e = 0; e < HD / 8; ++e) _mm256_storeu_ps(og + 8 * e, acc[e]);
-    }
-  }
+void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale, AttentionScratch& scratch) {
+  if (t.n <= 8)
+    attend_tile<HD, 1>(t, rows, scale, scratch);
+  else
+    attend_tile<HD, 2>(t, rows, scale, scratch);
 }
 
 }  // namespace
 
-// Returns false when head_dim has no specialised kernel (the caller uses the generic path).
-// k_rows[j] / v_rows[j]: row j of the K / V plane (position j), before the head offset. q and out
-// hold `group` consecutive heads; scores has room for group * n_keys floats.
-// note: row pointers are resolved once per call, not per key: a division by the block size per
-// key and head cost more than the dot product itself.
-bool attend_group_f32_avx2(const float* q, int group, int n_keys, float scale, const uint8_t* const* k_rows,
-                           const uint8_t* const* v_rows, size_t head_offset, int head_dim, float* scores,
-                           float* out) {
-  auto key = [&](int j) { return reinterpret_cast<const float*>(k_rows[j] + head_offset); };
-  auto value = [&](int j) { return reinterpret_cast<const float*>(v_rows[j] + head_offset); };
+bool attend_tile_supported(int head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+bool attend_tile_avx2(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
+                      AttentionScratch& scratch) {
   switch (head_dim) {
-    case 64: attend_group<64>(q, group, n_keys, scale, key, value, scores, out); return true;
-    case 128: attend_group<128>(q, group, n_keys, scale, key, value, scores, out); return true;
-    case 32: attend_group<32>(q, group, n_keys, scale, key, value, scores, out); return true;
-    case 16: attend_group<16>(q, group, n_keys, scale, key, value, scores, out); return true;
-    case 256: attend_group<256>(q, group, n_keys, scale, key, value, scores, out); return true;
+    case 16: attend_tile_hd<16>(tile, rows, scale, scratch); return true;
+    case 32: attend_tile_hd<32>(tile, rows, scale, scratch); return true;
+    case 64: attend_tile_hd<64>(tile, rows, scale, scratch); return true;
+    case 128: attend_tile_hd<128>(tile, rows, scale, scratch); return true;
+    case 256: attend_tile_hd<256>(tile, rows, scale, scratch); return true;
     default: return false;
   }
 }

@@ -1,0 +1,49 @@
+// Attention inner kernels, below ops/attention.cpp (which builds tiles and threads over them).
+//
+// A tile is up to kTileQueries queries that share one KV head (heads of a GQA group, of one or
+// several consecutive tokens); the kernel reads each K and V row once per tile and keeps the
+// queries in SIMD lanes, so prefill is a small matrix product per key block instead of one dot
+// product per query and key.
+//
+// note: every lane's arithmetic is fixed by its own query and its own key count: the score of key
+// j is one fma chain over the head dimension, the softmax sum runs over keys in order, the output
+// accumulates p_j * v_j in key order. Which other queries share the tile (or whether the tile is
+// a decode step with one token or a prefill with many) never changes a lane's result, so prefill,
+// decode, batched decode and replays agree bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace fak::kernels {
+
+inline constexpr int kTileQueries = 16;
+
+struct AttentionTile {
+  int n = 0;                        // queries in the tile, 1..kTileQueries
+  const float* q[kTileQueries];     // head_dim floats each, RoPE applied
+  float* out[kTileQueries];         // head_dim floats each
+  int n_keys[kTileQueries];         // query i attends to keys [0, n_keys[i]) (causal)
+};
+
+struct KvRows {
+  const uint8_t* const* k;  // k[j]: K plane row of position j (all KV heads)
+  const uint8_t* const* v;
+  size_t head_offset;       // bytes from a row's start to this KV head
+  DType dtype;              // F32, F16 or BF16
+};
+
+// Per-thread working memory of the tile kernel, grown on demand and reused across tiles.
+struct AttentionScratch {
+  std::vector<float> buf;
+};
+
+// False when the kernel has no specialisation for this head size (the caller falls back).
+bool attend_tile_avx2(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
+                      AttentionScratch& scratch);
+bool attend_tile_supported(int head_dim);
+
+}  // namespace fak::kernels

@@ -1,0 +1,122 @@
+// Attention kernels against the portable reference, and the property the reuse stack relies on:
+// a query's output does not depend on which other queries are computed with it (prefill vs decode,
+// batch vs alone).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ops/attention.h"
+#include "runtime/kv_cache.h"
+
+namespace fak {
+namespace {
+
+struct AttnSetup {
+  int n_heads, n_kv_heads, head_dim, n_ctx;
+  DType dtype;
+};
+
+class AttentionFixture {
+ public:
+  explicit AttentionFixture(const AttnSetup& s)
+      : s_(s), cache_(1, s.n_kv_heads * s.head_dim, {16, false, 0, s.dtype}) {
+    std::mt19937 rng(uint32_t(s.n_heads * 131 + s.head_dim * 7 + s.n_ctx));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int kv_dim = s.n_kv_heads * s.head_dim;
+    std::vector<float> row(static_cast<size_t>(kv_dim));
+    for (int j = 0; j < s.n_ctx; ++j) {
+      if (j % cache_.block_size() == 0) blocks_.push_back(cache_.allocate());
+      for (auto& x : row) x = nd(rng);
+      cache_.store_row(blocks_.back(), 0, KvPlane::K, j % cache_.block_size(), row.data());
+      for (auto& x : row) x = nd(rng);
+      cache_.store_row(blocks_.back(), 0, KvPlane::V, j % cache_.block_size(), row.data());
+    }
+    q_.resize(size_t(s.n_ctx) * size_t(q_dim()));
+    // Scaled queries give peaked softmaxes, where errors would show.
+    for (auto& x : q_) x = 2.0f * nd(rng);
+  }
+  int q_dim() const { return s_.n_heads * s_.head_dim; }
+  AttentionShape shape() const {
+    return {s_.n_heads, s_.n_kv_heads, s_.head_dim, 1.0f / std::sqrt(float(s_.head_dim))};
+  }
+  // Outputs of queries at positions [start, start + n) computed as one task.
+  std::vector<float> run(int start, int n, bool reference) const {
+    std::vector<float> out(size_t(n) * size_t(q_dim()), 0.0f);
+    std::vector<AttentionTask> tasks{{q_.data() + size_t(start) * size_t(q_dim()), out.data(), &blocks_, n, start}};
+    if (reference)
+      attention_reference(tasks, cache_, 0, shape());
+    else
+      attention(tasks, cache_, 0, shape());
+    return out;
+  }
+  const std::vector<int32_t>& blocks() const { return blocks_; }
+  const std::vector<float>& q() const { return q_; }
+  const KvCache& cache() const { return cache_; }
+
+ private:
+  AttnSetup s_;
+  KvCache cache_;
+  std::vector<int32_t> blocks_;
+  std::vector<float> q_;
+};
+
+std::vector<AttnSetup> setups() {
+  return {{14, 2, 64, 300, DType::F32}, {4, 4, 32, 77, DType::F32},  {8, 1, 128, 130, DType::F32},
+          {6, 2, 16, 40, DType::F32},   {24, 4, 256, 70, DType::F32}, {14, 2, 64, 150, DType::BF16},
+          {4, 2, 32, 99, DType::F16},   {3, 1, 48, 33, DType::F32}};
+}
+
+TEST(Attention, MatchesReferenceOverAllPositions) {
+  for (const AttnSetup& s : setups()) {
+    AttentionFixture f(s);
+    const auto fast = f.run(0, s.n_ctx, false);
+    const auto ref = f.run(0, s.n_ctx, true);
+    double max_diff = 0;
+    for (size_t i = 0; i < fast.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(fast[i] - ref[i])));
+    EXPECT_LT(max_diff, 2e-5) << "heads " << s.n_heads << "/" << s.n_kv_heads << " head_dim " << s.head_dim
+                              << " ctx " << s.n_ctx << " dtype " << dtype_name(s.dtype);
+  }
+}
+
+// Prefill of everything, then per-token decode, then ragged chunks: every query's output must be
+// the same bits whichever way it was batched.
+TEST(Attention, OutputOfAQueryDoesNotDependOnItsBatch) {
+  for (const AttnSetup& s : setups()) {
+    AttentionFixture f(s);
+    const size_t qd = size_t(f.q_dim());
+    const auto all = f.run(0, s.n_ctx, false);
+    for (int pos : {0, 1, s.n_ctx / 2, s.n_ctx - 1}) {
+      const auto one = f.run(pos, 1, false);
+      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + size_t(pos) * qd, qd * sizeof(float)))
+          << "decode at " << pos << " head_dim " << s.head_dim;
+    }
+    for (int start = 0, len = 1; start < s.n_ctx; start += len, len = len % 5 + 2) {
+      const int n = std::min(len, s.n_ctx - start);
+      const auto chunk = f.run(start, n, false);
+      EXPECT_EQ(0, std::memcmp(chunk.data(), all.data() + size_t(start) * qd, chunk.size() * sizeof(float)))
+          << "chunk at " << start << " head_dim " << s.head_dim;
+    }
+  }
+}
+
+// Several sequences in one call (batched decode) give each sequence's solo result.
+TEST(Attention, BatchedTasksEqualSoloTasks) {
+  AttentionFixture f({14, 2, 64, 200, DType::F32});
+  const size_t qd = size_t(f.q_dim());
+  std::vector<float> out(3 * qd);
+  const int pos[3] = {5, 120, 199};
+  std::vector<AttentionTask> tasks;
+  for (int i = 0; i < 3; ++i)
+    tasks.push_back({f.q().data() + size_t(pos[i]) * qd, out.data() + size_t(i) * qd, &f.blocks(), 1, pos[i]});
+  attention(tasks, f.cache(), 0, f.shape());
+  for (int i = 0; i < 3; ++i) {
+    const auto solo = f.run(pos[i], 1, false);
+    EXPECT_EQ(0, std::memcmp(solo.data(), out.data() + size_t(i) * qd, qd * sizeof(float))) << i;
+  }
+}
+
+}  // namespace
+}  // namespace fak
