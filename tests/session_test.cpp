@@ -218,6 +218,32 @@ TEST_P(Reuse, BatchedDecodeEqualsAlone) {
   }
 }
 
+// Ragged prefills of several sessions in one forward call == each appended alone, then the
+// sessions keep decoding identically.
+TEST_P(Reuse, BatchedAppendEqualsAlone) {
+  auto prefix = random_ids(21, vocab, 31);
+  Session base = cold(prefix);
+  std::vector<Session> agents;
+  std::vector<std::vector<int32_t>> suffixes;
+  for (int i = 0; i < 4; ++i) {
+    agents.push_back(base.clone());
+    suffixes.push_back(random_ids(1 + 7 * i, vocab, 40 + uint32_t(i)));
+  }
+  std::vector<Session*> ptrs;
+  std::vector<std::span<const int32_t>> spans;
+  for (int i = 0; i < 4; ++i) {
+    ptrs.push_back(&agents[size_t(i)]);
+    spans.emplace_back(suffixes[size_t(i)]);
+  }
+  append_batch(ptrs, spans);
+  for (size_t i = 0; i < agents.size(); ++i) {
+    Session alone = cold_parts({prefix, suffixes[i]});
+    ASSERT_EQ(agents[i].tokens(), alone.tokens());
+    ASSERT_TRUE(bit_equal(agents[i].logits(), alone.logits())) << "agent " << i;
+    EXPECT_EQ(greedy(agents[i], 4), greedy(alone, 4)) << "agent " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, Reuse, ::testing::ValuesIn(models()),
                          [](const auto& info) { return std::string(info.param.name); });
 

@@ -112,4 +112,10 @@ class Session {
 // session's result is bit-identical to appending its token alone.
 void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens);
 
+// One forward call appending tokens[i] to sessions[i] (prefill of several sequences at once: the
+// weights are read once for all of them and matmuls see more rows). Each session's KV and logits
+// are bit-identical to appending its tokens alone. Multi-token appends to hybrid sessions run one
+// by one (their recurrent-state checkpoints are taken per append).
+void append_batch(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens);
+
 }  // namespace fak

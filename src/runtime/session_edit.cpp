@@ -72,26 +72,45 @@ void Session::evict(int begin, int end, EvictMode mode) {
   append({&last, 1});
 }
 
-void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) {
-  check(sessions.size() == tokens.size(), "decode_batch: one token per session");
+void append_batch(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens) {
+  check(sessions.size() == tokens.size(), "append_batch: one token span per session");
   if (sessions.empty()) return;
   KvCache& cache = sessions[0]->cache();
   const Model& model = sessions[0]->model();
-  std::vector<BatchItem> items(sessions.size());
+  std::vector<BatchItem> items;
+  std::vector<size_t> in_batch;
   for (size_t i = 0; i < sessions.size(); ++i) {
     Session& s = *sessions[i];
-    check(&s.cache() == &cache && &s.model() == &model, "decode_batch: sessions must share model and cache");
-    s.reserve_for_append(1);
+    check(&s.cache() == &cache && &s.model() == &model, "append_batch: sessions must share model and cache");
+    if (tokens[i].empty()) continue;
+    // Hybrid appends take recurrent-state checkpoints as they go: keep their own path (a multi-token
+    // append of a hybrid session is per session; single tokens batch like dense ones).
+    if (s.recurrent_state() && tokens[i].size() > 1) {
+      s.append(tokens[i]);
+      continue;
+    }
+    s.reserve_for_append(int(tokens[i].size()));
     s.mutable_logits().resize(size_t(model.config().vocab));
-    items[i].blocks = &s.blocks();
-    items[i].state = s.recurrent_state();
-    items[i].tokens = &tokens[i];
-    items[i].n_tokens = 1;
-    items[i].start_pos = s.size();
-    items[i].logits = s.mutable_logits().data();
+    BatchItem it;
+    it.blocks = &s.blocks();
+    it.state = s.recurrent_state();
+    it.tokens = tokens[i].data();
+    it.n_tokens = int(tokens[i].size());
+    it.start_pos = s.size();
+    it.logits = s.mutable_logits().data();
+    items.push_back(it);
+    in_batch.push_back(i);
   }
+  if (items.empty()) return;
   model.forward(items, cache);
-  for (size_t i = 0; i < sessions.size(); ++i) sessions[i]->commit_append({&tokens[i], 1});
+  for (size_t i : in_batch) sessions[i]->commit_append(tokens[i]);
+}
+
+void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) {
+  check(sessions.size() == tokens.size(), "decode_batch: one token per session");
+  std::vector<std::span<const int32_t>> spans;
+  for (const int32_t& t : tokens) spans.emplace_back(&t, 1);
+  append_batch(sessions, spans);
 }
 
 }  // namespace fak
