@@ -75,14 +75,10 @@ class Hybrid : public ::testing::Test {
   int vocab = 0;
 };
 
-// note: the fixture's greedy_ids (HF generate, the cache path) disagree with fak at step 14, where
-// fak's top-2 margin is 0.042 (129 over the reference's 456) — far outside f32 noise. fak's chunked
-// prefill over prompt + greedy[:14] and its recurrent decode agree on 129 to 1e-5, and the prompt
-// logits match the float64 reference to ~1e-5, so the suspect is how the reference continuation
-// was produced (see reference.json); every other step matches. Until the fixture is regenerated
-// the test pins exactly that one mismatch, so any other divergence still fails.
-const std::vector<int> kKnownGreedyMismatches = {14};
-
+// note: the fixture's greedy_ids are the greedy continuation of the unpadded prompt. The first
+// HF generate run behind the fixture treated the prompt's token 0 (position 25) as padding
+// (attention_mask inferred from pad_token_id 0) and so flipped step 14 (456 for 129); see
+// reference.json and tests/tools/qwen35_reference.py --pad-token-id 0, which reproduces it.
 TEST_F(Hybrid, ParityWithReference) {
   auto ref = TensorStore::open_file(fixture_dir() / "reference.safetensors");
   ParityReport r = run_parity(model, ref, 1e-3);
@@ -97,9 +93,11 @@ TEST_F(Hybrid, ParityWithReference) {
     EXPECT_LE(c.max_abs_diff, 1e-3) << c.name;
     EXPECT_EQ(c.argmax_agree, c.argmax_total) << c.name;
     EXPECT_TRUE(c.argmax_mismatches.empty()) << c.name;
-    EXPECT_EQ(c.greedy_mismatches, kKnownGreedyMismatches) << c.name;
-    EXPECT_GE(c.free_run_match, kKnownGreedyMismatches[0]) << c.name;
+    EXPECT_TRUE(c.greedy_mismatches.empty()) << c.name;
+    EXPECT_EQ(c.teacher_forced_agree, 16) << c.name;
+    EXPECT_EQ(c.free_run_match, 16) << c.name;
     EXPECT_EQ(c.greedy_total, 16) << c.name;
+    EXPECT_TRUE(c.pass) << c.name;
   }
 }
 
@@ -388,8 +386,7 @@ TEST_F(Hybrid, LoadsTheMultimodalLayout) {
   EXPECT_TRUE(bit_equal(s.logits(), ref.logits()));
 }
 
-// The CLI over the same fixture: logits and argmax pass; the verdict is FAIL only through the
-// known reference greedy mismatch above.
+// The CLI over the same fixture: logits, argmax and every greedy token agree, so it passes.
 TEST(HybridCli, ParityReportsTheFixture) {
   auto dir = fixture_dir();
   auto r = test::run_fak("parity -m " + dir.string() + " --reference " +
@@ -399,8 +396,8 @@ TEST(HybridCli, ParityReportsTheFixture) {
   const auto& c = j["cases"][0];
   EXPECT_LE(c["max_abs_diff"].get<double>(), 1e-3);
   EXPECT_EQ(c["argmax_agree"], c["argmax_total"]);
-  EXPECT_EQ(c["greedy_mismatches"].get<std::vector<int>>(), kKnownGreedyMismatches);
-  EXPECT_EQ(r.exit_code == 0, kKnownGreedyMismatches.empty()) << r.out << r.err;
+  EXPECT_TRUE(c["greedy_mismatches"].empty()) << r.out;
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
 }
 
 }  // namespace fak
