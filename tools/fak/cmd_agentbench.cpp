@@ -5,8 +5,10 @@
 //       measured cost per prefilled token (reported as such);
 //   (b) warm: one KV per agent, kept across turns (each agent prefills the prefix itself);
 //   (c) fak: the prefix prefilled once, cloned into every agent (blocks shared), each turn's tool
-//       result prefilled per agent, and the D decode steps of all agents batched together.
+//       results of all agents prefilled in one batched forward call, and the D decode steps of all
+//       agents batched together.
 // Reports tokens computed and wall time per arm (JSON with --json).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -39,6 +41,8 @@ struct Arm {
   int64_t prefilled = 0, decoded = 0;
   bool extrapolated = false;
   int measured_turns = 0;
+  // Greedy tokens each agent decoded, in order: the arms must agree (reuse is exact).
+  std::vector<std::vector<int32_t>> outputs;
 };
 
 void agentbench(const AgentArgs& a) {
@@ -64,7 +68,9 @@ void agentbench(const AgentArgs& a) {
   std::vector<Arm> arms;
 
   if (a.arms.find('a') != std::string::npos) {
-    Arm arm{"a_reprefill"};
+    Arm arm;
+    arm.name = "a_reprefill";
+    arm.outputs.resize(size_t(a.agents));
     const int measured = std::min(a.a_turns, a.turns);
     auto t0 = std::chrono::steady_clock::now();
     double prefill_s = 0;
@@ -81,6 +87,7 @@ void agentbench(const AgentArgs& a) {
         for (int d = 0; d < a.decode; ++d) {
           int32_t next = argmax(s.logits());
           ctx.push_back(next);
+          arm.outputs[size_t(ag)].push_back(next);
           if (d + 1 < a.decode) s.append({&next, 1});
         }
       }
@@ -101,7 +108,9 @@ void agentbench(const AgentArgs& a) {
   }
 
   if (a.arms.find('b') != std::string::npos) {
-    Arm arm{"b_warm_per_agent"};
+    Arm arm;
+    arm.name = "b_warm_per_agent";
+    arm.outputs.resize(size_t(a.agents));
     auto t0 = std::chrono::steady_clock::now();
     for (int ag = 0; ag < a.agents; ++ag) {
       Session s(model, cache);
@@ -113,6 +122,7 @@ void agentbench(const AgentArgs& a) {
         for (int d = 0; d < a.decode; ++d) {
           int32_t next = argmax(s.logits());
           s.append({&next, 1});
+          arm.outputs[size_t(ag)].push_back(next);
           ++arm.decoded;
         }
       }
@@ -123,7 +133,9 @@ void agentbench(const AgentArgs& a) {
   }
 
   if (a.arms.find('c') != std::string::npos) {
-    Arm arm{"c_fak_shared_batched"};
+    Arm arm;
+    arm.name = "c_fak_shared_batched";
+    arm.outputs.resize(size_t(a.agents));
     auto t0 = std::chrono::steady_clock::now();
     Session base(model, cache);
     base.append(prefix);
@@ -134,12 +146,18 @@ void agentbench(const AgentArgs& a) {
     for (auto& s : agents) ptrs.push_back(&s);
     std::vector<int32_t> next(size_t(a.agents));
     for (int t = 0; t < a.turns; ++t) {
+      // Every agent's tool result in one forward call: weights are read once for all of them.
+      std::vector<std::span<const int32_t>> spans;
       for (int ag = 0; ag < a.agents; ++ag) {
-        agents[size_t(ag)].append(results[size_t(ag)][size_t(t)]);
+        spans.emplace_back(results[size_t(ag)][size_t(t)]);
         arm.prefilled += a.result;
       }
+      append_batch(ptrs, spans);
       for (int d = 0; d < a.decode; ++d) {
-        for (int ag = 0; ag < a.agents; ++ag) next[size_t(ag)] = argmax(agents[size_t(ag)].logits());
+        for (int ag = 0; ag < a.agents; ++ag) {
+          next[size_t(ag)] = argmax(agents[size_t(ag)].logits());
+          arm.outputs[size_t(ag)].push_back(next[size_t(ag)]);
+        }
         decode_batch(ptrs, next);
         arm.decoded += a.agents;
       }
@@ -160,6 +178,17 @@ void agentbench(const AgentArgs& a) {
     if (arm.name[0] == 'b') b_s = arm.seconds;
     if (arm.name[0] == 'c') c_s = arm.seconds;
   }
+  // Every arm decodes the same greedy tokens (arm (a) for the turns it measured).
+  bool identical = true;
+  for (const auto& x : arms)
+    for (const auto& y : arms)
+      for (size_t ag = 0; ag < x.outputs.size(); ++ag) {
+        const auto& ox = x.outputs[ag];
+        const auto& oy = y.outputs[ag];
+        const size_t n = std::min(ox.size(), oy.size());
+        identical = identical && std::equal(ox.begin(), ox.begin() + std::ptrdiff_t(n), oy.begin());
+      }
+  j["outputs_identical"] = identical;
   if (c_s > 0 && b_s > 0) j["speedup_c_over_b"] = b_s / c_s;
   if (c_s > 0 && a_s > 0) j["speedup_c_over_a"] = a_s / c_s;
   if (a.json) {
@@ -172,6 +201,7 @@ void agentbench(const AgentArgs& a) {
     std::printf("  %-22s %9.2f s  prefilled %9lld  decoded %7lld%s\n", arm.name.c_str(), arm.seconds,
                 (long long)arm.prefilled, (long long)arm.decoded,
                 arm.extrapolated ? ("  (extrapolated from " + std::to_string(arm.measured_turns) + " turns)").c_str() : "");
+  std::printf("  decoded tokens identical across arms: %s\n", identical ? "yes" : "NO");
   if (j.contains("speedup_c_over_b")) std::printf("  c vs b: %.2fx\n", j["speedup_c_over_b"].get<double>());
   if (j.contains("speedup_c_over_a")) std::printf("  c vs a: %.2fx\n", j["speedup_c_over_a"].get<double>());
 }
