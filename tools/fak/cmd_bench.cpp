@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -153,8 +155,14 @@ void bench(const BenchArgs& a) {
     }
     record("tg" + std::to_string(n), 0, n, v);
   }
+  // Peak resident memory of the whole run (weights, KV cache, scratch), as the OS counts it.
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double peak_rss_mib = double(ru.ru_maxrss) / 1024.0;
+  if (a.output == "md") std::printf("\npeak RSS: %.0f MiB\n", peak_rss_mib);
   if (a.output == "json") {
     nlohmann::json j{{"model", model->path().string()},
+                     {"peak_rss_mib", peak_rss_mib},
                      {"model_type", c.model_type},
                      {"weight_bytes", model->weights().bytes},
                      {"weight_type", std::string(wtype_name(model->weights().embed.type))},
