@@ -1,10 +1,9 @@
 // fak bench: llama-bench's flags and table (pp = prompt processing, tg = text generation), plus the
 // effective GB/s of weights read per generated token. JSON lists each test with `test` and `tok_s`.
 #include <omp.h>
-
-#include <algorithm>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
