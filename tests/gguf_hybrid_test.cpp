@@ -1,0 +1,200 @@
+// GGUF for the Qwen3.5 hybrid (llama.cpp's "qwen35"): the file fak writes checked against
+// llama.cpp's conventions straight from the HF tensors (names and dims as its qwen35 loader creates
+// them, norms as 1 + w, ssm_a = -exp(A_log), value heads in tiled order), and the weights fak
+// loads back equal to the HF load. Logits: gguf_model_test.cpp (GgufRoundTrip).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "io/safetensors.h"
+#include "models/gguf_export.h"
+#include "models/model.h"
+#include "test_util.h"
+
+namespace fak {
+namespace {
+
+// The hybrid fixture plus the Qwen tokenizer (a GGUF needs a vocabulary).
+std::filesystem::path fixture_with_tokenizer() {
+  const auto dir = test::temp_dir() / "hybrid";
+  std::filesystem::create_directories(dir);
+  const auto src = test::data_path("oracle/qwen35-hybrid-tiny");
+  for (const char* f : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(src / f, dir / f);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(test::data_path("tokenizer/qwen") / f, dir / f);
+  return dir;
+}
+
+std::vector<float> gguf_f32(const GgufFile& f, const std::string& name) {
+  const GgufTensor* t = f.tensor(name);
+  EXPECT_TRUE(t) << name;
+  if (!t) return {};
+  EXPECT_EQ(t->ggml_type, 0u) << name << " is not F32";
+  std::vector<float> v(t->nbytes / 4);
+  std::memcpy(v.data(), t->data, t->nbytes);
+  return v;
+}
+
+}  // namespace
+
+TEST(GgufHybrid, FollowsLlamaCppQwen35Layout) {
+  const auto dir = fixture_with_tokenizer();
+  auto hf = Model::load(dir);
+  export_gguf(*hf, FileType::F32, dir / "m.gguf");
+  const GgufFile f = GgufFile::open(dir / "m.gguf");
+  auto st = SafetensorsFile::open(dir / "model.safetensors");
+  auto raw = [&](const std::string& name) { return read_f32(*st.find(name)); };
+
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen35");
+  const std::map<std::string, uint64_t> ints = {{"qwen35.block_count", 4},
+                                                {"qwen35.embedding_length", 64},
+                                                {"qwen35.feed_forward_length", 176},
+                                                {"qwen35.attention.head_count", 4},
+                                                {"qwen35.attention.head_count_kv", 2},
+                                                {"qwen35.attention.key_length", 32},
+                                                {"qwen35.rope.dimension_count", 8},
+                                                {"qwen35.ssm.conv_kernel", 4},
+                                                {"qwen35.ssm.state_size", 16},
+                                                {"qwen35.ssm.group_count", 2},
+                                                {"qwen35.ssm.time_step_rank", 4},
+                                                {"qwen35.ssm.inner_size", 64},
+                                                {"qwen35.full_attention_interval", 4}};
+  for (const auto& [key, want] : ints) EXPECT_EQ(f.get_u64(key), want) << key;
+  EXPECT_EQ(f.get_array("qwen35.rope.dimension_sections").size(), 4u);
+
+  // Names and dims (ne0 first) as llama.cpp's qwen35 loader creates them.
+  const int64_t E = 64, conv = 2 * 32 + 64, V = 64, nv = 4, K = 4, dv = 16;
+  std::map<std::string, std::vector<int64_t>> want = {
+      {"token_embd.weight", {E, 512}}, {"output_norm.weight", {E}}, {"output.weight", {E, 512}}};
+  for (int l = 0; l < 4; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    want[b + "attn_norm.weight"] = {E};
+    want[b + "post_attention_norm.weight"] = {E};
+    want[b + "ffn_gate.weight"] = {E, 176};
+    want[b + "ffn_up.weight"] = {E, 176};
+    want[b + "ffn_down.weight"] = {176, E};
+    if (l == 3) {
+      want[b + "attn_q.weight"] = {E, 2 * 4 * 32};
+      want[b + "attn_k.weight"] = {E, 64};
+      want[b + "attn_v.weight"] = {E, 64};
+      want[b + "attn_output.weight"] = {128, E};
+      want[b + "attn_q_norm.weight"] = {32};
+      want[b + "attn_k_norm.weight"] = {32};
+    } else {
+      want[b + "attn_qkv.weight"] = {E, conv};
+      want[b + "attn_gate.weight"] = {E, V};
+      want[b + "ssm_conv1d.weight"] = {K, conv};
+      want[b + "ssm_dt.bias"] = {nv};
+      want[b + "ssm_a"] = {nv};
+      want[b + "ssm_beta.weight"] = {E, nv};
+      want[b + "ssm_alpha.weight"] = {E, nv};
+      want[b + "ssm_norm.weight"] = {dv};
+      want[b + "ssm_out.weight"] = {V, E};
+    }
+  }
+  std::map<std::string, std::vector<int64_t>> got;
+  for (const GgufTensor& t : f.tensors()) got[t.name] = t.dims;
+  EXPECT_EQ(got, want);
+
+  // Values. Tiled value-head order for 2 key heads x 2 value heads each: HF heads 0, 2, 1, 3.
+  const int perm[4] = {0, 2, 1, 3};
+  const std::string h = "model.layers.1.linear_attn.";
+  const auto in_norm = raw("model.layers.1.input_layernorm.weight");
+  const auto g_norm = gguf_f32(f, "blk.1.attn_norm.weight");
+  for (size_t i = 0; i < in_norm.size(); ++i) ASSERT_EQ(g_norm[i], in_norm[i] + 1.0f) << i;
+  EXPECT_EQ(gguf_f32(f, "blk.1.ssm_norm.weight"), raw(h + "norm.weight"));  // not shifted
+  const auto a_log = raw(h + "A_log"), dt = raw(h + "dt_bias");
+  const auto ssm_a = gguf_f32(f, "blk.1.ssm_a"), ssm_dt = gguf_f32(f, "blk.1.ssm_dt.bias");
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(ssm_a[size_t(t)], float(-std::exp(double(a_log[size_t(perm[t])])))) << t;
+    EXPECT_EQ(ssm_dt[size_t(t)], dt[size_t(perm[t])]) << t;
+  }
+  const auto alpha = raw(h + "in_proj_a.weight"), g_alpha = gguf_f32(f, "blk.1.ssm_alpha.weight");
+  for (int t = 0; t < 4; ++t)
+    for (int64_t c = 0; c < E; ++c)
+      ASSERT_EQ(g_alpha[size_t(t * E + c)], alpha[size_t(perm[t] * E + c)]);
+  const auto qkv = raw(h + "in_proj_qkv.weight"), g_qkv = gguf_f32(f, "blk.1.attn_qkv.weight");
+  for (int64_t r = 0; r < conv; ++r) {  // q and k rows as they are, v rows by head
+    const int64_t src = r < 64 ? r : 64 + perm[(r - 64) / dv] * dv + (r - 64) % dv;
+    for (int64_t c = 0; c < E; ++c) ASSERT_EQ(g_qkv[size_t(r * E + c)], qkv[size_t(src * E + c)]);
+  }
+  const auto cw = raw(h + "conv1d.weight"), g_cw = gguf_f32(f, "blk.1.ssm_conv1d.weight");
+  for (int64_t ch = 0; ch < conv; ++ch) {
+    const int64_t src = ch < 64 ? ch : 64 + perm[(ch - 64) / dv] * dv + (ch - 64) % dv;
+    for (int64_t k = 0; k < K; ++k) ASSERT_EQ(g_cw[size_t(ch * K + k)], cw[size_t(src * K + k)]);
+  }
+  const auto out = raw(h + "out_proj.weight"), g_out = gguf_f32(f, "blk.1.ssm_out.weight");
+  for (int64_t r = 0; r < E; ++r)
+    for (int64_t c = 0; c < V; ++c)
+      ASSERT_EQ(g_out[size_t(r * V + c)], out[size_t(r * V + perm[c / dv] * dv + c % dv)]);
+}
+
+// Loading the f32 file gives back the HF load's weights bit for bit, except A_log: log(-ssm_a)
+// may land a little away from the A_log that ssm_a = -exp(A_log) came from.
+TEST(GgufHybrid, LoadRestoresTheHfWeights) {
+  const auto dir = fixture_with_tokenizer();
+  auto hf = Model::load(dir);
+  export_gguf(*hf, FileType::F32, dir / "m.gguf");
+  auto g = Model::load(dir / "m.gguf");
+  ASSERT_TRUE(g->config().is_hybrid());
+  EXPECT_EQ(g->config().layer_kinds, hf->config().layer_kinds);
+  EXPECT_EQ(g->config().linear_value_head_dim, 16);
+  EXPECT_EQ(g->config().rotary_dim, hf->config().rotary_dim);
+  auto same = [](const WeightMatrix& a, const WeightMatrix& b) {
+    return a.type == b.type && a.rows == b.rows && a.cols == b.cols &&
+           std::memcmp(a.data, b.data, a.bytes()) == 0;
+  };
+  for (int l = 0; l < 4; ++l) {
+    const LayerWeights& A = hf->weights().layers[size_t(l)];
+    const LayerWeights& B = g->weights().layers[size_t(l)];
+    EXPECT_EQ(A.attn_norm, B.attn_norm) << l;
+    EXPECT_EQ(A.mlp_norm, B.mlp_norm) << l;
+    EXPECT_TRUE(same(A.mlp.down, B.mlp.down)) << l;
+    if (A.kind == LayerKind::FullAttention) {
+      EXPECT_TRUE(same(A.attn.wq, B.attn.wq)) << l;
+      EXPECT_EQ(A.attn.q_norm, B.attn.q_norm) << l;
+      continue;
+    }
+    const DeltaNetWeights &x = A.delta, &y = B.delta;
+    EXPECT_TRUE(same(x.in_proj_qkv, y.in_proj_qkv)) << l;
+    EXPECT_TRUE(same(x.in_proj_z, y.in_proj_z)) << l;
+    EXPECT_TRUE(same(x.in_proj_a, y.in_proj_a)) << l;
+    EXPECT_TRUE(same(x.in_proj_b, y.in_proj_b)) << l;
+    EXPECT_TRUE(same(x.out_proj, y.out_proj)) << l;
+    EXPECT_EQ(x.conv1d, y.conv1d) << l;
+    EXPECT_EQ(x.dt_bias, y.dt_bias) << l;
+    EXPECT_EQ(x.norm, y.norm) << l;
+    // ssm_a holds e^A_log to f32 precision (relative 2^-24), so A_log = log(-ssm_a) comes back
+    // within about 2^-23 absolute, whatever its own exponent.
+    for (size_t i = 0; i < x.a_log.size(); ++i)
+      EXPECT_NEAR(x.a_log[i], y.a_log[i], 2.5e-7) << l << " " << i;
+  }
+}
+
+TEST(GgufHybrid, MissingSsmMetadataIsOneClearError) {
+  const auto dir = fixture_with_tokenizer();
+  export_gguf(*Model::load(dir), FileType::F32, dir / "m.gguf");
+  const GgufFile f = GgufFile::open(dir / "m.gguf");
+  GgufWriter w;
+  for (const GgufKv& kv : f.metadata())
+    if (kv.key != "qwen35.ssm.conv_kernel" && kv.key != "general.alignment")
+      w.set(kv.key, kv.value);
+  for (const GgufTensor& t : f.tensors())
+    w.add_tensor(t.name, t.ggml_type, t.dims, {t.data, t.nbytes});
+  w.write(dir / "bad.gguf");
+  try {
+    Model::load(dir / "bad.gguf");
+    FAIL() << "loaded a qwen35 file without ssm.conv_kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("qwen35.ssm.conv_kernel"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace fak
