@@ -518,9 +518,9 @@ TEST(ServerHybrid, PrefixCacheHitEqualsColdPrefill) {
   auto cfg = json::parse(read_file(data_path("oracle/qwen35-hybrid-tiny/config.json")));
   cfg["vocab_size"] = 8192;  // the bundled tokenizer's
   write_file(tmp / "hybrid.json", cfg.dump());
-  auto synth = run_fak("synth --config " + (tmp / "hybrid.json").string() + " -o " +
-                       model.string() + " --dtype f32 --std 0.1 --tokenizer " +
-                       source_path("models/pycoder-6m").string());
+  auto synth =
+      run_fak("synth --config " + (tmp / "hybrid.json").string() + " -o " + model.string() +
+              " --dtype f32 --std 0.1 --tokenizer " + source_path("models/pycoder-6m").string());
   ASSERT_EQ(synth.exit_code, 0) << synth.err;
   ServerProcess server("-m " + model.string() + " --parallel 2");
   ASSERT_NE(server.port(), 0);
@@ -531,8 +531,8 @@ TEST(ServerHybrid, PrefixCacheHitEqualsColdPrefill) {
   for (int i = 0; i < 24; ++i)
     history += "def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + "\n";
   auto complete = [&](const std::string& prompt, const std::string& salt) {
-    json req{{"model", "hybrid"}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0},
-             {"ignore_eos", true}, {"cache_salt", salt}};
+    json req{{"model", "hybrid"}, {"prompt", prompt},   {"max_tokens", 8},
+             {"temperature", 0},  {"ignore_eos", true}, {"cache_salt", salt}};
     auto r = c.Post("/v1/completions", req.dump(), "application/json");
     EXPECT_TRUE(r);
     EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
