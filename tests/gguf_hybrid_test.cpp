@@ -15,6 +15,9 @@
 #include "io/safetensors.h"
 #include "models/gguf_export.h"
 #include "models/model.h"
+#include "models/qwen35_gguf.h"
+#include "runtime/kv_cache.h"
+#include "runtime/session.h"
 #include "test_util.h"
 
 namespace fak {
@@ -195,6 +198,48 @@ TEST(GgufHybrid, MissingSsmMetadataIsOneClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("qwen35.ssm.conv_kernel"), std::string::npos) << e.what();
   }
+}
+
+// llama.cpp's reorder: view the value heads as [n_k_heads][group], swap the two axes. At the real
+// 27B's 16 key / 48 value heads, tiled position j * 16 + k holds HF head k * 3 + j.
+TEST(GgufHybrid, ValueHeadOrderIsLlamaCppsTiling) {
+  const VHeadOrder order{16, 48};
+  for (int64_t k = 0; k < 16; ++k)
+    for (int64_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(order.grouped_at(j * 16 + k), k * 3 + j);
+      EXPECT_EQ(order.tiled_at(k * 3 + j), j * 16 + k);
+    }
+}
+
+// llama.cpp files of Qwen3.5/3.6 may append multi-token-prediction blocks: block_count counts them
+// and nextn_predict_layers says how many; they are loaded past the decoder and not used here.
+TEST(GgufHybrid, IgnoresTheMtpBlocks) {
+  const auto dir = fixture_with_tokenizer();
+  auto hf = Model::load(dir);
+  export_gguf(*hf, FileType::F32, dir / "m.gguf");
+  const GgufFile f = GgufFile::open(dir / "m.gguf");
+  GgufWriter w;
+  for (const GgufKv& kv : f.metadata())
+    if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+  w.set_u32("qwen35.block_count", 5);
+  w.set_u32("qwen35.nextn_predict_layers", 1);
+  for (const GgufTensor& t : f.tensors())
+    w.add_tensor(t.name, t.ggml_type, t.dims, {t.data, t.nbytes});
+  std::vector<float> eh(64 * 128, 0.25f);
+  w.add_tensor("blk.4.nextn.eh_proj.weight", 0, {128, 64},
+               {reinterpret_cast<const uint8_t*>(eh.data()), eh.size() * 4});
+  w.write(dir / "mtp.gguf");
+  auto g = Model::load(dir / "mtp.gguf");
+  EXPECT_EQ(g->config().n_layers, 4);
+  auto plain = Model::load(dir / "m.gguf");
+  std::vector<int32_t> ids = {5, 77, 301, 9, 12, 480, 33};
+  auto logits = [&](std::shared_ptr<const Model> m) {
+    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().kv_dim());
+    Session s(m, cache);
+    s.append(ids);
+    return s.logits();
+  };
+  EXPECT_EQ(logits(g), logits(plain));
 }
 
 }  // namespace fak

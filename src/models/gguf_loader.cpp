@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -193,6 +194,10 @@ class Loader {
   void check_all_used() const {
     for (const GgufTensor& t : f_.tensors()) {
       if (used_.count(t.name) || t.name == "rope_freqs.weight") continue;
+      // qwen35 multi-token-prediction blocks sit past the decoder's layers: not used to decode.
+      if (c_.is_hybrid() && t.name.rfind("blk.", 0) == 0 &&
+          std::atoi(t.name.c_str() + 4) >= c_.n_layers)
+        continue;
       fail(f_.name() + ": unexpected tensor '" + t.name + "' " + dims_str(t.dims) +
            " that the metadata does not account for");
     }
@@ -342,6 +347,14 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (c.arch == Arch::Qwen3 && !c.qk_norm) fail(f.name() + ": qwen3 without attn_q_norm tensors");
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
   if (c.arch == Arch::Qwen35) {
+    // block_count includes the multi-token-prediction (NextN) blocks appended after the decoder.
+    if (f.find(p + "nextn_predict_layers")) {
+      const uint64_t nextn = f.get_u64(p + "nextn_predict_layers");
+      if (nextn >= uint64_t(c.n_layers))
+        fail(f.name() + ": " + p + "nextn_predict_layers must be below block_count");
+      c.n_layers -= int(nextn);
+      c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
+    }
     c.qk_norm = true;
     c.attn_output_gate = true;
     c.norm_plus_one = true;  // the family's convention; the file already holds 1 + w
@@ -359,7 +372,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     // Which layers are recurrent: an explicit per-layer list, else every layer but each
     // full_attention_interval-th (llama.cpp's default interval is 4).
     if (const GgufValue* rec = f.find(p + "attention.recurrent_layers")) {
-      if (rec->type != GgufType::ARRAY || rec->array.size() != size_t(c.n_layers))
+      if (rec->type != GgufType::ARRAY || rec->array.size() < size_t(c.n_layers))
         fail(f.name() + ": " + p + "attention.recurrent_layers must list every layer");
       for (int i = 0; i < c.n_layers; ++i)
         if (rec->array.u64(size_t(i)) != 0) c.layer_kinds[size_t(i)] = LayerKind::LinearAttention;
