@@ -120,11 +120,25 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
     std::printf("%s %s: max|dlogit| %.3g  min cos %.6f  argmax %d/%d\n", name.c_str(), type,
                 c.max_abs, c.min_cos, c.argmax_agree, c.positions);
     const std::string t = type;
-    if (t == "f32") {
+    const bool hybrid = hf->config().is_hybrid();
+    if (t == "f32" && hybrid) {
+      // note: llama.cpp stores A_log as -exp(A_log) and log() does not always give the same
+      // float back (one ulp on 8 of 12 values here); every other tensor comes back bit for bit
+      // (gguf_hybrid_test.cpp), so the logits differ only by that.
+      EXPECT_LT(c.max_abs, 1e-5) << name;
+      EXPECT_EQ(c.argmax_agree, c.positions) << name;
+    } else if (t == "f32") {
       EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), 4 * ref.size())) << name;
     } else if (t == "f16" || t == "bf16") {
-      EXPECT_GT(c.min_cos, 0.999) << name << " " << t;
+      // The DeltaNet recurrence carries weight rounding along the sequence: bf16 (2^-8) lands
+      // at cosine ~0.998 on the hybrid fixture where f16 gives 0.9999.
+      EXPECT_GT(c.min_cos, hybrid && t == "bf16" ? 0.995 : 0.999) << name << " " << t;
       EXPECT_GE(c.argmax_agree, c.positions * 9 / 10) << name << " " << t;
+    } else if (hybrid) {
+      // The tiny hybrid fixture is far more sensitive to weight rounding than the dense ones:
+      // quantising its HF weights at load (--quant, no GGUF involved) already gives cosine 0.988
+      // (q8_0) and 0.70 (q4_k) on an 80-token prompt, and the GGUF files land at the same place.
+      EXPECT_GT(c.min_cos, t == "q4_k_m" ? 0.4 : 0.95) << name << " " << t;
     } else if (t == "q8_0") {
       EXPECT_GT(c.min_cos, 0.99) << name;
       EXPECT_GE(c.argmax_agree, c.positions * 8 / 10) << name;
@@ -142,7 +156,8 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
-                         ::testing::Values("llama-tiny", "qwen2-tiny", "qwen3-tiny", "pycoder-6m"),
+                         ::testing::Values("llama-tiny", "qwen2-tiny", "qwen3-tiny", "pycoder-6m",
+                                           "qwen35-hybrid-tiny"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s)

@@ -509,6 +509,49 @@ TEST(ServerQueue, FullQueueIs429) {
   long_one.join();
 }
 
+// A hybrid (Gated DeltaNet) model behind the server: the second request's prompt extends the
+// first, so it restarts from a state checkpoint in the prefix cache; its greedy reply must equal
+// the same request in another cache partition (a cold prefill).
+TEST(ServerHybrid, PrefixCacheHitEqualsColdPrefill) {
+  const auto tmp = temp_dir();
+  const auto model = tmp / "hybrid";
+  auto cfg = json::parse(read_file(data_path("oracle/qwen35-hybrid-tiny/config.json")));
+  cfg["vocab_size"] = 8192;  // the bundled tokenizer's
+  write_file(tmp / "hybrid.json", cfg.dump());
+  auto synth =
+      run_fak("synth --config " + (tmp / "hybrid.json").string() + " -o " + model.string() +
+              " --dtype f32 --std 0.1 --tokenizer " + source_path("models/pycoder-6m").string());
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  ServerProcess server("-m " + model.string() + " --parallel 2");
+  ASSERT_NE(server.port(), 0);
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(60, 0);
+  c.set_bearer_token_auth("key-a");
+  std::string history;
+  for (int i = 0; i < 24; ++i)
+    history += "def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + "\n";
+  auto complete = [&](const std::string& prompt, const std::string& salt) {
+    json req{{"model", "hybrid"}, {"prompt", prompt},   {"max_tokens", 8},
+             {"temperature", 0},  {"ignore_eos", true}, {"cache_salt", salt}};
+    auto r = c.Post("/v1/completions", req.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+    return r ? json::parse(r->body) : json();
+  };
+  auto first = complete(history, "a");
+  ASSERT_GT(first["usage"]["prompt_tokens"].get<int>(), 256) << first.dump();
+  const std::string next = history + "def g(y):\n";
+  auto hit = complete(next, "a");
+  auto cold = complete(next, "b");
+  EXPECT_GE(hit["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 256) << hit.dump();
+  EXPECT_EQ(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(hit["choices"][0]["text"], cold["choices"][0]["text"]);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("fak_prefix_cache_checkpoints "), std::string::npos);
+  EXPECT_EQ(metrics->body.find("fak_prefix_cache_checkpoints 0\n"), std::string::npos);
+}
+
 TEST(ChatCli, PipedConversationWithUndoAndSave) {
   auto dir = temp_dir();
   write_file(dir / "in.txt",

@@ -1,5 +1,6 @@
 #include "models/gguf_export.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <regex>
@@ -8,6 +9,7 @@
 #include "io/gguf_writer.h"
 #include "models/gguf_loader.h"
 #include "models/gguf_tokenizer.h"
+#include "models/qwen35_gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak {
@@ -63,8 +65,44 @@ std::vector<float> permute_vec(const std::vector<float>& v, int head_dim) {
   return out;
 }
 
+// llama.cpp's name for the architecture (HF's qwen3_5_text is its qwen35).
+std::string gguf_arch(const ModelConfig& c) {
+  return c.arch == Arch::Qwen35 ? "qwen35" : arch_name(c.arch);
+}
+
+// qwen35: every full_attention_interval-th layer is attention, the rest DeltaNet.
+int full_attention_interval(const ModelConfig& c) {
+  int interval = 0;
+  for (int l = 0; l < c.n_layers && interval == 0; ++l)
+    if (c.layer_kinds[size_t(l)] == LayerKind::FullAttention) interval = l + 1;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (interval == 0 ||
+        (c.layer_kinds[size_t(l)] == LayerKind::FullAttention) != ((l + 1) % interval == 0))
+      fail(
+          "GGUF export: qwen35 files describe the layer pattern by full_attention_interval; this "
+          "model's layer_types do not follow one");
+  return interval;
+}
+
+void write_hybrid_config(GgufWriter& w, const ModelConfig& c, const std::string& p) {
+  w.set_u32(p + "attention.key_length", uint32_t(c.head_dim));
+  w.set_u32(p + "attention.value_length", uint32_t(c.head_dim));
+  w.set_u32(p + "rope.dimension_count", uint32_t(c.rotary_dim));
+  // Interleaved M-RoPE sections, required by llama.cpp; with text positions (all three equal)
+  // they do not change the rotation. Its converter's default, as in the released configs.
+  const int32_t sections[4] = {11, 11, 10, 0};
+  w.set(p + "rope.dimension_sections",
+        GgufValue::make_array(GgufArray::numbers(GgufType::I32, sections, 4)));
+  w.set_u32(p + "ssm.conv_kernel", uint32_t(c.linear_conv_kernel));
+  w.set_u32(p + "ssm.state_size", uint32_t(c.linear_key_head_dim));
+  w.set_u32(p + "ssm.group_count", uint32_t(c.linear_num_key_heads));
+  w.set_u32(p + "ssm.time_step_rank", uint32_t(c.linear_num_value_heads));
+  w.set_u32(p + "ssm.inner_size", uint32_t(c.linear_num_value_heads * c.linear_value_head_dim));
+  w.set_u32(p + "full_attention_interval", uint32_t(full_attention_interval(c)));
+}
+
 void write_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::string& name) {
-  const std::string arch = arch_name(c.arch);
+  const std::string arch = gguf_arch(c);
   const std::string p = arch + ".";
   w.set_string("general.architecture", arch);
   w.set_string("general.type", "model");
@@ -91,14 +129,56 @@ void write_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::s
     w.set_string(p + "rope.scaling.type", "linear");
     w.set_f32(p + "rope.scaling.factor", float(c.rope_factor));
   }
+  if (c.arch == Arch::Qwen35) write_hybrid_config(w, c, p);
+}
+
+// A DeltaNet layer in llama.cpp's qwen35 conventions (qwen35_gguf.h): value heads tiled, conv1d
+// as an f32 [conv_dim][kernel] matrix, A_log as -exp(A_log). Reordering happens on the source
+// (float) rows and columns, so any output type can follow.
+template <typename Matrix>
+void export_deltanet(Collector& col, const ModelConfig& c, const DeltaNetWeights& d,
+                     const std::string& b, Matrix matrix) {
+  const VHeadOrder order{c.linear_num_key_heads, c.linear_num_value_heads};
+  const int64_t dv = c.linear_value_head_dim, kernel = c.linear_conv_kernel;
+  const int64_t key_dim = int64_t(c.linear_num_key_heads) * c.linear_key_head_dim;
+  std::vector<std::vector<uint8_t>> keep;
+  auto rows = [&](const WeightMatrix& m, int64_t offset, int64_t per_head) {
+    if (order.identity()) return m;
+    keep.push_back(reorder_v_rows(static_cast<const uint8_t*>(m.data), m.rows, m.row_bytes, offset,
+                                  per_head, order, true));
+    WeightMatrix r = m;
+    r.data = keep.back().data();
+    return r;
+  };
+  matrix(b + "attn_qkv.weight", rows(d.in_proj_qkv, 2 * key_dim, dv));
+  matrix(b + "attn_gate.weight", rows(d.in_proj_z, 0, dv));
+  matrix(b + "ssm_beta.weight", rows(d.in_proj_b, 0, 1));
+  matrix(b + "ssm_alpha.weight", rows(d.in_proj_a, 0, 1));
+  WeightMatrix out = d.out_proj;
+  if (!order.identity()) {
+    keep.push_back(reorder_v_cols(out, dv, order, true, b + "ssm_out.weight"));
+    out.data = keep.back().data();
+  }
+  matrix(b + "ssm_out.weight", out);
+  std::vector<float> conv =
+      order.identity() ? d.conv1d
+                       : reorder_v_vec(d.conv1d, 2 * key_dim * kernel, dv * kernel, order, true);
+  std::vector<uint8_t> conv_bytes(conv.size() * sizeof(float));
+  std::memcpy(conv_bytes.data(), conv.data(), conv_bytes.size());
+  const int64_t conv_dim = int64_t(conv.size()) / kernel;
+  col.add(b + "ssm_conv1d.weight", WType::F32, {kernel, conv_dim}, std::move(conv_bytes));
+  std::vector<float> a(d.a_log.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(-std::exp(double(d.a_log[i])));
+  col.add_vec(b + "ssm_dt.bias",
+              order.identity() ? d.dt_bias : reorder_v_vec(d.dt_bias, 0, 1, order, true));
+  col.add_vec(b + "ssm_a", order.identity() ? a : reorder_v_vec(a, 0, 1, order, true));
+  col.add_vec(b + "ssm_norm.weight", d.norm);
 }
 
 }  // namespace
 
 ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::path& out) {
   const ModelConfig& c = model.config();
-  if (c.arch == Arch::Qwen35)
-    fail("GGUF export of " + arch_name(c.arch) + " (hybrid Gated DeltaNet) is not supported yet");
   if (c.rope_scaling == RopeScaling::Llama3)
     fail(
         "GGUF export of llama3 rope scaling (llama.cpp writes it as a rope_freqs tensor) is not "
@@ -124,6 +204,25 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
     const LayerWeights& L = W.layers[size_t(l)];
     const std::string b = "blk." + std::to_string(l) + ".";
     col.add_vec(b + "attn_norm.weight", L.attn_norm);
+    if (c.is_hybrid()) {
+      col.add_vec(b + "post_attention_norm.weight", L.mlp_norm);
+      if (L.kind == LayerKind::LinearAttention) {
+        export_deltanet(col, c, L.delta, b, [&](const std::string& name, const WeightMatrix& m) {
+          matrix(name, m, TensorRole::AttnOutput, l);
+        });
+      } else {
+        matrix(b + "attn_q.weight", L.attn.wq, TensorRole::AttnQ, l);
+        matrix(b + "attn_k.weight", L.attn.wk, TensorRole::AttnK, l);
+        matrix(b + "attn_v.weight", L.attn.wv, TensorRole::AttnV, l);
+        matrix(b + "attn_output.weight", L.attn.wo, TensorRole::AttnOutput, l);
+        col.add_vec(b + "attn_q_norm.weight", L.attn.q_norm);
+        col.add_vec(b + "attn_k_norm.weight", L.attn.k_norm);
+      }
+      matrix(b + "ffn_gate.weight", L.mlp.gate, TensorRole::FfnGate, l);
+      matrix(b + "ffn_up.weight", L.mlp.up, TensorRole::FfnUp, l);
+      matrix(b + "ffn_down.weight", L.mlp.down, TensorRole::FfnDown, l);
+      continue;
+    }
     matrix(b + "attn_q.weight", L.attn.wq, TensorRole::AttnQ, l, permute);
     matrix(b + "attn_k.weight", L.attn.wk, TensorRole::AttnK, l, permute);
     matrix(b + "attn_v.weight", L.attn.wv, TensorRole::AttnV, l);
@@ -168,7 +267,9 @@ ExportStats requantize_gguf(const std::filesystem::path& in, const std::filesyst
   static const std::regex kBlock(R"(blk\.(\d+)\.(\w+)\.weight)");
   for (const GgufTensor& t : f.tensors()) {
     const std::optional<WType> src = wtype_from_ggml(t.ggml_type);
-    if (t.dims.size() != 2 || !src) {  // vectors and types fak cannot read are copied as they are
+    // Vectors, the DeltaNet conv kernel (llama.cpp keeps it f32) and types fak cannot read are
+    // copied as they are.
+    if (t.dims.size() != 2 || !src || t.name.find(".ssm_conv1d.") != std::string::npos) {
       col.w.add_tensor(t.name, t.ggml_type, t.dims, {t.data, t.nbytes});
       col.stats.tensors++;
       col.stats.bytes += t.nbytes;

@@ -1,7 +1,9 @@
 // GGUF model loading. llama.cpp's names: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,
 // attn_output, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm,
 // output (absent = tied to token_embd). ggml dims are ne0 first, so a [rows, cols] matrix is
-// stored with dims {cols, rows}.
+// stored with dims {cols, rows}. qwen35 (the Qwen3.5 hybrid): post_attention_norm instead of
+// ffn_norm, attn_q with the output gate, and on DeltaNet layers attn_qkv, attn_gate (z),
+// ssm_{conv1d, dt.bias, a, beta, alpha, norm, out} in llama.cpp's conventions (qwen35_gguf.h).
 #include "models/gguf_loader.h"
 
 #include <fcntl.h>
@@ -10,6 +12,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -18,6 +22,8 @@
 #include "core/hash.h"
 #include "io/ggml_type.h"
 #include "models/gguf_tokenizer.h"
+#include "models/quant_policy.h"
+#include "models/qwen35_gguf.h"
 #include "ops/quant/quant.h"
 
 namespace fak {
@@ -162,6 +168,18 @@ class Loader {
     return v;
   }
 
+  // m with its bytes replaced by `bytes` of type t (a reordered copy the model keeps).
+  WeightMatrix repacked(WeightMatrix m, std::vector<uint8_t> bytes, std::optional<WType> t = {}) {
+    bytes_ -= m.bytes();
+    if (t) m.type = *t;
+    m.row_bytes = wtype_row_bytes(m.type, m.cols);
+    check(bytes.size() == m.bytes(), "repacked: wrong size");
+    s_.repacked.push_back(std::move(bytes));
+    m.data = s_.repacked.back().data();
+    bytes_ += m.bytes();
+    return m;
+  }
+
   std::vector<float> unpermuted_vec(std::vector<float> v) {
     std::vector<float> out(v.size());
     for (size_t r = 0; r < v.size(); ++r)
@@ -171,10 +189,15 @@ class Loader {
 
   bool has(const std::string& name) const { return f_.tensor(name) != nullptr; }
   size_t bytes() const { return bytes_; }
+  const std::string& file_name() const { return f_.name(); }
 
   void check_all_used() const {
     for (const GgufTensor& t : f_.tensors()) {
       if (used_.count(t.name) || t.name == "rope_freqs.weight") continue;
+      // qwen35 multi-token-prediction blocks sit past the decoder's layers: not used to decode.
+      if (c_.is_hybrid() && t.name.rfind("blk.", 0) == 0 &&
+          std::atoi(t.name.c_str() + 4) >= c_.n_layers)
+        continue;
       fail(f_.name() + ": unexpected tensor '" + t.name + "' " + dims_str(t.dims) +
            " that the metadata does not account for");
     }
@@ -194,6 +217,65 @@ class Loader {
   std::set<std::string> used_;
 };
 
+// A DeltaNet layer in llama.cpp's qwen35 layout, back into HF's conventions (see qwen35_gguf.h).
+void load_deltanet(Loader& ld, const ModelConfig& c, const std::string& b, DeltaNetWeights& d) {
+  const VHeadOrder order{c.linear_num_key_heads, c.linear_num_value_heads};
+  const int64_t nv = c.linear_num_value_heads, dv = c.linear_value_head_dim;
+  const int64_t key_dim = int64_t(c.linear_num_key_heads) * c.linear_key_head_dim;
+  const int64_t value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
+  auto rows = [&](WeightMatrix m, int64_t offset, int64_t per_head) {
+    if (order.identity()) return m;
+    return ld.repacked(m, reorder_v_rows(static_cast<const uint8_t*>(m.data), m.rows, m.row_bytes,
+                                         offset, per_head, order, false));
+  };
+  d.in_proj_qkv = rows(ld.matrix(b + "attn_qkv.weight", conv_dim, c.dim), 2 * key_dim, dv);
+  d.in_proj_z = rows(ld.matrix(b + "attn_gate.weight", value_dim, c.dim), 0, dv);
+  d.in_proj_b = rows(ld.matrix(b + "ssm_beta.weight", nv, c.dim), 0, 1);
+  d.in_proj_a = rows(ld.matrix(b + "ssm_alpha.weight", nv, c.dim), 0, 1);
+  d.out_proj = ld.matrix(b + "ssm_out.weight", c.dim, value_dim);
+  if (!order.identity()) {
+    const std::string name = b + "ssm_out.weight";
+    if (dv % wtype_block(d.out_proj.type) == 0) {
+      d.out_proj = ld.repacked(d.out_proj, reorder_v_cols(d.out_proj, dv, order, false, name));
+    } else {
+      // Blocks wider than a value head (K-quants on 128-wide heads) cannot be moved whole: widen,
+      // reorder, and keep it as Q8_0 (F32 where heads are not 32-aligned). note: so such a
+      // tensor is computed at Q8_0's precision, not the file's type.
+      std::vector<uint8_t> wide = convert_matrix(d.out_proj, WType::F32);
+      WeightMatrix f = d.out_proj;
+      f.type = WType::F32;
+      f.row_bytes = wtype_row_bytes(WType::F32, f.cols);
+      f.data = wide.data();
+      std::vector<uint8_t> re = reorder_v_cols(f, dv, order, false, name);
+      f.data = re.data();
+      const WType t = dv % 32 == 0 ? WType::Q8_0 : WType::F32;
+      d.out_proj =
+          ld.repacked(d.out_proj, t == WType::F32 ? std::move(re) : convert_matrix(f, t), t);
+    }
+  }
+  // conv1d: [conv_dim][kernel], dims {kernel, conv_dim}.
+  const WeightMatrix conv = ld.matrix(b + "ssm_conv1d.weight", conv_dim, c.linear_conv_kernel);
+  d.conv1d.resize(size_t(conv_dim * c.linear_conv_kernel));
+  for (int64_t r = 0; r < conv_dim; ++r)
+    dequantize_row(conv, r, &d.conv1d[size_t(r * c.linear_conv_kernel)]);
+  if (!order.identity())
+    d.conv1d = reorder_v_vec(d.conv1d, 2 * key_dim * c.linear_conv_kernel,
+                             dv * c.linear_conv_kernel, order, false);
+  d.dt_bias = ld.vec(b + "ssm_dt.bias", nv);
+  // ssm_a = -exp(A_log). note: log(-exp(x)) rounds, so A_log may come back one ulp off.
+  std::vector<float> a = ld.vec(b + "ssm_a", nv);
+  for (float& x : a) {
+    if (!(x < 0)) fail(ld.file_name() + ": " + b + "ssm_a must be negative (it is -exp(A_log))");
+    x = float(std::log(-double(x)));
+  }
+  d.a_log = std::move(a);
+  if (!order.identity()) {
+    d.dt_bias = reorder_v_vec(d.dt_bias, 0, 1, order, false);
+    d.a_log = reorder_v_vec(d.a_log, 0, 1, order, false);
+  }
+  d.norm = ld.vec(b + "ssm_norm.weight", dv);
+}
+
 }  // namespace
 
 ModelConfig gguf_model_config(const GgufFile& f) {
@@ -206,9 +288,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.arch = Arch::Qwen2;
   } else if (arch == "qwen3") {
     c.arch = Arch::Qwen3;
+  } else if (arch == "qwen35") {
+    c.arch = Arch::Qwen35;
   } else {
     fail(f.name() + ": general.architecture '" + arch +
-         "' is not supported (supported: llama, qwen2, qwen3)");
+         "' is not supported (supported: llama, qwen2, qwen3, qwen35)");
   }
   const std::string p = arch + ".";
   auto positive = [&](const std::string& key) {
@@ -262,6 +346,43 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.qk_norm = f.tensor("blk.0.attn_q_norm.weight") != nullptr;
   if (c.arch == Arch::Qwen3 && !c.qk_norm) fail(f.name() + ": qwen3 without attn_q_norm tensors");
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
+  if (c.arch == Arch::Qwen35) {
+    // block_count includes the multi-token-prediction (NextN) blocks appended after the decoder.
+    if (f.find(p + "nextn_predict_layers")) {
+      const uint64_t nextn = f.get_u64(p + "nextn_predict_layers");
+      if (nextn >= uint64_t(c.n_layers))
+        fail(f.name() + ": " + p + "nextn_predict_layers must be below block_count");
+      c.n_layers -= int(nextn);
+      c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
+    }
+    c.qk_norm = true;
+    c.attn_output_gate = true;
+    c.norm_plus_one = true;  // the family's convention; the file already holds 1 + w
+    c.linear_conv_kernel = positive(p + "ssm.conv_kernel");
+    c.linear_key_head_dim = positive(p + "ssm.state_size");
+    c.linear_num_key_heads = positive(p + "ssm.group_count");
+    c.linear_num_value_heads = positive(p + "ssm.time_step_rank");
+    const int inner = positive(p + "ssm.inner_size");
+    if (inner % c.linear_num_value_heads != 0 ||
+        c.linear_num_value_heads % c.linear_num_key_heads != 0)
+      fail(f.name() +
+           ": ssm.inner_size must be a multiple of ssm.time_step_rank, and that of "
+           "ssm.group_count");
+    c.linear_value_head_dim = inner / c.linear_num_value_heads;
+    // Which layers are recurrent: an explicit per-layer list, else every layer but each
+    // full_attention_interval-th (llama.cpp's default interval is 4).
+    if (const GgufValue* rec = f.find(p + "attention.recurrent_layers")) {
+      if (rec->type != GgufType::ARRAY || rec->array.size() < size_t(c.n_layers))
+        fail(f.name() + ": " + p + "attention.recurrent_layers must list every layer");
+      for (int i = 0; i < c.n_layers; ++i)
+        if (rec->array.u64(size_t(i)) != 0) c.layer_kinds[size_t(i)] = LayerKind::LinearAttention;
+    } else {
+      const int interval =
+          f.find(p + "full_attention_interval") ? positive(p + "full_attention_interval") : 4;
+      for (int i = 0; i < c.n_layers; ++i)
+        if ((i + 1) % interval != 0) c.layer_kinds[size_t(i)] = LayerKind::LinearAttention;
+    }
+  }
 
   if (f.find("tokenizer.ggml.bos_token_id"))
     c.bos_id = int32_t(f.get_i64("tokenizer.ggml.bos_token_id"));
@@ -293,28 +414,35 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     LayerWeights L;
+    L.kind = c.layer_kinds[size_t(i)];
     L.attn_norm = ld.vec(b + "attn_norm.weight", c.dim);
-    L.mlp_norm = ld.vec(b + "ffn_norm.weight", c.dim);
-    AttentionWeights& A = L.attn;
-    A.wq = ld.matrix(b + "attn_q.weight", c.q_dim(), c.dim);
-    A.wk = ld.matrix(b + "attn_k.weight", c.kv_dim(), c.dim);
-    A.wv = ld.matrix(b + "attn_v.weight", c.kv_dim(), c.dim);
-    A.wo = ld.matrix(b + "attn_output.weight", c.dim, c.q_dim());
-    if (c.qkv_bias) {
-      A.bq = ld.vec(b + "attn_q.bias", c.q_dim());
-      A.bk = ld.vec(b + "attn_k.bias", c.kv_dim());
-      A.bv = ld.vec(b + "attn_v.bias", c.kv_dim());
-    }
-    if (c.attn_output_bias) A.bo = ld.vec(b + "attn_output.bias", c.dim);
-    if (c.qk_norm) {
-      A.q_norm = ld.vec(b + "attn_q_norm.weight", c.head_dim);
-      A.k_norm = ld.vec(b + "attn_k_norm.weight", c.head_dim);
-    }
-    if (permuted) {
-      A.wq = ld.unpermuted(A.wq);
-      A.wk = ld.unpermuted(A.wk);
-      if (!A.bq.empty()) A.bq = ld.unpermuted_vec(std::move(A.bq));
-      if (!A.bk.empty()) A.bk = ld.unpermuted_vec(std::move(A.bk));
+    L.mlp_norm =
+        ld.vec(b + (c.is_hybrid() ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim);
+    if (L.kind == LayerKind::LinearAttention) {
+      load_deltanet(ld, c, b, L.delta);
+    } else {
+      AttentionWeights& A = L.attn;
+      A.wq =
+          ld.matrix(b + "attn_q.weight", int64_t(c.q_dim()) * (c.attn_output_gate ? 2 : 1), c.dim);
+      A.wk = ld.matrix(b + "attn_k.weight", c.kv_dim(), c.dim);
+      A.wv = ld.matrix(b + "attn_v.weight", c.kv_dim(), c.dim);
+      A.wo = ld.matrix(b + "attn_output.weight", c.dim, c.q_dim());
+      if (c.qkv_bias) {
+        A.bq = ld.vec(b + "attn_q.bias", c.q_dim());
+        A.bk = ld.vec(b + "attn_k.bias", c.kv_dim());
+        A.bv = ld.vec(b + "attn_v.bias", c.kv_dim());
+      }
+      if (c.attn_output_bias) A.bo = ld.vec(b + "attn_output.bias", c.dim);
+      if (c.qk_norm) {
+        A.q_norm = ld.vec(b + "attn_q_norm.weight", c.head_dim);
+        A.k_norm = ld.vec(b + "attn_k_norm.weight", c.head_dim);
+      }
+      if (permuted) {
+        A.wq = ld.unpermuted(A.wq);
+        A.wk = ld.unpermuted(A.wk);
+        if (!A.bq.empty()) A.bq = ld.unpermuted_vec(std::move(A.bq));
+        if (!A.bk.empty()) A.bk = ld.unpermuted_vec(std::move(A.bk));
+      }
     }
     MlpWeights& M = L.mlp;
     M.gate = ld.matrix(b + "ffn_gate.weight", c.hidden_dim, c.dim);

@@ -27,8 +27,8 @@ struct GgufModel {
 // memory with MADV_HUGEPAGE (a full read at start, fewer TLB misses afterwards).
 GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool load_tokenizer);
 
-// Metadata -> config for the dense families (llama, qwen2, qwen3); throws for any other
-// general.architecture. Tensor presence decides biases, q/k norms and tied embeddings.
+// Metadata -> config for llama, qwen2, qwen3 and qwen35 (the Qwen3.5 hybrid); throws for any
+// other general.architecture. Tensor presence decides biases, q/k norms and tied embeddings.
 ModelConfig gguf_model_config(const GgufFile& file);
 
 // ggml type id -> the WType fak computes with; nullopt for types it cannot (q2_K, iq*, ...).

@@ -3,9 +3,14 @@
 // and prefills only the rest; reuse is exact because the forward pass computes each position the
 // same way whether it came from a cache hit or a cold prefill.
 //
+// Hybrid (Gated DeltaNet) models also need the recurrent state where the reuse ends: the tree keeps
+// the sessions' cold state checkpoints (runtime/session.h) on the nodes at their positions, a hit
+// restarts from the deepest checkpoint on the matched path and prefills the rest, and only blocks
+// up to a checkpoint are kept (a block past the last one cannot be restarted from).
+//
 // Partitioned: each partition (tenant: API key or cache_salt) has its own tree, so one tenant's
-// prefix never serves another. Unreferenced blocks are evicted least-recently-used when the cache
-// holds more than its byte budget.
+// prefix never serves another. Unreferenced blocks and checkpoints are evicted least-recently-used
+// when the cache holds more than its byte budget (KV blocks + checkpoints).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +31,11 @@ struct PrefixCacheStats {
   int64_t tokens_reused = 0;    // prompt tokens taken from the cache
   int64_t tokens_computed = 0;  // prompt tokens prefilled
   int64_t blocks_evicted = 0;
-  size_t blocks = 0;  // blocks held by the tree
-  size_t bytes = 0;
+  int64_t checkpoints_evicted = 0;
+  size_t blocks = 0;       // blocks held by the tree
+  size_t checkpoints = 0;  // hybrid models: recurrent-state checkpoints held by the tree
+  size_t checkpoint_bytes = 0;
+  size_t bytes = 0;  // KV blocks + checkpoints
   size_t max_bytes = 0;
 };
 
@@ -39,8 +47,10 @@ class PrefixCache {
   // A session holding `tokens`: the longest cached prefix (whole blocks, at most tokens.size() - 1
   // tokens so the last one is computed and logits are fresh) plus a prefill of the rest.
   // *reused receives the number of tokens taken from the cache.
-  Session acquire(const std::string& partition, std::span<const int32_t> tokens, int* reused = nullptr);
-  // Offers a session's full blocks to the cache (e.g. after a turn), so later prompts can reuse them.
+  Session acquire(const std::string& partition, std::span<const int32_t> tokens,
+                  int* reused = nullptr);
+  // Offers a session's full blocks to the cache (e.g. after a turn), so later prompts can reuse
+  // them. Hybrid models: with its cold checkpoints, and only the blocks up to the deepest of them.
   void insert(const std::string& partition, const Session& session);
   // Drops everything not in use by a session.
   void clear();
@@ -49,7 +59,9 @@ class PrefixCache {
 
  private:
   struct Node;
+  void insert_locked(const std::string& partition, const Session& session);
   void evict_to_budget();  // caller holds mu_
+  void remove_leaf(Node* leaf);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;

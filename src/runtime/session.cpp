@@ -23,7 +23,8 @@ Session::Session(Session&& o) noexcept
       logits_valid_(o.logits_valid_),
       state_(std::move(o.state_)),
       starts_(std::move(o.starts_)),
-      checkpoints_(std::move(o.checkpoints_)) {
+      checkpoints_(std::move(o.checkpoints_)),
+      continue_append_(o.continue_append_) {
   o.blocks_.clear();
 }
 
@@ -39,6 +40,7 @@ Session& Session::operator=(Session&& o) noexcept {
     state_ = std::move(o.state_);
     starts_ = std::move(o.starts_);
     checkpoints_ = std::move(o.checkpoints_);
+    continue_append_ = o.continue_append_;
     o.blocks_.clear();
   }
   return *this;
@@ -76,6 +78,7 @@ void Session::reserve_for_append(int n) {
 
 void Session::commit_append(std::span<const int32_t> tokens, bool new_append) {
   if (hybrid() && new_append) starts_.push_back(size());
+  continue_append_ = false;
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   logits_valid_ = true;
   if (hybrid()) maybe_checkpoint(int(tokens.size()));
@@ -131,6 +134,7 @@ Session Session::clone() const {
   s.state_ = state_;
   s.starts_ = starts_;
   s.checkpoints_ = checkpoints_;
+  s.continue_append_ = continue_append_;
   return s;
 }
 

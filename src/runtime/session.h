@@ -15,6 +15,18 @@
 
 namespace fak {
 
+// A hybrid session's DeltaNet state at a position, with the next-token logits there. Immutable once
+// taken: shared by clones and by the prefix cache.
+struct StateCheckpoint {
+  int pos = 0;
+  RecurrentState state;
+  std::vector<float> logits;  // next-token logits at pos
+  // The state one cold append of tokens [0, pos) computes (every forward call before pos on that
+  // append's grid), so any prompt that starts with those tokens can restart from it exactly.
+  bool cold = false;
+  size_t bytes() const { return state.bytes() + logits.size() * sizeof(float); }
+};
+
 enum class EvictMode {
   Exact,  // recompute what followed the span: bit-identical to a context that never saw it
   Shift,  // only re-position survivors (K re-rotated once from Kraw): cheap, approximate
@@ -37,6 +49,13 @@ class Session {
   // hands over one reference per block. logits() is invalid until the next append.
   static Session from_blocks(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
                              std::vector<int32_t> tokens, std::vector<int32_t> blocks);
+
+  // Hybrid models: a session over blocks covering `tokens` (whole blocks, one reference each handed
+  // over) whose DeltaNet state is `cp` (cold, cp->pos == tokens.size()). The next append continues
+  // the cold append, so the session equals one cold append of everything (prefix cache hits).
+  static Session from_checkpoint(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                                 std::vector<int32_t> tokens, std::vector<int32_t> blocks,
+                                 std::shared_ptr<const StateCheckpoint> cp);
 
   // A new session sharing every block with this one: O(blocks), no KV copied.
   Session clone() const;
@@ -74,14 +93,11 @@ class Session {
   const std::vector<int32_t>& segment_starts() const { return starts_; }
   int n_checkpoints() const { return int(checkpoints_.size()); }
   size_t checkpoint_bytes() const;
+  const std::vector<std::shared_ptr<const StateCheckpoint>>& checkpoints() const {
+    return checkpoints_;
+  }
 
  private:
-  struct Checkpoint {
-    int pos = 0;
-    RecurrentState state;
-    std::vector<float> logits;  // next-token logits at pos
-  };
-
   bool hybrid() const { return !state_.empty(); }
   // One forward call; all_logits: [tokens.size()][vocab] or null for the last row only.
   void forward_segment(std::span<const int32_t> tokens, float* all_logits, bool new_append);
@@ -104,7 +120,9 @@ class Session {
   RecurrentState state_;
   std::vector<int32_t> starts_;
   // Immutable once taken, so clones share them.
-  std::vector<std::shared_ptr<const Checkpoint>> checkpoints_;
+  std::vector<std::shared_ptr<const StateCheckpoint>> checkpoints_;
+  // Set by from_checkpoint: the next append continues the append the checkpoint ended inside.
+  bool continue_append_ = false;
 };
 
 // One decode step for many sessions at once: each weight is read once for the whole batch.

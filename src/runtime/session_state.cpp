@@ -16,6 +16,10 @@
 // turn, and every kCheckpointInterval tokens inside long ones) and every kCheckpointInterval tokens
 // of decoding; at most kMaxCheckpoints per session, the oldest dropped first (position 0, the zero
 // state, is always available). They are immutable and shared between clones.
+//
+// A checkpoint taken while the session is still its first append, at a multiple of
+// kCheckpointInterval, is *cold*: every forward call before it is one a cold append of any longer
+// prompt with the same head makes, so runtime/prefix_cache can hand it to other sessions.
 #include <algorithm>
 
 #include "core/error.h"
@@ -32,8 +36,25 @@ constexpr size_t kMaxCheckpoints = 8;
 
 size_t Session::checkpoint_bytes() const {
   size_t n = 0;
-  for (const auto& c : checkpoints_) n += c->state.bytes() + c->logits.size() * sizeof(float);
+  for (const auto& c : checkpoints_) n += c->bytes();
   return n;
+}
+
+Session Session::from_checkpoint(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                                 std::vector<int32_t> tokens, std::vector<int32_t> blocks,
+                                 std::shared_ptr<const StateCheckpoint> cp) {
+  check(cp && cp->cold && size_t(cp->pos) == tokens.size() && cp->pos % kCheckpointInterval == 0,
+        "from_checkpoint: the checkpoint is not a cold one at the end of the tokens");
+  Session s = from_blocks(std::move(model), std::move(cache), std::move(tokens), std::move(blocks));
+  check(s.hybrid() && cp->state.bytes() == s.state_.bytes(),
+        "from_checkpoint: the state does not fit the model");
+  s.state_ = cp->state;
+  s.logits_ = cp->logits;
+  s.logits_valid_ = true;
+  s.starts_ = {0};
+  s.checkpoints_ = {std::move(cp)};
+  s.continue_append_ = true;
+  return s;
 }
 
 void Session::append_hybrid(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
@@ -48,17 +69,19 @@ void Session::append_hybrid(std::span<const int32_t> tokens, std::vector<float>*
   for (size_t off = 0; off < tokens.size(); off += kCheckpointInterval) {
     const size_t n = std::min(tokens.size() - off, size_t(kCheckpointInterval));
     forward_segment(tokens.subspan(off, n),
-                    all_logits ? all_logits->data() + off * size_t(c.vocab) : nullptr, off == 0);
+                    all_logits ? all_logits->data() + off * size_t(c.vocab) : nullptr,
+                    off == 0 && !continue_append_);
   }
 }
 
 void Session::maybe_checkpoint(int segment_tokens) {
   const int last = checkpoints_.empty() ? 0 : checkpoints_.back()->pos;
   if (segment_tokens <= 1 && size() - last < kCheckpointInterval) return;
-  auto cp = std::make_shared<Checkpoint>();
+  auto cp = std::make_shared<StateCheckpoint>();
   cp->pos = size();
   cp->state = state_;
   cp->logits = logits_;
+  cp->cold = starts_.size() == 1 && cp->pos % kCheckpointInterval == 0;
   checkpoints_.push_back(std::move(cp));
   if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
 }
@@ -95,13 +118,14 @@ void Session::evict_hybrid(int begin, int end) {
 // `unchanged` (tokens and boundaries) are the same as now.
 void Session::rewind(const std::vector<int32_t>& tokens, const std::vector<int32_t>& starts,
                      int unchanged) {
+  continue_append_ = false;
   while (!checkpoints_.empty() && checkpoints_.back()->pos > unchanged) checkpoints_.pop_back();
   int pos = 0;
   if (checkpoints_.empty()) {
     state_.clear();
     logits_valid_ = false;
   } else {
-    const Checkpoint& cp = *checkpoints_.back();
+    const StateCheckpoint& cp = *checkpoints_.back();
     pos = cp.pos;
     state_ = cp.state;
     logits_ = cp.logits;

@@ -61,8 +61,14 @@ std::string Metrics::render(const SchedulerGauges& g, const PrefixCacheStats& c)
   add("fak_prefix_cache_reused_tokens_total %lld\n", (long long)c.tokens_reused);
   metric("fak_prefix_cache_computed_tokens_total", "counter", "prompt tokens prefilled");
   add("fak_prefix_cache_computed_tokens_total %lld\n", (long long)c.tokens_computed);
-  metric("fak_prefix_cache_bytes", "gauge", "bytes of KV held by the prefix cache");
+  metric("fak_prefix_cache_bytes", "gauge",
+         "bytes held by the prefix cache (KV blocks + hybrid state checkpoints)");
   add("fak_prefix_cache_bytes %zu\n", c.bytes);
+  metric("fak_prefix_cache_checkpoints", "gauge",
+         "hybrid models: recurrent-state checkpoints held");
+  add("fak_prefix_cache_checkpoints %zu\n", c.checkpoints);
+  metric("fak_prefix_cache_checkpoint_bytes", "gauge", "bytes of those checkpoints");
+  add("fak_prefix_cache_checkpoint_bytes %zu\n", c.checkpoint_bytes);
   metric("fak_time_to_first_token_seconds", "histogram", "from request arrival to first token");
   for (size_t i = 0; i < kTtftBuckets.size(); ++i)
     add("fak_time_to_first_token_seconds_bucket{le=\"%g\"} %lld\n", kTtftBuckets[i],

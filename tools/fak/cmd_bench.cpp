@@ -99,14 +99,23 @@ void bench(const BenchArgs& a) {
     auto t = random_tokens(8);
     s.append(t);
   }
-  const double weight_gb = double(model->weights().bytes) / 1e9;
+  // Bytes a decode step streams: every matrix except an untied embedding (one row is looked up)
+  // — Qwen3.5's 248K x 5120 embedding would otherwise inflate GB/s by a third — plus, on hybrids,
+  // the DeltaNet state, read and written once per token.
+  const ModelWeights& w = model->weights();
+  const double embed_gb = w.lm_head.data == w.embed.data ? 0.0 : double(w.embed.bytes()) / 1e9;
+  const double state_gb = double(RecurrentState(c).bytes()) / 1e9;
+  const double weight_gb = double(w.bytes) / 1e9 - embed_gb;
   nlohmann::json results = nlohmann::json::array();
   auto record = [&](const std::string& test, int n_prompt, int n_gen, const std::vector<double>& tok_s) {
     Stat st = stats(tok_s);
     nlohmann::json r{{"test", test},         {"n_prompt", n_prompt},   {"n_gen", n_gen},
                      {"tok_s", st.mean},     {"stddev", st.stddev},    {"min", st.min},
                      {"median", st.median},  {"reps", tok_s.size()},   {"samples", tok_s}};
-    if (n_gen > 0) r["gb_s"] = st.mean * weight_gb;  // every generated token reads every weight once
+    if (n_gen > 0) {
+      r["gb_s"] = st.mean * weight_gb;  // every generated token reads every weight once
+      if (state_gb > 0) r["state_gb_s"] = st.mean * 2 * state_gb;
+    }
     results.push_back(r);
     if (a.output == "md") {
       std::printf("| %-6s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
@@ -121,6 +130,11 @@ void bench(const BenchArgs& a) {
     std::printf("model: %s (%s, %.1f M params, %.2f GiB weights, %s)\n", model->path().string().c_str(),
                 c.model_type.c_str(), matrix_params(model->weights()) / 1e6,
                 double(model->weights().bytes) / double(1 << 30), std::string(wtype_name(model->weights().embed.type)).c_str());
+    if (state_gb > 0)
+      std::printf("DeltaNet state: %.1f MiB per sequence (read + written every token)\n",
+                  state_gb * 1e9 / double(1 << 20));
+    std::printf("GB/s: %.2f GB of weights per generated token%s\n", weight_gb,
+                embed_gb > 0 ? " (the untied embedding is not read)" : "");
     std::printf("threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n", threads,
                 std::string(matmul_isa()).c_str(), model->weights_memory(), load_s);
     std::printf("| test   |              t/s       |  GB/s  |\n|--------|------------------------|--------|\n");
@@ -164,6 +178,8 @@ void bench(const BenchArgs& a) {
                      {"peak_rss_mib", peak_rss_mib},
                      {"model_type", c.model_type},
                      {"weight_bytes", model->weights().bytes},
+                     {"decode_bytes_per_token", weight_gb * 1e9},
+                     {"recurrent_state_bytes", state_gb * 1e9},
                      {"weight_type", std::string(wtype_name(model->weights().embed.type))},
                      {"weights_memory", model->weights_memory()},
                      {"threads", threads},

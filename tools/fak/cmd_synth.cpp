@@ -1,12 +1,14 @@
 // fak synth: a random-weight Hugging Face model directory from a config.json, for benchmarks and
-// conversion tests at real shapes without downloading checkpoints. Norm weights are 1, every other
-// tensor normal(0, std); Qwen-vocabulary configs get the bundled Qwen tokenizer.
+// conversion tests at real shapes without downloading checkpoints. Norms are the identity (1, or 0
+// where the family stores 1 + w), every other tensor normal(0, std); Qwen2/2.5/3-vocabulary configs
+// get the bundled Qwen tokenizer. Qwen3.5 hybrids (Gated DeltaNet) included.
 #include <omp.h>
 
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common.h"
 #include "core/dtype.h"
@@ -23,6 +25,7 @@ struct SynthArgs {
   uint64_t seed = 0;
   float std = 0.02f;
   int threads = 0;
+  std::optional<int> layers;
 };
 
 uint64_t splitmix(uint64_t& s) {
@@ -32,10 +35,12 @@ uint64_t splitmix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
+enum class Fill { Normal, One, Zero };
+
 struct Tensor {
   std::string name;
   std::vector<int64_t> shape;
-  bool ones = false;
+  Fill fill = Fill::Normal;
   std::string bytes;
 };
 
@@ -52,8 +57,8 @@ void fill(Tensor& t, DType dtype, uint64_t seed, float sigma) {
   for (int64_t c = 0; c < chunks; ++c) {
     uint64_t s = seed ^ (uint64_t(c) * 0xd1b54a32d192ed03ull);
     for (size_t i = size_t(c) * kChunk; i < std::min(n, size_t(c + 1) * kChunk); ++i) {
-      float v = 1.0f;
-      if (!t.ones) {  // Box-Muller
+      float v = t.fill == Fill::One ? 1.0f : 0.0f;
+      if (t.fill == Fill::Normal) {  // Box-Muller
         const double u1 = (double(splitmix(s) >> 11) + 0.5) * 0x1.0p-53;
         const double u2 = double(splitmix(s) >> 11) * 0x1.0p-53;
         v = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2)) * sigma;
@@ -68,6 +73,97 @@ void fill(Tensor& t, DType dtype, uint64_t seed, float sigma) {
   }
 }
 
+// The family's tensor list at the config's shapes: what load_hf_weights (models/weights.cpp) asks
+// for, so a synthesised directory loads without a single unexpected or missing tensor.
+std::vector<Tensor> tensor_list(const ModelConfig& c, const std::string& prefix) {
+  std::vector<Tensor> ts;
+  auto add = [&](std::string name, std::vector<int64_t> shape, Fill f = Fill::Normal) {
+    ts.push_back({std::move(name), std::move(shape), f, {}});
+  };
+  // Norms that scale by (1 + w) are stored zero-centred: 0 is the identity, as 1 is elsewhere.
+  const Fill unit = c.norm_plus_one ? Fill::Zero : Fill::One;
+  add(prefix + "embed_tokens.weight", {c.vocab, c.dim});
+  add(prefix + "norm.weight", {c.dim}, unit);
+  if (!c.tie_embeddings) add("lm_head.weight", {c.vocab, c.dim});
+  const int64_t key_dim = int64_t(c.linear_num_key_heads) * c.linear_key_head_dim;
+  const int64_t value_dim = int64_t(c.linear_num_value_heads) * c.linear_value_head_dim;
+  const int64_t conv_dim = 2 * key_dim + value_dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = prefix + "layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {c.dim}, unit);
+    add(p + "post_attention_layernorm.weight", {c.dim}, unit);
+    if (c.layer_kinds[size_t(l)] == LayerKind::LinearAttention) {
+      const std::string a = p + "linear_attn.";
+      add(a + "in_proj_qkv.weight", {conv_dim, c.dim});
+      add(a + "in_proj_z.weight", {value_dim, c.dim});
+      add(a + "in_proj_b.weight", {c.linear_num_value_heads, c.dim});
+      add(a + "in_proj_a.weight", {c.linear_num_value_heads, c.dim});
+      add(a + "out_proj.weight", {c.dim, value_dim});
+      add(a + "conv1d.weight", {conv_dim, 1, c.linear_conv_kernel});
+      add(a + "dt_bias", {c.linear_num_value_heads}, Fill::One);  // HF's initial value
+      add(a + "A_log", {c.linear_num_value_heads});
+      add(a + "norm.weight", {c.linear_value_head_dim}, Fill::One);  // gated norm: not zero-centred
+    } else {
+      const std::string a = p + "self_attn.";
+      // With an output gate q_proj also yields the gate: [query | gate] per head.
+      const int64_t q_rows = int64_t(c.q_dim()) * (c.attn_output_gate ? 2 : 1);
+      add(a + "q_proj.weight", {q_rows, c.dim});
+      add(a + "k_proj.weight", {c.kv_dim(), c.dim});
+      add(a + "v_proj.weight", {c.kv_dim(), c.dim});
+      add(a + "o_proj.weight", {c.dim, c.q_dim()});
+      if (c.qkv_bias) {
+        add(a + "q_proj.bias", {q_rows});
+        add(a + "k_proj.bias", {c.kv_dim()});
+        add(a + "v_proj.bias", {c.kv_dim()});
+      }
+      if (c.attn_output_bias) add(a + "o_proj.bias", {c.dim});
+      if (c.qk_norm) {
+        add(a + "q_norm.weight", {c.head_dim}, unit);
+        add(a + "k_norm.weight", {c.head_dim}, unit);
+      }
+    }
+    add(p + "mlp.gate_proj.weight", {c.hidden_dim, c.dim});
+    add(p + "mlp.up_proj.weight", {c.hidden_dim, c.dim});
+    add(p + "mlp.down_proj.weight", {c.dim, c.hidden_dim});
+    if (c.mlp_bias) {
+      add(p + "mlp.gate_proj.bias", {c.hidden_dim});
+      add(p + "mlp.up_proj.bias", {c.hidden_dim});
+      add(p + "mlp.down_proj.bias", {c.dim});
+    }
+  }
+  return ts;
+}
+
+// --layers: keeps the first n layers (and their layer_types), so a real width fits in memory.
+// Hybrids repeat a period of linear layers closed by a full-attention layer; a cut inside a
+// period would change the model's shape, so n must be a whole number of periods.
+void override_layers(nlohmann::json& text, const ModelConfig& c, int n, const std::string& label) {
+  if (n <= 0) fail("fak synth: --layers must be positive, got " + std::to_string(n));
+  if (c.is_hybrid()) {
+    int interval = text.value("full_attention_interval", 0);
+    if (interval <= 0)  // no interval given: the distance to the first full-attention layer
+      for (int l = 0; l < c.n_layers && interval <= 0; ++l)
+        if (c.layer_kinds[size_t(l)] == LayerKind::FullAttention) interval = l + 1;
+    if (interval <= 0 || n % interval != 0)
+      fail("fak synth: --layers " + std::to_string(n) + " must be a multiple of " + label +
+           "'s full_attention_interval (" + std::to_string(interval) + ")");
+  }
+  text["num_hidden_layers"] = n;
+  if (text.contains("layer_types") && text["layer_types"].is_array()) {
+    nlohmann::json kinds = nlohmann::json::array();
+    for (int l = 0; l < n; ++l) {
+      // More layers than the file lists: continue its pattern.
+      const size_t src = size_t(l) % text["layer_types"].size();
+      kinds.push_back(text["layer_types"][src]);
+    }
+    text["layer_types"] = kinds;
+  }
+}
+
+// Writes shards of at most kShardBytes each (HF's sharded layout with an index), so peak memory
+// is about two shards, not twice the model: a 27B-wide layer stack does not fit twice in RAM.
+constexpr size_t kShardBytes = size_t(2) << 30;
+
 void synth(const SynthArgs& a) {
   set_threads(a.threads);
   const DType dtype = a.dtype == "bf16" ? DType::BF16 : a.dtype == "f16" ? DType::F16 : DType::F32;
@@ -79,58 +175,59 @@ void synth(const SynthArgs& a) {
   } catch (const nlohmann::json::exception& e) {
     fail(a.config + ": not valid JSON: " + e.what());
   }
-  const ModelConfig c = parse_hf_config(j, a.config);
-  if (c.is_hybrid()) fail("fak synth: hybrid (Gated DeltaNet) configs are not supported yet");
-
-  std::vector<Tensor> ts;
-  auto add = [&](std::string name, std::vector<int64_t> shape, bool ones = false) {
-    ts.push_back({std::move(name), std::move(shape), ones, {}});
-  };
-  add("model.embed_tokens.weight", {c.vocab, c.dim});
-  add("model.norm.weight", {c.dim}, true);
-  if (!c.tie_embeddings) add("lm_head.weight", {c.vocab, c.dim});
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {c.dim}, true);
-    add(p + "post_attention_layernorm.weight", {c.dim}, true);
-    add(p + "self_attn.q_proj.weight", {c.q_dim(), c.dim});
-    add(p + "self_attn.k_proj.weight", {c.kv_dim(), c.dim});
-    add(p + "self_attn.v_proj.weight", {c.kv_dim(), c.dim});
-    add(p + "self_attn.o_proj.weight", {c.dim, c.q_dim()});
-    if (c.qkv_bias) {
-      add(p + "self_attn.q_proj.bias", {c.q_dim()});
-      add(p + "self_attn.k_proj.bias", {c.kv_dim()});
-      add(p + "self_attn.v_proj.bias", {c.kv_dim()});
-    }
-    if (c.attn_output_bias) add(p + "self_attn.o_proj.bias", {c.dim});
-    if (c.qk_norm) {
-      add(p + "self_attn.q_norm.weight", {c.head_dim}, true);
-      add(p + "self_attn.k_norm.weight", {c.head_dim}, true);
-    }
-    add(p + "mlp.gate_proj.weight", {c.hidden_dim, c.dim});
-    add(p + "mlp.up_proj.weight", {c.hidden_dim, c.dim});
-    add(p + "mlp.down_proj.weight", {c.dim, c.hidden_dim});
-    if (c.mlp_bias) {
-      add(p + "mlp.gate_proj.bias", {c.hidden_dim});
-      add(p + "mlp.up_proj.bias", {c.hidden_dim});
-      add(p + "mlp.down_proj.bias", {c.dim});
-    }
+  ModelConfig c = parse_hf_config(j, a.config);
+  // Multimodal Qwen3.5 checkpoints nest the text model (config and weights) one level down.
+  const bool nested =
+      j.contains("text_config") && j["text_config"].is_object() && !j.contains("hidden_size");
+  nlohmann::json& text = nested ? j["text_config"] : j;
+  if (a.layers) {
+    override_layers(text, c, *a.layers, a.config);
+    c = parse_hf_config(j, a.config);
   }
-  uint64_t s = a.seed;
-  std::vector<TensorToWrite> out;
-  for (Tensor& t : ts) {
-    fill(t, dtype, splitmix(s), a.std);
-    out.push_back({t.name, dtype, t.shape, t.bytes});
+  std::vector<Tensor> ts = tensor_list(c, nested ? "model.language_model." : "model.");
+
+  const size_t es = dtype_size(dtype);
+  std::vector<std::vector<size_t>> shards(1);
+  size_t shard_bytes = 0, bytes = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    size_t n = es;
+    for (int64_t d : ts[i].shape) n *= size_t(d);
+    if (shard_bytes > 0 && shard_bytes + n > kShardBytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(i);
+    shard_bytes += n;
+    bytes += n;
   }
   const std::filesystem::path dir(a.out);
   std::filesystem::create_directories(dir);
-  write_safetensors(dir / "model.safetensors", out, {{"format", "pt"}});
+  uint64_t s = a.seed;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    const std::string file = shards.size() == 1 ? "model.safetensors" : name;
+    std::vector<TensorToWrite> out;
+    for (size_t i : shards[k]) {
+      fill(ts[i], dtype, splitmix(s), a.std);
+      out.push_back({ts[i].name, dtype, ts[i].shape, ts[i].bytes});
+      weight_map[ts[i].name] = file;
+    }
+    write_safetensors(dir / file, out, {{"format", "pt"}});
+    for (size_t i : shards[k]) std::string().swap(ts[i].bytes);
+  }
+  if (shards.size() > 1) {
+    nlohmann::json index{{"metadata", {{"total_size", bytes}}}, {"weight_map", weight_map}};
+    write_file_atomic(dir / "model.safetensors.index.json", index.dump(2));
+  }
+  text.erase("torch_dtype");
   j.erase("torch_dtype");
   j["dtype"] = a.dtype == "bf16" ? "bfloat16" : a.dtype == "f16" ? "float16" : "float32";
   write_file_atomic(dir / "config.json", j.dump(2));
 
   std::filesystem::path tok = a.tokenizer;
-  if (tok.empty() && c.vocab >= 151643)  // the Qwen2/2.5/3 vocabulary (151643 BPE + added tokens)
+  if (tok.empty() && c.vocab >= 151643 && c.vocab < 200000)  // the Qwen2/2.5/3 vocabulary
     tok = std::filesystem::path(FAK_DEFAULT_MODEL_DIR) / "../../tests/data/tokenizer/qwen";
   if (!tok.empty()) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
@@ -138,10 +235,9 @@ void synth(const SynthArgs& a) {
         std::filesystem::copy_file(tok / f, dir / f,
                                    std::filesystem::copy_options::overwrite_existing);
   }
-  size_t bytes = 0;
-  for (const Tensor& t : ts) bytes += t.bytes.size();
-  std::printf("wrote %s: %zu tensors, %.1f MiB %s%s\n", a.out.c_str(), ts.size(),
-              double(bytes) / (1 << 20), a.dtype.c_str(), tok.empty() ? " (no tokenizer)" : "");
+  std::printf("wrote %s: %zu tensors in %zu file(s), %d layers, %.1f MiB %s%s\n", a.out.c_str(),
+              ts.size(), shards.size(), c.n_layers, double(bytes) / (1 << 20), a.dtype.c_str(),
+              tok.empty() ? " (no tokenizer)" : "");
 }
 
 }  // namespace
@@ -158,6 +254,8 @@ void register_synth(CLI::App& app) {
   c->add_option("--std", a->std, "standard deviation of the weights (default 0.02)");
   c->add_option("--tokenizer", a->tokenizer, "copy tokenizer.json (+ config) from this directory");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
+  c->add_option("--layers", a->layers,
+                "keep only the first N layers (hybrids: a multiple of full_attention_interval)");
   c->callback([a] { synth(*a); });
 }
 
