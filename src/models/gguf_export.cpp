@@ -167,8 +167,7 @@ void export_deltanet(Collector& col, const ModelConfig& c, const DeltaNetWeights
   std::memcpy(conv_bytes.data(), conv.data(), conv_bytes.size());
   const int64_t conv_dim = int64_t(conv.size()) / kernel;
   col.add(b + "ssm_conv1d.weight", WType::F32, {kernel, conv_dim}, std::move(conv_bytes));
-  std::vector<float> a(d.a_log.size());
-  for (size_t i = 0; i < a.size(); ++i) a[i] = float(-std::exp(double(d.a_log[i])));
+  const std::vector<float>& a = d.ssm_a;
   col.add_vec(b + "ssm_dt.bias",
               order.identity() ? d.dt_bias : reorder_v_vec(d.dt_bias, 0, 1, order, true));
   col.add_vec(b + "ssm_a", order.identity() ? a : reorder_v_vec(a, 0, 1, order, true));

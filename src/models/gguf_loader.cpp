@@ -262,16 +262,13 @@ void load_deltanet(Loader& ld, const ModelConfig& c, const std::string& b, Delta
     d.conv1d = reorder_v_vec(d.conv1d, 2 * key_dim * c.linear_conv_kernel,
                              dv * c.linear_conv_kernel, order, false);
   d.dt_bias = ld.vec(b + "ssm_dt.bias", nv);
-  // ssm_a = -exp(A_log). note: log(-exp(x)) rounds, so A_log may come back one ulp off.
-  std::vector<float> a = ld.vec(b + "ssm_a", nv);
-  for (float& x : a) {
+  // ssm_a = -exp(A_log), kept as stored (fak's weights hold the same form).
+  d.ssm_a = ld.vec(b + "ssm_a", nv);
+  for (float x : d.ssm_a)
     if (!(x < 0)) fail(ld.file_name() + ": " + b + "ssm_a must be negative (it is -exp(A_log))");
-    x = float(std::log(-double(x)));
-  }
-  d.a_log = std::move(a);
   if (!order.identity()) {
     d.dt_bias = reorder_v_vec(d.dt_bias, 0, 1, order, false);
-    d.a_log = reorder_v_vec(d.a_log, 0, 1, order, false);
+    d.ssm_a = reorder_v_vec(d.ssm_a, 0, 1, order, false);
   }
   d.norm = ld.vec(b + "ssm_norm.weight", dv);
 }

@@ -2,7 +2,7 @@
 // fak computes with. Besides the names (gguf_loader.cpp, gguf_export.cpp) llama.cpp's converter
 // changes three things, and loading undoes each:
 //   * RMSNorm weights are stored as the scale itself (1 + w), except the DeltaNet's gated norm;
-//   * A_log is stored as ssm_a = -exp(A_log);
+//   * A_log is stored as ssm_a = -exp(A_log) (fak keeps the same form in memory);
 //   * when there are fewer key heads than value heads, the value heads are reordered from HF's
 //     grouped order (value head g = k * group + j reads key head k) to a tiled one (position
 //     j * n_k_heads + k), so ggml can broadcast key heads with a plain repeat. That touches the V

@@ -1,5 +1,6 @@
 #include "models/weights.h"
 
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -126,7 +127,8 @@ ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
       L.delta.out_proj = ld.matrix(a + "out_proj.weight", c.dim, value_dim);
       L.delta.conv1d = ld.any_shape(a + "conv1d.weight", {conv_dim, 1, c.linear_conv_kernel});
       L.delta.dt_bias = ld.vec(a + "dt_bias", c.linear_num_value_heads);
-      L.delta.a_log = ld.vec(a + "A_log", c.linear_num_value_heads);
+      L.delta.ssm_a = ld.vec(a + "A_log", c.linear_num_value_heads);
+      for (float& x : L.delta.ssm_a) x = float(-std::exp(double(x)));
       L.delta.norm = ld.vec(a + "norm.weight", c.linear_value_head_dim);
     }
     const std::string m = p + "mlp.";

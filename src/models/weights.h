@@ -24,7 +24,9 @@ struct DeltaNetWeights {
   WeightMatrix in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj;
   std::vector<float> conv1d;   // [conv_dim][kernel]
   std::vector<float> dt_bias;  // [n_v_heads]
-  std::vector<float> a_log;    // [n_v_heads]
+  // [n_v_heads] -exp(A_log), rounded to f32 once at load: the form llama.cpp stores (ssm_a), so
+  // an HF checkpoint and its GGUF compute the same decay bit for bit.
+  std::vector<float> ssm_a;
   std::vector<float> norm;     // [v_head_dim] gated RMSNorm weight (not zero-centred)
 };
 
