@@ -35,7 +35,10 @@ using QuantTileFn = void (*)(const QuantTask& q, int64_t r0, int64_t r1);
 // The register-tiled prefill kernel for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_tile_kernel(QuantType t);
 QuantTileFn quant_tile_avx2(QuantType t);  // gemm_avx2.cpp; only when cpu_has_avx2()
-// Test hook: forces vec_dot rows even where a tile kernel exists (to compare the two).
+// The decode kernel (n_tokens == 1) for t on this CPU, or null (rows are then done by vec_dot).
+QuantTileFn quant_gemv_kernel(QuantType t);
+QuantTileFn quant_gemv_avx2(QuantType t);  // gemv_avx2.cpp; only when cpu_has_avx2()
+// Test hook: forces vec_dot rows even where a tile or decode kernel exists (to compare them).
 void set_quant_tiles_enabled(bool enabled);
 
 }  // namespace fak::kernels

@@ -85,6 +85,11 @@ QuantTileFn quant_tile_kernel(QuantType t) {
   return quant_kernels().isa == "avx2" ? quant_tile_avx2(t) : nullptr;
 }
 
+QuantTileFn quant_gemv_kernel(QuantType t) {
+  if (!g_tiles_enabled) return nullptr;
+  return quant_kernels().isa == "avx2" ? quant_gemv_avx2(t) : nullptr;
+}
+
 void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   const QuantType qt = *wtype_quant(w.type);
   const QuantKernels& k = quant_kernels();
@@ -112,9 +117,11 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   for (int t = 0; t < n_tokens; ++t)
     quantize(x + size_t(t) * size_t(w.cols), act.data() + size_t(t) * q.act_row_bytes, w.cols);
 
-  const QuantTileFn tile = quant_tile_kernel(qt);
+  // Prefill repacks 8 rows per call into a panel, which pays from two tokens on; one token reads
+  // the stored rows directly.
+  const QuantTileFn tile = n_tokens > 1 ? quant_tile_kernel(qt) : quant_gemv_kernel(qt);
   auto run = [&](int64_t r0, int64_t r1) {
-    if (tile && n_tokens > 1)
+    if (tile)
       tile(q, r0, r1);
     else
       rows_vec_dot(q, r0, r1);

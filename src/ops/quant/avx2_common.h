@@ -81,6 +81,11 @@ inline __m256i bits_to_bytes(const uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
+// q4_0's 32 signed codes q - 8.
+inline __m256i codes_q4_0(const uint8_t* qs) {
+  return _mm256_sub_epi8(unpack_nibbles(qs), _mm256_set1_epi8(8));
+}
+
 // q5_0's 32 signed codes q - 16: the nibble when the 5th bit is set, nibble - 16 (= nibble | 0xF0
 // as a signed byte) when it is not.
 inline __m256i codes_q5_0(const uint8_t* qs, const uint8_t* qh) {

@@ -37,7 +37,7 @@ float dot_q4_0(int64_t n, const void* vw, const void* va) {
   const auto* a = static_cast<const BlockQ8_0*>(va);
   float acc = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[i].qs), _mm256_set1_epi8(8));
+    const __m256i q = codes_q4_0(w[i].qs);
     const int isum = hsum_i32(dot_i8(q, load256(a[i].qs)));
     acc = std::fma(h2f(w[i].d) * h2f(a[i].d), float(isum), acc);
   }

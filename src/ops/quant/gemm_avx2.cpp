@@ -33,8 +33,7 @@ struct Signed32 {
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];
     if constexpr (T == WType::Q8_0) return load256(b.qs);
-    if constexpr (T == WType::Q4_0)
-      return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8));
+    if constexpr (T == WType::Q4_0) return codes_q4_0(b.qs);
     if constexpr (T == WType::Q5_0) return codes_q5_0(b.qs, b.qh);
   }
 

@@ -42,9 +42,31 @@ inline void transpose8_epi32(__m256i v[8]) {
 
 // The 8 fp16 scales at p[i] + offset (one per row) as 8 floats.
 inline __m256 gather_f16x8(const uint8_t* const* p, size_t offset) {
-  uint16_t h[8];
-  for (int i = 0; i < 8; ++i) std::memcpy(&h[i], p[i] + offset, 2);
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  // Inserted one by one from scalar loads: 8 two-byte stores and a 16-byte reload would stall
+  // store forwarding, and the decode kernel's accumulator chain waits on this.
+  auto h = [&](int i) {
+    uint16_t v;
+    std::memcpy(&v, p[i] + offset, 2);
+    return int(v);
+  };
+  __m128i x = _mm_cvtsi32_si128(h(0));
+  x = _mm_insert_epi16(x, h(1), 1);
+  x = _mm_insert_epi16(x, h(2), 2);
+  x = _mm_insert_epi16(x, h(3), 3);
+  x = _mm_insert_epi16(x, h(4), 4);
+  x = _mm_insert_epi16(x, h(5), 5);
+  x = _mm_insert_epi16(x, h(6), 6);
+  x = _mm_insert_epi16(x, h(7), 7);
+  return _mm256_cvtph_ps(x);
+}
+
+// Lane i = the sum of the 8 int32 lanes of v[i].
+inline __m256i reduce8_epi32(const __m256i v[8]) {
+  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
 // 4 activation bytes broadcast to all 8 lanes.
