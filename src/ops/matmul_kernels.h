@@ -25,6 +25,9 @@ struct QuantTask {
   const uint8_t* act = nullptr;  // [n_tokens][act_row_bytes], Q8_0 or Q8_K
   size_t act_row_bytes = 0;
   int n_tokens = 0;
+  // Q8_0 activations with n_tokens > 1: each block's fp16 scale as a float, [n_tokens][cols / 32]
+  // (the prefill kernels would otherwise convert it once per 8 rows).
+  const float* act_scales = nullptr;
   float* y = nullptr;  // [n_tokens][w->rows]
   VecDotFn dot = nullptr;
 };

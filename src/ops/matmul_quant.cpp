@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "ops/matmul_kernels.h"
 #include "ops/quant/quant.h"
+#include "ops/quant/quant_blocks.h"
 
 namespace fak {
 
@@ -109,13 +111,27 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   act.resize(q.act_row_bytes * size_t(n_tokens));
   q.act = act.data();
   const QuantizeRowFn quantize = k.quantize_act(at);
+  thread_local std::vector<float> tls_scales;
+  std::vector<float>& scales = tls_scales;
+  const int64_t nb = w.cols / quant::kQK;
+  const bool want_scales = at == QuantType::Q8_0 && n_tokens > 1;
+  if (want_scales) {
+    scales.resize(size_t(nb) * size_t(n_tokens));
+    q.act_scales = scales.data();
+  }
 
   const int threads = omp_get_max_threads();
   const double work = double(w.rows) * double(w.cols) * double(n_tokens);
   const bool parallel = threads > 1 && work >= 256.0 * 1024;
 #pragma omp parallel for schedule(static) if (parallel && n_tokens >= 4 * threads)
-  for (int t = 0; t < n_tokens; ++t)
-    quantize(x + size_t(t) * size_t(w.cols), act.data() + size_t(t) * q.act_row_bytes, w.cols);
+  for (int t = 0; t < n_tokens; ++t) {
+    uint8_t* a = act.data() + size_t(t) * q.act_row_bytes;
+    quantize(x + size_t(t) * size_t(w.cols), a, w.cols);
+    if (want_scales) {
+      const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
+      for (int64_t b = 0; b < nb; ++b) scales[size_t(t) * size_t(nb) + size_t(b)] = f16_to_f32(blocks[b].d);
+    }
+  }
 
   // Prefill repacks 8 rows per call into a panel, which pays from two tokens on; one token reads
   // the stored rows directly.

@@ -50,7 +50,9 @@ struct Signed32 {
   }
 
   template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const uint8_t* const* acts, float* const* ys) {
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
+    const uint8_t* const* acts = args.acts;
+    float* const* ys = args.ys;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TT];
 #pragma GCC unroll 16
@@ -76,10 +78,8 @@ struct Signed32 {
       const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(p));
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) {
-        uint16_t dah;
-        std::memcpy(&dah, acts[j] + ab, 2);
         const __m256i isum = kWidenEachGroup ? sum[j] : _mm256_madd_epi16(sum[j], ones);
-        acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(h2f(dah))),
+        acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(args.scales[j] + b)),
                                  _mm256_cvtepi32_ps(isum), acc[j]);
       }
     }

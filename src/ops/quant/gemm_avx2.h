@@ -74,18 +74,27 @@ inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(quant::load_i32(p));
 }
 
+// The TT tokens of one tile: activation rows, their block scales as floats (QuantTask::
+// act_scales, Q8_0 only) and where each token's 8 outputs go.
+template <int TT>
+struct TileArgs {
+  const uint8_t* acts[TT];
+  const float* scales[TT];
+  float* ys[TT];
+};
+
 // One family of weight types: F::kBlock elements per block, F::kPanelBytes bytes of panel per
-// block (a multiple of 32), F::prep(rows, nb, panel) and F::tile<TT>(panel, nb, acts, ys) which
-// writes 8 floats (rows) to each ys[j] for the TT activation rows acts[j].
+// block (a multiple of 32), F::prep(rows, nb, panel) and F::tile<TT>(panel, nb, args) which
+// writes 8 floats (rows) to each args.ys[j] for the TT activation rows args.acts[j].
 template <class F, int TT>
 void tile_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
-  const uint8_t* acts[TT];
-  float* ys[TT];
+  TileArgs<TT> a;
   for (int j = 0; j < TT; ++j) {
-    acts[j] = q.act + size_t(t + j) * q.act_row_bytes;
-    ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
+    a.acts[j] = q.act + size_t(t + j) * q.act_row_bytes;
+    a.scales[j] = q.act_scales ? q.act_scales + size_t(t + j) * size_t(nb) : nullptr;
+    a.ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
   }
-  F::template tile<TT>(panel, nb, acts, ys);
+  F::template tile<TT>(panel, nb, a);
 }
 
 // Rows [r0, r1) for every token: whole panels of 8 rows through F, the few rows left over by the

@@ -78,7 +78,9 @@ struct K4 {
   }
 
   template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const uint8_t* const* acts, float* const* ys) {
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
+    const uint8_t* const* acts = args.acts;
+    float* const* ys = args.ys;
     __m256 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm256_setzero_ps();
@@ -189,7 +191,9 @@ struct Q6K {
   }
 
   template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const uint8_t* const* acts, float* const* ys) {
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
+    const uint8_t* const* acts = args.acts;
+    float* const* ys = args.ys;
     __m256 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm256_setzero_ps();
