@@ -28,6 +28,8 @@ struct QuantTask {
   // Q8_0 activations with n_tokens > 1: each block's fp16 scale as a float, [n_tokens][cols / 32]
   // (the prefill kernels would otherwise convert it once per 8 rows).
   const float* act_scales = nullptr;
+  // q4_0 / q5_0 weights with n_tokens > 1: Σ of each activation block's quants, same layout.
+  const int32_t* act_sums = nullptr;
   float* y = nullptr;  // [n_tokens][w->rows]
   VecDotFn dot = nullptr;
 };

@@ -119,6 +119,13 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
     scales.resize(size_t(nb) * size_t(n_tokens));
     q.act_scales = scales.data();
   }
+  thread_local std::vector<int32_t> tls_sums;
+  std::vector<int32_t>& sums = tls_sums;
+  const bool want_sums = want_scales && (qt == QuantType::Q4_0 || qt == QuantType::Q5_0);
+  if (want_sums) {
+    sums.resize(size_t(nb) * size_t(n_tokens));
+    q.act_sums = sums.data();
+  }
 
   const int threads = omp_get_max_threads();
   const double work = double(w.rows) * double(w.cols) * double(n_tokens);
@@ -129,7 +136,16 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
     quantize(x + size_t(t) * size_t(w.cols), a, w.cols);
     if (want_scales) {
       const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
-      for (int64_t b = 0; b < nb; ++b) scales[size_t(t) * size_t(nb) + size_t(b)] = f16_to_f32(blocks[b].d);
+      for (int64_t b = 0; b < nb; ++b)
+        scales[size_t(t) * size_t(nb) + size_t(b)] = f16_to_f32(blocks[b].d);
+    }
+    if (want_sums) {
+      const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t s = 0;
+        for (int8_t v : blocks[b].qs) s += v;
+        sums[size_t(t) * size_t(nb) + size_t(b)] = s;
+      }
     }
   }
 

@@ -74,12 +74,13 @@ inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(quant::load_i32(p));
 }
 
-// The TT tokens of one tile: activation rows, their block scales as floats (QuantTask::
-// act_scales, Q8_0 only) and where each token's 8 outputs go.
+// The TT tokens of one tile: activation rows, their block scales as floats and block sums
+// (QuantTask::act_scales / act_sums, Q8_0 only) and where each token's 8 outputs go.
 template <int TT>
 struct TileArgs {
   const uint8_t* acts[TT];
   const float* scales[TT];
+  const int32_t* sums[TT];
   float* ys[TT];
 };
 
@@ -92,6 +93,7 @@ void tile_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, in
   for (int j = 0; j < TT; ++j) {
     a.acts[j] = q.act + size_t(t + j) * q.act_row_bytes;
     a.scales[j] = q.act_scales ? q.act_scales + size_t(t + j) * size_t(nb) : nullptr;
+    a.sums[j] = q.act_sums ? q.act_sums + size_t(t + j) * size_t(nb) : nullptr;
     a.ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
   }
   F::template tile<TT>(panel, nb, a);
