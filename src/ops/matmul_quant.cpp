@@ -2,9 +2,11 @@
 // format the weight type's dot product expects (Q8_0 or Q8_K), then every output is one integer
 // vec_dot of a weight row with an activation row.
 //
-// note: an output y[t][r] is always exactly vec_dot(row r, act t) (or a tile kernel that is tested
-// to be bit-identical to it), so results do not depend on n_tokens, the tiling or the thread count
-// (see matmul.h). The activation quantisers are per-row and deterministic too.
+// note: an output y[t][r] is always exactly vec_dot(row r, act t), or the output of a prefill
+// (gemm_*_avx2.cpp) or decode (gemv_avx2.cpp) kernel that follows the same block-serial float
+// rule (dot_ref.cpp) lane by lane and is tested to be bit-identical to it, so results do not
+// depend on n_tokens, the tiling or the thread count (see matmul.h). The activation quantisers
+// are per-row and deterministic too.
 #include <omp.h>
 
 #include <algorithm>
