@@ -92,30 +92,36 @@ TEST_P(MatmulQuant, MatchesDequantisedReference) {
 }
 
 // Prefill == decode: every output of a batched call is bit-identical to the same token alone, to
-// the plain vec_dot path (tiles off), and to a single-threaded run.
+// the plain vec_dot path (tiles off), and to a single-threaded run. Row counts that are not
+// multiples of the 8-row panels and token counts that leave every tile remainder are the point.
 TEST_P(MatmulQuant, OutputsDoNotDependOnBatchTilesOrThreads) {
   const WType type = GetParam();
-  const int64_t cols = 512, rows = 67;  // odd rows: 2-row tiles plus a 1-row remainder
-  Quantised m = make_matrix(type, rows, cols, 3);
-  for (int n_tokens : {1, 2, 3, 4, 7, 9, 70}) {
-    std::vector<float> x = activations(n_tokens, cols, uint32_t(n_tokens));
-    std::vector<float> batched = run(m.w, x, n_tokens);
-    kernels::set_quant_tiles_enabled(false);
-    std::vector<float> plain = run(m.w, x, n_tokens);
-    kernels::set_quant_tiles_enabled(true);
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    std::vector<float> single = run(m.w, x, n_tokens);
-    omp_set_num_threads(threads);
-    ASSERT_EQ(0, std::memcmp(batched.data(), plain.data(), 4 * batched.size()))
-        << wtype_name(type) << " tiles vs vec_dot, n_tokens " << n_tokens;
-    ASSERT_EQ(0, std::memcmp(batched.data(), single.data(), 4 * batched.size()))
-        << wtype_name(type) << " threads, n_tokens " << n_tokens;
-    for (int t = 0; t < n_tokens; ++t) {
-      std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
-      std::vector<float> alone = run(m.w, xt, 1);
-      ASSERT_EQ(0, std::memcmp(alone.data(), &batched[size_t(t) * size_t(rows)], 4 * size_t(rows)))
-          << wtype_name(type) << " token " << t << " of " << n_tokens;
+  const bool k_quant = wtype_block(type) == 256;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{67, 512},
+                            {5, k_quant ? 768 : 96},
+                            {24, k_quant ? 1280 : 896}}) {
+    Quantised m = make_matrix(type, rows, cols, 3);
+    for (int n_tokens : {1, 2, 3, 4, 5, 7, 9, 17, 64, 65}) {
+      std::vector<float> x = activations(n_tokens, cols, uint32_t(n_tokens));
+      std::vector<float> batched = run(m.w, x, n_tokens);
+      kernels::set_quant_tiles_enabled(false);
+      std::vector<float> plain = run(m.w, x, n_tokens);
+      kernels::set_quant_tiles_enabled(true);
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      std::vector<float> single = run(m.w, x, n_tokens);
+      omp_set_num_threads(threads);
+      ASSERT_EQ(0, std::memcmp(batched.data(), plain.data(), 4 * batched.size()))
+          << wtype_name(type) << " tiles vs vec_dot, rows " << rows << " n_tokens " << n_tokens;
+      ASSERT_EQ(0, std::memcmp(batched.data(), single.data(), 4 * batched.size()))
+          << wtype_name(type) << " threads, rows " << rows << " n_tokens " << n_tokens;
+      for (int t = 0; t < n_tokens; ++t) {
+        std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+        std::vector<float> alone = run(m.w, xt, 1);
+        ASSERT_EQ(0,
+                  std::memcmp(alone.data(), &batched[size_t(t) * size_t(rows)], 4 * size_t(rows)))
+            << wtype_name(type) << " rows " << rows << " token " << t << " of " << n_tokens;
+      }
     }
   }
 }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -251,6 +252,33 @@ TEST_P(QuantVariant, DotsMatchScalarReference) {
         Misaligned mw(w, mis), ma(a, 3 - mis);
         const float got = k.vec_dot(t)(n, mw.p, ma.p);
         ASSERT_NEAR(got, want, 1e-5 * mag)
+            << k.isa << " " << quant_type_name(t) << " n=" << n << " misalign=" << mis;
+      }
+    }
+  }
+}
+
+// The block-serial types (dot_ref.cpp) are specified down to the float operations, so every variant
+// must give the scalar reference's exact bits, not just a close value: that is what lets the
+// multi-row matmul kernels, which follow the same rule lane by lane, agree with vec_dot and the
+// scalar fallback agree with SIMD machines.
+TEST_P(QuantVariant, BlockSerialDotsMatchScalarBits) {
+  const QuantKernels& ref = quant::scalar_kernels();
+  const QuantKernels& k = kernels();
+  uint32_t seed = 500;
+  for (QuantType t : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q5_0, QuantType::Q4_K,
+                      QuantType::Q5_K, QuantType::Q6_K}) {
+    const QuantType at = dot_activation_type(t);
+    for (int64_t n : lengths_for(t)) {
+      std::vector<float> wx = gaussian(n, seed++);
+      wx[size_t(seed % n)] *= 8;
+      const auto w = quantize(t, wx);
+      const auto a = quantize(at, gaussian(n, seed++));
+      const float want = ref.vec_dot(t)(n, w.data(), a.data());
+      for (int mis = 0; mis < 4; ++mis) {
+        Misaligned mw(w, mis), ma(a, 3 - mis);
+        const float got = k.vec_dot(t)(n, mw.p, ma.p);
+        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
             << k.isa << " " << quant_type_name(t) << " n=" << n << " misalign=" << mis;
       }
     }

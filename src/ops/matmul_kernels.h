@@ -25,6 +25,11 @@ struct QuantTask {
   const uint8_t* act = nullptr;  // [n_tokens][act_row_bytes], Q8_0 or Q8_K
   size_t act_row_bytes = 0;
   int n_tokens = 0;
+  // Q8_0 activations with n_tokens > 1: each block's fp16 scale as a float, [n_tokens][cols / 32]
+  // (the prefill kernels would otherwise convert it once per 8 rows).
+  const float* act_scales = nullptr;
+  // q4_0 / q5_0 weights with n_tokens > 1: Σ of each activation block's quants, same layout.
+  const int32_t* act_sums = nullptr;
   float* y = nullptr;  // [n_tokens][w->rows]
   VecDotFn dot = nullptr;
 };
@@ -35,7 +40,10 @@ using QuantTileFn = void (*)(const QuantTask& q, int64_t r0, int64_t r1);
 // The register-tiled prefill kernel for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_tile_kernel(QuantType t);
 QuantTileFn quant_tile_avx2(QuantType t);  // gemm_avx2.cpp; only when cpu_has_avx2()
-// Test hook: forces vec_dot rows even where a tile kernel exists (to compare the two).
+// The decode kernel (n_tokens == 1) for t on this CPU, or null (rows are then done by vec_dot).
+QuantTileFn quant_gemv_kernel(QuantType t);
+QuantTileFn quant_gemv_avx2(QuantType t);  // gemv_avx2.cpp; only when cpu_has_avx2()
+// Test hook: forces vec_dot rows even where a tile or decode kernel exists (to compare them).
 void set_quant_tiles_enabled(bool enabled);
 
 }  // namespace fak::kernels

@@ -2,17 +2,21 @@
 // format the weight type's dot product expects (Q8_0 or Q8_K), then every output is one integer
 // vec_dot of a weight row with an activation row.
 //
-// note: an output y[t][r] is always exactly vec_dot(row r, act t) (or a tile kernel that is tested
-// to be bit-identical to it), so results do not depend on n_tokens, the tiling or the thread count
-// (see matmul.h). The activation quantisers are per-row and deterministic too.
+// note: an output y[t][r] is always exactly vec_dot(row r, act t), or the output of a prefill
+// (gemm_*_avx2.cpp) or decode (gemv_avx2.cpp) kernel that follows the same block-serial float
+// rule (dot_ref.cpp) lane by lane and is tested to be bit-identical to it, so results do not
+// depend on n_tokens, the tiling or the thread count (see matmul.h). The activation quantisers
+// are per-row and deterministic too.
 #include <omp.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "ops/matmul_kernels.h"
 #include "ops/quant/quant.h"
+#include "ops/quant/quant_blocks.h"
 
 namespace fak {
 
@@ -85,6 +89,11 @@ QuantTileFn quant_tile_kernel(QuantType t) {
   return quant_kernels().isa == "avx2" ? quant_tile_avx2(t) : nullptr;
 }
 
+QuantTileFn quant_gemv_kernel(QuantType t) {
+  if (!g_tiles_enabled) return nullptr;
+  return quant_kernels().isa == "avx2" ? quant_gemv_avx2(t) : nullptr;
+}
+
 void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   const QuantType qt = *wtype_quant(w.type);
   const QuantKernels& k = quant_kernels();
@@ -104,17 +113,49 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   act.resize(q.act_row_bytes * size_t(n_tokens));
   q.act = act.data();
   const QuantizeRowFn quantize = k.quantize_act(at);
+  thread_local std::vector<float> tls_scales;
+  std::vector<float>& scales = tls_scales;
+  const int64_t nb = w.cols / quant::kQK;
+  const bool want_scales = at == QuantType::Q8_0 && n_tokens > 1;
+  if (want_scales) {
+    scales.resize(size_t(nb) * size_t(n_tokens));
+    q.act_scales = scales.data();
+  }
+  thread_local std::vector<int32_t> tls_sums;
+  std::vector<int32_t>& sums = tls_sums;
+  const bool want_sums = want_scales && (qt == QuantType::Q4_0 || qt == QuantType::Q5_0);
+  if (want_sums) {
+    sums.resize(size_t(nb) * size_t(n_tokens));
+    q.act_sums = sums.data();
+  }
 
   const int threads = omp_get_max_threads();
   const double work = double(w.rows) * double(w.cols) * double(n_tokens);
   const bool parallel = threads > 1 && work >= 256.0 * 1024;
 #pragma omp parallel for schedule(static) if (parallel && n_tokens >= 4 * threads)
-  for (int t = 0; t < n_tokens; ++t)
-    quantize(x + size_t(t) * size_t(w.cols), act.data() + size_t(t) * q.act_row_bytes, w.cols);
+  for (int t = 0; t < n_tokens; ++t) {
+    uint8_t* a = act.data() + size_t(t) * q.act_row_bytes;
+    quantize(x + size_t(t) * size_t(w.cols), a, w.cols);
+    if (want_scales) {
+      const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
+      for (int64_t b = 0; b < nb; ++b)
+        scales[size_t(t) * size_t(nb) + size_t(b)] = f16_to_f32(blocks[b].d);
+    }
+    if (want_sums) {
+      const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t s = 0;
+        for (int8_t v : blocks[b].qs) s += v;
+        sums[size_t(t) * size_t(nb) + size_t(b)] = s;
+      }
+    }
+  }
 
-  const QuantTileFn tile = quant_tile_kernel(qt);
+  // Prefill repacks 8 rows per call into a panel, which pays from two tokens on; one token reads
+  // the stored rows directly.
+  const QuantTileFn tile = n_tokens > 1 ? quant_tile_kernel(qt) : quant_gemv_kernel(qt);
   auto run = [&](int64_t r0, int64_t r1) {
-    if (tile && n_tokens > 1)
+    if (tile)
       tile(q, r0, r1);
     else
       rows_vec_dot(q, r0, r1);

@@ -34,6 +34,22 @@ inline float hsum(__m256 v) {
   return hsum128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
+inline int hsum_i32_128(__m128i v) {
+  v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1));
+  return _mm_cvtsi128_si32(v);
+}
+
+inline int hsum_i32(__m256i v) {
+  return hsum_i32_128(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
 // Σ x*y of 32 signed byte pairs, as 8 int32 partial sums.
 // note: exact while x != -128 or y != -128 on the same lane as sign(y, x) of y = -128 wraps; the
 // quantizers only produce [-127, 127] (q8) or [-16, 15] (q4_0/q5_0), so activations never hit it.
@@ -63,6 +79,18 @@ inline __m256i bits_to_bytes(const uint8_t* p) {
   const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), spread);
   const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
   return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+// q4_0's 32 signed codes q - 8.
+inline __m256i codes_q4_0(const uint8_t* qs) {
+  return _mm256_sub_epi8(unpack_nibbles(qs), _mm256_set1_epi8(8));
+}
+
+// q5_0's 32 signed codes q - 16: the nibble when the 5th bit is set, nibble - 16 (= nibble | 0xF0
+// as a signed byte) when it is not.
+inline __m256i codes_q5_0(const uint8_t* qs, const uint8_t* qh) {
+  const __m256i hi = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(char(0xF0)));
+  return _mm256_or_si256(unpack_nibbles(qs), hi);
 }
 
 // The 8 six-bit scales (bytes 0..7) and mins (bytes 8..15) of a q4_K/q5_K block, unpacked with

@@ -5,6 +5,7 @@
 // q5_0, q8_K) move their sign onto the activation first (|w| * sign(a, w)).
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "ops/quant/avx2_common.h"
@@ -15,37 +16,32 @@ namespace fak::quant {
 
 namespace {
 
-// Two accumulators so consecutive blocks' FMAs do not wait on each other.
+// q8_0 / q4_0 / q5_0 / q4_K / q5_K / q6_K follow dot_ref.cpp's block-serial rule: each block's
+// integer sum is reduced to one int32, then one scalar fma per block into a single accumulator.
+// That costs a horizontal integer add per block, but it is what lets the multi-row kernels
+// (gemm_*_avx2.cpp) put rows in SIMD lanes and still reproduce these results bit for bit.
+
 float dot_q8_0(int64_t n, const void* vw, const void* va) {
   const auto* w = static_cast<const BlockQ8_0*>(vw);
   const auto* a = static_cast<const BlockQ8_0*>(va);
-  const int64_t nb = n / kQK;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 1 < nb; i += 2) {
-    const __m256i p0 = dot_i8(load256(w[i].qs), load256(a[i].qs));
-    const __m256i p1 = dot_i8(load256(w[i + 1].qs), load256(a[i + 1].qs));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i + 1].d) * h2f(a[i + 1].d)),
-                           _mm256_cvtepi32_ps(p1), acc1);
+  float acc = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const int isum = hsum_i32(dot_i8(load256(w[i].qs), load256(a[i].qs)));
+    acc = std::fma(h2f(w[i].d) * h2f(a[i].d), float(isum), acc);
   }
-  for (; i < nb; ++i) {
-    const __m256i p = dot_i8(load256(w[i].qs), load256(a[i].qs));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc0);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
+  return acc;
 }
 
 float dot_q4_0(int64_t n, const void* vw, const void* va) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
   const auto* a = static_cast<const BlockQ8_0*>(va);
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[i].qs), _mm256_set1_epi8(8));
-    const __m256i p = dot_i8(q, load256(a[i].qs));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc);
+    const __m256i q = codes_q4_0(w[i].qs);
+    const int isum = hsum_i32(dot_i8(q, load256(a[i].qs)));
+    acc = std::fma(h2f(w[i].d) * h2f(a[i].d), float(isum), acc);
   }
-  return hsum(acc);
+  return acc;
 }
 
 // Unsigned codes with a min: d Σ q a + m Σ a, Σ a from maddubs with ones.
@@ -68,19 +64,15 @@ float dot_min_32(int64_t n, const void* vw, const void* va) {
   return hsum(_mm256_add_ps(acc, acc_m));
 }
 
-// q5_0: code - 16 is the nibble when the 5th bit is set and nibble - 16 (= nibble | 0xF0 as a
-// signed byte) when it is not.
 float dot_q5_0(int64_t n, const void* vw, const void* va) {
   const auto* w = static_cast<const BlockQ5_0*>(vw);
   const auto* a = static_cast<const BlockQ8_0*>(va);
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(w[i].qh), _mm256_set1_epi8(char(0xF0)));
-    const __m256i q = _mm256_or_si256(unpack_nibbles(w[i].qs), hi);
-    const __m256i p = dot_i8(q, load256(a[i].qs));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc);
+    const int isum = hsum_i32(dot_i8(codes_q5_0(w[i].qs, w[i].qh), load256(a[i].qs)));
+    acc = std::fma(h2f(w[i].d) * h2f(a[i].d), float(isum), acc);
   }
-  return hsum(acc);
+  return acc;
 }
 
 template <typename Block, bool kFiveBit>
@@ -88,19 +80,15 @@ float dot_k4(int64_t n, const void* vw, const void* va) {
   const auto* w = static_cast<const Block*>(vw);
   const auto* a = static_cast<const BlockQ8K*>(va);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_m = _mm_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float da = load_f32(&a[i].d);
-    const float d = da * h2f(w[i].d);
-    const float dmin = da * h2f(w[i].dmin);
     const __m256i sm = scales_mins_k4(w[i].scales);
     // Mins: Σ_j m_j (bsum_2j + bsum_2j+1); hadd pairs the 16-element sums into 32-element ones.
     const __m128i bs_lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].bsums));
     const __m128i bs_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].bsums + 8));
     const __m128i mins_dot =
         _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), _mm_hadd_epi16(bs_lo, bs_hi));
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot), acc_m);
 
     const __m128i sc128 = _mm256_castsi256_si128(sm);
     const __m256i scales = _mm256_set_m128i(sc128, sc128);
@@ -125,9 +113,10 @@ float dot_k4(int64_t n, const void* vw, const void* va) {
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(broadcast_i16(scales, 2 * c), p_lo));
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(broadcast_i16(scales, 2 * c + 1), p_hi));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    acc = std::fma(da * h2f(w[i].d), float(hsum_i32(sumi)), acc);
+    acc = std::fma(-(da * h2f(w[i].dmin)), float(hsum_i32_128(mins_dot)), acc);
   }
-  return hsum(acc) - hsum128(acc_m);
+  return acc;
 }
 
 // q6_K: codes q in [0, 63] go straight into maddubs; the -32 offset is applied once per block as
@@ -142,7 +131,7 @@ float dot_q6_k(int64_t n, const void* vw, const void* va) {
   for (int g = 0; g < 8; ++g)
     scale_shuffle[g] =
         _mm_set_epi64x(0x0101010101010101LL * (2 * g + 1), 0x0101010101010101LL * (2 * g));
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = load_f32(&a[i].d) * h2f(w[i].d);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales));
@@ -168,9 +157,9 @@ float dot_q6_k(int64_t n, const void* vw, const void* va) {
       }
     }
     sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    acc = std::fma(d, float(hsum_i32(sumi)), acc);
   }
-  return hsum(acc);
+  return acc;
 }
 
 float dot_q8_k(int64_t n, const void* vw, const void* va) {

@@ -1,6 +1,16 @@
 // Scalar reference dot products of one weight row with one quantized activation row. Integer parts
-// are summed exactly per block; the float combination is one multiply-add per block, which is what
-// the SIMD variants must reproduce up to float summation order.
+// are summed exactly per block.
+//
+// note: for q8_0, q4_0, q5_0, q4_K, q5_K and q6_K the float combination is the "block-serial" rule
+// every SIMD variant and tile kernel reproduces bit for bit: one fused multiply-add per block (two
+// for the K-quants with mins) into a single accumulator, blocks in order, starting from +0:
+//   acc = fma(d_w * d_a, float(isum_b), acc)            [q6_K, the 32-blocks]
+//   acc = fma(-(d_a * dmin_w), float(imin_b), acc)      [then this too for q4_K / q5_K]
+// Because the integer block sums are exact and the float steps are fixed per output, any kernel
+// may compute several rows or tokens at once (rows in SIMD lanes) and still give these bits.
+// q4_1 / q5_1 / q8_K keep a plain per-block multiply-add (their SIMD dots differ in summation
+// order).
+#include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -42,7 +52,7 @@ float dot_q8_0(int64_t n, const void* vw, const void* va) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     int sumi = 0;
     for (int j = 0; j < kQK; ++j) sumi += w[i].qs[j] * a[i].qs[j];
-    sum += float(sumi) * (f16_to_f32(w[i].d) * f16_to_f32(a[i].d));
+    sum = std::fma(f16_to_f32(w[i].d) * f16_to_f32(a[i].d), float(sumi), sum);
   }
   return sum;
 }
@@ -57,7 +67,7 @@ float dot_q4_0(int64_t n, const void* vw, const void* va) {
       sumi += ((w[i].qs[j] & 0xF) - 8) * a[i].qs[j];
       sumi += ((w[i].qs[j] >> 4) - 8) * a[i].qs[j + kQK / 2];
     }
-    sum += float(sumi) * (f16_to_f32(w[i].d) * f16_to_f32(a[i].d));
+    sum = std::fma(f16_to_f32(w[i].d) * f16_to_f32(a[i].d), float(sumi), sum);
   }
   return sum;
 }
@@ -92,7 +102,7 @@ float dot_q5_0(int64_t n, const void* vw, const void* va) {
       const int q1 = ((w[i].qs[j] >> 4) | int(((qh >> (j + 16)) & 1) << 4)) - 16;
       sumi += q0 * a[i].qs[j] + q1 * a[i].qs[j + kQK / 2];
     }
-    sum += float(sumi) * (f16_to_f32(w[i].d) * f16_to_f32(a[i].d));
+    sum = std::fma(f16_to_f32(w[i].d) * f16_to_f32(a[i].d), float(sumi), sum);
   }
   return sum;
 }
@@ -143,7 +153,8 @@ float dot_k4(int64_t n, const void* vw, const void* va) {
     for (int j = 0; j < 8; ++j)
       summ += m[j] * (load_i16(&a[i].bsums[2 * j]) + load_i16(&a[i].bsums[2 * j + 1]));
     const float da = load_f32(&a[i].d);
-    sum += da * (f16_to_f32(w[i].d) * float(sumi) - f16_to_f32(w[i].dmin) * float(summ));
+    sum = std::fma(da * f16_to_f32(w[i].d), float(sumi), sum);
+    sum = std::fma(-(da * f16_to_f32(w[i].dmin)), float(summ), sum);
   }
   return sum;
 }
@@ -168,7 +179,7 @@ float dot_q6_k(int64_t n, const void* vw, const void* va) {
       }
       for (int k = 0; k < 8; ++k) sumi += w[i].scales[8 * h + k] * sub[k];
     }
-    sum += load_f32(&a[i].d) * f16_to_f32(w[i].d) * float(sumi);
+    sum = std::fma(load_f32(&a[i].d) * f16_to_f32(w[i].d), float(sumi), sum);
   }
   return sum;
 }
