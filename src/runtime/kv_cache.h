@@ -17,13 +17,14 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "runtime/kv_cells.h"
 
 namespace fak {
 
 struct KvCacheOptions {
   int block_size = 32;
-  bool keep_kraw = true;  // drop to save a third of the memory when shift-eviction is not needed
-  size_t max_bytes = 0;   // 0 = no limit
+  bool keep_kraw = true;     // drop to save a third of the memory when shift-eviction is not needed
+  size_t max_bytes = 0;      // 0 = no limit
   DType dtype = DType::F32;  // F32, F16 or BF16
 };
 
@@ -32,16 +33,16 @@ enum class KvPlane : uint8_t { K, V, Kraw };
 // "f32" / "f16" / "bf16" -> DType; throws fak::Error naming the accepted values.
 DType parse_kv_type(const std::string& name);
 
-class KvCache {
+class KvCache : public BlockPool {
  public:
   KvCache(int n_layers, int kv_dim, KvCacheOptions options = {});
 
-  int32_t allocate();  // refcount 1; throws fak::Error when the memory budget is spent
-  void retain(int32_t block);
-  void release(int32_t block);  // frees at refcount 0
-  int refcount(int32_t block) const { return refcounts_[size_t(block)]; }
+  int32_t allocate() override;  // refcount 1; throws fak::Error when the memory budget is spent
+  void retain(int32_t block) override;
+  void release(int32_t block) override;  // frees at refcount 0
+  int refcount(int32_t block) const override { return refcounts_[size_t(block)]; }
   // A new block (refcount 1) holding a copy of the first n_rows rows of src in every layer.
-  int32_t copy_block(int32_t src, int n_rows);
+  int32_t copy_block(int32_t src, int n_rows) override;
 
   // Row `slot` (0..block_size-1) of one plane; nullptr for Kraw when it is not kept.
   uint8_t* row(int32_t block, int layer, KvPlane plane, int slot);
@@ -51,7 +52,7 @@ class KvCache {
   void store_row(int32_t block, int layer, KvPlane plane, int slot, const float* src);
   void load_row(int32_t block, int layer, KvPlane plane, int slot, float* dst) const;
 
-  int block_size() const { return block_size_; }
+  int block_size() const override { return block_size_; }
   int n_layers() const { return n_layers_; }
   int kv_dim() const { return kv_dim_; }
   DType dtype() const { return dtype_; }

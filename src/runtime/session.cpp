@@ -7,65 +7,41 @@
 namespace fak {
 
 Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache)
-    : model_(std::move(model)), cache_(std::move(cache)), state_(model_->config()) {
-  check(cache_->n_layers() == model_->n_attention_layers() && cache_->kv_dim() == model_->config().kv_dim(),
+    : model_(std::move(model)),
+      cache_(std::move(cache)),
+      cells_(cache_.get()),
+      state_(model_->config()) {
+  check(cache_->n_layers() == model_->n_attention_layers() &&
+            cache_->kv_dim() == model_->config().kv_dim(),
         "Session: KV cache shape does not match the model");
 }
 
-Session::~Session() { release_all(); }
+Session::~Session() = default;
 
 Session::Session(Session&& o) noexcept
     : model_(std::move(o.model_)),
       cache_(std::move(o.cache_)),
-      blocks_(std::move(o.blocks_)),
-      tokens_(std::move(o.tokens_)),
+      cells_(std::move(o.cells_)),
       logits_(std::move(o.logits_)),
       logits_valid_(o.logits_valid_),
       state_(std::move(o.state_)),
       starts_(std::move(o.starts_)),
       checkpoints_(std::move(o.checkpoints_)),
-      continue_append_(o.continue_append_) {
-  o.blocks_.clear();
-}
+      continue_append_(o.continue_append_) {}
 
 Session& Session::operator=(Session&& o) noexcept {
   if (this != &o) {
-    release_all();
+    cells_ = std::move(o.cells_);  // releases ours first, while our cache is still alive
     model_ = std::move(o.model_);
     cache_ = std::move(o.cache_);
-    blocks_ = std::move(o.blocks_);
-    tokens_ = std::move(o.tokens_);
     logits_ = std::move(o.logits_);
     logits_valid_ = o.logits_valid_;
     state_ = std::move(o.state_);
     starts_ = std::move(o.starts_);
     checkpoints_ = std::move(o.checkpoints_);
     continue_append_ = o.continue_append_;
-    o.blocks_.clear();
   }
   return *this;
-}
-
-void Session::release_all() {
-  if (cache_)
-    for (int32_t b : blocks_) cache_->release(b);
-  blocks_.clear();
-}
-
-// Blocks covering positions [from, to) must exist and be exclusively ours before a write.
-void Session::make_writable(int from, int to, bool keep_all_rows) {
-  const int bs = cache_->block_size();
-  const size_t need = size_t((to + bs - 1) / bs);
-  for (size_t b = size_t(from / bs); b < std::min(need, blocks_.size()); ++b) {
-    if (cache_->refcount(blocks_[b]) > 1) {
-      // Copy-on-write: only rows before `from` in this block hold data worth keeping.
-      int keep = keep_all_rows ? bs : std::max(0, std::min(bs, from - int(b) * bs));
-      int32_t copy = cache_->copy_block(blocks_[b], keep);
-      cache_->release(blocks_[b]);
-      blocks_[b] = copy;
-    }
-  }
-  while (blocks_.size() < need) blocks_.push_back(cache_->allocate());
 }
 
 void Session::reserve_for_append(int n) {
@@ -73,13 +49,13 @@ void Session::reserve_for_append(int n) {
   if (size() + n > limit)
     fail("prompt too long: " + std::to_string(size() + n) + " tokens exceed the context of " +
          std::to_string(limit));
-  make_writable(size(), size() + n);
+  cells_.reserve(size(), size() + n);
 }
 
 void Session::commit_append(std::span<const int32_t> tokens, bool new_append) {
   if (hybrid() && new_append) starts_.push_back(size());
   continue_append_ = false;
-  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  cells_.push(tokens);
   logits_valid_ = true;
   if (hybrid()) maybe_checkpoint(int(tokens.size()));
 }
@@ -95,7 +71,7 @@ void Session::forward_segment(std::span<const int32_t> tokens, float* all_logits
   reserve_for_append(int(tokens.size()));
   const int vocab = model_->config().vocab;
   BatchItem it;
-  it.blocks = &blocks_;
+  it.blocks = &cells_.blocks();
   it.state = recurrent_state();
   it.tokens = tokens.data();
   it.n_tokens = int(tokens.size());
@@ -118,17 +94,13 @@ void Session::forward_segment(std::span<const int32_t> tokens, float* all_logits
 Session Session::from_blocks(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
                              std::vector<int32_t> tokens, std::vector<int32_t> blocks) {
   Session s(std::move(model), std::move(cache));
-  check(blocks.size() * size_t(s.cache_->block_size()) >= tokens.size(), "from_blocks: too few blocks");
-  s.tokens_ = std::move(tokens);
-  s.blocks_ = std::move(blocks);
+  s.cells_ = KvCells(s.cache_.get(), std::move(tokens), std::move(blocks));
   return s;
 }
 
 Session Session::clone() const {
   Session s(model_, cache_);
-  s.blocks_ = blocks_;
-  for (int32_t b : blocks_) cache_->retain(b);
-  s.tokens_ = tokens_;
+  s.cells_ = cells_.share();
   s.logits_ = logits_;
   s.logits_valid_ = logits_valid_;
   s.state_ = state_;
@@ -139,28 +111,18 @@ Session Session::clone() const {
 }
 
 void Session::truncate(int n) {
-  check(n >= 0 && n <= size(), "truncate: " + std::to_string(n) + " is outside 0.." + std::to_string(size()));
+  check(n >= 0 && n <= size(),
+        "truncate: " + std::to_string(n) + " is outside 0.." + std::to_string(size()));
   if (n == size()) return;
   if (hybrid()) return truncate_hybrid(n);
-  truncate_blocks(n);
-  tokens_.resize(size_t(n));
+  cells_.truncate(n);
   logits_valid_ = false;
   // Recompute the last kept token so logits() is valid again (one decode step; by the forward's
   // determinism the result equals the logits that position had before).
   if (n > 0) {
-    const int32_t last = tokens_.back();
-    truncate_blocks(n - 1);
-    tokens_.pop_back();
+    const int32_t last = tokens().back();
+    cells_.truncate(n - 1);
     append({&last, 1});
-  }
-}
-
-void Session::truncate_blocks(int n) {
-  const int bs = cache_->block_size();
-  const size_t keep_blocks = size_t((n + bs - 1) / bs);
-  while (blocks_.size() > keep_blocks) {
-    cache_->release(blocks_.back());
-    blocks_.pop_back();
   }
 }
 

@@ -12,6 +12,7 @@
 #include "models/model.h"
 #include "models/recurrent_state.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_cells.h"
 
 namespace fak {
 
@@ -70,14 +71,15 @@ class Session {
   static Session load(const std::filesystem::path& path, std::shared_ptr<const Model> model,
                       std::shared_ptr<KvCache> cache);
 
-  int size() const { return int(tokens_.size()); }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int size() const { return cells_.size(); }
+  const std::vector<int32_t>& tokens() const { return cells_.tokens(); }
   const std::vector<float>& logits() const { return logits_; }
   bool has_logits() const { return logits_valid_; }
   const Model& model() const { return *model_; }
   const std::shared_ptr<const Model>& model_ptr() const { return model_; }
   KvCache& cache() const { return *cache_; }
-  const std::vector<int32_t>& blocks() const { return blocks_; }
+  const std::vector<int32_t>& blocks() const { return cells_.blocks(); }
+  const KvCells& cells() const { return cells_; }
 
   // For batched decode (runtime/batch): make [size, size + n) writable, then commit after forward.
   void reserve_for_append(int n);
@@ -107,14 +109,10 @@ class Session {
   void maybe_checkpoint(int segment_tokens);
   void rewind(const std::vector<int32_t>& tokens, const std::vector<int32_t>& starts,
               int unchanged);
-  void release_all();
-  void truncate_blocks(int n);
-  void make_writable(int from, int to, bool keep_all_rows = false);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;
-  std::vector<int32_t> blocks_;
-  std::vector<int32_t> tokens_;
+  KvCells cells_;  // token ids and the KV cells holding them (runtime/kv_cells.h)
   std::vector<float> logits_;
   bool logits_valid_ = false;
   RecurrentState state_;
@@ -134,6 +132,7 @@ void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> t
 // weights are read once for all of them and matmuls see more rows). Each session's KV and logits
 // are bit-identical to appending its tokens alone. Multi-token appends to hybrid sessions run one
 // by one (their recurrent-state checkpoints are taken per append).
-void append_batch(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens);
+void append_batch(std::span<Session* const> sessions,
+                  std::span<const std::span<const int32_t>> tokens);
 
 }  // namespace fak

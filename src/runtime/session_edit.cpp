@@ -19,19 +19,17 @@ void Session::evict(int begin, int end, EvictMode mode) {
           "re-positioned); use exact");
     return evict_hybrid(begin, end);
   }
-  const std::vector<int32_t> suffix(tokens_.begin() + end, tokens_.end());
+  const std::vector<int32_t> suffix(tokens().begin() + end, tokens().end());
   if (mode == EvictMode::Exact || suffix.empty()) {
     // Keep [0, begin) as it is; everything after the span attended to it, so recompute it at its
     // new positions. By the forward's determinism this equals a cold prefill of prefix + suffix.
-    truncate_blocks(begin);
-    tokens_.resize(size_t(begin));
+    cells_.truncate(begin);
     logits_valid_ = false;
     if (!suffix.empty()) {
       append(suffix);
     } else if (begin > 0) {
-      const int32_t last = tokens_.back();
-      truncate_blocks(begin - 1);
-      tokens_.pop_back();
+      const int32_t last = tokens().back();
+      cells_.truncate(begin - 1);
       append({&last, 1});
     }
     return;
@@ -41,10 +39,11 @@ void Session::evict(int begin, int end, EvictMode mode) {
   // deeper layers keep values computed while attending to the span.
   check(cache_->keeps_kraw(), "evict --shift needs Kraw (the cache was created without it)");
   check(!model_->config().is_hybrid(),
-        "evict --shift is not possible on hybrid models (recurrent state cannot be re-positioned); use exact");
+        "evict --shift is not possible on hybrid models (recurrent state cannot be re-positioned); "
+        "use exact");
   const ModelConfig& c = model_->config();
   const int n_new = size() - (end - begin);
-  make_writable(begin, size(), /*keep_all_rows=*/true);  // sources are read from these blocks too
+  cells_.reserve(begin, size(), /*keep_all_rows=*/true);  // sources are read from these blocks too
   const int bs = cache_->block_size();
   const int half = model_->rope().rotary_dim() / 2;
   const size_t row_bytes = cache_->row_bytes();
@@ -53,26 +52,27 @@ void Session::evict(int begin, int end, EvictMode mode) {
   for (size_t j = 0; j < suffix.size(); ++j) {
     const int from = end + int(j), to = begin + int(j);
     model_->rope().angles(to, cs.data(), sn.data());
-    const int32_t bf = blocks_[size_t(from / bs)], bt = blocks_[size_t(to / bs)];
+    const int32_t bf = blocks()[size_t(from / bs)], bt = blocks()[size_t(to / bs)];
     for (int l = 0; l < model_->n_attention_layers(); ++l) {
-      std::memmove(cache_->row(bt, l, KvPlane::V, to % bs), cache_->row(bf, l, KvPlane::V, from % bs), row_bytes);
-      std::memmove(cache_->row(bt, l, KvPlane::Kraw, to % bs), cache_->row(bf, l, KvPlane::Kraw, from % bs),
-                   row_bytes);
+      std::memmove(cache_->row(bt, l, KvPlane::V, to % bs),
+                   cache_->row(bf, l, KvPlane::V, from % bs), row_bytes);
+      std::memmove(cache_->row(bt, l, KvPlane::Kraw, to % bs),
+                   cache_->row(bf, l, KvPlane::Kraw, from % bs), row_bytes);
       cache_->load_row(bt, l, KvPlane::Kraw, to % bs, k.data());
-      for (int h = 0; h < c.n_kv_heads; ++h) rope_apply(k.data() + h * c.head_dim, 2 * half, cs.data(), sn.data());
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        rope_apply(k.data() + h * c.head_dim, 2 * half, cs.data(), sn.data());
       cache_->store_row(bt, l, KvPlane::K, to % bs, k.data());
     }
   }
-  tokens_.erase(tokens_.begin() + begin, tokens_.begin() + end);
-  truncate_blocks(n_new);
+  cells_.erase(begin, end);
   // Fresh next-token logits over the shifted cache: re-run the last token.
-  const int32_t last = tokens_.back();
-  tokens_.pop_back();
-  truncate_blocks(n_new - 1);
+  const int32_t last = tokens().back();
+  cells_.truncate(n_new - 1);
   append({&last, 1});
 }
 
-void append_batch(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens) {
+void append_batch(std::span<Session* const> sessions,
+                  std::span<const std::span<const int32_t>> tokens) {
   check(sessions.size() == tokens.size(), "append_batch: one token span per session");
   if (sessions.empty()) return;
   KvCache& cache = sessions[0]->cache();
@@ -81,10 +81,11 @@ void append_batch(std::span<Session* const> sessions, std::span<const std::span<
   std::vector<size_t> in_batch;
   for (size_t i = 0; i < sessions.size(); ++i) {
     Session& s = *sessions[i];
-    check(&s.cache() == &cache && &s.model() == &model, "append_batch: sessions must share model and cache");
+    check(&s.cache() == &cache && &s.model() == &model,
+          "append_batch: sessions must share model and cache");
     if (tokens[i].empty()) continue;
-    // Hybrid appends take recurrent-state checkpoints as they go: keep their own path (a multi-token
-    // append of a hybrid session is per session; single tokens batch like dense ones).
+    // Hybrid appends take recurrent-state checkpoints as they go: keep their own path (a
+    // multi-token append of a hybrid session is per session; single tokens batch like dense ones).
     if (s.recurrent_state() && tokens[i].size() > 1) {
       s.append(tokens[i]);
       continue;

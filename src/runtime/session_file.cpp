@@ -4,8 +4,9 @@
 // version, or one that is truncated or corrupted, naming which.
 //
 // Layout (little-endian):
-//   magic "FAKSESS\0" | u32 version | u32 header_len | header JSON | payload | u64 fnv1a(all before)
-//   payload: i32 tokens[n] | f32 logits[vocab] | per attention layer: K, V, (Kraw) rows [n][kv_dim]
+//   magic "FAKSESS\0" | u32 version | u32 header_len | header JSON | payload | u64 fnv1a(all
+//   before) payload: i32 tokens[n] | f32 logits[vocab] | per attention layer: K, V, (Kraw) rows
+//   [n][kv_dim]
 //            | i32 append starts[n_starts] | f32 recurrent state (RecurrentState layout)
 // Version 2 added the last two (empty on dense models): the state, and the append boundaries that
 // later exact edits of a hybrid session must replay with (runtime/session_state.cpp).
@@ -22,7 +23,9 @@ namespace fak {
 
 namespace {
 
-const char* kv_dtype_name(DType t) { return t == DType::F32 ? "f32" : t == DType::F16 ? "f16" : "bf16"; }
+const char* kv_dtype_name(DType t) {
+  return t == DType::F32 ? "f32" : t == DType::F16 ? "f16" : "bf16";
+}
 
 constexpr char kMagic[8] = {'F', 'A', 'K', 'S', 'E', 'S', 'S', '\0'};
 constexpr uint32_t kVersion = 2;
@@ -35,7 +38,7 @@ void put(std::string& out, const T& v) {
 }  // namespace
 
 void Session::save(const std::filesystem::path& path) const {
-  check(logits_valid_ || tokens_.empty(), "save: session has no logits");
+  check(logits_valid_ || tokens().empty(), "save: session has no logits");
   const ModelConfig& c = model_->config();
   const int n = size();
   nlohmann::json h{{"model", model_->identity()},
@@ -57,14 +60,14 @@ void Session::save(const std::filesystem::path& path) const {
   put(out, kVersion);
   put(out, uint32_t(header.size()));
   out += header;
-  out.append(reinterpret_cast<const char*>(tokens_.data()), tokens_.size() * 4);
+  out.append(reinterpret_cast<const char*>(tokens().data()), tokens().size() * 4);
   if (n > 0) out.append(reinterpret_cast<const char*>(logits_.data()), size_t(c.vocab) * 4);
   const int bs = cache_->block_size();
   const size_t row = cache_->row_bytes();
   for (int l = 0; l < model_->n_attention_layers(); ++l) {
     for (int which = 0; which < (cache_->keeps_kraw() ? 3 : 2); ++which) {
       for (int p = 0; p < n; p += bs) {
-        const uint8_t* src = cache_->row(blocks_[size_t(p / bs)], l, KvPlane(which), 0);
+        const uint8_t* src = cache_->row(blocks()[size_t(p / bs)], l, KvPlane(which), 0);
         out.append(reinterpret_cast<const char*>(src), row * size_t(std::min(bs, n - p)));
       }
     }
@@ -82,7 +85,8 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
   const std::string label = "session file " + path.string();
   MappedFile f = MappedFile::open(path);
   std::string_view b = f.bytes();
-  if (b.size() < 16 || std::memcmp(b.data(), kMagic, 8) != 0) fail(label + " is not a fak session file");
+  if (b.size() < 16 || std::memcmp(b.data(), kMagic, 8) != 0)
+    fail(label + " is not a fak session file");
   uint32_t version, header_len;
   std::memcpy(&version, b.data() + 8, 4);
   std::memcpy(&header_len, b.data() + 12, 4);
@@ -108,12 +112,13 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
   const int n = h.value("n_tokens", -1);
   const bool kraw = h.value("kraw", false);
   if (n < 0 || n > c.max_seq_len || h.value("kv_dim", 0) != c.kv_dim() ||
-      h.value("attention_layers", -1) != model->n_attention_layers() || h.value("vocab", 0) != c.vocab)
+      h.value("attention_layers", -1) != model->n_attention_layers() ||
+      h.value("vocab", 0) != c.vocab)
     fail(label + " has a KV layout that does not match the model");
   const std::string file_kv = h.value("kv_dtype", std::string("?"));
   if (file_kv != kv_dtype_name(cache->dtype()))
-    fail(label + " holds " + file_kv + " KV rows but this cache stores " + kv_dtype_name(cache->dtype()) +
-         " (use the same --kv-type)");
+    fail(label + " holds " + file_kv + " KV rows but this cache stores " +
+         kv_dtype_name(cache->dtype()) + " (use the same --kv-type)");
   const int64_t n_starts = h.value("n_starts", int64_t(-1));
   const size_t state_bytes = RecurrentState(c).bytes();
   if (n_starts < 0 || n_starts > n || h.value("recurrent_bytes", size_t(0)) != state_bytes)
@@ -126,10 +131,10 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
 
   Session s(std::move(model), std::move(cache));
   const char* p = b.data() + 16 + header_len;
-  s.tokens_.resize(size_t(n));
-  std::memcpy(s.tokens_.data(), p, size_t(n) * 4);
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  std::memcpy(tokens.data(), p, size_t(n) * 4);
   p += size_t(n) * 4;
-  for (int32_t t : s.tokens_)
+  for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab) fail(label + " holds a token id outside the vocabulary");
   if (n > 0) {
     s.logits_.resize(size_t(c.vocab));
@@ -137,12 +142,13 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
     p += size_t(c.vocab) * 4;
     s.logits_valid_ = true;
   }
-  s.make_writable(0, n);
+  s.cells_.reserve(0, n);
+  s.cells_.push(tokens);
   const int bs = s.cache_->block_size();
   for (int l = 0; l < s.model_->n_attention_layers(); ++l) {
     for (int which = 0; which < (kraw ? 3 : 2); ++which) {
       for (int q = 0; q < n; q += bs) {
-        const int32_t blk = s.blocks_[size_t(q / bs)];
+        const int32_t blk = s.blocks()[size_t(q / bs)];
         uint8_t* dst = s.cache_->row(blk, l, KvPlane(which), 0);
         const size_t bytes = row * size_t(std::min(bs, n - q));
         if (dst) std::memcpy(dst, p, bytes);

@@ -90,12 +90,12 @@ void Session::truncate_hybrid(int n) {
   std::vector<int32_t> starts;
   for (int32_t s : starts_)
     if (s < n) starts.push_back(s);
-  rewind({tokens_.begin(), tokens_.begin() + n}, starts, n);
+  rewind({tokens().begin(), tokens().begin() + n}, starts, n);
 }
 
 void Session::evict_hybrid(int begin, int end) {
-  std::vector<int32_t> tokens(tokens_.begin(), tokens_.begin() + begin);
-  tokens.insert(tokens.end(), tokens_.begin() + end, tokens_.end());
+  std::vector<int32_t> tokens(this->tokens().begin(), this->tokens().begin() + begin);
+  tokens.insert(tokens.end(), this->tokens().begin() + end, this->tokens().end());
   const int removed = end - begin;
   std::vector<int32_t> starts;
   for (size_t i = 0; i < starts_.size(); ++i) {
@@ -131,8 +131,7 @@ void Session::rewind(const std::vector<int32_t>& tokens, const std::vector<int32
     logits_ = cp.logits;
     logits_valid_ = true;
   }
-  truncate_blocks(pos);
-  tokens_.resize(size_t(pos));
+  cells_.truncate(pos);
   starts_.clear();
   for (int32_t s : starts)
     if (s < pos) starts_.push_back(s);
