@@ -1,6 +1,8 @@
 // Attention kernels against the portable reference, and the property the reuse stack relies on:
 // a query's output does not depend on which other queries are computed with it (prefill vs decode,
 // batch vs alone).
+#include "ops/attention.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <random>
 #include <vector>
 
-#include "ops/attention.h"
 #include "runtime/kv_cache.h"
 
 namespace fak {
@@ -45,7 +46,8 @@ class AttentionFixture {
   // Outputs of queries at positions [start, start + n) computed as one task.
   std::vector<float> run(int start, int n, bool reference) const {
     std::vector<float> out(size_t(n) * size_t(q_dim()), 0.0f);
-    std::vector<AttentionTask> tasks{{q_.data() + size_t(start) * size_t(q_dim()), out.data(), &blocks_, n, start}};
+    std::vector<AttentionTask> tasks{
+        {q_.data() + size_t(start) * size_t(q_dim()), out.data(), &blocks_, n, start}};
     if (reference)
       attention_reference(tasks, cache_, 0, shape());
     else
@@ -64,7 +66,7 @@ class AttentionFixture {
 };
 
 std::vector<AttnSetup> setups() {
-  return {{14, 2, 64, 300, DType::F32}, {4, 4, 32, 77, DType::F32},  {8, 1, 128, 130, DType::F32},
+  return {{14, 2, 64, 300, DType::F32}, {4, 4, 32, 77, DType::F32},   {8, 1, 128, 130, DType::F32},
           {6, 2, 16, 40, DType::F32},   {24, 4, 256, 70, DType::F32}, {14, 2, 64, 150, DType::BF16},
           {4, 2, 32, 99, DType::F16},   {3, 1, 48, 33, DType::F32}};
 }
@@ -75,9 +77,11 @@ TEST(Attention, MatchesReferenceOverAllPositions) {
     const auto fast = f.run(0, s.n_ctx, false);
     const auto ref = f.run(0, s.n_ctx, true);
     double max_diff = 0;
-    for (size_t i = 0; i < fast.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(fast[i] - ref[i])));
-    EXPECT_LT(max_diff, 2e-5) << "heads " << s.n_heads << "/" << s.n_kv_heads << " head_dim " << s.head_dim
-                              << " ctx " << s.n_ctx << " dtype " << dtype_name(s.dtype);
+    for (size_t i = 0; i < fast.size(); ++i)
+      max_diff = std::max(max_diff, double(std::fabs(fast[i] - ref[i])));
+    EXPECT_LT(max_diff, 2e-5) << "heads " << s.n_heads << "/" << s.n_kv_heads << " head_dim "
+                              << s.head_dim << " ctx " << s.n_ctx << " dtype "
+                              << dtype_name(s.dtype);
   }
 }
 
@@ -96,7 +100,8 @@ TEST(Attention, OutputOfAQueryDoesNotDependOnItsBatch) {
     for (int start = 0, len = 1; start < s.n_ctx; start += len, len = len % 5 + 2) {
       const int n = std::min(len, s.n_ctx - start);
       const auto chunk = f.run(start, n, false);
-      EXPECT_EQ(0, std::memcmp(chunk.data(), all.data() + size_t(start) * qd, chunk.size() * sizeof(float)))
+      EXPECT_EQ(0, std::memcmp(chunk.data(), all.data() + size_t(start) * qd,
+                               chunk.size() * sizeof(float)))
           << "chunk at " << start << " head_dim " << s.head_dim;
     }
   }
@@ -110,7 +115,8 @@ TEST(Attention, BatchedTasksEqualSoloTasks) {
   const int pos[3] = {5, 120, 199};
   std::vector<AttentionTask> tasks;
   for (int i = 0; i < 3; ++i)
-    tasks.push_back({f.q().data() + size_t(pos[i]) * qd, out.data() + size_t(i) * qd, &f.blocks(), 1, pos[i]});
+    tasks.push_back(
+        {f.q().data() + size_t(pos[i]) * qd, out.data() + size_t(i) * qd, &f.blocks(), 1, pos[i]});
   attention(tasks, f.cache(), 0, f.shape());
   for (int i = 0; i < 3; ++i) {
     const auto solo = f.run(pos[i], 1, false);

@@ -12,7 +12,8 @@ namespace fak {
 namespace {
 
 nlohmann::json reference_json() {
-  return nlohmann::json::parse(test::read_file(test::source_path("models/pycoder-6m/reference.json")));
+  return nlohmann::json::parse(
+      test::read_file(test::source_path("models/pycoder-6m/reference.json")));
 }
 
 std::string quote(const std::string& s) {
@@ -27,7 +28,8 @@ TEST(Cli, RunWritesThePythonTheReferenceWrote) {
   auto ref = reference_json();
   for (int i = 0; i < 2; ++i) {
     const auto& c = ref["cases"][size_t(i)];
-    auto r = test::run_fak("run -p " + quote(c["prompt"].get<std::string>()) + " -n 48 --ignore-eos --json -t 1");
+    auto r = test::run_fak("run -p " + quote(c["prompt"].get<std::string>()) +
+                           " -n 48 --ignore-eos --json -t 1");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["prompt_ids"], c["input_ids"]);
@@ -41,14 +43,18 @@ TEST(Cli, RunWritesThePythonTheReferenceWrote) {
 TEST(Cli, RunStreamsTextByDefault) {
   auto r = test::run_fak("run -p 'def fibonacci(n):\n' -n 24 --ignore-eos");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("\"\"\"Return the number of fibonacci numbers."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"\"\"Return the number of fibonacci numbers."), std::string::npos)
+      << r.out;
   EXPECT_NE(r.err.find("tok/s"), std::string::npos);
 }
 
 TEST(Cli, SamplingIsReproducibleWithASeed) {
-  auto a = test::run_fak("run -p 'import os\n' -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --json");
-  auto b = test::run_fak("run -p 'import os\n' -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --json");
-  auto c = test::run_fak("run -p 'import os\n' -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 8 --json");
+  auto a = test::run_fak(
+      "run -p 'import os\n' -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --json");
+  auto b = test::run_fak(
+      "run -p 'import os\n' -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --json");
+  auto c = test::run_fak(
+      "run -p 'import os\n' -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 8 --json");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(nlohmann::json::parse(a.out)["ids"], nlohmann::json::parse(b.out)["ids"]);
   EXPECT_NE(nlohmann::json::parse(a.out)["ids"], nlohmann::json::parse(c.out)["ids"]);
@@ -57,7 +63,8 @@ TEST(Cli, SamplingIsReproducibleWithASeed) {
 TEST(Cli, RunSessionResumesFromDisk) {
   auto dir = test::temp_dir();
   auto path = (dir / "chat.fak").string();
-  auto first = test::run_fak("run -p 'def add(a, b):\n' -n 8 --ignore-eos --json --session " + path);
+  auto first =
+      test::run_fak("run -p 'def add(a, b):\n' -n 8 --ignore-eos --json --session " + path);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   // Resuming with no new prompt continues where the first run stopped: together the two runs
   // produce what one 16-token run produces.
@@ -71,7 +78,8 @@ TEST(Cli, RunSessionResumesFromDisk) {
 }
 
 TEST(Cli, RunWithIdsOnAModelWithoutTokenizer) {
-  auto r = test::run_fak("run -m " + test::data_path("oracle/llama-tiny").string() + " --ids 1,2,3 -n 5 --json");
+  auto r = test::run_fak("run -m " + test::data_path("oracle/llama-tiny").string() +
+                         " --ids 1,2,3 -n 5 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["ids"].size(), 5u);
   auto t = test::run_fak("run -m " + test::data_path("oracle/llama-tiny").string() + " -p hello");
@@ -81,20 +89,23 @@ TEST(Cli, RunWithIdsOnAModelWithoutTokenizer) {
 
 TEST(Cli, TokenizeMatchesGoldenIds) {
   auto ref = reference_json();
-  auto r = test::run_fak("tokenize " + quote(ref["cases"][2]["prompt"].get<std::string>()) + " --json");
+  auto r =
+      test::run_fak("tokenize " + quote(ref["cases"][2]["prompt"].get<std::string>()) + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out), ref["cases"][2]["input_ids"]);
   // A directory holding only tokenizer.json works.
   auto dir = test::temp_dir();
-  std::filesystem::copy_file(test::data_path("tokenizer/qwen/tokenizer.json"), dir / "tokenizer.json");
+  std::filesystem::copy_file(test::data_path("tokenizer/qwen/tokenizer.json"),
+                             dir / "tokenizer.json");
   auto q = test::run_fak("tokenize -m " + dir.string() + " 'Hello world' --json");
   ASSERT_EQ(q.exit_code, 0) << q.err;
   EXPECT_EQ(nlohmann::json::parse(q.out), nlohmann::json::parse("[9707, 1879]"));
 }
 
 TEST(Cli, PerplexityMatchesReference) {
-  auto r = test::run_fak("perplexity -f " + test::source_path("models/pycoder-6m/eval.txt").string() +
-                         " --ctx 128 --json");
+  auto r =
+      test::run_fak("perplexity -f " + test::source_path("models/pycoder-6m/eval.txt").string() +
+                    " --ctx 128 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   const double want = reference_json()["eval_perplexity_ctx128"]["ppl"].get<double>();
@@ -103,7 +114,9 @@ TEST(Cli, PerplexityMatchesReference) {
 }
 
 TEST(Cli, EvictCheckReportsZero) {
-  auto r = test::run_fak("evict-check --prefix-ids 10,20,30,40,50,60 --span-ids 70,80,90 --suffix-ids 11,12,13 --json");
+  auto r = test::run_fak(
+      "evict-check --prefix-ids 10,20,30,40,50,60 --span-ids 70,80,90 --suffix-ids 11,12,13 "
+      "--json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["max_abs_diff"].get<double>(), 0.0);
@@ -128,30 +141,34 @@ TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
     EXPECT_NE(r.err.find(needle), std::string::npos) << "wanted '" << needle << "' in: " << r.err;
     EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
   };
-  expect_error(test::run_fak("run -m /nonexistent/model -p hi"), "/nonexistent/model does not exist");
+  expect_error(test::run_fak("run -m /nonexistent/model -p hi"),
+               "/nonexistent/model does not exist");
   test::write_file(dir / "bad.txt", std::string("def f():\n  return '\xff\xfe'\n"));
-  expect_error(test::run_fak("run -f " + (dir / "bad.txt").string()), "bad.txt at byte offset 19 (byte 0xFF)");
+  expect_error(test::run_fak("run -f " + (dir / "bad.txt").string()),
+               "bad.txt at byte offset 19 (byte 0xFF)");
   expect_error(test::run_fak("run -f " + (dir / "missing.txt").string()), "missing.txt");
   expect_error(test::run_fak("run -p \"$(printf 'x\\377')\""), "invalid UTF-8 in the prompt");
   // A prompt longer than the model's 4096-token context.
   std::string ids;
   for (int i = 0; i < 4200; ++i) ids += std::to_string(100 + i % 50) + ",";
   test::write_file(dir / "ids.txt", ids);
-  expect_error(test::run_fak("run --ids \"$(cat " + (dir / "ids.txt").string() + ")\""), "exceed the context of 4096");
+  expect_error(test::run_fak("run --ids \"$(cat " + (dir / "ids.txt").string() + ")\""),
+               "exceed the context of 4096");
   expect_error(test::run_fak("run --ids 1,2,99999999"), "outside the vocabulary");
   expect_error(test::run_fak("run --ids 1,x"), "'x' is not a token id");
   std::filesystem::create_directories(dir / "weird");
   test::write_file(dir / "weird/config.json", R"({"model_type": "gpt_neox", "hidden_size": 8})");
-  expect_error(test::run_fak("run -m " + (dir / "weird").string() + " --ids 1"), "model_type 'gpt_neox' is not supported");
-  expect_error(test::run_fak("parity -m " + test::data_path("oracle/qwen2-tiny").string() + " --reference " +
-                             (dir / "ids.txt").string()),
+  expect_error(test::run_fak("run -m " + (dir / "weird").string() + " --ids 1"),
+               "model_type 'gpt_neox' is not supported");
+  expect_error(test::run_fak("parity -m " + test::data_path("oracle/qwen2-tiny").string() +
+                             " --reference " + (dir / "ids.txt").string()),
                "ids.txt");
   expect_error(test::run_fak("perplexity -f " + (dir / "nope.txt").string()), "nope.txt");
 }
 
 TEST(Cli, EverySubcommandHasHelp) {
-  for (const char* cmd : {"run", "tokenize", "parity", "perplexity", "bench", "evict-check", "agentbench",
-                          "convert", "quantize", "synth"}) {
+  for (const char* cmd : {"run", "tokenize", "parity", "perplexity", "bench", "evict-check",
+                          "agentbench", "convert", "quantize", "synth"}) {
     auto r = test::run_fak(std::string(cmd) + " --help");
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << cmd;

@@ -552,6 +552,46 @@ TEST(ServerHybrid, PrefixCacheHitEqualsColdPrefill) {
   EXPECT_EQ(metrics->body.find("fak_prefix_cache_checkpoints 0\n"), std::string::npos);
 }
 
+// Prompts prefilled 5 tokens per step, interleaved with the other requests' decoding, give the
+// same greedy replies as the default one-shot prefill (the suite's server), concurrently too.
+TEST(ServerChunkedPrefill, RepliesEqualOneShotPrefill) {
+  ServerProcess chunked("--parallel 4 --prefill-chunk 5");
+  ServerProcess whole("--parallel 4");
+  ASSERT_NE(chunked.port(), 0);
+  ASSERT_NE(whole.port(), 0);
+  auto complete = [](int port, const std::string& prompt) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    c.set_bearer_token_auth("key-a");
+    json req{{"model", "pycoder-6m"},
+             {"prompt", prompt},
+             {"max_tokens", 10},
+             {"temperature", 0},
+             {"ignore_eos", true}};
+    auto r = c.Post("/v1/completions", req.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+    return r ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : std::string();
+  };
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::string p = "import os\n";
+    for (int k = 0; k <= 3 * i; ++k)
+      p += "def helper_" + std::to_string(k) + "(path):\n    return path\n";
+    prompts.push_back(p + "def main");
+  }
+  std::vector<std::string> got(prompts.size()), want(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] { got[i] = complete(chunked.port(), prompts[i]); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    want[i] = complete(whole.port(), prompts[i]);
+    EXPECT_FALSE(want[i].empty());
+    EXPECT_EQ(got[i], want[i]) << "prompt " << i;
+  }
+}
+
 TEST(ChatCli, PipedConversationWithUndoAndSave) {
   auto dir = temp_dir();
   write_file(dir / "in.txt",

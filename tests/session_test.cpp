@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/error.h"
@@ -170,7 +170,8 @@ TEST_P(Reuse, ExactEvictOnASharedPrefixLeavesTheOtherSessionAlone) {
 }
 
 TEST_P(Reuse, ShiftEvictIsExactInLayerZeroAndCloseOverall) {
-  auto a = random_ids(20, vocab, 14), span = random_ids(10, vocab, 15), c = random_ids(12, vocab, 16);
+  auto a = random_ids(20, vocab, 14), span = random_ids(10, vocab, 15),
+       c = random_ids(12, vocab, 16);
   Session s = cold(concat({a, span, c}));
   if (hybrid()) {
     // A recurrent state cannot be re-positioned: hybrids refuse shift eviction, untouched.
@@ -213,7 +214,8 @@ TEST_P(Reuse, BatchedDecodeEqualsAlone) {
     decode_batch(ptrs, next);
     for (size_t i = 0; i < alone.size(); ++i) {
       alone[i].append({&next[i], 1});
-      ASSERT_TRUE(bit_equal(agents[i].logits(), alone[i].logits())) << "agent " << i << " step " << step;
+      ASSERT_TRUE(bit_equal(agents[i].logits(), alone[i].logits()))
+          << "agent " << i << " step " << step;
     }
   }
 }
@@ -296,7 +298,8 @@ TEST_F(SessionFile, RefusesWrongMagicAndVersion) {
 
 TEST_F(SessionFile, RefusesAnotherModel) {
   auto other = Model::load(test::data_path("oracle/qwen3-tiny"), {.load_tokenizer = false});
-  auto other_cache = std::make_shared<KvCache>(other->n_attention_layers(), other->config().kv_dim());
+  auto other_cache =
+      std::make_shared<KvCache>(other->n_attention_layers(), other->config().kv_dim());
   try {
     Session::load(path, other, other_cache);
     FAIL() << "loaded a session of another model";
@@ -365,7 +368,8 @@ TEST_P(HalfKv, ExactnessHoldsAndLogitsStayClose) {
   Session full(model, f32);
   full.append(concat({a, c}));
   double md = 0;
-  for (size_t i = 0; i < s.logits().size(); ++i) md = std::max(md, double(std::fabs(s.logits()[i] - full.logits()[i])));
+  for (size_t i = 0; i < s.logits().size(); ++i)
+    md = std::max(md, double(std::fabs(s.logits()[i] - full.logits()[i])));
   EXPECT_GT(md, 0.0);
   EXPECT_LT(md, GetParam() == DType::F16 ? 0.02 : 0.1) << "KV rounding moved the logits too far";
   EXPECT_EQ(argmax(s.logits()), argmax(full.logits()));
@@ -373,6 +377,9 @@ TEST_P(HalfKv, ExactnessHoldsAndLogitsStayClose) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, HalfKv, ::testing::Values(DType::F16, DType::BF16),
-                         [](const auto& info) { return info.param == DType::F16 ? std::string("f16") : std::string("bf16"); });
+                         [](const auto& info) {
+                           return info.param == DType::F16 ? std::string("f16")
+                                                           : std::string("bf16");
+                         });
 
 }  // namespace fak

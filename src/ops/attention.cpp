@@ -19,7 +19,8 @@ namespace {
 
 size_t query_key_pairs(const std::vector<AttentionTask>& tasks, const AttentionShape& s) {
   size_t work = 0;
-  for (const auto& t : tasks) work += size_t(t.n_tokens) * size_t(t.start_pos + t.n_tokens) * size_t(s.n_heads);
+  for (const auto& t : tasks)
+    work += size_t(t.n_tokens) * size_t(t.start_pos + t.n_tokens) * size_t(s.n_heads);
   return work;
 }
 
@@ -110,13 +111,16 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
       const Unit& un = units[u];
       const AttentionTask& task = tasks[size_t(un.task)];
       const int n_keys = task.start_pos + un.token + 1;
-      const float* q = task.q + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
-      float* out = task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
+      const float* q =
+          task.q + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
+      float* out =
+          task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       const size_t head_off = size_t(un.head / group) * size_t(s.head_dim) * elem;
       scores.resize(size_t(n_keys));
       float mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {
-        const uint8_t* krow = cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::K, j % bs) + head_off;
+        const uint8_t* krow =
+            cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::K, j % bs) + head_off;
         const float sc = dot(q, krow, s.head_dim) * s.scale;
         scores[size_t(j)] = sc;
         mx = sc > mx ? sc : mx;
@@ -130,7 +134,8 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
       const float inv = 1.0f / sum;
       std::memset(out, 0, sizeof(float) * size_t(s.head_dim));
       for (int j = 0; j < n_keys; ++j) {
-        const uint8_t* vrow = cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::V, j % bs) + head_off;
+        const uint8_t* vrow =
+            cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::V, j % bs) + head_off;
         axpy(out, scores[size_t(j)] * inv, vrow, s.head_dim);
       }
     }

@@ -23,17 +23,17 @@ namespace fak::kernels {
 inline constexpr int kTileQueries = 16;
 
 struct AttentionTile {
-  int n = 0;                        // queries in the tile, 1..kTileQueries
-  const float* q[kTileQueries];     // head_dim floats each, RoPE applied
-  float* out[kTileQueries];         // head_dim floats each
-  int n_keys[kTileQueries];         // query i attends to keys [0, n_keys[i]) (causal)
+  int n = 0;                     // queries in the tile, 1..kTileQueries
+  const float* q[kTileQueries];  // head_dim floats each, RoPE applied
+  float* out[kTileQueries];      // head_dim floats each
+  int n_keys[kTileQueries];      // query i attends to keys [0, n_keys[i]) (causal)
 };
 
 struct KvRows {
   const uint8_t* const* k;  // k[j]: K plane row of position j (all KV heads)
   const uint8_t* const* v;
-  size_t head_offset;       // bytes from a row's start to this KV head
-  DType dtype;              // F32, F16 or BF16
+  size_t head_offset;  // bytes from a row's start to this KV head
+  DType dtype;         // F32, F16 or BF16
 };
 
 // Per-thread working memory of the tile kernel, grown on demand and reused across tiles.

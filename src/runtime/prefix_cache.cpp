@@ -35,7 +35,7 @@ PrefixCache::~PrefixCache() {
 }
 
 Session PrefixCache::acquire(const std::string& partition, std::span<const int32_t> tokens,
-                             int* reused) {
+                             int* reused, bool prefill_rest) {
   const int bs = cache_->block_size();
   const bool hybrid = model_->config().is_hybrid();
   std::vector<int32_t> blocks;
@@ -75,7 +75,7 @@ Session PrefixCache::acquire(const std::string& partition, std::span<const int32
   std::vector<int32_t> head(tokens.begin(), tokens.begin() + long(n_reused));
   Session s = cp ? Session::from_checkpoint(model_, cache_, std::move(head), std::move(blocks), cp)
                  : Session::from_blocks(model_, cache_, std::move(head), std::move(blocks));
-  s.append(tokens.subspan(n_reused));
+  if (prefill_rest || hybrid) s.append(tokens.subspan(n_reused));
   // A hybrid session keeps a bounded list of checkpoints and a long reply can push the prompt's
   // cold ones out: offer them now, while the session still holds them.
   if (hybrid) {

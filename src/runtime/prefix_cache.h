@@ -47,8 +47,11 @@ class PrefixCache {
   // A session holding `tokens`: the longest cached prefix (whole blocks, at most tokens.size() - 1
   // tokens so the last one is computed and logits are fresh) plus a prefill of the rest.
   // *reused receives the number of tokens taken from the cache.
+  // prefill_rest = false (dense models): the session holds only the cached part and the caller
+  // appends tokens[size():] itself, e.g. in chunks batched with other sequences; hybrid models
+  // always prefill here (their checkpoints are taken during the append).
   Session acquire(const std::string& partition, std::span<const int32_t> tokens,
-                  int* reused = nullptr);
+                  int* reused = nullptr, bool prefill_rest = true);
   // Offers a session's full blocks to the cache (e.g. after a turn), so later prompts can reuse
   // them. Hybrid models: with its cold checkpoints, and only the blocks up to the deepest of them.
   void insert(const std::string& partition, const Session& session);

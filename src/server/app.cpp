@@ -118,6 +118,7 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   so.max_queue = options.max_queue;
   so.cache_bytes = options.cache_mib << 20;
   so.ctx = options.ctx;
+  so.prefill_chunk = options.prefill_chunk;
   ctx.scheduler = std::make_unique<Scheduler>(model, so, &ctx.metrics);
   ctx.sessions = std::make_unique<SessionStore>(model, ctx.scheduler->kv_cache(), ctx.chat.get(),
                                                 options.session_dir, ctx.scheduler->ctx());

@@ -31,6 +31,8 @@ struct Scheduler::Active {
   Sampler sampler;
   int generated = 0;
   bool done = false;
+  // Dense models prefill the uncached part of the prompt in chunks, inside decode steps.
+  bool prefilling() const { return session.size() < int(req.prompt.size()); }
 };
 
 Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions options, Metrics* metrics)
@@ -39,6 +41,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   ctx_ = options_.ctx > 0 ? std::min(options_.ctx, model_ctx) : model_ctx;
   options_.parallel = std::max(1, options_.parallel);
   options_.max_queue = std::max(0, options_.max_queue);
+  options_.prefill_chunk = std::max(1, options_.prefill_chunk);
   cache_ = std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().kv_dim());
   prefix_ = std::make_unique<PrefixCache>(model_, cache_, options_.cache_bytes);
   thread_ = std::thread([this] { loop(); });
@@ -147,7 +150,8 @@ void Scheduler::admit(GenRequest r) {
   }
   try {
     int reused = 0;
-    Session s = prefix_->acquire(r.partition, r.prompt, &reused);
+    // Dense models: only the cached prefix here; the rest is prefilled in chunks by step().
+    Session s = prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false);
     if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
     r.stream->push({GenEvent::Kind::Started, 0, int(r.prompt.size()), reused, ""});
     auto a = std::make_unique<Active>(Active{std::move(r), std::move(s), Sampler{}, 0, false});
@@ -171,15 +175,33 @@ void Scheduler::finish(Active& a, const std::string& reason) {
   }
 }
 
+// One forward call for every active sequence: a sampled token for each one that is decoding, and
+// a chunk of the prompt for those still prefilling (at most prefill_chunk prompt tokens per step in
+// all, oldest request first), so a long prompt never stalls the others' decoding for its whole
+// prefill. Chunking changes nothing in the results: each position is computed the same way
+// whatever the batch (ops/matmul.h).
 void Scheduler::step() {
   std::vector<Session*> batch;
-  std::vector<int32_t> tokens;
+  std::vector<std::span<const int32_t>> spans;
+  std::vector<int32_t> sampled;
   std::vector<Active*> members;
+  sampled.reserve(active_.size());  // spans point into it
+  int prefill_budget = options_.prefill_chunk;
   for (auto& ap : active_) {
     Active& a = *ap;
     if (a.req.stream->cancelled()) {
       if (metrics_ && a.req.stream->client_gone()) metrics_->add_cancelled();
       finish(a, "cancelled");
+      continue;
+    }
+    if (a.prefilling()) {
+      const int left = int(a.req.prompt.size()) - a.session.size();
+      const int n = std::min(left, prefill_budget);
+      if (n <= 0) continue;
+      prefill_budget -= n;
+      batch.push_back(&a.session);
+      spans.emplace_back(a.req.prompt.data() + a.session.size(), size_t(n));
+      members.push_back(&a);
       continue;
     }
     const int32_t next = a.sampler.sample(a.session.logits(), a.session.tokens());
@@ -196,13 +218,14 @@ void Scheduler::step() {
       finish(a, "length");
       continue;
     }
+    sampled.push_back(next);
     batch.push_back(&a.session);
-    tokens.push_back(next);
+    spans.emplace_back(&sampled.back(), 1);
     members.push_back(&a);
   }
   if (!batch.empty()) {
     try {
-      decode_batch(batch, tokens);
+      append_batch(batch, spans);
     } catch (const std::exception& e) {
       // E.g. the KV memory budget is spent: these sequences end, the server goes on.
       for (Active* a : members) {

@@ -1,7 +1,8 @@
 // Continuous batching. One scheduler thread owns the model's KV cache, the prefix cache and every
 // session: requests queue up, join the running batch between decode steps (their prompt is
-// prefilled then, reusing the tenant's cached prefix), and each step samples one token for every
-// active sequence and runs one decode_batch over all of them. Tokens go back to the HTTP thread
+// reused from the tenant's cached prefix, the rest prefilled in chunks inside the decode steps),
+// and each step samples one token for every decoding sequence and runs one append_batch over all of
+// them plus the prompt chunks. Tokens go back to the HTTP thread
 // through a GenStream; a client that leaves cancels its stream and frees its slot at the next step.
 //
 // Anything else that touches sessions (the /v1/fak/ API) runs as a job on the same thread, between
@@ -73,6 +74,7 @@ struct SchedulerOptions {
   int max_queue = 64;                      // waiting requests at most; more get 429
   size_t cache_bytes = size_t(256) << 20;  // prefix-cache budget
   int ctx = 0;                             // context limit (0 = the model's)
+  int prefill_chunk = 256;  // prompt tokens prefilled per step, all requests together
 };
 
 class Scheduler {

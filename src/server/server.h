@@ -17,6 +17,7 @@ struct ServerOptions {
   int parallel = 4;
   int max_queue = 64;
   size_t cache_mib = 256;
+  int prefill_chunk = 256;  // prompt tokens prefilled per scheduler step
   int ctx = 0;              // 0 = the model's context
   std::string session_dir;  // where /v1/fak/ save/load may write; empty = off
   size_t max_body_bytes = size_t(8) << 20;

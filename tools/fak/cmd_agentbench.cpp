@@ -78,7 +78,8 @@ void agentbench(const AgentArgs& a) {
     for (int ag = 0; ag < a.agents; ++ag) {
       std::vector<int32_t> ctx = prefix;
       for (int t = 0; t < measured; ++t) {
-        ctx.insert(ctx.end(), results[size_t(ag)][size_t(t)].begin(), results[size_t(ag)][size_t(t)].end());
+        ctx.insert(ctx.end(), results[size_t(ag)][size_t(t)].begin(),
+                   results[size_t(ag)][size_t(t)].end());
         Session s(model, cache);
         auto tp = std::chrono::steady_clock::now();
         s.append(ctx);
@@ -96,7 +97,8 @@ void agentbench(const AgentArgs& a) {
     const double decode_s = measured_s - prefill_s;
     // Extrapolate: prefill cost per token measured above; contexts grow by R + D per turn.
     int64_t total_prefill = 0;
-    for (int t = 0; t < a.turns; ++t) total_prefill += int64_t(a.prefix) + int64_t(t + 1) * a.result + int64_t(t) * a.decode;
+    for (int t = 0; t < a.turns; ++t)
+      total_prefill += int64_t(a.prefix) + int64_t(t + 1) * a.result + int64_t(t) * a.decode;
     total_prefill *= a.agents;
     arm.prefilled = total_prefill;
     arm.decoded = int64_t(a.agents) * a.turns * a.decode;
@@ -167,13 +169,21 @@ void agentbench(const AgentArgs& a) {
     arms.push_back(arm);
   }
 
-  nlohmann::json j{{"model", model->path().string()}, {"agents", a.agents}, {"turns", a.turns},
-                   {"prefix", a.prefix}, {"result", a.result}, {"decode", a.decode}};
+  nlohmann::json j{{"model", model->path().string()},
+                   {"agents", a.agents},
+                   {"turns", a.turns},
+                   {"prefix", a.prefix},
+                   {"result", a.result},
+                   {"decode", a.decode}};
   double b_s = 0, a_s = 0, c_s = 0;
   for (auto& arm : arms) {
-    j["arms"].push_back({{"arm", arm.name}, {"seconds", arm.seconds}, {"tokens_prefilled", arm.prefilled},
-                         {"tokens_decoded", arm.decoded}, {"tokens_computed", arm.prefilled + arm.decoded},
-                         {"extrapolated", arm.extrapolated}, {"measured_turns", arm.measured_turns}});
+    j["arms"].push_back({{"arm", arm.name},
+                         {"seconds", arm.seconds},
+                         {"tokens_prefilled", arm.prefilled},
+                         {"tokens_decoded", arm.decoded},
+                         {"tokens_computed", arm.prefilled + arm.decoded},
+                         {"extrapolated", arm.extrapolated},
+                         {"measured_turns", arm.measured_turns}});
     if (arm.name[0] == 'a') a_s = arm.seconds;
     if (arm.name[0] == 'b') b_s = arm.seconds;
     if (arm.name[0] == 'c') c_s = arm.seconds;
@@ -195,29 +205,37 @@ void agentbench(const AgentArgs& a) {
     std::printf("%s\n", j.dump(1).c_str());
     return;
   }
-  std::printf("agentbench: %d agents x %d turns, prefix %d, result %d, decode %d (%s)\n", a.agents, a.turns,
-              a.prefix, a.result, a.decode, model->path().string().c_str());
+  std::printf("agentbench: %d agents x %d turns, prefix %d, result %d, decode %d (%s)\n", a.agents,
+              a.turns, a.prefix, a.result, a.decode, model->path().string().c_str());
   for (auto& arm : arms)
-    std::printf("  %-22s %9.2f s  prefilled %9lld  decoded %7lld%s\n", arm.name.c_str(), arm.seconds,
-                (long long)arm.prefilled, (long long)arm.decoded,
-                arm.extrapolated ? ("  (extrapolated from " + std::to_string(arm.measured_turns) + " turns)").c_str() : "");
+    std::printf(
+        "  %-22s %9.2f s  prefilled %9lld  decoded %7lld%s\n", arm.name.c_str(), arm.seconds,
+        (long long)arm.prefilled, (long long)arm.decoded,
+        arm.extrapolated
+            ? ("  (extrapolated from " + std::to_string(arm.measured_turns) + " turns)").c_str()
+            : "");
   std::printf("  decoded tokens identical across arms: %s\n", identical ? "yes" : "NO");
-  if (j.contains("speedup_c_over_b")) std::printf("  c vs b: %.2fx\n", j["speedup_c_over_b"].get<double>());
-  if (j.contains("speedup_c_over_a")) std::printf("  c vs a: %.2fx\n", j["speedup_c_over_a"].get<double>());
+  if (j.contains("speedup_c_over_b"))
+    std::printf("  c vs b: %.2fx\n", j["speedup_c_over_b"].get<double>());
+  if (j.contains("speedup_c_over_a"))
+    std::printf("  c vs a: %.2fx\n", j["speedup_c_over_a"].get<double>());
 }
 
 }  // namespace
 
 void register_agentbench(CLI::App& app) {
   auto a = std::make_shared<AgentArgs>();
-  CLI::App* c = app.add_subcommand("agentbench", "multi-agent workload: re-prefill vs warm KV vs fak reuse");
+  CLI::App* c =
+      app.add_subcommand("agentbench", "multi-agent workload: re-prefill vs warm KV vs fak reuse");
   c->add_option("-m,--model", a->model, "model (default: the bundled pycoder-6m)");
   c->add_option("-A,--agents", a->agents, "agents")->check(CLI::Range(1, 256));
   c->add_option("-T,--turns", a->turns, "turns per agent")->check(CLI::Range(1, 10000));
   c->add_option("-P,--prefix", a->prefix, "shared prefix tokens")->check(CLI::Range(1, 1 << 20));
-  c->add_option("-R,--result", a->result, "tool-result tokens per turn")->check(CLI::Range(1, 1 << 20));
+  c->add_option("-R,--result", a->result, "tool-result tokens per turn")
+      ->check(CLI::Range(1, 1 << 20));
   c->add_option("-D,--decode", a->decode, "decoded tokens per turn")->check(CLI::Range(1, 1 << 20));
-  c->add_option("--a-turns", a->a_turns, "turns measured in arm (a) before extrapolating")->check(CLI::Range(1, 10000));
+  c->add_option("--a-turns", a->a_turns, "turns measured in arm (a) before extrapolating")
+      ->check(CLI::Range(1, 10000));
   c->add_option("--arms", a->arms, "which arms to run (subset of abc)");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");

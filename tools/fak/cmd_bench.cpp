@@ -65,9 +65,9 @@ double matrix_params(const ModelWeights& w) {
   double n = double(w.embed.rows) * double(w.embed.cols);
   if (w.lm_head.data != w.embed.data) n += double(w.lm_head.rows) * double(w.lm_head.cols);
   for (const LayerWeights& l : w.layers)
-    for (const WeightMatrix* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.mlp.gate, &l.mlp.up,
-                                  &l.mlp.down, &l.delta.in_proj_qkv, &l.delta.in_proj_z, &l.delta.in_proj_b,
-                                  &l.delta.in_proj_a, &l.delta.out_proj})
+    for (const WeightMatrix* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.mlp.gate,
+                                  &l.mlp.up, &l.mlp.down, &l.delta.in_proj_qkv, &l.delta.in_proj_z,
+                                  &l.delta.in_proj_b, &l.delta.in_proj_a, &l.delta.out_proj})
       n += double(m->rows) * double(m->cols);
   return n;
 }
@@ -107,11 +107,12 @@ void bench(const BenchArgs& a) {
   const double state_gb = double(RecurrentState(c).bytes()) / 1e9;
   const double weight_gb = double(w.bytes) / 1e9 - embed_gb;
   nlohmann::json results = nlohmann::json::array();
-  auto record = [&](const std::string& test, int n_prompt, int n_gen, const std::vector<double>& tok_s) {
+  auto record = [&](const std::string& test, int n_prompt, int n_gen,
+                    const std::vector<double>& tok_s) {
     Stat st = stats(tok_s);
-    nlohmann::json r{{"test", test},         {"n_prompt", n_prompt},   {"n_gen", n_gen},
-                     {"tok_s", st.mean},     {"stddev", st.stddev},    {"min", st.min},
-                     {"median", st.median},  {"reps", tok_s.size()},   {"samples", tok_s}};
+    nlohmann::json r{{"test", test},        {"n_prompt", n_prompt}, {"n_gen", n_gen},
+                     {"tok_s", st.mean},    {"stddev", st.stddev},  {"min", st.min},
+                     {"median", st.median}, {"reps", tok_s.size()}, {"samples", tok_s}};
     if (n_gen > 0) {
       r["gb_s"] = st.mean * weight_gb;  // every generated token reads every weight once
       if (state_gb > 0) r["state_gb_s"] = st.mean * 2 * state_gb;
@@ -127,9 +128,11 @@ void bench(const BenchArgs& a) {
     }
   };
   if (a.output == "md") {
-    std::printf("model: %s (%s, %.1f M params, %.2f GiB weights, %s)\n", model->path().string().c_str(),
-                c.model_type.c_str(), matrix_params(model->weights()) / 1e6,
-                double(model->weights().bytes) / double(1 << 30), std::string(wtype_name(model->weights().embed.type)).c_str());
+    std::printf("model: %s (%s, %.1f M params, %.2f GiB weights, %s)\n",
+                model->path().string().c_str(), c.model_type.c_str(),
+                matrix_params(model->weights()) / 1e6,
+                double(model->weights().bytes) / double(1 << 30),
+                std::string(wtype_name(model->weights().embed.type)).c_str());
     if (state_gb > 0)
       std::printf("DeltaNet state: %.1f MiB per sequence (read + written every token)\n",
                   state_gb * 1e9 / double(1 << 20));
@@ -137,7 +140,9 @@ void bench(const BenchArgs& a) {
                 embed_gb > 0 ? " (the untied embedding is not read)" : "");
     std::printf("threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n", threads,
                 std::string(matmul_isa()).c_str(), model->weights_memory(), load_s);
-    std::printf("| test   |              t/s       |  GB/s  |\n|--------|------------------------|--------|\n");
+    std::printf(
+        "| test   |              t/s       |  GB/s  "
+        "|\n|--------|------------------------|--------|\n");
   }
   for (int p : prompts) {
     if (p == 0) continue;
@@ -194,7 +199,8 @@ void bench(const BenchArgs& a) {
 
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* c = app.add_subcommand("bench", "prompt-processing and generation speed (llama-bench style)");
+  CLI::App* c =
+      app.add_subcommand("bench", "prompt-processing and generation speed (llama-bench style)");
   c->add_option("-m,--model", a->model, "model (default: the bundled pycoder-6m)");
   c->add_option("-p,--n-prompt", a->prompts, "prompt lengths, comma-separated");
   c->add_option("-n,--n-gen", a->gens, "generation lengths, comma-separated");

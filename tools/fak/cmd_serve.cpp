@@ -57,6 +57,11 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
   c->add_option("--cache-mem", a->o.cache_mib, "prefix-cache budget in MiB")->capture_default_str();
+  c->add_option("--prefill-chunk", a->o.prefill_chunk,
+                "prompt tokens prefilled per step (smaller: steadier decoding for others while a "
+                "long prompt is read)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   c->add_option("--ctx", a->o.ctx, "context length (default: the model's)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--session-dir", a->o.session_dir,

@@ -41,16 +41,18 @@ inline __m256 exp256(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
 // Row pointers for keys [j0, j1) of one plane as f32; half rows are widened into `conv`.
 template <int HD>
-void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1, float* conv,
-                const float** out) {
+void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1,
+                float* conv, const float** out) {
   if (dt == DType::F32) {
-    for (int j = j0; j < j1; ++j) out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
+    for (int j = j0; j < j1; ++j)
+      out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
     return;
   }
   for (int j = j0; j < j1; ++j) {
@@ -58,8 +60,9 @@ void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j
     float* dst = conv + size_t(j - j0) * HD;
     for (int d = 0; d < HD; d += 8) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d));
-      const __m256 f = dt == DType::F16 ? _mm256_cvtph_ps(h)
-                                        : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      const __m256 f = dt == DType::F16
+                           ? _mm256_cvtph_ps(h)
+                           : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
       _mm256_storeu_ps(dst + d, f);
     }
     out[j - j0] = dst;
@@ -68,8 +71,8 @@ void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j
 
 // Scores of KB consecutive keys (starting at key j) for all lanes, scaled and causally masked.
 template <int HD, int NV, int KB>
-inline void scores(const float* qt, const float* const* k, int j, float scale, const __m256i* n_keys,
-                   int min_keys, float* s) {
+inline void scores(const float* qt, const float* const* k, int j, float scale,
+                   const __m256i* n_keys, int min_keys, float* s) {
   constexpr int L = 8 * NV;
   __m256 acc[KB][NV];
 #pragma GCC unroll 8
@@ -103,7 +106,8 @@ inline void scores(const float* qt, const float* const* k, int j, float scale, c
 }
 
 template <int HD, int NV>
-void attend_tile(const AttentionTile& t, const KvRows& rows, float scale, AttentionScratch& scratch) {
+void attend_tile(const AttentionTile& t, const KvRows& rows, float scale,
+                 AttentionScratch& scratch) {
   constexpr int L = 8 * NV;
   int n_keys = 0, min_keys = 1 << 30;
   for (int i = 0; i < t.n; ++i) {
@@ -121,7 +125,8 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale, Attent
   alignas(32) int32_t lane_keys[L];
   for (int i = 0; i < L; ++i) lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
   __m256i nk[NV];
-  for (int v = 0; v < NV; ++v) nk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lane_keys + 8 * v));
+  for (int v = 0; v < NV; ++v)
+    nk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lane_keys + 8 * v));
   for (int d = 0; d < HD; ++d)
     for (int i = 0; i < L; ++i) qt[d * L + i] = i < t.n ? t.q[i][d] : 0.0f;
 
@@ -143,7 +148,8 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale, Attent
     sum[v] = _mm256_setzero_ps();
   }
   for (int j = 0; j < n_keys; ++j)
-    for (int v = 0; v < NV; ++v) mx[v] = _mm256_max_ps(mx[v], _mm256_loadu_ps(s + size_t(j) * L + 8 * v));
+    for (int v = 0; v < NV; ++v)
+      mx[v] = _mm256_max_ps(mx[v], _mm256_loadu_ps(s + size_t(j) * L + 8 * v));
   for (int j = 0; j < n_keys; ++j)
     for (int v = 0; v < NV; ++v) {
       float* sj = s + size_t(j) * L + 8 * v;
@@ -185,13 +191,15 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale, Attent
   }
 
   alignas(32) float inv[L];
-  for (int v = 0; v < NV; ++v) _mm256_store_ps(inv + 8 * v, _mm256_div_ps(_mm256_set1_ps(1.0f), sum[v]));
+  for (int v = 0; v < NV; ++v)
+    _mm256_store_ps(inv + 8 * v, _mm256_div_ps(_mm256_set1_ps(1.0f), sum[v]));
   for (int i = 0; i < t.n; ++i)
     for (int d = 0; d < HD; ++d) t.out[i][d] = ot[d * L + i] * inv[i];
 }
 
 template <int HD>
-void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale, AttentionScratch& scratch) {
+void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale,
+                    AttentionScratch& scratch) {
   if (t.n <= 8)
     attend_tile<HD, 1>(t, rows, scale, scratch);
   else
@@ -207,12 +215,23 @@ bool attend_tile_supported(int head_dim) {
 bool attend_tile_avx2(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
                       AttentionScratch& scratch) {
   switch (head_dim) {
-    case 16: attend_tile_hd<16>(tile, rows, scale, scratch); return true;
-    case 32: attend_tile_hd<32>(tile, rows, scale, scratch); return true;
-    case 64: attend_tile_hd<64>(tile, rows, scale, scratch); return true;
-    case 128: attend_tile_hd<128>(tile, rows, scale, scratch); return true;
-    case 256: attend_tile_hd<256>(tile, rows, scale, scratch); return true;
-    default: return false;
+    case 16:
+      attend_tile_hd<16>(tile, rows, scale, scratch);
+      return true;
+    case 32:
+      attend_tile_hd<32>(tile, rows, scale, scratch);
+      return true;
+    case 64:
+      attend_tile_hd<64>(tile, rows, scale, scratch);
+      return true;
+    case 128:
+      attend_tile_hd<128>(tile, rows, scale, scratch);
+      return true;
+    case 256:
+      attend_tile_hd<256>(tile, rows, scale, scratch);
+      return true;
+    default:
+      return false;
   }
 }
 
