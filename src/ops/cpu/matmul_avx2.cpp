@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "ops/matmul_kernels.h"
 
@@ -50,9 +51,18 @@ inline float hsum(__m256 v) {
 
 // note: the accumulators must live in registers; GCC keeps them in a stack array (and runs ~5x
 // slower) unless every loop over the tile is fully unrolled, hence the pragmas.
+// Weight rows as the kernels see them: stored rows of a matrix, or a panel of rows already widened
+// to f32 (prefill of f16/bf16 weights widens each row once per token block, not once per tile).
+struct Rows {
+  const uint8_t* base;
+  size_t row_bytes;
+  int64_t first;  // row index of base
+  const uint8_t* row(int64_t r) const { return base + size_t(r - first) * row_bytes; }
+};
+
 template <WType T, int RT, int TT>
-__attribute__((always_inline)) inline void tile(const WeightMatrix& w, const float* x, float* y, int64_t r, int t) {
-  const int64_t n = w.cols;
+__attribute__((always_inline)) inline void tile(const Rows& w, int64_t n, const float* x, float* y,
+                                                size_t ldy, int64_t r, int t) {
   const int64_t n8 = n & ~int64_t(7);
   const uint8_t* rows[RT];
   const float* xs[TT];
@@ -90,46 +100,75 @@ __attribute__((always_inline)) inline void tile(const WeightMatrix& w, const flo
 #pragma GCC unroll 8
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < TT; ++j) y[size_t(t + j) * size_t(w.rows) + size_t(r + i)] = hsum(acc[i][j]);
+    for (int j = 0; j < TT; ++j) y[size_t(t + j) * ldy + size_t(r + i)] = hsum(acc[i][j]);
 }
 
 template <WType T, int RT>
-void rows_block(const WeightMatrix& w, const float* x, int t0, int t1, float* y, int64_t r0,
-                int64_t r1) {
+void rows_block(const Rows& w, int64_t n, const float* x, int t0, int t1, float* y, size_t ldy,
+                int64_t r0, int64_t r1) {
   int64_t r = r0;
   for (; r + RT <= r1; r += RT) {
     int t = t0;
     if constexpr (RT == 4) {
-      for (; t + 3 <= t1; t += 3) tile<T, 4, 3>(w, x, y, r, t);
+      for (; t + 3 <= t1; t += 3) tile<T, 4, 3>(w, n, x, y, ldy, r, t);
       if (t1 - t == 2) {
-        tile<T, 4, 2>(w, x, y, r, t);
+        tile<T, 4, 2>(w, n, x, y, ldy, r, t);
         t += 2;
       }
     }
-    for (; t < t1; ++t) tile<T, RT, 1>(w, x, y, r, t);
+    for (; t < t1; ++t) tile<T, RT, 1>(w, n, x, y, ldy, r, t);
   }
   for (; r < r1; ++r) {
     int t = t0;
-    for (; t + 3 <= t1; t += 3) tile<T, 1, 3>(w, x, y, r, t);
-    for (; t < t1; ++t) tile<T, 1, 1>(w, x, y, r, t);
+    for (; t + 3 <= t1; t += 3) tile<T, 1, 3>(w, n, x, y, ldy, r, t);
+    for (; t < t1; ++t) tile<T, 1, 1>(w, n, x, y, ldy, r, t);
+  }
+}
+
+// Widens rows [r0, r1) of a half-precision matrix into an f32 panel (exact: every f16/bf16 value
+// is an f32 value, so the products and sums that follow are the same as on the stored rows).
+template <WType T>
+void widen_rows(const WeightMatrix& w, int64_t r0, int64_t r1, float* panel) {
+  const int64_t n = w.cols, n8 = n & ~int64_t(7);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* src = w.row(r);
+    float* dst = panel + size_t(r - r0) * size_t(n);
+    for (int64_t k = 0; k < n8; k += 8) _mm256_storeu_ps(dst + k, load8<T>(src, k));
+    if (n8 < n) {
+      alignas(32) float tail[8];
+      _mm256_store_ps(tail, load_tail<T>(src, n8, n));
+      std::memcpy(dst + n8, tail, sizeof(float) * size_t(n - n8));
+    }
   }
 }
 
 template <WType T>
 void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                 int64_t r1) {
+  const Rows stored{static_cast<const uint8_t*>(w.data), w.row_bytes, 0};
+  const size_t ldy = size_t(w.rows);
   if (n_tokens == 1) {
-    rows_block<T, 8>(w, x, 0, 1, y, r0, r1);
+    rows_block<T, 8>(stored, w.cols, x, 0, 1, y, ldy, r0, r1);
     return;
   }
   // Cache blocking: a block of weight rows stays in L1/L2 while chunks of tokens stream past it.
-  constexpr int64_t kRowBlock = 32;
+  // Half-precision rows are widened once per block when enough tokens share them.
+  constexpr int64_t kRowBlock = 16;
   constexpr int kTokenBlock = 48;
+  const bool widen = T != WType::F32 && n_tokens >= 6;
+  thread_local std::vector<float> panel;
+  if (widen) panel.resize(size_t(kRowBlock) * size_t(w.cols));
   for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
-    int64_t re = rb + kRowBlock < r1 ? rb + kRowBlock : r1;
+    const int64_t re = rb + kRowBlock < r1 ? rb + kRowBlock : r1;
+    if (widen) widen_rows<T>(w, rb, re, panel.data());
+    const Rows wide{reinterpret_cast<const uint8_t*>(panel.data()), sizeof(float) * size_t(w.cols),
+                    rb};
     for (int t = 0; t < n_tokens; t += kTokenBlock) {
-      int te = t + kTokenBlock < n_tokens ? t + kTokenBlock : n_tokens;
-      rows_block<T, 4>(w, x, t, te, y, rb, re);
+      const int te = t + kTokenBlock < n_tokens ? t + kTokenBlock : n_tokens;
+      if (widen)
+        rows_block<WType::F32, 4>(wide, w.cols, x, t, te, y, ldy, rb, re);
+      else
+        rows_block<T, 4>(stored, w.cols, x, t, te, y, ldy, rb, re);
     }
   }
 }
@@ -139,10 +178,14 @@ void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, i
 void matmul_rows_avx2(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                       int64_t r1) {
   switch (w.type) {
-    case WType::F32: return rows_typed<WType::F32>(w, x, n_tokens, y, r0, r1);
-    case WType::BF16: return rows_typed<WType::BF16>(w, x, n_tokens, y, r0, r1);
-    case WType::F16: return rows_typed<WType::F16>(w, x, n_tokens, y, r0, r1);
-    default: return matmul_rows_ref(w, x, n_tokens, y, r0, r1);
+    case WType::F32:
+      return rows_typed<WType::F32>(w, x, n_tokens, y, r0, r1);
+    case WType::BF16:
+      return rows_typed<WType::BF16>(w, x, n_tokens, y, r0, r1);
+    case WType::F16:
+      return rows_typed<WType::F16>(w, x, n_tokens, y, r0, r1);
+    default:
+      return matmul_rows_ref(w, x, n_tokens, y, r0, r1);
   }
 }
 

@@ -1,0 +1,83 @@
+// Float-weight matmul (f32, f16, bf16): close to a double-precision reference, and every output
+// bit-identical whatever the batch size (decode = prefill, the rule in ops/matmul.h).
+#include "ops/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace fak {
+namespace {
+
+struct Stored {
+  WeightMatrix w;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // what the stored weights are, as f32
+};
+
+Stored make(WType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  Stored s;
+  const size_t elem = type == WType::F32 ? 4 : 2;
+  s.bytes.resize(size_t(rows * cols) * elem);
+  s.values.resize(size_t(rows * cols));
+  for (size_t i = 0; i < s.values.size(); ++i) {
+    const float v = nd(rng);
+    if (type == WType::F32) {
+      std::memcpy(&s.bytes[4 * i], &v, 4);
+      s.values[i] = v;
+    } else {
+      const uint16_t h = type == WType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+      std::memcpy(&s.bytes[2 * i], &h, 2);
+      s.values[i] = type == WType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+  }
+  s.w = {type, s.bytes.data(), rows, cols, size_t(cols) * elem};
+  return s;
+}
+
+std::vector<float> run(const WeightMatrix& w, const std::vector<float>& x, int n_tokens) {
+  std::vector<float> y(size_t(n_tokens) * size_t(w.rows));
+  matmul(w, x.data(), n_tokens, y.data());
+  return y;
+}
+
+TEST(MatmulFloat, CloseToReferenceAndIndependentOfBatch) {
+  for (WType type : {WType::F32, WType::F16, WType::BF16})
+    for (auto [rows, cols] :
+         {std::pair<int64_t, int64_t>{67, 100}, {40, 256}, {9, 13}, {130, 903}}) {
+      const Stored s = make(type, rows, cols, uint32_t(rows * 31 + cols));
+      for (int n_tokens : {1, 2, 5, 6, 7, 48, 49, 100}) {
+        std::mt19937 rng(static_cast<uint32_t>(n_tokens));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> x(size_t(n_tokens) * size_t(cols));
+        for (auto& v : x) v = nd(rng);
+        const auto y = run(s.w, x, n_tokens);
+        for (int t = 0; t < n_tokens; ++t) {
+          const std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+          const auto alone = run(s.w, xt, 1);
+          ASSERT_EQ(0, std::memcmp(alone.data(), &y[size_t(t) * size_t(rows)], 4 * size_t(rows)))
+              << wtype_name(type) << " " << rows << "x" << cols << " token " << t << " of "
+              << n_tokens;
+          for (int64_t r = 0; r < rows; ++r) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < cols; ++k) {
+              ref += double(s.values[size_t(r * cols + k)]) * double(xt[size_t(k)]);
+              mag += std::fabs(double(s.values[size_t(r * cols + k)]) * double(xt[size_t(k)]));
+            }
+            ASSERT_NEAR(alone[size_t(r)], ref, 1e-5 * mag + 1e-6)
+                << wtype_name(type) << " row " << r;
+          }
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace fak
