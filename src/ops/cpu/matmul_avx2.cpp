@@ -75,7 +75,20 @@ __attribute__((always_inline)) inline void tile(const Rows& w, int64_t n, const 
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < TT; ++j) acc[i][j] = _mm256_setzero_ps();
+  // Decode streams RT rows at once: fetch the next RT rows a cache line at a time while these are
+  // used, so the stream never waits on DRAM latency (more concurrent streams than the hardware
+  // prefetcher follows well). Prefetches past the matrix are harmless.
+  constexpr size_t kElem = T == WType::F32 ? 4 : 2;
+  constexpr int64_t kLineElems = int64_t(64 / kElem);
+  const size_t ahead = size_t(RT) * w.row_bytes;
   for (int64_t k = 0; k < n8; k += 8) {
+    if constexpr (TT == 1 && RT == 8) {
+      if (k % kLineElems == 0) {
+#pragma GCC unroll 8
+        for (int i = 0; i < RT; ++i)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[i] + ahead + size_t(k) * kElem), _MM_HINT_T0);
+      }
+    }
     __m256 xv[TT];
 #pragma GCC unroll 4
     for (int j = 0; j < TT; ++j) xv[j] = _mm256_loadu_ps(xs[j] + k);
