@@ -444,6 +444,50 @@ TEST_F(ServerTest, SessionQuarantineIsExact) {
                "bad mode");
 }
 
+// /generate on a session decodes in the scheduler's batch: concurrent with a completion, the
+// session is busy (409) for other calls until the reply is done, the session then holds the whole
+// reply, and the tokens equal those of the same generation run alone.
+TEST_F(ServerTest, SessionGenerateIsBatchedAndLendsTheSession) {
+  const json start{{"text", "import json\n\ndef load(path):\n"}};
+  auto a = post("/v1/fak/sessions", start);
+  auto b = post("/v1/fak/sessions", start);
+  ASSERT_EQ(a.status, 201);
+  ASSERT_EQ(b.status, 201);
+  const std::string base = "/v1/fak/sessions/" + a.j()["id"].get<std::string>();
+  const int size0 = get(base).j()["size"];
+  Reply gen, completion;
+  std::thread g([&] {
+    gen = post(base + "/generate", json{{"max_tokens", 300}, {"ignore_eos", true}});
+  });
+  std::thread c([&] {
+    completion = post("/v1/completions", json{{"model", "pycoder-6m"},
+                                              {"prompt", "import os"},
+                                              {"max_tokens", 40},
+                                              {"ignore_eos", true}});
+  });
+  bool saw_busy = false;
+  for (int i = 0; i < 200 && !saw_busy; ++i) {
+    const Reply r = get(base);
+    saw_busy = r.status == 409;
+    if (!saw_busy) std::this_thread::sleep_for(5ms);
+  }
+  g.join();
+  c.join();
+  ASSERT_EQ(gen.status, 200) << gen.body;
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  EXPECT_TRUE(saw_busy);
+  EXPECT_EQ(gen.j()["ids"].size(), 300u);
+  EXPECT_EQ(gen.j()["finish_reason"], "length");
+  EXPECT_EQ(gen.j()["size"], size0 + 300);
+  json after = get(base).j();
+  EXPECT_EQ(after["size"], size0 + 300);
+  EXPECT_EQ(after["segments"].back()["kind"], "generated");
+  auto alone = post("/v1/fak/sessions/" + b.j()["id"].get<std::string>() + "/generate",
+                    json{{"max_tokens", 300}, {"ignore_eos", true}});
+  ASSERT_EQ(alone.status, 200);
+  EXPECT_EQ(alone.j()["ids"], gen.j()["ids"]);
+}
+
 TEST_F(ServerTest, SessionsCloneSaveLoadAndTenants) {
   auto created =
       post("/v1/fak/sessions", json{{"id", "mine"},

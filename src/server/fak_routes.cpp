@@ -14,6 +14,7 @@
 #include "server/api_error.h"
 #include "server/context.h"
 #include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fak::server {
 
@@ -29,6 +30,54 @@ void in_job(ServerContext& ctx, httplib::Response& res, int status, std::functio
   ojson out;
   ctx.scheduler->run_job([&] { out = fn(); });
   reply_json(res, status, out);
+}
+
+// /generate joins the scheduler's batch like any completion: the session is lent to the scheduler
+// (busy for everything else) and its tokens are decoded together with the other sequences.
+ojson generate_batched(ServerContext& ctx, const std::string& tenant, const std::string& id,
+                       GenerateOptions o) {
+  SessionStore& store = *ctx.sessions;
+  int begin = 0;
+  GenRequest g;
+  ctx.scheduler->run_job([&] { g.session = store.begin_generate(tenant, id, o, &begin); });
+  auto size = std::make_shared<int>(begin);
+  g.max_tokens = o.max_tokens;
+  g.sampling = o.sampling;
+  g.stop_ids = o.stop_ids;
+  g.stream = std::make_shared<GenStream>();
+  g.on_finish = [&store, tenant, id, begin, size](const std::string& reason, int32_t last) {
+    *size = store.end_generate(tenant, id, reason, last, begin);
+  };
+  auto stream = g.stream;
+  try {
+    ctx.scheduler->submit(std::move(g));
+  } catch (...) {
+    ctx.scheduler->run_job([&] { store.end_generate(tenant, id, "", -1, begin); });
+    throw;
+  }
+  std::vector<int32_t> ids;
+  std::string reason, error;
+  for (bool done = false; !done;)
+    for (const GenEvent& e : stream->wait(std::chrono::milliseconds(1000))) {
+      if (e.kind == GenEvent::Kind::Token) ids.push_back(e.token);
+      if (e.kind == GenEvent::Kind::Done) reason = e.text;
+      if (e.kind == GenEvent::Kind::Error) error = e.text;
+      done = done || e.kind == GenEvent::Kind::Done || e.kind == GenEvent::Kind::Error;
+    }
+  if (!error.empty())
+    throw ApiError(error.find("shutting down") != std::string::npos ? 503 : 500, error);
+  ojson j;
+  j["id"] = id;
+  j["ids"] = ids;
+  if (const Tokenizer* tok = ctx.model->tokenizer()) {
+    StreamDecoder d(*tok);
+    std::string text;
+    for (int32_t t : ids) text += d.push(t);
+    j["text"] = text + d.flush();
+  }
+  j["finish_reason"] = reason;
+  j["size"] = *size;
+  return j;
 }
 
 EvictMode mode_of(const ojson& body) {
@@ -112,7 +161,7 @@ void add_fak_routes(httplib::Server& http, ServerContext& ctx) {
               o.sampling.seed = uint64_t(get_int(body, "seed", INT64_MIN, INT64_MAX).value_or(0));
               if (!get_bool(body, "ignore_eos").value_or(false))
                 o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
-              in_job(ctx, res, 200, [&] { return store.generate(tenant, id, o); });
+              reply_json(res, 200, generate_batched(ctx, tenant, id, o));
             }));
   http.Post(std::string(kId) + "/clone",
             guarded([&](const httplib::Request& req, httplib::Response& res) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <future>
+#include <optional>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -27,12 +28,14 @@ std::vector<GenEvent> GenStream::wait(std::chrono::milliseconds timeout) {
 
 struct Scheduler::Active {
   GenRequest req;
-  Session session;
+  std::optional<Session> owned;  // from the prefix cache (empty for a caller's session)
+  Session* session = nullptr;    // &owned or req.session
   Sampler sampler;
   int generated = 0;
   bool done = false;
+  int32_t last = -1;  // last token sampled
   // Dense models prefill the uncached part of the prompt in chunks, inside decode steps.
-  bool prefilling() const { return session.size() < int(req.prompt.size()); }
+  bool prefilling() const { return session->size() < int(req.prompt.size()); }
 };
 
 Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions options, Metrics* metrics)
@@ -146,6 +149,16 @@ void Scheduler::loop() {
 void Scheduler::admit(GenRequest r) {
   if (r.stream->cancelled()) {
     if (metrics_) metrics_->add_cancelled();
+    if (r.on_finish) r.on_finish("cancelled", -1);
+    return;
+  }
+  if (r.session) {  // a caller's session: nothing to prefill, decoding starts at the next step
+    r.stream->push({GenEvent::Kind::Started, 0, 0, 0, ""});
+    auto a = std::make_unique<Active>();
+    a->req = std::move(r);
+    a->session = a->req.session;
+    a->sampler = Sampler(a->req.sampling);
+    active_.push_back(std::move(a));
     return;
   }
   try {
@@ -154,7 +167,10 @@ void Scheduler::admit(GenRequest r) {
     Session s = prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false);
     if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
     r.stream->push({GenEvent::Kind::Started, 0, int(r.prompt.size()), reused, ""});
-    auto a = std::make_unique<Active>(Active{std::move(r), std::move(s), Sampler{}, 0, false});
+    auto a = std::make_unique<Active>();
+    a->req = std::move(r);
+    a->owned.emplace(std::move(s));
+    a->session = &*a->owned;
     a->sampler = Sampler(a->req.sampling);
     active_.push_back(std::move(a));
   } catch (const std::exception& e) {
@@ -164,12 +180,23 @@ void Scheduler::admit(GenRequest r) {
 
 void Scheduler::finish(Active& a, const std::string& reason) {
   a.done = true;
-  a.req.stream->push({GenEvent::Kind::Done, 0, 0, 0, reason});
   if (metrics_) metrics_->add_generated(a.generated);
+  if (a.req.on_finish) {
+    // A caller's session goes back to its owner before the reply is released.
+    try {
+      a.req.on_finish(reason, a.last);
+    } catch (const std::exception& e) {
+      a.req.stream->push({GenEvent::Kind::Error, 0, 0, 0, e.what()});
+      return;
+    }
+    a.req.stream->push({GenEvent::Kind::Done, 0, 0, 0, reason});
+    return;
+  }
+  a.req.stream->push({GenEvent::Kind::Done, 0, 0, 0, reason});
   // The conversation so far, offered to the cache: an agent resending this history next turn
   // (prompt + this reply) starts from these blocks.
   try {
-    prefix_->insert(a.req.partition, a.session);
+    prefix_->insert(a.req.partition, *a.session);
   } catch (const std::exception&) {
     // A full cache only costs the next turn a prefill.
   }
@@ -195,16 +222,16 @@ void Scheduler::step() {
       continue;
     }
     if (a.prefilling()) {
-      const int left = int(a.req.prompt.size()) - a.session.size();
+      const int left = int(a.req.prompt.size()) - a.session->size();
       const int n = std::min(left, prefill_budget);
       if (n <= 0) continue;
       prefill_budget -= n;
-      batch.push_back(&a.session);
-      spans.emplace_back(a.req.prompt.data() + a.session.size(), size_t(n));
+      batch.push_back(a.session);
+      spans.emplace_back(a.req.prompt.data() + a.session->size(), size_t(n));
       members.push_back(&a);
       continue;
     }
-    const int32_t next = a.sampler.sample(a.session.logits(), a.session.tokens());
+    const int32_t next = a.sampler.sample(a.session->logits(), a.session->tokens());
     if (std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), next) != a.req.stop_ids.end()) {
       finish(a, "stop");
       continue;
@@ -214,12 +241,13 @@ void Scheduler::step() {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - a.req.arrived).count());
     a.req.stream->push({GenEvent::Kind::Token, next, 0, 0, ""});
     ++a.generated;
-    if (a.generated >= a.req.max_tokens || a.session.size() + 1 > ctx_) {
+    a.last = next;
+    if (a.generated >= a.req.max_tokens || a.session->size() + 1 > ctx_) {
       finish(a, "length");
       continue;
     }
     sampled.push_back(next);
-    batch.push_back(&a.session);
+    batch.push_back(a.session);
     spans.emplace_back(&sampled.back(), 1);
     members.push_back(&a);
   }
@@ -230,6 +258,12 @@ void Scheduler::step() {
       // E.g. the KV memory budget is spent: these sequences end, the server goes on.
       for (Active* a : members) {
         a->done = true;
+        if (a->req.on_finish) {
+          try {
+            a->req.on_finish("error", -1);
+          } catch (const std::exception&) {
+          }
+        }
         a->req.stream->push({GenEvent::Kind::Error, 0, 0, 0, e.what()});
       }
     }

@@ -67,6 +67,12 @@ struct GenRequest {
   std::vector<int32_t> stop_ids;
   std::shared_ptr<GenStream> stream;
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+  // /v1/fak/ sessions: decode into this caller-owned session (nobody else may touch it until
+  // on_finish) instead of a prompt through the prefix cache, batched with everything else.
+  // on_finish runs on the scheduler thread, before the Done or Error event, with the finish reason
+  // and the last token sampled (-1 if none) — exactly once, whatever happens.
+  Session* session = nullptr;
+  std::function<void(const std::string& reason, int32_t last)> on_finish;
 };
 
 struct SchedulerOptions {

@@ -48,6 +48,9 @@ SessionStore::Entry& SessionStore::get(const std::string& tenant, const std::str
   auto it = sessions_.find({tenant, id});
   if (it == sessions_.end())
     throw ApiError(404, "no session '" + id + "'", "id", "session_not_found");
+  if (it->second.busy)
+    throw ApiError(409, "session '" + id + "' is generating; retry when that reply is done", "id",
+                   "session_busy");
   return it->second;
 }
 
@@ -176,30 +179,27 @@ ojson SessionStore::append(const std::string& tenant, const std::string& id, con
           {"size", e.session.size()}};
 }
 
-ojson SessionStore::generate(const std::string& tenant, const std::string& id,
-                             const GenerateOptions& options) {
+Session* SessionStore::begin_generate(const std::string& tenant, const std::string& id,
+                                      GenerateOptions& o, int* begin) {
   Entry& e = get(tenant, id);
   if (!e.session.has_logits()) bad_request("the session is empty: append something first");
-  GenerateOptions o = options;
   o.max_tokens = std::min(o.max_tokens, ctx_ - e.session.size());
   if (o.max_tokens < 1)
     bad_request("the session fills the context of " + std::to_string(ctx_) + " tokens");
-  o.append_last = true;
-  const int begin = e.session.size();
-  GenerateResult r = fak::generate(e.session, o);
+  e.busy = true;
+  *begin = e.session.size();
+  return &e.session;
+}
+
+int SessionStore::end_generate(const std::string& tenant, const std::string& id,
+                               const std::string& reason, int32_t last, int begin) {
+  auto it = sessions_.find({tenant, id});
+  check(it != sessions_.end(), "end_generate: the session vanished while lent out");
+  Entry& e = it->second;
+  e.busy = false;
+  if (reason == "length" && last >= 0) e.session.append({&last, 1});
   if (e.session.size() > begin) e.segments.push_back({begin, e.session.size(), "generated"});
-  ojson j;
-  j["id"] = id;
-  j["ids"] = r.ids;
-  if (const Tokenizer* tok = model_->tokenizer()) {
-    StreamDecoder d(*tok);
-    std::string text;
-    for (int32_t t : r.ids) text += d.push(t);
-    j["text"] = text + d.flush();
-  }
-  j["finish_reason"] = r.finish_reason;
-  j["size"] = e.session.size();
-  return j;
+  return e.session.size();
 }
 
 std::string SessionStore::clone(const std::string& tenant, const std::string& id,

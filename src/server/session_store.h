@@ -47,7 +47,14 @@ class SessionStore {
 
   // body: {"text": str} | {"ids": [int]} | {"messages": [...], "add_generation_prompt": bool}
   ojson append(const std::string& tenant, const std::string& id, const ojson& body);
-  ojson generate(const std::string& tenant, const std::string& id, const GenerateOptions& options);
+  // Generation runs in the scheduler's batch: begin_generate lends the session out (clamping
+  // max_tokens to the context) and marks it busy, so every other call on it gets 409 until
+  // end_generate takes it back — which appends the last token when the reply ended on length
+  // (as fak::generate does), records the generated segment and returns the session's new size.
+  Session* begin_generate(const std::string& tenant, const std::string& id,
+                          GenerateOptions& options, int* begin);
+  int end_generate(const std::string& tenant, const std::string& id, const std::string& reason,
+                   int32_t last, int begin);
   std::string clone(const std::string& tenant, const std::string& id, const std::string& new_id);
   // Span [begin, end) or segment index; exact mode unless shift.
   EvictReport evict_span(const std::string& tenant, const std::string& id, int begin, int end,
@@ -62,6 +69,7 @@ class SessionStore {
     std::string tenant;
     Session session;
     std::vector<Segment> segments;
+    bool busy = false;  // lent to the scheduler for generation
   };
   Entry& get(const std::string& tenant, const std::string& id);
   const Entry& get(const std::string& tenant, const std::string& id) const;
