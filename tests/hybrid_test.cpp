@@ -20,21 +20,13 @@
 
 namespace fak {
 
+using test::bit_equal;
+using test::random_ids;
+
 namespace {
 
 std::filesystem::path fixture_dir() {
   return test::data_path("oracle/qwen35-hybrid-tiny");
-}
-
-std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids(size_t(n), 0);
-  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
-  return ids;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 double max_abs_diff(const float* a, const float* b, size_t n) {

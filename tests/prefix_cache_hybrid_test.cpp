@@ -11,22 +11,14 @@
 
 namespace fak {
 
-namespace {
+using test::bit_equal;
+using test::random_ids;
 
-std::vector<int32_t> ids(int n, uint32_t seed, int vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> v(size_t(n), 0);
-  for (auto& x : v) x = int32_t(rng() % uint32_t(vocab));
-  return v;
-}
+namespace {
 
 std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
 class HybridPrefixCache : public ::testing::Test {
@@ -61,8 +53,8 @@ class HybridPrefixCache : public ::testing::Test {
 
 TEST_F(HybridPrefixCache, HitIsBitIdenticalToColdPrefill) {
   PrefixCache pc(model, cache, 64 << 20);
-  auto system = ids(300, 1, vocab);
-  auto turn1 = cat(system, ids(9, 2, vocab)), turn2 = cat(system, ids(23, 3, vocab));
+  auto system = random_ids(300, vocab, 1);
+  auto turn1 = cat(system, random_ids(9, vocab, 2)), turn2 = cat(system, random_ids(23, vocab, 3));
   int reused = -1;
   Session a = pc.acquire("t", turn1, &reused);
   EXPECT_EQ(reused, 0);
@@ -78,11 +70,11 @@ TEST_F(HybridPrefixCache, HitIsBitIdenticalToColdPrefill) {
   Session ref = cold(turn2);
   expect_same(b, ref, "hit");
   // Whatever the session does next computes what the cold one does.
-  for (int32_t t : ids(5, 4, vocab)) {
+  for (int32_t t : random_ids(5, vocab, 4)) {
     b.append({&t, 1});
     ref.append({&t, 1});
   }
-  auto more = ids(140, 5, vocab);
+  auto more = random_ids(140, vocab, 5);
   b.append(more);
   ref.append(more);
   expect_same(b, ref, "after decoding and another append");
@@ -98,15 +90,15 @@ TEST_F(HybridPrefixCache, HitIsBitIdenticalToColdPrefill) {
 // still a plain cold prefill; a match between checkpoints restarts from the one below it.
 TEST_F(HybridPrefixCache, RestartsFromTheNearestCheckpointBelowTheMatch) {
   PrefixCache pc(model, cache, 64 << 20);
-  auto base = ids(300, 6, vocab);
+  auto base = random_ids(300, vocab, 6);
   Session a = pc.acquire("t", base);
   int reused = -1;
-  auto short_match = cat({base.begin(), base.begin() + 100}, ids(40, 7, vocab));
+  auto short_match = cat({base.begin(), base.begin() + 100}, random_ids(40, vocab, 7));
   Session b = pc.acquire("t", short_match, &reused);
   EXPECT_EQ(reused, 0);
   Session ref_b = cold(short_match);
   expect_same(b, ref_b, "match below the first checkpoint");
-  auto mid_match = cat({base.begin(), base.begin() + 200}, ids(40, 8, vocab));
+  auto mid_match = cat({base.begin(), base.begin() + 200}, random_ids(40, vocab, 8));
   Session c = pc.acquire("t", mid_match, &reused);
   EXPECT_EQ(reused, 128);
   Session ref_c = cold(mid_match);
@@ -117,7 +109,7 @@ TEST_F(HybridPrefixCache, RestartsFromTheNearestCheckpointBelowTheMatch) {
 // token by token, so only the prompt's checkpoints are cold; the hit restarts from the last one.
 TEST_F(HybridPrefixCache, AgentTurnReusesThePreviousPrompt) {
   PrefixCache pc(model, cache, 64 << 20);
-  auto turn1 = ids(270, 9, vocab);
+  auto turn1 = random_ids(270, vocab, 9);
   Session a = pc.acquire("t", turn1);
   std::vector<int32_t> reply;
   for (int i = 0; i < 12; ++i) {
@@ -126,7 +118,7 @@ TEST_F(HybridPrefixCache, AgentTurnReusesThePreviousPrompt) {
     reply.push_back(t);
   }
   pc.insert("t", a);  // as the server does when the request finishes
-  auto turn2 = cat(cat(turn1, reply), ids(60, 10, vocab));
+  auto turn2 = cat(cat(turn1, reply), random_ids(60, vocab, 10));
   int reused = -1;
   Session b = pc.acquire("t", turn2, &reused);
   EXPECT_EQ(reused, 256);
@@ -138,7 +130,7 @@ TEST_F(HybridPrefixCache, CheckpointsCountInTheBudget) {
   // Room for one prompt's 8 blocks and one checkpoint, not two.
   const size_t budget = 8 * cache->block_bytes() + checkpoint_bytes() + 1000;
   PrefixCache pc(model, cache, budget);
-  auto p1 = ids(140, 11, vocab), p2 = ids(140, 12, vocab);
+  auto p1 = random_ids(140, vocab, 11), p2 = random_ids(140, vocab, 12);
   { Session a = pc.acquire("t", p1); }
   { Session b = pc.acquire("t", p2); }
   auto st = pc.stats();
@@ -161,7 +153,7 @@ TEST_F(HybridPrefixCache, CheckpointsCountInTheBudget) {
 
 TEST_F(HybridPrefixCache, PartitionsNeverShare) {
   PrefixCache pc(model, cache, 64 << 20);
-  auto prompt = ids(200, 13, vocab);
+  auto prompt = random_ids(200, vocab, 13);
   Session a = pc.acquire("alice", prompt);
   int reused = -1;
   Session b = pc.acquire("bob", prompt, &reused);

@@ -10,18 +10,10 @@
 
 namespace fak {
 
+using test::bit_equal;
+using test::random_ids;
+
 namespace {
-
-std::vector<int32_t> ids(int n, uint32_t seed, int vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> v(size_t(n), 0);
-  for (auto& x : v) x = int32_t(rng() % uint32_t(vocab));
-  return v;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
 
 class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -40,9 +32,9 @@ class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(PrefixCacheTest, HitIsBitIdenticalToColdPrefill) {
   PrefixCache pc(model, cache, 64 << 20);
-  auto system = ids(70, 1, vocab);
+  auto system = random_ids(70, vocab, 1);
   auto turn1 = system, turn2 = system;
-  auto u1 = ids(9, 2, vocab), u2 = ids(23, 3, vocab);
+  auto u1 = random_ids(9, vocab, 2), u2 = random_ids(23, vocab, 3);
   turn1.insert(turn1.end(), u1.begin(), u1.end());
   turn2.insert(turn2.end(), u2.begin(), u2.end());
   int reused = -1;
@@ -67,7 +59,7 @@ TEST_P(PrefixCacheTest, HitIsBitIdenticalToColdPrefill) {
 
 TEST_P(PrefixCacheTest, PartitionsNeverShare) {
   PrefixCache pc(model, cache, 64 << 20);
-  auto prompt = ids(50, 4, vocab);
+  auto prompt = random_ids(50, vocab, 4);
   Session a = pc.acquire("alice", prompt);
   pc.insert("alice", a);
   int reused = -1;
@@ -80,7 +72,7 @@ TEST_P(PrefixCacheTest, PartitionsNeverShare) {
 TEST_P(PrefixCacheTest, EvictsLeastRecentlyUsedUnderBudget) {
   const size_t budget = 6 * cache->block_bytes();
   PrefixCache pc(model, cache, budget);
-  auto p1 = ids(64, 5, vocab), p2 = ids(64, 6, vocab);
+  auto p1 = random_ids(64, vocab, 5), p2 = random_ids(64, vocab, 6);
   {
     Session a = pc.acquire("t", p1);
     pc.insert("t", a);
@@ -102,12 +94,12 @@ TEST_P(PrefixCacheTest, EvictsLeastRecentlyUsedUnderBudget) {
 
 TEST_P(PrefixCacheTest, CachedBlocksSurviveTheSessionThatMadeThem) {
   PrefixCache pc(model, cache, 64 << 20);
-  auto prompt = ids(40, 7, vocab);
+  auto prompt = random_ids(40, vocab, 7);
   {
     Session a = pc.acquire("t", prompt);
     pc.insert("t", a);
     // The session goes on writing past the cached blocks and even rewrites its middle.
-    auto more = ids(10, 8, vocab);
+    auto more = random_ids(10, vocab, 8);
     a.append(more);
     a.evict(5, 20, EvictMode::Exact);
   }
@@ -122,6 +114,8 @@ TEST_P(PrefixCacheTest, CachedBlocksSurviveTheSessionThatMadeThem) {
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest,
                          ::testing::Values(test::source_path("models/pycoder-6m").string(),
                                            test::data_path("oracle/llama-tiny").string()),
-                         [](const auto& info) { return info.index == 0 ? std::string("pycoder") : std::string("llama"); });
+                         [](const auto& info) {
+                           return info.index == 0 ? std::string("pycoder") : std::string("llama");
+                         });
 
 }  // namespace fak

@@ -14,6 +14,9 @@
 
 namespace fak {
 
+using test::bit_equal;
+using test::random_ids;
+
 namespace {
 
 struct ModelCase {
@@ -29,21 +32,10 @@ std::vector<ModelCase> models() {
           {"qwen35_hybrid_tiny", test::data_path("oracle/qwen35-hybrid-tiny")}};
 }
 
-std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids(size_t(n), 0);
-  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
-  return ids;
-}
-
 std::vector<int32_t> concat(std::initializer_list<std::vector<int32_t>> parts) {
   std::vector<int32_t> out;
   for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
   return out;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Greedy continuation of n tokens from a session (modifies it).

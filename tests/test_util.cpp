@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace fak::test {
@@ -23,8 +25,9 @@ std::filesystem::path temp_dir() {
   static std::atomic<int> counter{0};
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "fak";
-  auto dir = std::filesystem::temp_directory_path() /
-             ("fak-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + name);
+  auto dir =
+      std::filesystem::temp_directory_path() /
+      ("fak-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -55,6 +58,17 @@ CommandResult run_fak(const std::string& args) {
   r.err = read_file(err_path);
   std::filesystem::remove_all(dir);
   return r;
+}
+
+std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n), 0);
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
+  return ids;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace fak::test

@@ -1,12 +1,14 @@
 // Helpers shared by tests: where the copied-in fixtures live, running the fak binary.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace fak::test {
 
-std::filesystem::path data_path(const std::string& relative);  // tests/data/<relative>
+std::filesystem::path data_path(const std::string& relative);    // tests/data/<relative>
 std::filesystem::path source_path(const std::string& relative);  // repo root/<relative>
 std::filesystem::path temp_dir();  // a fresh directory for this test, removed at exit
 
@@ -19,5 +21,10 @@ struct CommandResult {
 CommandResult run_fak(const std::string& args);
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
+
+// n token ids drawn uniformly from [0, vocab) by mt19937(seed).
+std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed);
+// Same length and the same bits (what the reuse stack promises).
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b);
 
 }  // namespace fak::test
