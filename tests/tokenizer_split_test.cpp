@@ -130,7 +130,20 @@ TEST(TokenizerSplit, GgufPreNames) {
   EXPECT_EQ(pattern_for_gguf_pre("qwen2"), kQwen2Pattern);
   EXPECT_EQ(pattern_for_gguf_pre("llama-bpe"), kLlama3Pattern);
   EXPECT_EQ(pattern_for_gguf_pre("gpt-2"), kGpt2Pattern);
+  EXPECT_EQ(pattern_for_gguf_pre("qwen35"), kQwen35Pattern);
   EXPECT_TRUE(pattern_for_gguf_pre("unknown").empty());
+}
+
+// Qwen3.5's split keeps a combining mark (U+0301) with its letter, where Qwen2's cuts the word at
+// it (\p{M} is neither \p{L} nor \p{N}, so it starts a punctuation run); otherwise they agree.
+TEST(TokenizerSplit, Qwen35KeepsCombiningMarksInWords) {
+  const std::string text = "cafe\u0301 ok 12";
+  PreTokenizer qwen35(kQwen35Pattern);
+  EXPECT_EQ(qwen35.kind(), PreTokenizer::Kind::kRegex);
+  EXPECT_EQ(show(split(qwen35, text)), "[cafe\u0301][ ok][ ][1][2]");
+  EXPECT_EQ(show(split(PreTokenizer(kQwen2Pattern), text)), "[cafe][\u0301][ ok][ ][1][2]");
+  const std::string plain = "I'M here  now\n\n x 1234\t(y)\n";
+  EXPECT_EQ(show(split(qwen35, plain)), show(split(PreTokenizer(kQwen2Pattern), plain)));
 }
 
 // A Bpe built from the Qwen spec the way the tokenizer builds it.

@@ -61,7 +61,7 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
   const std::string_view pattern = pattern_for_gguf_pre(pre);
   if (pattern.empty())
     fail(f.name() + ": tokenizer.ggml.pre '" + pre +
-         "' is not supported (supported: qwen2, llama-bpe, gpt-2 and their aliases)");
+         "' is not supported (supported: qwen2, qwen35, llama-bpe, gpt-2 and their aliases)");
   spec.pre_regex = std::string(pattern);
   // GGUF has no normaliser field: Qwen2's tokenizer.json has NFC, Llama-3's and GPT-2's none.
   spec.nfc = pattern == kQwen2Pattern;
@@ -82,7 +82,8 @@ std::string gguf_pre_name(const TokenizerSpec& spec) {
   if (spec.pre_regex.empty() || spec.pre_regex == kQwen2Pattern) return "qwen2";
   if (spec.pre_regex == kLlama3Pattern) return "llama-bpe";
   if (spec.pre_regex == kGpt2Pattern) return "gpt-2";
-  fail("the tokenizer's split pattern is none llama.cpp names (qwen2, llama-bpe, gpt-2): " +
+  if (spec.pre_regex == kQwen35Pattern) return "qwen35";
+  fail("the tokenizer's split pattern is none llama.cpp names (qwen2, qwen35, llama-bpe, gpt-2): " +
        spec.pre_regex);
 }
 

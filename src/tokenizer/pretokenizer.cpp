@@ -201,6 +201,7 @@ std::string_view pattern_for_gguf_pre(std::string_view name) {
   if (name == "qwen2" || name == "deepseek-r1-qwen") return kQwen2Pattern;
   if (name == "llama-bpe" || name == "llama3" || name == "smaug-bpe") return kLlama3Pattern;
   if (name == "gpt-2" || name == "gpt2" || name == "phi-2") return kGpt2Pattern;
+  if (name == "qwen35") return kQwen35Pattern;
   return {};
 }
 
