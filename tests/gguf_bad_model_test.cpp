@@ -99,8 +99,7 @@ TEST_P(GgufBadModel, EveryMissingKeyMissingTensorOrWrongShapeIsOneClearError) {
     if (t.name != "output.weight") {
       const std::string dropped = load(variant(s, "", t.name, ""));
       EXPECT_NE(dropped, "ok") << "loaded without " << t.name;
-      EXPECT_TRUE(dropped.find(t.name) != std::string::npos ||
-                  dropped.find("tensor") != std::string::npos)
+      EXPECT_NE(dropped.find(t.name), std::string::npos)
           << "dropping " << t.name << ": " << dropped;
     }
     const std::string reshaped = load(variant(s, "", "", t.name));

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <set>
 
 #include "core/dtype.h"
@@ -337,11 +338,19 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (!embd || embd->dims.size() != 2) fail(f.name() + ": missing 2-D tensor 'token_embd.weight'");
   c.vocab = int(embd->dims[1]);
   c.tie_embeddings = f.tensor("output.weight") == nullptr;
-  c.qkv_bias = f.tensor("blk.0.attn_q.bias") != nullptr;
-  c.attn_output_bias = f.tensor("blk.0.attn_output.bias") != nullptr;
-  c.mlp_bias = f.tensor("blk.0.ffn_up.bias") != nullptr;
-  c.qk_norm = f.tensor("blk.0.attn_q_norm.weight") != nullptr;
-  if (c.arch == Arch::Qwen3 && !c.qk_norm) fail(f.name() + ": qwen3 without attn_q_norm tensors");
+  // Any one of a group of biases means the model has them all: a missing one is then named as
+  // missing, rather than its siblings reported as unexpected.
+  auto any = [&f](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (f.tensor(n)) return true;
+    return false;
+  };
+  c.qkv_bias = any({"blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.0.attn_v.bias"});
+  c.attn_output_bias = any({"blk.0.attn_output.bias"});
+  c.mlp_bias = any({"blk.0.ffn_gate.bias", "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"});
+  // qwen3 always has q/k norms: the loader then names whichever is missing.
+  c.qk_norm =
+      c.arch == Arch::Qwen3 || any({"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"});
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
   if (c.arch == Arch::Qwen35) {
     // block_count includes the multi-token-prediction (NextN) blocks appended after the decoder.
