@@ -126,6 +126,30 @@ TEST_P(MatmulQuant, OutputsDoNotDependOnBatchTilesOrThreads) {
   }
 }
 
+// The VNNI kernels (16-row panels) against the AVX2 ones (8-row panels): the same bits for row
+// counts that leave partial 16-row panels and 8-row remainders, and token counts that leave every
+// tile remainder (tiles of 8 tokens for the 32-element types, 6 for the K-quants).
+TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
+  if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  const WType type = GetParam();
+  const bool k_quant = wtype_block(type) == 256;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, k_quant ? 256 : 32},
+                            {67, 512},
+                            {130, k_quant ? 1280 : 896},
+                            {40, k_quant ? 768 : 160}}) {
+    Quantised m = make_matrix(type, rows, cols, 7);
+    for (int n_tokens : {2, 3, 5, 6, 7, 8, 9, 13, 17, 64, 65}) {
+      std::vector<float> x = activations(n_tokens, cols, uint32_t(3 * n_tokens + 1));
+      kernels::set_avx512_enabled(false);
+      std::vector<float> narrow = run(m.w, x, n_tokens);
+      kernels::set_avx512_enabled(true);
+      std::vector<float> wide = run(m.w, x, n_tokens);
+      ASSERT_EQ(0, std::memcmp(narrow.data(), wide.data(), 4 * wide.size()))
+          << wtype_name(type) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens;
+    }
+  }
+}
+
 TEST_P(MatmulQuant, DequantizeRowMatchesBlockDequantize) {
   const WType type = GetParam();
   Quantised m = make_matrix(type, 3, 512, 5);

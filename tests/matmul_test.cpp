@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/matmul_kernels.h"
 
 namespace fak {
 namespace {
@@ -75,6 +76,42 @@ TEST(MatmulFloat, CloseToReferenceAndIndependentOfBatch) {
                 << wtype_name(type) << " row " << r;
           }
         }
+      }
+    }
+}
+
+// The AVX-512 prefill kernel keeps every output's AVX2 arithmetic (two rows' 8-lane accumulators
+// per register), so the two kernels must agree bit for bit: over column counts that leave every
+// 8-column tail, row counts that leave partial 8-row groups and 16-row panels, and token counts
+// that leave every 6-token tile remainder and cross the 48-token block.
+TEST(MatmulFloat, Avx512KernelBitIdenticalToAvx2) {
+  if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  for (WType type : {WType::F32, WType::F16, WType::BF16})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{67, 100},
+                              {40, 256},
+                              {9, 13},
+                              {17, 7},
+                              {130, 903},
+                              {24, 896}}) {
+      const Stored s = make(type, rows, cols, uint32_t(rows * 7 + cols));
+      for (int n_tokens : {1, 3, 4, 5, 6, 7, 11, 13, 47, 48, 49, 97}) {
+        std::mt19937 rng(static_cast<uint32_t>(n_tokens + cols));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> x(size_t(n_tokens) * size_t(cols));
+        for (auto& v : x) v = nd(rng);
+        std::vector<float> wide(size_t(n_tokens) * size_t(rows), -1.0f);
+        std::vector<float> narrow(size_t(n_tokens) * size_t(rows), -2.0f);
+        kernels::matmul_rows_avx512(s.w, x.data(), n_tokens, wide.data(), 0, rows);
+        kernels::matmul_rows_avx2(s.w, x.data(), n_tokens, narrow.data(), 0, rows);
+        ASSERT_EQ(0, std::memcmp(wide.data(), narrow.data(), 4 * wide.size()))
+            << wtype_name(type) << " " << rows << "x" << cols << " n_tokens " << n_tokens;
+        // And through the dispatch, with AVX-512 switched off and on.
+        kernels::set_avx512_enabled(false);
+        const auto off = run(s.w, x, n_tokens);
+        kernels::set_avx512_enabled(true);
+        const auto on = run(s.w, x, n_tokens);
+        ASSERT_EQ(0, std::memcmp(off.data(), on.data(), 4 * on.size()))
+            << wtype_name(type) << " " << rows << "x" << cols << " n_tokens " << n_tokens;
       }
     }
 }

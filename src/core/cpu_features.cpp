@@ -2,6 +2,9 @@
 
 #include <cpuid.h>
 
+#include <cstdlib>
+#include <cstring>
+
 namespace fak {
 
 namespace {
@@ -19,6 +22,13 @@ CpuFeatures detect() {
   if (f.avx512 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
     f.avx512_vnni = (ecx & (1u << 11)) != 0;
     if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512_bf16 = (eax & (1u << 5)) != 0;
+  }
+  // FAK_ISA=avx2 or scalar caps the kernel families (to compare them on one machine); outputs of
+  // the avx512 and avx2 families are the same bits, scalar ones differ in summation order.
+  if (const char* cap = std::getenv("FAK_ISA")) {
+    if (std::strcmp(cap, "avx2") == 0 || std::strcmp(cap, "scalar") == 0)
+      f.avx512 = f.avx512_vnni = f.avx512_bf16 = false;
+    if (std::strcmp(cap, "scalar") == 0) f.avx2 = false;
   }
   return f;
 }

@@ -15,12 +15,29 @@
 namespace fak {
 
 namespace kernels {
-bool cpu_has_avx2() { return cpu_features().avx2; }
+bool cpu_has_avx2() {
+  return cpu_features().avx2;
+}
+bool cpu_has_avx512() {
+  return cpu_features().avx512 && cpu_features().avx512_vnni;
+}
+
+namespace {
+bool g_avx512_enabled = true;
+}  // namespace
+
+void set_avx512_enabled(bool enabled) {
+  g_avx512_enabled = enabled;
+}
+bool avx512_enabled() {
+  return g_avx512_enabled && cpu_has_avx512();
+}
 }  // namespace kernels
 
 namespace {
 
 kernels::MatmulRowsFn float_kernel() {
+  if (kernels::avx512_enabled()) return kernels::matmul_rows_avx512;
   static const kernels::MatmulRowsFn fn =
       kernels::cpu_has_avx2() ? kernels::matmul_rows_avx2 : kernels::matmul_rows_ref;
   return fn;
@@ -30,17 +47,28 @@ kernels::MatmulRowsFn float_kernel() {
 
 std::string_view wtype_name(WType t) {
   switch (t) {
-    case WType::F32: return "f32";
-    case WType::F16: return "f16";
-    case WType::BF16: return "bf16";
-    case WType::Q8_0: return "q8_0";
-    case WType::Q4_0: return "q4_0";
-    case WType::Q4_1: return "q4_1";
-    case WType::Q5_0: return "q5_0";
-    case WType::Q5_1: return "q5_1";
-    case WType::Q4_K: return "q4_k";
-    case WType::Q5_K: return "q5_k";
-    case WType::Q6_K: return "q6_k";
+    case WType::F32:
+      return "f32";
+    case WType::F16:
+      return "f16";
+    case WType::BF16:
+      return "bf16";
+    case WType::Q8_0:
+      return "q8_0";
+    case WType::Q4_0:
+      return "q4_0";
+    case WType::Q4_1:
+      return "q4_1";
+    case WType::Q5_0:
+      return "q5_0";
+    case WType::Q5_1:
+      return "q5_1";
+    case WType::Q4_K:
+      return "q4_k";
+    case WType::Q5_K:
+      return "q5_k";
+    case WType::Q6_K:
+      return "q6_k";
   }
   return "?";
 }
@@ -49,15 +77,18 @@ int64_t wtype_block(WType t) {
   switch (t) {
     case WType::F32:
     case WType::F16:
-    case WType::BF16: return 1;
+    case WType::BF16:
+      return 1;
     case WType::Q8_0:
     case WType::Q4_0:
     case WType::Q4_1:
     case WType::Q5_0:
-    case WType::Q5_1: return 32;
+    case WType::Q5_1:
+      return 32;
     case WType::Q4_K:
     case WType::Q5_K:
-    case WType::Q6_K: return 256;
+    case WType::Q6_K:
+      return 256;
   }
   return 1;
 }
@@ -65,22 +96,35 @@ int64_t wtype_block(WType t) {
 size_t wtype_row_bytes(WType t, int64_t cols) {
   size_t blocks = size_t(cols / wtype_block(t));
   switch (t) {
-    case WType::F32: return 4 * size_t(cols);
+    case WType::F32:
+      return 4 * size_t(cols);
     case WType::F16:
-    case WType::BF16: return 2 * size_t(cols);
-    case WType::Q8_0: return blocks * 34;
-    case WType::Q4_0: return blocks * 18;
-    case WType::Q4_1: return blocks * 20;
-    case WType::Q5_0: return blocks * 22;
-    case WType::Q5_1: return blocks * 24;
-    case WType::Q4_K: return blocks * 144;
-    case WType::Q5_K: return blocks * 176;
-    case WType::Q6_K: return blocks * 210;
+    case WType::BF16:
+      return 2 * size_t(cols);
+    case WType::Q8_0:
+      return blocks * 34;
+    case WType::Q4_0:
+      return blocks * 18;
+    case WType::Q4_1:
+      return blocks * 20;
+    case WType::Q5_0:
+      return blocks * 22;
+    case WType::Q5_1:
+      return blocks * 24;
+    case WType::Q4_K:
+      return blocks * 144;
+    case WType::Q5_K:
+      return blocks * 176;
+    case WType::Q6_K:
+      return blocks * 210;
   }
   return 0;
 }
 
-std::string_view matmul_isa() { return kernels::cpu_has_avx2() ? "avx2" : "scalar"; }
+std::string_view matmul_isa() {
+  if (kernels::avx512_enabled()) return "avx512";
+  return kernels::cpu_has_avx2() ? "avx2" : "scalar";
+}
 
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   if (n_tokens <= 0 || w.rows == 0) return;
@@ -109,7 +153,9 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out) {
   const uint8_t* row = w.row(r);
   switch (w.type) {
-    case WType::F32: std::memcpy(out, row, 4 * size_t(w.cols)); return;
+    case WType::F32:
+      std::memcpy(out, row, 4 * size_t(w.cols));
+      return;
     case WType::BF16:
       for (int64_t k = 0; k < w.cols; ++k) {
         uint16_t h;
@@ -124,7 +170,8 @@ void dequantize_row(const WeightMatrix& w, int64_t r, float* out) {
         out[k] = f16_to_f32(h);
       }
       return;
-    default: return dequantize_row(*wtype_quant(w.type), row, out, w.cols);
+    default:
+      return dequantize_row(*wtype_quant(w.type), row, out, w.cols);
   }
 }
 

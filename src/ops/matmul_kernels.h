@@ -16,8 +16,19 @@ void matmul_rows_ref(const WeightMatrix& w, const float* x, int n_tokens, float*
                      int64_t r1);
 void matmul_rows_avx2(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                       int64_t r1);
+// Same bits as matmul_rows_avx2 (see matmul_avx512.cpp); from kAvx512MinTokens tokens on it widens
+// rows into a panel and runs 8-row x 6-token tiles, below that it calls the AVX2 kernel.
+void matmul_rows_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
+                        int64_t r1);
+constexpr int kAvx512MinTokens = 4;
 
 bool cpu_has_avx2();
+// AVX-512 F/BW/DQ/VL + VNNI: the avx512 kernels (float prefill, int8 prefill with vpdpbusd). They
+// reproduce the AVX2 kernels' outputs bit for bit, so they are a speed choice only.
+bool cpu_has_avx512();
+// Test hook: false makes every call take the AVX2 kernels (to compare the two bit for bit).
+void set_avx512_enabled(bool enabled);
+bool avx512_enabled();
 
 // Block-quantised weights (matmul_quant.cpp): the activations already quantised, one row per token.
 struct QuantTask {
@@ -28,7 +39,7 @@ struct QuantTask {
   // Q8_0 activations with n_tokens > 1: each block's fp16 scale as a float, [n_tokens][cols / 32]
   // (the prefill kernels would otherwise convert it once per 8 rows).
   const float* act_scales = nullptr;
-  // q4_0 / q5_0 weights with n_tokens > 1: Σ of each activation block's quants, same layout.
+  // Q8_0 activations with n_tokens > 1: Σ of each activation block's quants, same layout.
   const int32_t* act_sums = nullptr;
   float* y = nullptr;  // [n_tokens][w->rows]
   VecDotFn dot = nullptr;
@@ -40,6 +51,9 @@ using QuantTileFn = void (*)(const QuantTask& q, int64_t r0, int64_t r1);
 // The register-tiled prefill kernel for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_tile_kernel(QuantType t);
 QuantTileFn quant_tile_avx2(QuantType t);  // gemm_avx2.cpp; only when cpu_has_avx2()
+// gemm_avx512.cpp (VNNI, 16-row panels; same bits as the AVX2 tiles); only when avx512_enabled().
+// Needs QuantTask::act_sums for every Q8_0-activation type.
+QuantTileFn quant_tile_avx512(QuantType t);
 // The decode kernel (n_tokens == 1) for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_gemv_kernel(QuantType t);
 QuantTileFn quant_gemv_avx2(QuantType t);  // gemv_avx2.cpp; only when cpu_has_avx2()

@@ -86,7 +86,10 @@ void set_quant_tiles_enabled(bool enabled) {
 QuantTileFn quant_tile_kernel(QuantType t) {
   if (!g_tiles_enabled) return nullptr;
   // The tiles reproduce the AVX2 vec_dot bit for bit; with the scalar dots they would not.
-  return quant_kernels().isa == "avx2" ? quant_tile_avx2(t) : nullptr;
+  if (quant_kernels().isa != "avx2") return nullptr;
+  if (avx512_enabled())
+    if (QuantTileFn fn = quant_tile_avx512(t)) return fn;
+  return quant_tile_avx2(t);
 }
 
 QuantTileFn quant_gemv_kernel(QuantType t) {
@@ -123,7 +126,9 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   }
   thread_local std::vector<int32_t> tls_sums;
   std::vector<int32_t>& sums = tls_sums;
-  const bool want_sums = want_scales && (qt == QuantType::Q4_0 || qt == QuantType::Q5_0);
+  // The unsigned-code kernels subtract their code offset through these (q4_0 / q5_0 on AVX2,
+  // q8_0 too with VNNI).
+  const bool want_sums = want_scales;
   if (want_sums) {
     sums.resize(size_t(nb) * size_t(n_tokens));
     q.act_sums = sums.data();

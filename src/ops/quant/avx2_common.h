@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/isa_namespace.h"
+
 namespace fak::quant {
+inline namespace FAK_ISA_NS {
 
 inline float h2f(uint16_t h) {
   return _cvtsh_ss(h);
@@ -111,4 +114,5 @@ inline __m256i broadcast_i16(__m256i v, int k) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(int16_t((2 * k) | ((2 * k + 1) << 8))));
 }
 
+}  // namespace FAK_ISA_NS
 }  // namespace fak::quant

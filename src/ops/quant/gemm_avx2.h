@@ -18,6 +18,7 @@
 #include "ops/quant/avx2_common.h"
 
 namespace fak::kernels {
+inline namespace FAK_ISA_NS {
 
 constexpr int kPanelRows = 8;
 
@@ -137,6 +138,8 @@ void rows_panels(const QuantTask& q, int64_t r0, int64_t r1) {
       q.y[size_t(t) * size_t(q.w->rows) + size_t(r)] =
           q.dot(q.w->cols, q.w->row(r), q.act + size_t(t) * q.act_row_bytes);
 }
+
+}  // namespace FAK_ISA_NS
 
 // gemm_k_avx2.cpp
 void rows_q4_k_avx2(const QuantTask& q, int64_t r0, int64_t r1);

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/isa_namespace.h"
+
 namespace fak::quant {
 
 constexpr int kQK = 32;          // elements per block of the "legacy" types (q4_0 ... q8_0)
@@ -98,6 +100,7 @@ static_assert(sizeof(BlockQ8K) == 292);
 // Unpacks the 12-byte q4_K/q5_K scale field into 8 six-bit scales and 8 six-bit mins. Sub-blocks
 // 0..3 keep their values in the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); sub-blocks 4..7
 // store 4 low bits in bytes 8..11 and their 2 high bits in the top bits of bytes 0..7.
+inline namespace FAK_ISA_NS {  // compiled into kernel files of every ISA
 inline void unpack_scales_k4(const uint8_t* packed, uint8_t* sc, uint8_t* m) {
   for (int j = 0; j < 4; ++j) {
     sc[j] = packed[j] & 63;
@@ -108,5 +111,6 @@ inline void unpack_scales_k4(const uint8_t* packed, uint8_t* sc, uint8_t* m) {
     m[j] = uint8_t((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
   }
 }
+}  // namespace FAK_ISA_NS
 
 }  // namespace fak::quant

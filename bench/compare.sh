@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Side-by-side pp/tg of fak and llama.cpp on the same GGUFs, interleaved pass by pass so both see the
+# same machine state; prints one markdown row per model with the median of the passes and the ratio
+# fak / llama.cpp. llama.cpp is the prebuilt library of the npm package node-llama-cpp
+# (bench/llamacpp; run `npm ci` there once).
+#
+#   bench/compare.sh [-p 256] [-n 32] [-t 2] [-r 3] [-P passes] [-o DIR] MODEL.gguf ...
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+fak="${FAK:-$here/../build/fak}"
+p=256 n=32 t=2 r=3 passes=2 out=""
+while getopts "p:n:t:r:P:o:" opt; do
+  case $opt in
+    p) p=$OPTARG ;; n) n=$OPTARG ;; t) t=$OPTARG ;; r) r=$OPTARG ;; P) passes=$OPTARG ;; o) out=$OPTARG ;;
+    *) exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ $# -gt 0 ] || { echo "usage: $0 [-p N] [-n N] [-t T] [-r R] [-P passes] [-o DIR] MODEL.gguf ..." >&2; exit 2; }
+[ -d "$here/llamacpp/node_modules/node-llama-cpp" ] || { echo "run: (cd $here/llamacpp && npm ci)" >&2; exit 2; }
+work="${out:-$(mktemp -d)}"
+mkdir -p "$work"
+for m in "$@"; do
+  name="$(basename "$m" .gguf)"
+  for pass in $(seq 1 "$passes"); do
+    "$fak" bench -m "$m" -p "$p" -n "$n" -t "$t" -r "$r" -o json >"$work/$name.fak.$pass.json"
+    node "$here/llamacpp/bench.mjs" -m "$m" -p "$p" -n "$n" -t "$t" -r "$r" >"$work/$name.llama.$pass.json"
+  done
+done
+python3 - "$work" "$passes" "$@" <<'EOF'
+import json, statistics, sys, os
+work, passes, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def tests(path, key):
+    d = json.load(open(path))
+    return {x["test"]: x["tok_s"] for x in d[key]}, d
+print("| model | test | fak tok/s | llama.cpp tok/s | ratio | fak RSS MiB | llama.cpp RSS MiB |")
+print("|---|---|---|---|---|---|---|")
+for m in models:
+    name = os.path.basename(m).removesuffix(".gguf")
+    f = [tests(f"{work}/{name}.fak.{i}.json", "results") for i in range(1, passes + 1)]
+    l = [tests(f"{work}/{name}.llama.{i}.json", "tests") for i in range(1, passes + 1)]
+    for test in f[0][0]:
+        fv = statistics.median(x[0][test] for x in f)
+        lv = statistics.median(x[0][test] for x in l)
+        frss = max(x[1]["peak_rss_mib"] for x in f)
+        lrss = max(x[1]["peak_rss_mib"] for x in l)
+        print(f"| {name} | {test} | {fv:.1f} | {lv:.1f} | {fv / lv:.2f} | {frss:.0f} | {lrss:.0f} |")
+EOF
+echo "raw JSON: $work" >&2

@@ -1,0 +1,200 @@
+// AVX-512 prefill matmul for float weights (f32, bf16, f16), bit-identical to the AVX2 kernels.
+//
+// note: the AVX2 kernel gives each output one 8-lane accumulator (fma over k in steps of 8,
+// zero-padded tail, a fixed horizontal sum). Here one 16-lane register holds the 8-lane
+// accumulators of two weight rows side by side, and the token's 8 activations are broadcast to
+// both halves, so every lane does exactly the fmas the AVX2 lane does and the horizontal sum
+// repeats AVX2's pairing (x[i] + x[i+4], then + x[i+2], then + x[i+1]). The outputs are the same
+// bits as matmul_rows_avx2 (tested), so decode can stay on the AVX2 kernel and the reuse stack's
+// guarantees (ops/matmul.h) hold whichever kernel a call takes. What AVX-512 buys is twice the
+// multiply-adds per instruction and 32 registers: tiles of 8 rows x 6 tokens.
+// note: GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
+// reports inside the headers (GCC bug 105593); nothing here reads an undefined value.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/matmul_kernels.h"
+#include "ops/scratch.h"
+
+namespace fak::kernels {
+
+namespace {
+
+constexpr int kPairs = 4;  // row pairs per tile: 8 rows
+constexpr int kGroupRows = 2 * kPairs;
+constexpr int kMaxTT = 6;          // tokens per tile
+constexpr int64_t kRowBlock = 16;  // rows widened into one panel (two groups)
+constexpr int kTokenBlock = 48;    // tokens streamed past one panel before the next
+
+// 8 stored elements of a row, widened to f32.
+template <WType T>
+inline __m256 load8(const uint8_t* row, int64_t k) {
+  if constexpr (T == WType::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (T == WType::BF16) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+    return _mm256_cvtph_ps(h);
+  }
+}
+
+// Widens rows [r, r + kGroupRows) of w (rows past `valid` as zeros) into a group panel: for each
+// chunk c of 8 columns, kPairs registers of 16 floats, register p = [row 2p chunk c | row 2p+1
+// chunk c]. The last chunk is zero-padded like the AVX2 tail.
+template <WType T>
+void widen_group(const WeightMatrix& w, int64_t r, int64_t valid, int64_t n_chunks, float* panel) {
+  const int64_t n = w.cols, n8 = n & ~int64_t(7);
+  constexpr size_t kElem = T == WType::F32 ? 4 : 2;
+  for (int i = 0; i < kGroupRows; ++i) {
+    const int p = i / 2, half = i % 2;
+    float* dst = panel + size_t(p) * 16 + size_t(half) * 8;
+    if (i >= valid) {
+      for (int64_t c = 0; c < n_chunks; ++c)
+        _mm256_storeu_ps(dst + size_t(c) * 16 * kPairs, _mm256_setzero_ps());
+      continue;
+    }
+    const uint8_t* src = w.row(r + i);
+    for (int64_t k = 0; k < n8; k += 8)
+      _mm256_storeu_ps(dst + size_t(k / 8) * 16 * kPairs, load8<T>(src, k));
+    if (n8 < n) {
+      alignas(32) uint8_t buf[32] = {};
+      std::memcpy(buf, src + kElem * size_t(n8), kElem * size_t(n - n8));
+      _mm256_storeu_ps(dst + size_t(n8 / 8) * 16 * kPairs, load8<T>(buf, 0));
+    }
+  }
+}
+
+// The horizontal sums of 4 accumulators (8 outputs: rows 0..7 of the group) in AVX2 hsum order,
+// stored to out[0..7] (masked to `valid` rows).
+inline void reduce_store(const __m512 acc[kPairs], float* out, int valid) {
+  // Step 1: lanes i and i+4 of each 8-lane half (128-bit blocks 0+1 and 2+3).
+  __m512 s[kPairs];
+#pragma GCC unroll 4
+  for (int p = 0; p < kPairs; ++p)
+    s[p] = _mm512_add_ps(acc[p], _mm512_shuffle_f32x4(acc[p], acc[p], _MM_SHUFFLE(2, 3, 0, 1)));
+  // Blocks 0 and 2 of each now hold rows 2p and 2p+1: pack four rows per register.
+  __m512 a = _mm512_shuffle_f32x4(s[0], s[1], _MM_SHUFFLE(2, 0, 2, 0));  // rows 0 1 2 3
+  __m512 b = _mm512_shuffle_f32x4(s[2], s[3], _MM_SHUFFLE(2, 0, 2, 0));  // rows 4 5 6 7
+  // Step 2: element j + element j+2 within each block; step 3: + element 1.
+  a = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(1, 0, 3, 2)));
+  b = _mm512_add_ps(b, _mm512_permute_ps(b, _MM_SHUFFLE(1, 0, 3, 2)));
+  a = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(2, 3, 0, 1)));
+  b = _mm512_add_ps(b, _mm512_permute_ps(b, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m256 r = _mm512_castps512_ps256(_mm512_permutex2var_ps(a, idx, b));
+  _mm256_mask_storeu_ps(out, __mmask8((1u << valid) - 1), r);
+}
+
+// note: the accumulators must stay in registers; every loop over the tile is unrolled for that.
+template <int TT>
+__attribute__((always_inline)) inline void tile(const float* panel, int64_t n_chunks,
+                                                const float* x, size_t ldx, float* y, size_t ldy,
+                                                int valid_rows) {
+  __m512 acc[TT][kPairs];
+#pragma GCC unroll 6
+  for (int j = 0; j < TT; ++j)
+#pragma GCC unroll 4
+    for (int p = 0; p < kPairs; ++p) acc[j][p] = _mm512_setzero_ps();
+  const float* xs[TT];
+#pragma GCC unroll 6
+  for (int j = 0; j < TT; ++j) xs[j] = x + size_t(j) * ldx;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const float* wp = panel + size_t(c) * 16 * kPairs;
+    __m512 wv[kPairs];
+#pragma GCC unroll 4
+    for (int p = 0; p < kPairs; ++p) wv[p] = _mm512_loadu_ps(wp + 16 * p);
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; ++j) {
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xs[j] + 8 * c));
+#pragma GCC unroll 4
+      for (int p = 0; p < kPairs; ++p) acc[j][p] = _mm512_fmadd_ps(wv[p], xv, acc[j][p]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int j = 0; j < TT; ++j) reduce_store(acc[j], y + size_t(j) * ldy, valid_rows);
+}
+
+void tile_tokens(int tt, const float* panel, int64_t n_chunks, const float* x, size_t ldx, float* y,
+                 size_t ldy, int valid_rows) {
+  switch (tt) {
+    case 6:
+      return tile<6>(panel, n_chunks, x, ldx, y, ldy, valid_rows);
+    case 5:
+      return tile<5>(panel, n_chunks, x, ldx, y, ldy, valid_rows);
+    case 4:
+      return tile<4>(panel, n_chunks, x, ldx, y, ldy, valid_rows);
+    case 3:
+      return tile<3>(panel, n_chunks, x, ldx, y, ldy, valid_rows);
+    case 2:
+      return tile<2>(panel, n_chunks, x, ldx, y, ldy, valid_rows);
+    default:
+      return tile<1>(panel, n_chunks, x, ldx, y, ldy, valid_rows);
+  }
+}
+
+template <WType T>
+void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
+                int64_t r1) {
+  const int64_t n = w.cols;
+  const int64_t n_chunks = (n + 7) / 8;
+  const size_t ldy = size_t(w.rows);
+  // Activations whose rows are not a whole number of 8-column chunks are copied zero-padded (the
+  // AVX2 tail pads the same way), so the tile's loop has no tail.
+  size_t ldx = size_t(n);
+  if (n % 8 != 0) {
+    ldx = size_t(n_chunks) * 8;
+    auto* padded = static_cast<float*>(
+        thread_scratch(ScratchSlot::kPaddedActivations, sizeof(float) * ldx * size_t(n_tokens)));
+    for (int t = 0; t < n_tokens; ++t) {
+      std::memcpy(padded + size_t(t) * ldx, x + size_t(t) * size_t(n), sizeof(float) * size_t(n));
+      std::memset(padded + size_t(t) * ldx + size_t(n), 0, sizeof(float) * (ldx - size_t(n)));
+    }
+    x = padded;
+  }
+  const size_t group_floats = size_t(n_chunks) * 16 * kPairs;
+  auto* panel = static_cast<float*>(thread_scratch(
+      ScratchSlot::kFloatPanel, sizeof(float) * group_floats * size_t(kRowBlock / kGroupRows)));
+  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+    const int64_t re = rb + kRowBlock < r1 ? rb + kRowBlock : r1;
+    int n_groups = 0;
+    for (int64_t g = rb; g < re; g += kGroupRows, ++n_groups)
+      widen_group<T>(w, g, re - g, n_chunks, panel + size_t(n_groups) * group_floats);
+    for (int t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
+      const int te = t0 + kTokenBlock < n_tokens ? t0 + kTokenBlock : n_tokens;
+      for (int gi = 0; gi < n_groups; ++gi) {
+        const int64_t g = rb + int64_t(gi) * kGroupRows;
+        const int valid = int(re - g < kGroupRows ? re - g : kGroupRows);
+        const float* gp = panel + size_t(gi) * group_floats;
+        for (int t = t0; t < te; t += kMaxTT) {
+          const int tt = te - t < kMaxTT ? te - t : kMaxTT;
+          tile_tokens(tt, gp, n_chunks, x + size_t(t) * ldx, ldx, y + size_t(t) * ldy + size_t(g),
+                      ldy, valid);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_rows_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
+                        int64_t r1) {
+  // Few tokens do not pay for widening a panel; the AVX2 kernel gives the same bits.
+  if (n_tokens < kAvx512MinTokens) return matmul_rows_avx2(w, x, n_tokens, y, r0, r1);
+  switch (w.type) {
+    case WType::F32:
+      return rows_typed<WType::F32>(w, x, n_tokens, y, r0, r1);
+    case WType::BF16:
+      return rows_typed<WType::BF16>(w, x, n_tokens, y, r0, r1);
+    case WType::F16:
+      return rows_typed<WType::F16>(w, x, n_tokens, y, r0, r1);
+    default:
+      return matmul_rows_ref(w, x, n_tokens, y, r0, r1);
+  }
+}
+
+}  // namespace fak::kernels

@@ -1,0 +1,399 @@
+// AVX-512 VNNI prefill kernels for q8_0, q4_0, q5_0 (against Q8_0 activations) and q4_K, q5_K,
+// q6_K (against Q8_K): the AVX2 panel scheme (gemm_avx2.h) widened to 16 weight rows in the 16
+// int32 lanes, with vpdpbusd doing 4 code x activation products per lane and adding them into the
+// lane in one instruction (AVX2 needs sign, maddubs, madd and add for the same work on 8 rows).
+//
+// vpdpbusd multiplies unsigned by signed bytes, so codes are stored unsigned: q4_0 / q5_0 / K-quant
+// codes already are, q8_0 codes get +128, and the offset comes off once per block from the
+// activation block sums (Σ (q + 128) a = Σ q a + 128 Σ a, exact in int32).
+//
+// note: bit-identical to the AVX2 tiles and to vec_dot (dot_ref.cpp's block-serial rule): the
+// integer block sums are exact whatever instructions make them, and per block each lane does the
+// same float steps in the same order, acc = fma(d_w * d_a, float(isum), acc) (then the mins term).
+// So prefill on this kernel and decode on the AVX2 one agree bit for bit (matmul_quant_test).
+// note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cstddef>
+
+#include "ops/quant/gemm_avx2.h"
+#include "ops/quant/quant_blocks.h"
+#include "ops/scratch.h"
+
+namespace fak::kernels {
+
+namespace {
+
+using namespace fak::quant;
+
+constexpr int kRows = 16;
+
+// 16 rows' 8 dwords each (lo: rows 0..7, hi: rows 8..15) -> 8 registers, register g holding dword g
+// of row i in lane i.
+inline void store_transposed16(__m256i lo[8], __m256i hi[8], uint8_t* out) {
+  transpose8_epi32(lo);
+  transpose8_epi32(hi);
+  for (int g = 0; g < 8; ++g)
+    _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64 * g),
+                       _mm512_inserti64x4(_mm512_castsi256_si512(lo[g]), hi[g], 1));
+}
+
+// The fp16 at rows[i] + offset for the 16 rows, as 16 floats stored at out.
+inline void store_scales16(const uint8_t* const* rows, size_t offset, uint8_t* out) {
+  _mm256_store_ps(reinterpret_cast<float*>(out), gather_f16x8(rows, offset));
+  _mm256_store_ps(reinterpret_cast<float*>(out + 32), gather_f16x8(rows + 8, offset));
+}
+
+inline __m512 load_ps(const uint8_t* p) {
+  return _mm512_load_ps(reinterpret_cast<const float*>(p));
+}
+inline __m512i load_si(const uint8_t* p) {
+  return _mm512_load_si512(reinterpret_cast<const __m512i*>(p));
+}
+// 4 activation bytes broadcast to all 16 lanes.
+inline __m512i bcast4_512(const void* p) {
+  return _mm512_set1_epi32(load_i32(p));
+}
+
+template <int TT>
+struct Tile16 {
+  const uint8_t* acts[TT];
+  const float* scales[TT];
+  const int32_t* sums[TT];
+  float* ys[TT];
+};
+
+// q8_0 / q4_0 / q5_0 panel block: 16 float scales, then 8 registers of unsigned codes (register g:
+// codes 4g..4g+3 of row i in lane i).
+template <WType T>
+struct Block32 {
+  static constexpr QuantType kType = T == WType::Q8_0   ? QuantType::Q8_0
+                                     : T == WType::Q4_0 ? QuantType::Q4_0
+                                                        : QuantType::Q5_0;
+  static constexpr int kBlock = kQK;
+  static constexpr int kPanelBytes = 64 + 8 * 64;
+  static constexpr int kTT = 8;
+  static constexpr int kOffset = T == WType::Q8_0 ? 128 : T == WType::Q4_0 ? 8 : 16;
+  using Block = std::conditional_t<T == WType::Q8_0, BlockQ8_0,
+                                   std::conditional_t<T == WType::Q4_0, BlockQ4_0, BlockQ5_0>>;
+
+  static __m256i codes(const uint8_t* row, int64_t i) {
+    const Block& b = reinterpret_cast<const Block*>(row)[i];
+    if constexpr (T == WType::Q8_0) return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(-128));
+    if constexpr (T == WType::Q4_0) return unpack_nibbles(b.qs);
+    if constexpr (T == WType::Q5_0)
+      return _mm256_or_si256(unpack_nibbles(b.qs),
+                             _mm256_and_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(0x10)));
+  }
+
+  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* p = panel + size_t(b) * kPanelBytes;
+      store_scales16(rows, size_t(b) * sizeof(Block), p);
+      __m256i lo[8], hi[8];
+      for (int i = 0; i < 8; ++i) {
+        lo[i] = codes(rows[i], b);
+        hi[i] = codes(rows[8 + i], b);
+      }
+      store_transposed16(lo, hi, p + 64);
+    }
+  }
+
+  template <int TT>
+  static void tile(const uint8_t* panel, int64_t nb, const Tile16<TT>& args) {
+    __m512 acc[TT];
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const size_t ab = size_t(b) * sizeof(BlockQ8_0) + 2;  // this block's activation quants
+      __m512i isum[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m512i w = load_si(p + 64 + 64 * g);
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j)
+          isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(args.acts[j] + ab + 4 * g));
+      }
+      const __m512 dw = load_ps(p);
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) {
+        isum[j] = _mm512_sub_epi32(isum[j], _mm512_set1_epi32(kOffset * args.sums[j][b]));
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(args.scales[j][b])),
+                                 _mm512_cvtepi32_ps(isum[j]), acc[j]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+};
+
+// q4_K / q5_K panel block: d[16], dmin[16] (floats), sc[8 sub-blocks] (lane i: scale of row i as
+// int32), mp[4] (lane i: the int16 pair (m_2k, m_2k+1) of row i), then 8 x 8 registers of codes
+// (sub-block s, group g: codes 4g..4g+3 of sub-block s of row i in lane i).
+template <bool kFiveBit>
+struct K4 {
+  static constexpr QuantType kType = kFiveBit ? QuantType::Q5_K : QuantType::Q4_K;
+  using Block = std::conditional_t<kFiveBit, BlockQ5K, BlockQ4K>;
+  static constexpr int kBlock = kQKK;
+  static constexpr int kOffSc = 128, kOffMp = kOffSc + 8 * 64, kOffCodes = kOffMp + 4 * 64;
+  static constexpr int kPanelBytes = kOffCodes + 64 * 64;
+  static constexpr int kTT = 6;
+
+  // Sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles) of one row, as bytes.
+  static void codes(const Block& blk, int c, __m256i& lo, __m256i& hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i q4 = load256(blk.qs + 32 * c);
+    lo = _mm256_and_si256(q4, m4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+    if constexpr (kFiveBit) {
+      const __m256i hb = _mm256_srli_epi16(load256(blk.qh), 2 * c);
+      lo = _mm256_add_epi8(lo, _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(1)), 4));
+      hi = _mm256_add_epi8(hi, _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(2)), 3));
+    }
+  }
+
+  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const Block* blk[kRows];
+      for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const Block*>(rows[i]) + b;
+      store_scales16(rows, size_t(b) * sizeof(Block), p);
+      store_scales16(rows, size_t(b) * sizeof(Block) + 2, p + 64);
+      uint8_t sc[kRows][8], m[kRows][8];
+      for (int i = 0; i < kRows; ++i) unpack_scales_k4(blk[i]->scales, sc[i], m[i]);
+      auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
+      auto* mp32 = reinterpret_cast<uint32_t*>(p + kOffMp);
+      for (int s = 0; s < 8; ++s)
+        for (int i = 0; i < kRows; ++i) sc32[kRows * s + i] = sc[i][s];
+      for (int k = 0; k < 4; ++k)
+        for (int i = 0; i < kRows; ++i)
+          mp32[kRows * k + i] = m[i][2 * k] | uint32_t(m[i][2 * k + 1]) << 16;
+      for (int c = 0; c < 4; ++c) {
+        __m256i lo[2][8], hi[2][8];
+        for (int i = 0; i < kRows; ++i) codes(*blk[i], c, lo[i / 8][i % 8], hi[i / 8][i % 8]);
+        store_transposed16(lo[0], lo[1], p + kOffCodes + (2 * c) * 512);
+        store_transposed16(hi[0], hi[1], p + kOffCodes + (2 * c + 1) * 512);
+      }
+    }
+  }
+
+  template <int TT>
+  static void tile(const uint8_t* panel, int64_t nb, const Tile16<TT>& args) {
+    __m512 acc[TT];
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const BlockQ8K* a[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) a[j] = reinterpret_cast<const BlockQ8K*>(args.acts[j]) + b;
+      __m512i isum[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+      for (int s = 0; s < 8; ++s) {
+        const uint8_t* codes = p + kOffCodes + 512 * s;
+        __m512i t[TT];
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+          const __m512i w = load_si(codes + 64 * g);
+#pragma GCC unroll 16
+          for (int j = 0; j < TT; ++j)
+            t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 32 * s + 4 * g));
+        }
+        const __m512i sc = load_si(p + kOffSc + 64 * s);
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j)
+          isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(t[j], sc));
+      }
+      const __m512 dw = load_ps(p);
+      const __m512 dmw = load_ps(p + 64);
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) {
+        // Σ_k m_k (bsum_2k + bsum_2k+1): the 32-element sums of this token, paired per madd.
+        int16_t s32[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          int16_t b0, b1;
+          std::memcpy(&b0, &a[j]->bsums[2 * k], 2);
+          std::memcpy(&b1, &a[j]->bsums[2 * k + 1], 2);
+          s32[k] = int16_t(b0 + b1);
+        }
+        __m512i imin = _mm512_madd_epi16(load_si(p + kOffMp), bcast4_512(&s32[0]));
+#pragma GCC unroll 4
+        for (int k = 1; k < 4; ++k)
+          imin = _mm512_add_epi32(
+              imin, _mm512_madd_epi16(load_si(p + kOffMp + 64 * k), bcast4_512(&s32[2 * k])));
+        const __m512 da = _mm512_set1_ps(load_f32(&a[j]->d));
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
+        acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmw, da), _mm512_cvtepi32_ps(imin), acc[j]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+};
+
+// q6_K panel block: d[16], sc[16 sub-blocks] (lane i: scale of row i as int32), scp[8] (lane i:
+// the int16 pair (sc_2k, sc_2k+1)), then 8 x 8 registers of codes in [0, 63] (32-element slice e,
+// group g: codes 32e + 4g .. +3 of row i in lane i).
+struct Q6K {
+  static constexpr QuantType kType = QuantType::Q6_K;
+  static constexpr int kBlock = kQKK;
+  static constexpr int kOffSc = 64, kOffScp = kOffSc + 16 * 64, kOffCodes = kOffScp + 8 * 64;
+  static constexpr int kPanelBytes = kOffCodes + 64 * 64;
+  static constexpr int kTT = 6;
+
+  // Elements 32e .. 32e + 31 of a q6_K block as bytes in [0, 63] (as dot_q6_k in dot_avx2.cpp).
+  static __m256i codes(const BlockQ6K& w, int e) {
+    const int h = e / 4, g = e % 4;
+    const __m256i ql = load256(w.ql + 64 * h + 32 * (g & 1));
+    const __m256i qh = load256(w.qh + 32 * h);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    const __m256i lo =
+        g < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+  }
+
+  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const BlockQ6K* blk[kRows];
+      for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const BlockQ6K*>(rows[i]) + b;
+      store_scales16(rows, size_t(b) * sizeof(BlockQ6K) + offsetof(BlockQ6K, d), p);
+      auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
+      auto* scp32 = reinterpret_cast<uint32_t*>(p + kOffScp);
+      for (int k = 0; k < 16; ++k)
+        for (int i = 0; i < kRows; ++i) sc32[kRows * k + i] = blk[i]->scales[k];
+      for (int k = 0; k < 8; ++k)
+        for (int i = 0; i < kRows; ++i)
+          scp32[kRows * k + i] =
+              uint16_t(blk[i]->scales[2 * k]) | uint32_t(uint16_t(blk[i]->scales[2 * k + 1])) << 16;
+      for (int e = 0; e < 8; ++e) {
+        __m256i lo[8], hi[8];
+        for (int i = 0; i < 8; ++i) {
+          lo[i] = codes(*blk[i], e);
+          hi[i] = codes(*blk[8 + i], e);
+        }
+        store_transposed16(lo, hi, p + kOffCodes + 512 * e);
+      }
+    }
+  }
+
+  template <int TT>
+  static void tile(const uint8_t* panel, int64_t nb, const Tile16<TT>& args) {
+    __m512 acc[TT];
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const BlockQ8K* a[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) a[j] = reinterpret_cast<const BlockQ8K*>(args.acts[j]) + b;
+      __m512i isum[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+        // Sub-block k = 16 elements = groups 4 (k % 2) .. +3 of slice k / 2.
+#pragma GCC unroll 1
+      for (int k = 0; k < 16; ++k) {
+        const uint8_t* codes = p + kOffCodes + 256 * k;
+        __m512i t[TT];
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          const __m512i w = load_si(codes + 64 * g);
+#pragma GCC unroll 16
+          for (int j = 0; j < TT; ++j)
+            t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 16 * k + 4 * g));
+        }
+        const __m512i sc = load_si(p + kOffSc + 64 * k);
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j)
+          isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(t[j], sc));
+      }
+      const __m512 dw = load_ps(p);
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) {
+        // The -32 code offset: 32 Σ_k sc_k bsum_k, bsums paired per madd.
+        __m512i off = _mm512_madd_epi16(load_si(p + kOffScp), bcast4_512(&a[j]->bsums[0]));
+#pragma GCC unroll 8
+        for (int k = 1; k < 8; ++k)
+          off = _mm512_add_epi32(off, _mm512_madd_epi16(load_si(p + kOffScp + 64 * k),
+                                                        bcast4_512(&a[j]->bsums[2 * k])));
+        const __m512i s = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(off, 5));
+        const __m512 da = _mm512_set1_ps(load_f32(&a[j]->d));
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+};
+
+template <class F, int TT>
+void tile16_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
+  Tile16<TT> a;
+  for (int j = 0; j < TT; ++j) {
+    a.acts[j] = q.act + size_t(t + j) * q.act_row_bytes;
+    a.scales[j] = q.act_scales ? q.act_scales + size_t(t + j) * size_t(nb) : nullptr;
+    a.sums[j] = q.act_sums ? q.act_sums + size_t(t + j) * size_t(nb) : nullptr;
+    a.ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
+  }
+  F::template tile<TT>(panel, nb, a);
+}
+
+template <class F, int TT>
+void tile16_rest(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t, int left) {
+  if constexpr (TT > 0) {
+    if (left == TT) return tile16_at<F, TT>(q, panel, nb, r, t);
+    return tile16_rest<F, TT - 1>(q, panel, nb, r, t, left);
+  }
+}
+
+// Rows [r0, r1) for every token: whole panels of 16 rows here, the rows left over by the AVX2
+// kernel (8-row panels, then vec_dot), which gives the same bits.
+template <class F>
+void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
+  const int64_t nb = q.w->cols / F::kBlock;
+  auto* panel = static_cast<uint8_t*>(
+      thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
+  int64_t r = r0;
+  for (; r + kRows <= r1; r += kRows) {
+    const uint8_t* rows[kRows];
+    for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
+    F::prep(rows, nb, panel);
+    int t = 0;
+    for (; t + F::kTT <= q.n_tokens; t += F::kTT) tile16_at<F, F::kTT>(q, panel, nb, r, t);
+    if (t < q.n_tokens) tile16_rest<F, F::kTT - 1>(q, panel, nb, r, t, q.n_tokens - t);
+  }
+  if (r < r1) quant_tile_avx2(F::kType)(q, r, r1);
+}
+
+}  // namespace
+
+QuantTileFn quant_tile_avx512(QuantType t) {
+  switch (t) {
+    case QuantType::Q8_0:
+      return rows_panels16<Block32<WType::Q8_0>>;
+    case QuantType::Q4_0:
+      return rows_panels16<Block32<WType::Q4_0>>;
+    case QuantType::Q5_0:
+      return rows_panels16<Block32<WType::Q5_0>>;
+    case QuantType::Q4_K:
+      return rows_panels16<K4<false>>;
+    case QuantType::Q5_K:
+      return rows_panels16<K4<true>>;
+    case QuantType::Q6_K:
+      return rows_panels16<Q6K>;
+    default:
+      return nullptr;  // q4_1 / q5_1: rows of vec_dot
+  }
+}
+
+}  // namespace fak::kernels
