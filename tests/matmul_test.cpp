@@ -92,7 +92,8 @@ TEST(MatmulFloat, Avx512KernelBitIdenticalToAvx2) {
                               {9, 13},
                               {17, 7},
                               {130, 903},
-                              {24, 896}}) {
+                              {24, 896},
+                              {21, 64}}) {
       const Stored s = make(type, rows, cols, uint32_t(rows * 7 + cols));
       for (int n_tokens : {1, 3, 4, 5, 6, 7, 11, 13, 47, 48, 49, 97}) {
         std::mt19937 rng(static_cast<uint32_t>(n_tokens + cols));

@@ -16,11 +16,11 @@ void matmul_rows_ref(const WeightMatrix& w, const float* x, int n_tokens, float*
                      int64_t r1);
 void matmul_rows_avx2(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                       int64_t r1);
-// Same bits as matmul_rows_avx2 (see matmul_avx512.cpp); from kAvx512MinTokens tokens on it widens
-// rows into a panel and runs 8-row x 6-token tiles, below that it calls the AVX2 kernel.
+// Same bits as matmul_rows_avx2 (see matmul_avx512.cpp): 8-row x up-to-6-token tiles, on the
+// stored rows for a few tokens and on rows widened into a panel for more; one token (or a column
+// count that is not a multiple of 8) goes to the AVX2 kernel.
 void matmul_rows_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                         int64_t r1);
-constexpr int kAvx512MinTokens = 4;
 
 bool cpu_has_avx2();
 // AVX-512 F/BW/DQ/VL + VNNI: the avx512 kernels (float prefill, int8 prefill with vpdpbusd). They

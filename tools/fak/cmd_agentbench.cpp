@@ -38,6 +38,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 struct Arm {
   std::string name;
   double seconds = 0;
+  double decode_seconds = 0;  // of `seconds`, the time spent in decode steps
   int64_t prefilled = 0, decoded = 0;
   bool extrapolated = false;
   int measured_turns = 0;
@@ -102,8 +103,8 @@ void agentbench(const AgentArgs& a) {
     total_prefill *= a.agents;
     arm.prefilled = total_prefill;
     arm.decoded = int64_t(a.agents) * a.turns * a.decode;
-    arm.seconds = prefill_s / double(measured_prefill) * double(total_prefill) +
-                  decode_s / double(measured) * double(a.turns);
+    arm.decode_seconds = decode_s / double(measured) * double(a.turns);
+    arm.seconds = prefill_s / double(measured_prefill) * double(total_prefill) + arm.decode_seconds;
     arm.extrapolated = measured < a.turns;
     arm.measured_turns = measured;
     arms.push_back(arm);
@@ -121,12 +122,14 @@ void agentbench(const AgentArgs& a) {
       for (int t = 0; t < a.turns; ++t) {
         s.append(results[size_t(ag)][size_t(t)]);
         arm.prefilled += a.result;
+        const auto td = std::chrono::steady_clock::now();
         for (int d = 0; d < a.decode; ++d) {
           int32_t next = argmax(s.logits());
           s.append({&next, 1});
           arm.outputs[size_t(ag)].push_back(next);
           ++arm.decoded;
         }
+        arm.decode_seconds += since(td);
       }
     }
     arm.seconds = since(t0);
@@ -155,6 +158,7 @@ void agentbench(const AgentArgs& a) {
         arm.prefilled += a.result;
       }
       append_batch(ptrs, spans);
+      const auto td = std::chrono::steady_clock::now();
       for (int d = 0; d < a.decode; ++d) {
         for (int ag = 0; ag < a.agents; ++ag) {
           next[size_t(ag)] = argmax(agents[size_t(ag)].logits());
@@ -163,6 +167,7 @@ void agentbench(const AgentArgs& a) {
         decode_batch(ptrs, next);
         arm.decoded += a.agents;
       }
+      arm.decode_seconds += since(td);
     }
     arm.seconds = since(t0);
     arm.measured_turns = a.turns;
@@ -179,6 +184,8 @@ void agentbench(const AgentArgs& a) {
   for (auto& arm : arms) {
     j["arms"].push_back({{"arm", arm.name},
                          {"seconds", arm.seconds},
+                         {"decode_seconds", arm.decode_seconds},
+                         {"prefill_seconds", arm.seconds - arm.decode_seconds},
                          {"tokens_prefilled", arm.prefilled},
                          {"tokens_decoded", arm.decoded},
                          {"tokens_computed", arm.prefilled + arm.decoded},
@@ -209,8 +216,8 @@ void agentbench(const AgentArgs& a) {
               a.turns, a.prefix, a.result, a.decode, model->path().string().c_str());
   for (auto& arm : arms)
     std::printf(
-        "  %-22s %9.2f s  prefilled %9lld  decoded %7lld%s\n", arm.name.c_str(), arm.seconds,
-        (long long)arm.prefilled, (long long)arm.decoded,
+        "  %-22s %9.2f s (decode %7.2f s)  prefilled %9lld  decoded %7lld%s\n", arm.name.c_str(),
+        arm.seconds, arm.decode_seconds, (long long)arm.prefilled, (long long)arm.decoded,
         arm.extrapolated
             ? ("  (extrapolated from " + std::to_string(arm.measured_turns) + " turns)").c_str()
             : "");

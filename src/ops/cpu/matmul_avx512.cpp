@@ -136,6 +136,88 @@ void tile_tokens(int tt, const float* panel, int64_t n_chunks, const float* x, s
   }
 }
 
+// Two rows' chunk c (8 elements each) as [row a | row b] in f32, read from the stored rows.
+template <WType T>
+inline __m512 load_pair(const uint8_t* a, const uint8_t* b, int64_t k) {
+  if constexpr (T == WType::F32) {
+    return _mm512_insertf32x8(
+        _mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a) + k)),
+        _mm256_loadu_ps(reinterpret_cast<const float*>(b) + k), 1);
+  } else {
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2 * k))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * k)), 1);
+    if constexpr (T == WType::BF16)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    else
+      return _mm512_cvtph_ps(h);
+  }
+}
+
+// A few tokens (batched decode): 8 stored rows x TT tokens, converted in registers as they stream
+// in, with the next 8 rows prefetched a cache line at a time (as the AVX2 decode kernel does).
+// Widening a panel would cost a store and a reload per weight for only TT uses of it.
+template <WType T, int TT>
+__attribute__((always_inline)) inline void tile_direct(const WeightMatrix& w, int64_t r,
+                                                       const float* x, float* y, size_t ldy) {
+  const int64_t n = w.cols;
+  const uint8_t* rows[kGroupRows];
+#pragma GCC unroll 8
+  for (int i = 0; i < kGroupRows; ++i) rows[i] = w.row(r + i);
+  __m512 acc[TT][kPairs];
+#pragma GCC unroll 6
+  for (int j = 0; j < TT; ++j)
+#pragma GCC unroll 4
+    for (int p = 0; p < kPairs; ++p) acc[j][p] = _mm512_setzero_ps();
+  constexpr size_t kElem = T == WType::F32 ? 4 : 2;
+  constexpr int64_t kLineElems = int64_t(64 / kElem);
+  const size_t ahead = size_t(kGroupRows) * w.row_bytes;
+  for (int64_t k = 0; k < n; k += 8) {
+    if (k % kLineElems == 0) {
+#pragma GCC unroll 8
+      for (int i = 0; i < kGroupRows; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + ahead + size_t(k) * kElem),
+                     _MM_HINT_T0);
+    }
+    __m512 wv[kPairs];
+#pragma GCC unroll 4
+    for (int p = 0; p < kPairs; ++p) wv[p] = load_pair<T>(rows[2 * p], rows[2 * p + 1], k);
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; ++j) {
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + size_t(j) * size_t(n) + k));
+#pragma GCC unroll 4
+      for (int p = 0; p < kPairs; ++p) acc[j][p] = _mm512_fmadd_ps(wv[p], xv, acc[j][p]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int j = 0; j < TT; ++j) reduce_store(acc[j], y + size_t(j) * ldy, kGroupRows);
+}
+
+template <WType T, int TT>
+void rows_direct(const WeightMatrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + kGroupRows <= r1; r += kGroupRows)
+    tile_direct<T, TT>(w, r, x, y + size_t(r), size_t(w.rows));
+  if (r < r1) matmul_rows_avx2(w, x, TT, y, r, r1);
+}
+
+template <WType T>
+void rows_few_tokens(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
+                     int64_t r1) {
+  switch (n_tokens) {
+    case 6:
+      return rows_direct<T, 6>(w, x, y, r0, r1);
+    case 5:
+      return rows_direct<T, 5>(w, x, y, r0, r1);
+    case 4:
+      return rows_direct<T, 4>(w, x, y, r0, r1);
+    case 3:
+      return rows_direct<T, 3>(w, x, y, r0, r1);
+    default:
+      return rows_direct<T, 2>(w, x, y, r0, r1);
+  }
+}
+
 template <WType T>
 void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                 int64_t r1) {
@@ -183,8 +265,21 @@ void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, i
 
 void matmul_rows_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                         int64_t r1) {
-  // Few tokens do not pay for widening a panel; the AVX2 kernel gives the same bits.
-  if (n_tokens < kAvx512MinTokens) return matmul_rows_avx2(w, x, n_tokens, y, r0, r1);
+  // One token stays on the AVX2 decode kernel (memory-bound; same bits). Up to a tile's worth of
+  // tokens reads the stored rows directly; more widen them into a panel once per row block.
+  if (n_tokens < 2 || w.cols % 8 != 0) return matmul_rows_avx2(w, x, n_tokens, y, r0, r1);
+  if (n_tokens <= kMaxTT) {
+    switch (w.type) {
+      case WType::F32:
+        return rows_few_tokens<WType::F32>(w, x, n_tokens, y, r0, r1);
+      case WType::BF16:
+        return rows_few_tokens<WType::BF16>(w, x, n_tokens, y, r0, r1);
+      case WType::F16:
+        return rows_few_tokens<WType::F16>(w, x, n_tokens, y, r0, r1);
+      default:
+        return matmul_rows_ref(w, x, n_tokens, y, r0, r1);
+    }
+  }
   switch (w.type) {
     case WType::F32:
       return rows_typed<WType::F32>(w, x, n_tokens, y, r0, r1);
