@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "ops/matmul_kernels.h"
 #include "runtime/kv_cache.h"
 
 namespace fak {
@@ -121,6 +122,25 @@ TEST(Attention, BatchedTasksEqualSoloTasks) {
   for (int i = 0; i < 3; ++i) {
     const auto solo = f.run(pos[i], 1, false);
     EXPECT_EQ(0, std::memcmp(solo.data(), out.data() + size_t(i) * qd, qd * sizeof(float))) << i;
+  }
+}
+
+// The AVX-512 tile (16 query lanes in one register) repeats the AVX2 tile's arithmetic lane for
+// lane: every output is the same bits, for prefill tiles (9..16 queries) and decode ones.
+TEST(Attention, Avx512TileBitIdenticalToAvx2) {
+  if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  for (const AttnSetup& setup : setups()) {
+    AttentionFixture f(setup);
+    for (auto [start, n] :
+         {std::pair<int, int>{0, setup.n_ctx}, {setup.n_ctx - 1, 1}, {setup.n_ctx / 3, 5}}) {
+      kernels::set_avx512_enabled(false);
+      const auto narrow = f.run(start, n, false);
+      kernels::set_avx512_enabled(true);
+      const auto wide = f.run(start, n, false);
+      ASSERT_EQ(0, std::memcmp(narrow.data(), wide.data(), 4 * wide.size()))
+          << setup.n_heads << "/" << setup.n_kv_heads << " heads of " << setup.head_dim
+          << ", queries " << start << "+" << n;
+    }
   }
 }
 

@@ -6,14 +6,11 @@
 #include <vector>
 
 #include "ops/attention_kernels.h"
+#include "ops/matmul_kernels.h"
 #include "ops/vec.h"
 #include "runtime/kv_cache.h"
 
 namespace fak {
-
-namespace kernels {
-bool cpu_has_avx2();
-}  // namespace kernels
 
 namespace {
 
@@ -52,6 +49,8 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
          first -= kernels::kTileQueries)
       for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
   }
+  const auto tile_kernel =
+      kernels::avx512_enabled() ? kernels::attend_tile_avx512 : kernels::attend_tile_avx2;
 #pragma omp parallel if (query_key_pairs(tasks, s) * size_t(s.head_dim) > 64 * 1024)
   {
     kernels::AttentionScratch scratch;
@@ -72,7 +71,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       }
       const kernels::KvRows rows{k_rows[size_t(un.task)].data(), v_rows[size_t(un.task)].data(),
                                  size_t(un.kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
-      kernels::attend_tile_avx2(tile, rows, s.head_dim, s.scale, scratch);
+      tile_kernel(tile, rows, s.head_dim, s.scale, scratch);
     }
   }
 }

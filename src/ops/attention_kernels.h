@@ -45,5 +45,9 @@ struct AttentionScratch {
 bool attend_tile_avx2(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
                       AttentionScratch& scratch);
 bool attend_tile_supported(int head_dim);
+// The same bits with 16 query lanes per register (tiles of more than 8 queries); only when
+// avx512_enabled() (ops/matmul_kernels.h).
+bool attend_tile_avx512(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
+                        AttentionScratch& scratch);
 
 }  // namespace fak::kernels

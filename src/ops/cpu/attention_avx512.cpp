@@ -1,0 +1,191 @@
+// AVX-512 attention tile for tiles of 9..16 queries: the AVX2 kernel's three passes
+// (attention_avx2.cpp) with all 16 query lanes in one register instead of two, so each K and V
+// element costs one fma instead of two and twice as many keys' scores are in flight.
+//
+// note: every lane does exactly the AVX2 lane's operations in the same order (the score is one fma
+// chain over the head dimension, the same exp polynomial, the softmax sum and the output in key
+// order, one division), so the outputs are the same bits as attend_tile_avx2 (tested). Tiles of up
+// to 8 queries (decode of one GQA group) go to the AVX2 kernel: they are bound by reading K and V
+// (a variant with two keys per register and dimensions in lanes for the values measured no faster).
+// note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "ops/attention_kernels.h"
+#include "ops/scratch.h"
+
+namespace fak::kernels {
+
+namespace {
+
+constexpr int kKeyBlock = 64;
+constexpr int L = 16;  // query lanes
+
+// exp256 of attention_avx2.cpp, lane for lane.
+inline __m512 exp512(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.33f);
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.37f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(__mmask16(~underflow), p, _mm512_castsi512_ps(e));
+}
+
+// Row pointers for keys [j0, j1) of one plane as f32; half rows are widened into `conv`.
+template <int HD>
+void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1,
+                float* conv, const float** out) {
+  if (dt == DType::F32) {
+    for (int j = j0; j < j1; ++j)
+      out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
+    return;
+  }
+  for (int j = j0; j < j1; ++j) {
+    const auto* src = reinterpret_cast<const uint16_t*>(plane[j] + head_offset);
+    float* dst = conv + size_t(j - j0) * HD;
+    for (int d = 0; d < HD; d += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
+      const __m512 f = dt == DType::F16
+                           ? _mm512_cvtph_ps(h)
+                           : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      _mm512_storeu_ps(dst + d, f);
+    }
+    out[j - j0] = dst;
+  }
+}
+
+// Scores of KB consecutive keys (starting at key j) for all lanes, scaled and causally masked.
+template <int HD, int KB>
+inline void scores(const float* qt, const float* const* k, int j, float scale, __m512i n_keys,
+                   int min_keys, float* s) {
+  __m512 acc[KB];
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b) acc[b] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int d = 0; d < HD; ++d) {
+    const __m512 q = _mm512_loadu_ps(qt + d * L);
+#pragma GCC unroll 8
+    for (int b = 0; b < KB; ++b) acc[b] = _mm512_fmadd_ps(q, _mm512_set1_ps(k[b][d]), acc[b]);
+  }
+  const __m512 sc = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(-INFINITY);
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b) {
+    __m512 x = _mm512_mul_ps(acc[b], sc);
+    if (j + b >= min_keys) {
+      const __mmask16 valid = _mm512_cmpgt_epi32_mask(n_keys, _mm512_set1_epi32(j + b));
+      x = _mm512_mask_blend_ps(valid, neg_inf, x);
+    }
+    _mm512_storeu_ps(s + size_t(j + b) * L, x);
+  }
+}
+
+template <int HD>
+void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
+  int n_keys = 0, min_keys = 1 << 30;
+  for (int i = 0; i < t.n; ++i) {
+    n_keys = t.n_keys[i] > n_keys ? t.n_keys[i] : n_keys;
+    min_keys = t.n_keys[i] < min_keys ? t.n_keys[i] : min_keys;
+  }
+  const bool half = rows.dtype != DType::F32;
+  const size_t need = size_t(2 * HD * L) + size_t(n_keys) * L + (half ? size_t(kKeyBlock) * HD : 0);
+  auto* buf = static_cast<float*>(thread_scratch(ScratchSlot::kAttention, sizeof(float) * need));
+  float* qt = buf;          // [HD][L]: queries transposed
+  float* ot = qt + HD * L;  // [HD][L]: outputs transposed
+  float* s = ot + HD * L;   // [n_keys][L]: scores, then probabilities
+  float* conv = s + size_t(n_keys) * L;
+
+  alignas(64) int32_t lane_keys[L];
+  for (int i = 0; i < L; ++i) lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
+  const __m512i nk = _mm512_load_si512(lane_keys);
+  for (int d = 0; d < HD; ++d)
+    for (int i = 0; i < L; ++i) qt[d * L + i] = i < t.n ? t.q[i][d] : 0.0f;
+
+  // Pass 1: scores, 8 keys per step.
+  constexpr int KB = 8;
+  const float* kp[kKeyBlock];
+  for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+    const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
+    block_rows<HD>(rows.k, rows.head_offset, rows.dtype, j0, j1, conv, kp);
+    int j = j0;
+    for (; j + KB <= j1; j += KB) scores<HD, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
+    for (; j < j1; ++j) scores<HD, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
+  }
+
+  // Pass 2: softmax numerators in place and their sums, in key order per lane.
+  __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
+  for (int j = 0; j < n_keys; ++j) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + size_t(j) * L));
+  for (int j = 0; j < n_keys; ++j) {
+    float* sj = s + size_t(j) * L;
+    const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx));
+    _mm512_storeu_ps(sj, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+
+  // Pass 3: output = sum_j p_j V[j], dimension chunks of DC with DC accumulators.
+  constexpr int DC = HD < 8 ? HD : 8;
+  const float* vp[kKeyBlock];
+  for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+    const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
+    block_rows<HD>(rows.v, rows.head_offset, rows.dtype, j0, j1, conv, vp);
+    for (int d0 = 0; d0 < HD; d0 += DC) {
+      __m512 acc[DC];
+#pragma GCC unroll 8
+      for (int c = 0; c < DC; ++c)
+        acc[c] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + (d0 + c) * L);
+      for (int j = j0; j < j1; ++j) {
+        const __m512 p = _mm512_loadu_ps(s + size_t(j) * L);
+        const float* vr = vp[j - j0] + d0;
+#pragma GCC unroll 8
+        for (int c = 0; c < DC; ++c) acc[c] = _mm512_fmadd_ps(p, _mm512_set1_ps(vr[c]), acc[c]);
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < DC; ++c) _mm512_storeu_ps(ot + (d0 + c) * L, acc[c]);
+    }
+  }
+
+  alignas(64) float inv[L];
+  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
+  for (int i = 0; i < t.n; ++i)
+    for (int d = 0; d < HD; ++d) t.out[i][d] = ot[d * L + i] * inv[i];
+}
+
+}  // namespace
+
+bool attend_tile_avx512(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
+                        AttentionScratch& scratch) {
+  if (tile.n <= 8) return attend_tile_avx2(tile, rows, head_dim, scale, scratch);
+  switch (head_dim) {
+    case 16:
+      attend_tile16<16>(tile, rows, scale);
+      return true;
+    case 32:
+      attend_tile16<32>(tile, rows, scale);
+      return true;
+    case 64:
+      attend_tile16<64>(tile, rows, scale);
+      return true;
+    case 128:
+      attend_tile16<128>(tile, rows, scale);
+      return true;
+    case 256:
+      attend_tile16<256>(tile, rows, scale);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace fak::kernels
