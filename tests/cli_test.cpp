@@ -188,4 +188,20 @@ TEST(Cli, AgentbenchArmsAgreeAndCountTokens) {
   EXPECT_EQ(j["arms"][2]["tokens_decoded"].get<int>(), 3 * 2 * 4);
 }
 
+// Arm (a) measured on 2 of 4 turns: the first and the last, whose contexts come from arm (b)'s
+// tokens; their decoded tokens must still be (b)'s, and the work counted is that of all 4 turns.
+TEST(Cli, AgentbenchReprefillArmMeasuresSpreadTurns) {
+  auto r = test::run_fak("agentbench -A 3 -T 4 -P 40 -R 8 -D 4 --a-turns 2 --json -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["outputs_identical"].get<bool>());
+  const auto& a = j["arms"][0];
+  ASSERT_EQ(a["arm"], "a_reprefill");
+  EXPECT_TRUE(a["extrapolated"].get<bool>());
+  EXPECT_EQ(a["extrapolation"]["measured_turns"], nlohmann::json::array({0, 3}));
+  // Contexts of turns 0..3: 40 + (t + 1) * 8 + t * 4 tokens, for each of 3 agents.
+  EXPECT_EQ(a["tokens_prefilled"].get<int>(), 3 * (48 + 60 + 72 + 84));
+  EXPECT_GT(a["seconds"].get<double>(), 0.0);
+}
+
 }  // namespace fak

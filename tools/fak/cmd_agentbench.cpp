@@ -1,8 +1,9 @@
 // fak agentbench: A agents x T turns over a shared prefix of P tokens; each turn appends a tool
 // result of R tokens and decodes D tokens. Three arms on the same model:
 //   (a) re-prefill: every turn prefills the agent's whole context from scratch (what a stateless
-//       server does); measured on the first `--a-turns` turns, the rest extrapolated from the
-//       measured cost per prefilled token (reported as such);
+//       server does); measured on `--a-turns` turns spread over the run (their contexts taken from
+//       arm (b), whose tokens are the same) and the rest extrapolated from a fit of cost against
+//       context length (reported as such, with the fit, in the JSON);
 //   (b) warm: one KV per agent, kept across turns (each agent prefills the prefix itself);
 //   (c) fak: the prefix prefilled once, cloned into every agent (blocks shared), each turn's tool
 //       results of all agents prefilled in one batched forward call, and the D decode steps of all
@@ -10,6 +11,7 @@
 // Reports tokens computed and wall time per arm (JSON with --json).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -44,6 +46,7 @@ struct Arm {
   int measured_turns = 0;
   // Greedy tokens each agent decoded, in order: the arms must agree (reuse is exact).
   std::vector<std::vector<int32_t>> outputs;
+  nlohmann::json fit;  // arm (a): the measured turns and the cost model fitted to them
 };
 
 void agentbench(const AgentArgs& a) {
@@ -67,48 +70,6 @@ void agentbench(const AgentArgs& a) {
     for (int t = 0; t < a.turns; ++t) per_agent.push_back(random_tokens(a.result));
   auto cache = a.kv.make_cache(*model);
   std::vector<Arm> arms;
-
-  if (a.arms.find('a') != std::string::npos) {
-    Arm arm;
-    arm.name = "a_reprefill";
-    arm.outputs.resize(size_t(a.agents));
-    const int measured = std::min(a.a_turns, a.turns);
-    auto t0 = std::chrono::steady_clock::now();
-    double prefill_s = 0;
-    int64_t measured_prefill = 0;
-    for (int ag = 0; ag < a.agents; ++ag) {
-      std::vector<int32_t> ctx = prefix;
-      for (int t = 0; t < measured; ++t) {
-        ctx.insert(ctx.end(), results[size_t(ag)][size_t(t)].begin(),
-                   results[size_t(ag)][size_t(t)].end());
-        Session s(model, cache);
-        auto tp = std::chrono::steady_clock::now();
-        s.append(ctx);
-        prefill_s += since(tp);
-        measured_prefill += int64_t(ctx.size());
-        for (int d = 0; d < a.decode; ++d) {
-          int32_t next = argmax(s.logits());
-          ctx.push_back(next);
-          arm.outputs[size_t(ag)].push_back(next);
-          if (d + 1 < a.decode) s.append({&next, 1});
-        }
-      }
-    }
-    const double measured_s = since(t0);
-    const double decode_s = measured_s - prefill_s;
-    // Extrapolate: prefill cost per token measured above; contexts grow by R + D per turn.
-    int64_t total_prefill = 0;
-    for (int t = 0; t < a.turns; ++t)
-      total_prefill += int64_t(a.prefix) + int64_t(t + 1) * a.result + int64_t(t) * a.decode;
-    total_prefill *= a.agents;
-    arm.prefilled = total_prefill;
-    arm.decoded = int64_t(a.agents) * a.turns * a.decode;
-    arm.decode_seconds = decode_s / double(measured) * double(a.turns);
-    arm.seconds = prefill_s / double(measured_prefill) * double(total_prefill) + arm.decode_seconds;
-    arm.extrapolated = measured < a.turns;
-    arm.measured_turns = measured;
-    arms.push_back(arm);
-  }
 
   if (a.arms.find('b') != std::string::npos) {
     Arm arm;
@@ -174,6 +135,109 @@ void agentbench(const AgentArgs& a) {
     arms.push_back(arm);
   }
 
+  if (a.arms.find('a') != std::string::npos) {
+    Arm arm;
+    arm.name = "a_reprefill";
+    arm.outputs.resize(size_t(a.agents));
+    // Which turns to measure. With arm (b)'s outputs at hand (the arms decode the same tokens), any
+    // turn's context is known without running the turns before it, so the measured turns are
+    // spread over the run, first and last included, and the cost is fitted against context length
+    // (attention makes a long context cost more per token than a short one). Without them, the
+    // first turns are measured and the rest extrapolated at their cost per prefilled token.
+    const Arm* warm = nullptr;
+    for (const Arm& x : arms)
+      if (x.name[0] == 'b') warm = &x;
+    const int measured = std::min(a.a_turns, a.turns);
+    std::vector<int> turns;
+    if (warm && measured >= 2 && measured < a.turns) {
+      for (int i = 0; i < measured; ++i)
+        turns.push_back(int(std::lround(double(i) * (a.turns - 1) / (measured - 1))));
+    } else {
+      for (int t = 0; t < measured; ++t) turns.push_back(t);
+    }
+    auto context_of = [&](int ag, int t) {  // prefix + the results and replies of turns < t
+      std::vector<int32_t> ctx = prefix;
+      for (int u = 0; u < t; ++u) {
+        const auto& r = results[size_t(ag)][size_t(u)];
+        ctx.insert(ctx.end(), r.begin(), r.end());
+        const auto& o = warm ? warm->outputs[size_t(ag)] : arm.outputs[size_t(ag)];
+        ctx.insert(ctx.end(), o.begin() + std::ptrdiff_t(u) * a.decode,
+                   o.begin() + std::ptrdiff_t(u + 1) * a.decode);
+      }
+      const auto& r = results[size_t(ag)][size_t(t)];
+      ctx.insert(ctx.end(), r.begin(), r.end());
+      return ctx;
+    };
+    std::vector<double> n_ctx, prefill_t, decode_t;  // per measured turn, all agents together
+    bool matches_warm = true;
+    for (int t : turns) {
+      double pt = 0, dt = 0;
+      for (int ag = 0; ag < a.agents; ++ag) {
+        std::vector<int32_t> ctx = context_of(ag, t);
+        Session s(model, cache);
+        auto tp = std::chrono::steady_clock::now();
+        s.append(ctx);
+        pt += since(tp);
+        auto td = std::chrono::steady_clock::now();
+        for (int d = 0; d < a.decode; ++d) {
+          int32_t next = argmax(s.logits());
+          if (warm)
+            matches_warm =
+                matches_warm &&
+                next == warm->outputs[size_t(ag)][size_t(t) * size_t(a.decode) + size_t(d)];
+          else
+            arm.outputs[size_t(ag)].push_back(next);
+          if (d + 1 < a.decode) s.append({&next, 1});
+        }
+        dt += since(td);
+      }
+      n_ctx.push_back(double(prefix.size()) + double(t + 1) * a.result + double(t) * a.decode);
+      prefill_t.push_back(pt);
+      decode_t.push_back(dt);
+    }
+    if (warm) arm.outputs = matches_warm ? warm->outputs : std::vector<std::vector<int32_t>>{};
+    if (warm && !matches_warm) arm.outputs.assign(size_t(a.agents), {-1});  // shows as a mismatch
+    // Fit prefill(n) = alpha n + beta n^2 and decode(n) = gamma + delta n by least squares over the
+    // measured turns (one point: prefill in proportion to n, decode constant).
+    auto fit2 = [](const std::vector<double>& x, const std::vector<double>& y, auto f1, auto f2) {
+      double s11 = 0, s12 = 0, s22 = 0, s1y = 0, s2y = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double u = f1(x[i]), v = f2(x[i]);
+        s11 += u * u, s12 += u * v, s22 += v * v, s1y += u * y[i], s2y += v * y[i];
+      }
+      const double det = s11 * s22 - s12 * s12;
+      if (x.size() < 2 || std::fabs(det) < 1e-12 * s11 * s22) return std::pair{s1y / s11, 0.0};
+      return std::pair{(s1y * s22 - s2y * s12) / det, (s2y * s11 - s1y * s12) / det};
+    };
+    const auto [alpha, beta] = fit2(
+        n_ctx, prefill_t, [](double n) { return n; }, [](double n) { return n * n; });
+    const auto [gamma, delta] = fit2(
+        n_ctx, decode_t, [](double) { return 1.0; }, [](double n) { return n; });
+    double total_prefill_s = 0, total_decode_s = 0;
+    for (int t = 0; t < a.turns; ++t) {
+      const double n = double(prefix.size()) + double(t + 1) * a.result + double(t) * a.decode;
+      arm.prefilled += int64_t(n) * a.agents;
+      total_prefill_s += alpha * n + beta * n * n;
+      total_decode_s += gamma + delta * n;
+    }
+    arm.decoded = int64_t(a.agents) * a.turns * a.decode;
+    arm.decode_seconds = total_decode_s;
+    arm.seconds = total_prefill_s + total_decode_s;
+    arm.extrapolated = measured < a.turns;
+    arm.measured_turns = measured;
+    arm.fit = {{"measured_turns", turns},
+               {"measured_context", n_ctx},
+               {"measured_prefill_seconds", prefill_t},
+               {"measured_decode_seconds", decode_t},
+               {"prefill_seconds_per_turn", "alpha*n + beta*n^2"},
+               {"alpha", alpha},
+               {"beta", beta},
+               {"decode_seconds_per_turn", "gamma + delta*n"},
+               {"gamma", gamma},
+               {"delta", delta}};
+    arms.insert(arms.begin(), arm);
+  }
+
   nlohmann::json j{{"model", model->path().string()},
                    {"agents", a.agents},
                    {"turns", a.turns},
@@ -191,6 +255,7 @@ void agentbench(const AgentArgs& a) {
                          {"tokens_computed", arm.prefilled + arm.decoded},
                          {"extrapolated", arm.extrapolated},
                          {"measured_turns", arm.measured_turns}});
+    if (!arm.fit.is_null()) j["arms"].back()["extrapolation"] = arm.fit;
     if (arm.name[0] == 'a') a_s = arm.seconds;
     if (arm.name[0] == 'b') b_s = arm.seconds;
     if (arm.name[0] == 'c') c_s = arm.seconds;
