@@ -3,11 +3,40 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "core/error.h"
 
 namespace fak {
+
+// argmax is the first index of the largest value, NaNs never winning: checked against the
+// one-pass definition over sizes around its 8-lane blocks, ties, signed zeros, NaNs and -inf.
+TEST(Sampler, ArgmaxIsTheFirstLargest) {
+  auto reference = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[size_t(best)]) best = int32_t(i);
+    return best;
+  };
+  std::mt19937 rng(5);
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
+  for (size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 40, 151936}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> v(n);
+      std::uniform_int_distribution<int> small(-3, 3);  // many ties
+      for (auto& x : v) x = float(small(rng));
+      if (trial % 4 == 1) v[rng() % n] = nan;
+      if (trial % 4 == 2) v[0] = nan;
+      if (trial % 5 == 3)
+        for (auto& x : v) x = x > 0 ? -0.0f : (x < 0 ? -inf : 0.0f);
+      ASSERT_EQ(argmax(v), reference(v)) << "n " << n << " trial " << trial;
+    }
+  }
+}
 
 TEST(Sampler, GreedyIsArgmaxAndTopK1IsGreedy) {
   std::vector<float> l = {0.1f, 2.0f, -1.0f, 1.9f};

@@ -8,11 +8,25 @@
 
 namespace fak {
 
+// The first index of the largest value (NaNs never win; 0 if logits[0] is NaN or none is larger).
+// Two passes: the maximum through 8 independent running maxima (vectorised: a running index
+// reloading logits[best] made this a 0.3 ms scan of a 152k vocab, 3% of a batched decode step),
+// then the first index that holds it.
 int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
-  return best;
+  const size_t n = logits.size();
+  if (n == 0) return 0;
+  float lanes[8];
+  for (float& l : lanes) l = logits[0];
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l)
+      lanes[l] = logits[i + size_t(l)] > lanes[l] ? logits[i + size_t(l)] : lanes[l];
+  float m = lanes[0];
+  for (float l : lanes) m = l > m ? l : m;
+  for (; i < n; ++i) m = logits[i] > m ? logits[i] : m;
+  for (i = 0; i < n; ++i)
+    if (logits[i] == m) return int32_t(i);
+  return 0;
 }
 
 Sampler::Sampler(SamplingOptions options) : options_(options), rng_(options.seed) {
@@ -30,7 +44,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (o.repetition_penalty != 1.0f && !history.empty()) {
     // As HF/llama.cpp: divide positive logits, multiply negative ones, once per distinct token.
     std::unordered_set<int32_t> seen;
-    size_t from = history.size() > size_t(o.repetition_window) ? history.size() - size_t(o.repetition_window) : 0;
+    size_t from = history.size() > size_t(o.repetition_window)
+                      ? history.size() - size_t(o.repetition_window)
+                      : 0;
     for (size_t i = from; i < history.size(); ++i) seen.insert(history[i]);
     for (int32_t id : seen) {
       if (id < 0 || size_t(id) >= candidates_.size()) continue;
@@ -45,9 +61,12 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   // Sort descending (ties by id for determinism), then cut by top-k, top-p, min-p.
   size_t n = candidates_.size();
-  auto by_logit = [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  auto by_logit = [](auto& a, auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
   if (o.top_k > 0 && size_t(o.top_k) < n) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + o.top_k, candidates_.end(), by_logit);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + o.top_k, candidates_.end(),
+                      by_logit);
     n = size_t(o.top_k);
   } else {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
