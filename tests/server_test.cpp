@@ -116,7 +116,7 @@ class ServerTest : public ::testing::Test {
       return true;
     };
     auto r = c.send(req);
-    EXPECT_TRUE(r) << "stream request failed";
+    EXPECT_TRUE(r) << "stream request failed: " << httplib::to_string(r.error());
     if (r) {
       EXPECT_EQ(r->status, 200);
     }
@@ -302,6 +302,7 @@ TEST_F(ServerTest, SixteenConcurrentClients) {
             i % 4 ? req
                   : json{{"model", "pycoder-6m"}, {"prompt", "import os"}, {"max_tokens", 12}});
         (r.status == 200 ? ok : errors)++;
+        EXPECT_EQ(r.status, 200) << r.body;
       }
     });
   for (auto& t : threads) t.join();

@@ -2,6 +2,7 @@
 // error bodies, per-route metrics), the small routes (/health, /v1/models, /metrics), and runs
 // until a signal asks it to stop.
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <cstdio>
 #include <thread>
@@ -163,11 +164,20 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   add_openai_routes(http, ctx);
   add_fak_routes(http, ctx);
 
+  // note: cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's shared library), so
+  // a burst of clients connecting at once can overflow the accept queue. Keep the listening
+  // socket's descriptor (the options hook sees it before bind) and listen again with a deep queue.
+  int listen_fd = -1;
+  http.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   const int port = options.port == 0 ? http.bind_to_any_port(options.host) : options.port;
   if (options.port != 0 && !http.bind_to_port(options.host, options.port))
     fail("cannot listen on " + options.host + ":" + std::to_string(options.port) +
          " (in use, or not an address of this machine)");
   if (port < 0) fail("cannot listen on " + options.host);
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   std::fprintf(stderr, "fak serve: %s (ctx %d, parallel %d) listening on http://%s:%d\n",
                ctx.model_id.c_str(), ctx.scheduler->ctx(), options.parallel, options.host.c_str(),
                port);
