@@ -54,6 +54,10 @@ namespace kernels {
 
 namespace {
 
+// Batched decode of 5 sequences on Qwen2.5-0.5B Q8_0: 31 ms a step this way, 45 ms through the
+// panels (repacked every step).
+constexpr int kGemvMaxTokens = 8;
+
 // Rows x tokens of outputs from vec_dot, blocked so a few weight rows stay in L1 while a block of
 // activation rows streams past them (prefill reads each weight row once per token block, not once
 // per token).
@@ -156,9 +160,11 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
     }
   }
 
-  // Prefill repacks 8 rows per call into a panel, which pays from two tokens on; one token reads
-  // the stored rows directly.
-  const QuantTileFn tile = n_tokens > 1 ? quant_tile_kernel(qt) : quant_gemv_kernel(qt);
+  // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
+  // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
+  // directly, each 8-row group staying in L1 while every token passes over it.
+  const QuantTileFn tile =
+      n_tokens > kGemvMaxTokens ? quant_tile_kernel(qt) : quant_gemv_kernel(qt);
   auto run = [&](int64_t r0, int64_t r1) {
     if (tile)
       tile(q, r0, r1);
