@@ -144,5 +144,45 @@ TEST(Attention, Avx512TileBitIdenticalToAvx2) {
   }
 }
 
+// Batched decode on AVX-512 joins the one-token tasks in pairs (attend_pair_avx512): two
+// sequences' queries in one register, with per-half keys where their rows differ and one key where
+// they share it (a cloned prefix). Each output must still be the bits of the task run alone on
+// the AVX2 kernel, for sequences of different lengths, shared and unshared rows, every KV type.
+TEST(Attention, PairedDecodeTasksBitIdenticalToSolo) {
+  if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  for (const AttnSetup& setup : setups()) {
+    AttentionFixture f(setup);
+    const size_t qd = size_t(f.q_dim());
+    // Sequence b: the same blocks in another order (different rows past the first block), and
+    // sequence c: the first half of a's blocks then b's (a shared prefix, then different rows).
+    std::vector<int32_t> a = f.blocks(), b(a.rbegin(), a.rend()), c = a;
+    for (size_t i = c.size() / 2; i < c.size(); ++i) c[i] = b[i];
+    const int n = setup.n_ctx;
+    struct Case {
+      const std::vector<int32_t>* blocks;
+      int pos;
+    };
+    const Case cases[] = {{&a, n - 1}, {&c, n - 2}, {&b, n / 2}, {&a, 3},
+                          {&c, n - 1}, {&a, 0},     {&b, n - 1}};
+    std::vector<AttentionTask> tasks;
+    std::vector<float> out(std::size(cases) * qd, -1.0f);
+    for (size_t i = 0; i < std::size(cases); ++i)
+      tasks.push_back({f.q().data() + size_t(cases[i].pos) * qd, out.data() + i * qd,
+                       cases[i].blocks, 1, cases[i].pos});
+    kernels::set_avx512_enabled(true);
+    attention(tasks, f.cache(), 0, f.shape());
+    kernels::set_avx512_enabled(false);
+    for (size_t i = 0; i < std::size(cases); ++i) {
+      std::vector<float> solo(qd, -2.0f);
+      std::vector<AttentionTask> one{{tasks[i].q, solo.data(), cases[i].blocks, 1, cases[i].pos}};
+      attention(one, f.cache(), 0, f.shape());
+      ASSERT_EQ(0, std::memcmp(solo.data(), out.data() + i * qd, qd * sizeof(float)))
+          << setup.n_heads << "/" << setup.n_kv_heads << " heads of " << setup.head_dim << " "
+          << dtype_name(setup.dtype) << ", task " << i;
+    }
+    kernels::set_avx512_enabled(true);
+  }
+}
+
 }  // namespace
 }  // namespace fak

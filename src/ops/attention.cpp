@@ -27,12 +27,15 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
                      const AttentionShape& s) {
   struct Unit {
     int task, kv_head, first;  // first: index into the task's flattened (token, head) queries
+    int pair_task = -1;        // a second one-token task whose tile joins this one (AVX-512)
   };
   const int group = s.n_heads / s.n_kv_heads;
   const int bs = cache.block_size();
   const int q_dim = s.n_heads * s.head_dim;
   const size_t elem = dtype_size(cache.dtype());
   std::vector<Unit> units;
+  const bool pair_decode = kernels::avx512_enabled();
+  int waiting_decode = -1;  // a one-token task not yet paired
   // Each task's block table becomes two arrays of row pointers (one per position) once per call:
   // a division by the block size per key cost more than the key's arithmetic.
   std::vector<std::vector<const uint8_t*>> k_rows(tasks.size()), v_rows(tasks.size());
@@ -44,11 +47,25 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       v_rows[ti].push_back(cache.row(b, layer, KvPlane::V, j % bs));
     }
     const int n_queries = task.n_tokens * group;
+    // Decode steps of two sequences (one tile of at most 8 queries per KV head each) share one
+    // AVX-512 pass: half the instructions per key, and a shared prefix's rows read once.
+    if (pair_decode && task.n_tokens == 1 && group <= 8) {
+      if (waiting_decode >= 0) {
+        for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+          units.push_back({waiting_decode, kvh, 0, int(ti)});
+        waiting_decode = -1;
+      } else {
+        waiting_decode = int(ti);
+      }
+      continue;
+    }
     // Later tiles see more keys: queue them first so dynamic scheduling ends evenly.
     for (int first = ((n_queries - 1) / kernels::kTileQueries) * kernels::kTileQueries; first >= 0;
          first -= kernels::kTileQueries)
       for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
   }
+  if (waiting_decode >= 0)
+    for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({waiting_decode, kvh, 0});
   const auto tile_kernel =
       kernels::avx512_enabled() ? kernels::attend_tile_avx512 : kernels::attend_tile_avx2;
 #pragma omp parallel if (query_key_pairs(tasks, s) * size_t(s.head_dim) > 64 * 1024)
@@ -57,20 +74,31 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
 #pragma omp for schedule(dynamic, 1)
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& un = units[u];
-      const AttentionTask& task = tasks[size_t(un.task)];
+      auto make_tile = [&](int ti, kernels::AttentionTile& tile, kernels::KvRows& rows) {
+        const AttentionTask& task = tasks[size_t(ti)];
+        const int n_queries = task.n_tokens * group;
+        tile.n = std::min(kernels::kTileQueries, n_queries - un.first);
+        for (int i = 0; i < tile.n; ++i) {
+          const int token = (un.first + i) / group;
+          const int head = un.kv_head * group + (un.first + i) % group;
+          const size_t off = size_t(token) * size_t(q_dim) + size_t(head) * size_t(s.head_dim);
+          tile.q[i] = task.q + off;
+          tile.out[i] = task.out + off;
+          tile.n_keys[i] = task.start_pos + token + 1;
+        }
+        rows = {k_rows[size_t(ti)].data(), v_rows[size_t(ti)].data(),
+                size_t(un.kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
+      };
       kernels::AttentionTile tile;
-      const int n_queries = task.n_tokens * group;
-      tile.n = std::min(kernels::kTileQueries, n_queries - un.first);
-      for (int i = 0; i < tile.n; ++i) {
-        const int token = (un.first + i) / group;
-        const int head = un.kv_head * group + (un.first + i) % group;
-        const size_t off = size_t(token) * size_t(q_dim) + size_t(head) * size_t(s.head_dim);
-        tile.q[i] = task.q + off;
-        tile.out[i] = task.out + off;
-        tile.n_keys[i] = task.start_pos + token + 1;
+      kernels::KvRows rows{};
+      make_tile(un.task, tile, rows);
+      if (un.pair_task >= 0) {
+        kernels::AttentionTile tile_b;
+        kernels::KvRows rows_b{};
+        make_tile(un.pair_task, tile_b, rows_b);
+        if (kernels::attend_pair_avx512(tile, rows, tile_b, rows_b, s.head_dim, s.scale)) continue;
+        tile_kernel(tile_b, rows_b, s.head_dim, s.scale, scratch);
       }
-      const kernels::KvRows rows{k_rows[size_t(un.task)].data(), v_rows[size_t(un.task)].data(),
-                                 size_t(un.kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
       tile_kernel(tile, rows, s.head_dim, s.scale, scratch);
     }
   }

@@ -49,5 +49,9 @@ bool attend_tile_supported(int head_dim);
 // avx512_enabled() (ops/matmul_kernels.h).
 bool attend_tile_avx512(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
                         AttentionScratch& scratch);
+// Two tiles of up to 8 queries each (decode steps of two sequences, one KV head) in one pass, the
+// same bits as each alone; false when it has no specialisation (the caller runs them alone).
+bool attend_pair_avx512(const AttentionTile& a, const KvRows& ra, const AttentionTile& b,
+                        const KvRows& rb, int head_dim, float scale);
 
 }  // namespace fak::kernels
