@@ -23,7 +23,10 @@ mkdir -p "$work"
 for m in "$@"; do
   name="$(basename "$m" .gguf)"
   for pass in $(seq 1 "$passes"); do
+    # The file into the page cache before each engine, so neither pays the other's cold read.
+    cat "$m" >/dev/null
     "$fak" bench -m "$m" -p "$p" -n "$n" -t "$t" -r "$r" -o json >"$work/$name.fak.$pass.json"
+    cat "$m" >/dev/null
     node "$here/llamacpp/bench.mjs" -m "$m" -p "$p" -n "$n" -t "$t" -r "$r" >"$work/$name.llama.$pass.json"
   done
 done
@@ -33,8 +36,8 @@ work, passes, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def tests(path, key):
     d = json.load(open(path))
     return {x["test"]: x["tok_s"] for x in d[key]}, d
-print("| model | test | fak tok/s | llama.cpp tok/s | ratio | fak RSS MiB | llama.cpp RSS MiB |")
-print("|---|---|---|---|---|---|---|")
+print("| model | test | fak tok/s | llama.cpp tok/s | ratio | fak RSS MiB | llama.cpp RSS MiB | load s fak / llama.cpp |")
+print("|---|---|---|---|---|---|---|---|")
 for m in models:
     name = os.path.basename(m).removesuffix(".gguf")
     f = [tests(f"{work}/{name}.fak.{i}.json", "results") for i in range(1, passes + 1)]
@@ -44,6 +47,9 @@ for m in models:
         lv = statistics.median(x[0][test] for x in l)
         frss = max(x[1]["peak_rss_mib"] for x in f)
         lrss = max(x[1]["peak_rss_mib"] for x in l)
-        print(f"| {name} | {test} | {fv:.1f} | {lv:.1f} | {fv / lv:.2f} | {frss:.0f} | {lrss:.0f} |")
+        fload = statistics.median(x[1]["load_seconds"] for x in f)
+        lload = statistics.median(x[1]["load_s"] for x in l)
+        print(f"| {name} | {test} | {fv:.1f} | {lv:.1f} | {fv / lv:.2f} | {frss:.0f} | {lrss:.0f} | "
+              f"{fload:.2f} / {lload:.2f} |")
 EOF
 echo "raw JSON: $work" >&2

@@ -11,12 +11,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <set>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -96,16 +98,30 @@ std::shared_ptr<AnonymousCopy> read_anonymous(const std::filesystem::path& path)
     fail(path.string() + ": cannot allocate " + std::to_string(copy->size) + " bytes");
   }
   madvise(copy->data, copy->size, MADV_HUGEPAGE);  // advisory: ignored where THP is off
-  size_t done = 0;
+  // Read in chunks on every thread: faulting in (zeroing, and with huge pages sometimes
+  // compacting) the destination costs as much as the copy, and both scale with threads.
+  constexpr size_t kChunk = size_t(32) << 20;
+  const int64_t n_chunks = int64_t((copy->size + kChunk - 1) / kChunk);
   auto* dst = static_cast<uint8_t*>(copy->data);
-  while (done < copy->size) {
-    const ssize_t n = ::read(fd, dst + done, copy->size - done);
-    if (n <= 0) {
+  std::string error;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    size_t done = size_t(c) * kChunk;
+    const size_t end = std::min(copy->size, done + kChunk);
+    while (done < end) {
+      const ssize_t n = ::pread(fd, dst + done, end - done, off_t(done));
       if (n < 0 && errno == EINTR) continue;
-      ::close(fd);
-      fail("cannot read " + path.string() + ": " + (n == 0 ? "truncated" : std::strerror(errno)));
+      if (n <= 0) {
+#pragma omp critical(fak_read_anonymous)
+        error = n == 0 ? "truncated" : std::strerror(errno);
+        break;
+      }
+      done += size_t(n);
     }
-    done += size_t(n);
+  }
+  if (!error.empty()) {
+    ::close(fd);
+    fail("cannot read " + path.string() + ": " + error);
   }
   ::close(fd);
   return copy;
