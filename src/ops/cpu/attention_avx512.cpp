@@ -1,12 +1,12 @@
-// AVX-512 attention tile for tiles of 9..16 queries: the AVX2 kernel's three passes
-// (attention_avx2.cpp) with all 16 query lanes in one register instead of two, so each K and V
-// element costs one fma instead of two and twice as many keys' scores are in flight.
+// AVX-512 attention: the AVX2 tile's three passes (attention_avx2.cpp) with 16 query lanes in one
+// register, split in two halves of 8 that may belong to two sequences: a tile of 9..16 queries
+// (prefill) as one sequence in both halves, or the one-token tiles of two sequences (batched
+// decode) side by side. Either way each K and V element costs one fma for 16 lanes instead of two.
 //
 // note: every lane does exactly the AVX2 lane's operations in the same order (the score is one fma
 // chain over the head dimension, the same exp polynomial, the softmax sum and the output in key
-// order, one division), so the outputs are the same bits as attend_tile_avx2 (tested). Tiles of up
-// to 8 queries (decode of one GQA group) go to the AVX2 kernel: they are bound by reading K and V
-// (a variant with two keys per register and dimensions in lanes for the values measured no faster).
+// order, one division), so the outputs are the same bits as attend_tile_avx2 (tested). A lone
+// tile of up to 8 queries goes to the AVX2 kernel: the other half would be idle.
 // note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -67,108 +67,12 @@ void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j
   }
 }
 
-// Scores of KB consecutive keys (starting at key j) for all lanes, scaled and causally masked.
-template <int HD, int KB>
-inline void scores(const float* qt, const float* const* k, int j, float scale, __m512i n_keys,
-                   int min_keys, float* s) {
-  __m512 acc[KB];
-#pragma GCC unroll 8
-  for (int b = 0; b < KB; ++b) acc[b] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-  for (int d = 0; d < HD; ++d) {
-    const __m512 q = _mm512_loadu_ps(qt + d * L);
-#pragma GCC unroll 8
-    for (int b = 0; b < KB; ++b) acc[b] = _mm512_fmadd_ps(q, _mm512_set1_ps(k[b][d]), acc[b]);
-  }
-  const __m512 sc = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(-INFINITY);
-#pragma GCC unroll 8
-  for (int b = 0; b < KB; ++b) {
-    __m512 x = _mm512_mul_ps(acc[b], sc);
-    if (j + b >= min_keys) {
-      const __mmask16 valid = _mm512_cmpgt_epi32_mask(n_keys, _mm512_set1_epi32(j + b));
-      x = _mm512_mask_blend_ps(valid, neg_inf, x);
-    }
-    _mm512_storeu_ps(s + size_t(j + b) * L, x);
-  }
-}
-
-template <int HD>
-void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
-  int n_keys = 0, min_keys = 1 << 30;
-  for (int i = 0; i < t.n; ++i) {
-    n_keys = t.n_keys[i] > n_keys ? t.n_keys[i] : n_keys;
-    min_keys = t.n_keys[i] < min_keys ? t.n_keys[i] : min_keys;
-  }
-  const bool half = rows.dtype != DType::F32;
-  const size_t need = size_t(2 * HD * L) + size_t(n_keys) * L + (half ? size_t(kKeyBlock) * HD : 0);
-  auto* buf = static_cast<float*>(thread_scratch(ScratchSlot::kAttention, sizeof(float) * need));
-  float* qt = buf;          // [HD][L]: queries transposed
-  float* ot = qt + HD * L;  // [HD][L]: outputs transposed
-  float* s = ot + HD * L;   // [n_keys][L]: scores, then probabilities
-  float* conv = s + size_t(n_keys) * L;
-
-  alignas(64) int32_t lane_keys[L];
-  for (int i = 0; i < L; ++i) lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
-  const __m512i nk = _mm512_load_si512(lane_keys);
-  for (int d = 0; d < HD; ++d)
-    for (int i = 0; i < L; ++i) qt[d * L + i] = i < t.n ? t.q[i][d] : 0.0f;
-
-  // Pass 1: scores, 8 keys per step.
-  constexpr int KB = 8;
-  const float* kp[kKeyBlock];
-  for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
-    const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
-    block_rows<HD>(rows.k, rows.head_offset, rows.dtype, j0, j1, conv, kp);
-    int j = j0;
-    for (; j + KB <= j1; j += KB) scores<HD, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
-    for (; j < j1; ++j) scores<HD, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
-  }
-
-  // Pass 2: softmax numerators in place and their sums, in key order per lane.
-  __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
-  for (int j = 0; j < n_keys; ++j) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + size_t(j) * L));
-  for (int j = 0; j < n_keys; ++j) {
-    float* sj = s + size_t(j) * L;
-    const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx));
-    _mm512_storeu_ps(sj, p);
-    sum = _mm512_add_ps(sum, p);
-  }
-
-  // Pass 3: output = sum_j p_j V[j], dimension chunks of DC with DC accumulators.
-  constexpr int DC = HD < 8 ? HD : 8;
-  const float* vp[kKeyBlock];
-  for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
-    const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
-    block_rows<HD>(rows.v, rows.head_offset, rows.dtype, j0, j1, conv, vp);
-    for (int d0 = 0; d0 < HD; d0 += DC) {
-      __m512 acc[DC];
-#pragma GCC unroll 8
-      for (int c = 0; c < DC; ++c)
-        acc[c] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + (d0 + c) * L);
-      for (int j = j0; j < j1; ++j) {
-        const __m512 p = _mm512_loadu_ps(s + size_t(j) * L);
-        const float* vr = vp[j - j0] + d0;
-#pragma GCC unroll 8
-        for (int c = 0; c < DC; ++c) acc[c] = _mm512_fmadd_ps(p, _mm512_set1_ps(vr[c]), acc[c]);
-      }
-#pragma GCC unroll 8
-      for (int c = 0; c < DC; ++c) _mm512_storeu_ps(ot + (d0 + c) * L, acc[c]);
-    }
-  }
-
-  alignas(64) float inv[L];
-  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
-  for (int i = 0; i < t.n; ++i)
-    for (int d = 0; d < HD; ++d) t.out[i][d] = ot[d * L + i] * inv[i];
-}
-
-// Two decode tiles (up to 8 queries each, one KV head of two sequences) in one pass: lanes 0..7
-// are tile a's queries, lanes 8..15 tile b's, and each key step broadcasts a's K (or V) element
-// to the low half and b's to the high half, or one element to both where the two sequences share
-// the key's row (a prefix both were cloned from). Each lane still sees only its own sequence's
-// keys, in order, through the same fma chains as the AVX2 tile; a lane's keys past its own count
-// (the other sequence is longer) are masked to -inf, so they add exact zeros (p = 0) to its sum and
-// output, as the causal mask does in a prefill tile.
+// Two tiles of up to 8 queries in one pass: lanes 0..7 are tile a's queries, lanes 8..15 tile b's,
+// and each key step broadcasts a's K (or V) element to the low half and b's to the high half, or
+// one element to both where the two share the key's row (one sequence, or a prefix both were
+// cloned from). Each lane still sees only its own sequence's keys, in order, through the same fma
+// chains as the AVX2 tile; a lane's keys past its own count (causal, or the other sequence is
+// longer) are masked to -inf, so they add exact zeros (p = 0) to its sum and output.
 template <int HD, int KB, bool kShared>
 inline void scores_pair(const float* qt, const float* const* ka, const float* const* kb, int j,
                         float scale, __m512i n_keys, int min_keys, float* s) {
@@ -200,10 +104,20 @@ inline void scores_pair(const float* qt, const float* const* ka, const float* co
 template <int HD>
 void attend_pair(const AttentionTile& ta, const KvRows& ra, const AttentionTile& tb,
                  const KvRows& rb, float scale) {
-  int na = 0, nb = 0;
-  for (int i = 0; i < ta.n; ++i) na = ta.n_keys[i] > na ? ta.n_keys[i] : na;
-  for (int i = 0; i < tb.n; ++i) nb = tb.n_keys[i] > nb ? tb.n_keys[i] : nb;
-  const int n_keys = na > nb ? na : nb, min_keys = na < nb ? na : nb;
+  // na, nb: keys each sequence has rows for; min_keys: below it no lane is masked.
+  int na = 0, nb = 0, min_keys = 1 << 30;
+  for (int i = 0; i < ta.n; ++i) {
+    na = ta.n_keys[i] > na ? ta.n_keys[i] : na;
+    min_keys = ta.n_keys[i] < min_keys ? ta.n_keys[i] : min_keys;
+  }
+  for (int i = 0; i < tb.n; ++i) {
+    nb = tb.n_keys[i] > nb ? tb.n_keys[i] : nb;
+    min_keys = tb.n_keys[i] < min_keys ? tb.n_keys[i] : min_keys;
+  }
+  const int n_keys = na > nb ? na : nb, both = na < nb ? na : nb;
+  // One sequence in both halves: its rows are read (and widened) once and always shared.
+  const bool one_seq = ra.k == rb.k && ra.v == rb.v && ra.head_offset == rb.head_offset;
+  const int rows_a = one_seq ? n_keys : na;  // rows read for the low half (both, if one sequence)
   const bool half = ra.dtype != DType::F32;
   const size_t need =
       size_t(2 * HD * L) + size_t(n_keys) * L + (half ? size_t(2 * kKeyBlock) * HD : 0);
@@ -252,19 +166,20 @@ void attend_pair(const AttentionTile& ta, const KvRows& ra, const AttentionTile&
   const float* kpb[kKeyBlock];
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
-    rows_of(ra.k, ra, na, j0, j1, conv_a, kpa);
-    rows_of(rb.k, rb, nb, j0, j1, conv_b, kpb);
+    rows_of(ra.k, ra, rows_a, j0, j1, conv_a, kpa);
+    if (!one_seq) rows_of(rb.k, rb, nb, j0, j1, conv_b, kpb);
+    const float* const* kb = one_seq ? kpa : kpb;
     int j = j0;
     for (; j + KB <= j1; j += KB) {
-      const bool shared =
-          j + KB <= min_keys && same_rows(ra.k, rb.k, ra.head_offset, rb.head_offset, j, KB);
+      const bool shared = one_seq || (j + KB <= both &&
+                                      same_rows(ra.k, rb.k, ra.head_offset, rb.head_offset, j, KB));
       if (shared)
-        scores_pair<HD, KB, true>(qt, kpa + (j - j0), kpb + (j - j0), j, scale, nk, min_keys, s);
+        scores_pair<HD, KB, true>(qt, kpa + (j - j0), kb + (j - j0), j, scale, nk, min_keys, s);
       else
-        scores_pair<HD, KB, false>(qt, kpa + (j - j0), kpb + (j - j0), j, scale, nk, min_keys, s);
+        scores_pair<HD, KB, false>(qt, kpa + (j - j0), kb + (j - j0), j, scale, nk, min_keys, s);
     }
     for (; j < j1; ++j)
-      scores_pair<HD, 1, false>(qt, kpa + (j - j0), kpb + (j - j0), j, scale, nk, min_keys, s);
+      scores_pair<HD, 1, false>(qt, kpa + (j - j0), kb + (j - j0), j, scale, nk, min_keys, s);
   }
 
   // Pass 2: softmax numerators and sums, in key order per lane.
@@ -283,10 +198,11 @@ void attend_pair(const AttentionTile& ta, const KvRows& ra, const AttentionTile&
   const float* vpb[kKeyBlock];
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
-    rows_of(ra.v, ra, na, j0, j1, conv_a, vpa);
-    rows_of(rb.v, rb, nb, j0, j1, conv_b, vpb);
-    const bool shared =
-        j1 <= min_keys && same_rows(ra.v, rb.v, ra.head_offset, rb.head_offset, j0, j1 - j0);
+    rows_of(ra.v, ra, rows_a, j0, j1, conv_a, vpa);
+    if (!one_seq) rows_of(rb.v, rb, nb, j0, j1, conv_b, vpb);
+    const float* const* vb_rows = one_seq ? vpa : vpb;
+    const bool shared = one_seq || (j1 <= both && same_rows(ra.v, rb.v, ra.head_offset,
+                                                            rb.head_offset, j0, j1 - j0));
     for (int d0 = 0; d0 < HD; d0 += DC) {
       __m512 acc[DC];
 #pragma GCC unroll 8
@@ -295,7 +211,7 @@ void attend_pair(const AttentionTile& ta, const KvRows& ra, const AttentionTile&
       for (int j = j0; j < j1; ++j) {
         const __m512 p = _mm512_loadu_ps(s + size_t(j) * L);
         const float* va = vpa[j - j0] + d0;
-        const float* vb = vpb[j - j0] + d0;
+        const float* vb = vb_rows[j - j0] + d0;
         if (shared) {
 #pragma GCC unroll 8
           for (int c = 0; c < DC; ++c) acc[c] = _mm512_fmadd_ps(p, _mm512_set1_ps(va[c]), acc[c]);
@@ -325,25 +241,16 @@ void attend_pair(const AttentionTile& ta, const KvRows& ra, const AttentionTile&
 bool attend_tile_avx512(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
                         AttentionScratch& scratch) {
   if (tile.n <= 8) return attend_tile_avx2(tile, rows, head_dim, scale, scratch);
-  switch (head_dim) {
-    case 16:
-      attend_tile16<16>(tile, rows, scale);
-      return true;
-    case 32:
-      attend_tile16<32>(tile, rows, scale);
-      return true;
-    case 64:
-      attend_tile16<64>(tile, rows, scale);
-      return true;
-    case 128:
-      attend_tile16<128>(tile, rows, scale);
-      return true;
-    case 256:
-      attend_tile16<256>(tile, rows, scale);
-      return true;
-    default:
-      return false;
+  // Queries 0..7 in the low half, the rest in the high half, one sequence's rows for both.
+  AttentionTile lo = tile, hi;
+  lo.n = 8;
+  hi.n = tile.n - 8;
+  for (int i = 0; i < hi.n; ++i) {
+    hi.q[i] = tile.q[8 + i];
+    hi.out[i] = tile.out[8 + i];
+    hi.n_keys[i] = tile.n_keys[8 + i];
   }
+  return attend_pair_avx512(lo, rows, hi, rows, head_dim, scale);
 }
 
 bool attend_pair_avx512(const AttentionTile& a, const KvRows& ra, const AttentionTile& b,
