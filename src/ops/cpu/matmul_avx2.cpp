@@ -8,24 +8,12 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/cpu/float_rows.h"
 #include "ops/matmul_kernels.h"
 
 namespace fak::kernels {
 
 namespace {
-
-template <WType T>
-inline __m256 load8(const uint8_t* row, int64_t k) {
-  if constexpr (T == WType::F32) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
-  } else if constexpr (T == WType::BF16) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  } else {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
-    return _mm256_cvtph_ps(h);
-  }
-}
 
 // The last n % 8 elements, zero-padded to a full vector.
 template <WType T>
@@ -86,7 +74,8 @@ __attribute__((always_inline)) inline void tile(const Rows& w, int64_t n, const 
       if (k % kLineElems == 0) {
 #pragma GCC unroll 8
         for (int i = 0; i < RT; ++i)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[i] + ahead + size_t(k) * kElem), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(rows[i] + ahead + size_t(k) * kElem),
+                       _MM_HINT_T0);
       }
     }
     __m256 xv[TT];

@@ -15,6 +15,7 @@
 
 #include <cstring>
 
+#include "ops/cpu/float_rows.h"
 #include "ops/matmul_kernels.h"
 #include "ops/scratch.h"
 
@@ -27,20 +28,6 @@ constexpr int kGroupRows = 2 * kPairs;
 constexpr int kMaxTT = 6;          // tokens per tile
 constexpr int64_t kRowBlock = 16;  // rows widened into one panel (two groups)
 constexpr int kTokenBlock = 48;    // tokens streamed past one panel before the next
-
-// 8 stored elements of a row, widened to f32.
-template <WType T>
-inline __m256 load8(const uint8_t* row, int64_t k) {
-  if constexpr (T == WType::F32) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
-  } else if constexpr (T == WType::BF16) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  } else {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
-    return _mm256_cvtph_ps(h);
-  }
-}
 
 // Widens rows [r, r + kGroupRows) of w (rows past `valid` as zeros) into a group panel: for each
 // chunk c of 8 columns, kPairs registers of 16 floats, register p = [row 2p chunk c | row 2p+1

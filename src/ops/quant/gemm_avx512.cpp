@@ -54,14 +54,6 @@ inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(load_i32(p));
 }
 
-template <int TT>
-struct Tile16 {
-  const uint8_t* acts[TT];
-  const float* scales[TT];
-  const int32_t* sums[TT];
-  float* ys[TT];
-};
-
 // q8_0 / q4_0 / q5_0 panel block: 16 float scales, then 8 registers of unsigned codes (register g:
 // codes 4g..4g+3 of row i in lane i).
 template <WType T>
@@ -99,7 +91,7 @@ struct Block32 {
   }
 
   template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const Tile16<TT>& args) {
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
     __m512 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
@@ -180,7 +172,7 @@ struct K4 {
   }
 
   template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const Tile16<TT>& args) {
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
     __m512 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
@@ -286,7 +278,7 @@ struct Q6K {
   }
 
   template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const Tile16<TT>& args) {
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
     __m512 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
@@ -337,21 +329,9 @@ struct Q6K {
 };
 
 template <class F, int TT>
-void tile16_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
-  Tile16<TT> a;
-  for (int j = 0; j < TT; ++j) {
-    a.acts[j] = q.act + size_t(t + j) * q.act_row_bytes;
-    a.scales[j] = q.act_scales ? q.act_scales + size_t(t + j) * size_t(nb) : nullptr;
-    a.sums[j] = q.act_sums ? q.act_sums + size_t(t + j) * size_t(nb) : nullptr;
-    a.ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
-  }
-  F::template tile<TT>(panel, nb, a);
-}
-
-template <class F, int TT>
 void tile16_rest(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t, int left) {
   if constexpr (TT > 0) {
-    if (left == TT) return tile16_at<F, TT>(q, panel, nb, r, t);
+    if (left == TT) return tile_at<F, TT>(q, panel, nb, r, t);
     return tile16_rest<F, TT - 1>(q, panel, nb, r, t, left);
   }
 }
@@ -369,7 +349,7 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
     for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
     F::prep(rows, nb, panel);
     int t = 0;
-    for (; t + F::kTT <= q.n_tokens; t += F::kTT) tile16_at<F, F::kTT>(q, panel, nb, r, t);
+    for (; t + F::kTT <= q.n_tokens; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
     if (t < q.n_tokens) tile16_rest<F, F::kTT - 1>(q, panel, nb, r, t, q.n_tokens - t);
   }
   if (r < r1) quant_tile_avx2(F::kType)(q, r, r1);
