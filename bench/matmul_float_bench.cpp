@@ -1,0 +1,57 @@
+// Float-weight matmul throughput on Qwen2.5-0.5B's matrix shapes: 256 tokens (prefill, GFLOP/s
+// against the CPU's FMA peak) and 1 token (decode, GB/s of weights).
+//   ./build/matmul_float_bench [--benchmark_filter=bf16]
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/matmul.h"
+
+namespace fak {
+namespace {
+
+void bench_float(benchmark::State& state, WType type, int64_t rows, int64_t cols, int n_tokens) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(size_t(cols) * size_t(n_tokens));
+  for (float& v : x) v = dist(rng);
+  const size_t elem = type == WType::F32 ? 4 : 2;
+  std::vector<uint8_t> w(size_t(rows) * size_t(cols) * elem);
+  for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
+    const float v = 0.05f * dist(rng);
+    if (type == WType::F32) {
+      std::memcpy(&w[4 * i], &v, 4);
+    } else {
+      const uint16_t h = type == WType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+      std::memcpy(&w[2 * i], &h, 2);
+    }
+  }
+  WeightMatrix m{type, w.data(), rows, cols, size_t(cols) * elem};
+  std::vector<float> y(size_t(rows) * size_t(n_tokens));
+  for (auto _ : state) {
+    matmul(m, x.data(), n_tokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(w.size()));
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      double(state.iterations()) * 2.0 * double(rows) * double(cols) * n_tokens / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+#define FAK_FLOAT(name, type)                                                              \
+  BENCHMARK_CAPTURE(bench_float, name##_qo_896x896_pp256, WType::type, 896, 896, 256);     \
+  BENCHMARK_CAPTURE(bench_float, name##_up_4864x896_pp256, WType::type, 4864, 896, 256);   \
+  BENCHMARK_CAPTURE(bench_float, name##_down_896x4864_pp256, WType::type, 896, 4864, 256); \
+  BENCHMARK_CAPTURE(bench_float, name##_up_4864x896_tg, WType::type, 4864, 896, 1);        \
+  BENCHMARK_CAPTURE(bench_float, name##_up_4864x896_batch5, WType::type, 4864, 896, 5);
+
+FAK_FLOAT(bf16, BF16)
+FAK_FLOAT(f16, F16)
+
+}  // namespace
+}  // namespace fak
+
+BENCHMARK_MAIN();
