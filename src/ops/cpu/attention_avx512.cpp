@@ -8,7 +8,9 @@
 // order, one division), so the outputs are the same bits as attend_tile_avx2 (tested). A lone
 // tile of up to 8 queries goes to the AVX2 kernel: the other half would be idle.
 // note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cmath>

@@ -10,7 +10,9 @@
 // multiply-adds per instruction and 32 registers: tiles of 8 rows x 6 tokens.
 // note: GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
 // reports inside the headers (GCC bug 105593); nothing here reads an undefined value.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>

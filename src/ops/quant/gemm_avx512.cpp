@@ -12,7 +12,9 @@
 // same float steps in the same order, acc = fma(d_w * d_a, float(isum), acc) (then the mins term).
 // So prefill on this kernel and decode on the AVX2 one agree bit for bit (matmul_quant_test).
 // note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <cstddef>
 
 #include "ops/quant/gemm_avx2.h"
