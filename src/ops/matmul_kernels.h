@@ -17,8 +17,8 @@ void matmul_rows_ref(const WeightMatrix& w, const float* x, int n_tokens, float*
 void matmul_rows_avx2(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                       int64_t r1);
 // Same bits as matmul_rows_avx2 (see matmul_avx512.cpp): 8-row x up-to-6-token tiles, on the
-// stored rows for a few tokens and on rows widened into a panel for more; one token (or a column
-// count that is not a multiple of 8) goes to the AVX2 kernel.
+// stored rows for a few tokens (whole 8-column chunks) and on rows widened into a zero-padded panel
+// for more; one token goes to the AVX2 kernel.
 void matmul_rows_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                         int64_t r1);
 

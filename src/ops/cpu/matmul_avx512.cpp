@@ -255,9 +255,11 @@ void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, i
 void matmul_rows_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                         int64_t r1) {
   // One token stays on the AVX2 decode kernel (memory-bound; same bits). Up to a tile's worth of
-  // tokens reads the stored rows directly; more widen them into a panel once per row block.
-  if (n_tokens < 2 || w.cols % 8 != 0) return matmul_rows_avx2(w, x, n_tokens, y, r0, r1);
+  // tokens reads the stored rows directly (whole 8-column chunks only: no tail in that loop); more
+  // widen them into a zero-padded panel once per row block.
+  if (n_tokens < 2) return matmul_rows_avx2(w, x, n_tokens, y, r0, r1);
   if (n_tokens <= kMaxTT) {
+    if (w.cols % 8 != 0) return matmul_rows_avx2(w, x, n_tokens, y, r0, r1);
     switch (w.type) {
       case WType::F32:
         return rows_few_tokens<WType::F32>(w, x, n_tokens, y, r0, r1);
