@@ -139,7 +139,7 @@ TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
                             {130, k_quant ? 1280 : 896},
                             {40, k_quant ? 768 : 160}}) {
     Quantised m = make_matrix(type, rows, cols, 7);
-    for (int n_tokens : {2, 5, 8, 9, 10, 11, 12, 13, 14, 15, 17, 20, 64, 65}) {
+    for (int n_tokens : {2, 5, 8, 9, 10, 11, 12, 13, 14, 15, 17, 20, 64, 65, 600}) {
       std::vector<float> x = activations(n_tokens, cols, uint32_t(3 * n_tokens + 1));
       kernels::set_avx512_enabled(false);
       std::vector<float> narrow = run(m.w, x, n_tokens);

@@ -95,7 +95,7 @@ TEST(MatmulFloat, Avx512KernelBitIdenticalToAvx2) {
                               {24, 896},
                               {21, 64}}) {
       const Stored s = make(type, rows, cols, uint32_t(rows * 7 + cols));
-      for (int n_tokens : {1, 3, 4, 5, 6, 7, 11, 13, 47, 48, 49, 97}) {
+      for (int n_tokens : {1, 3, 4, 5, 6, 7, 11, 13, 47, 48, 49, 97, 600}) {
         std::mt19937 rng(static_cast<uint32_t>(n_tokens + cols));
         std::normal_distribution<float> nd(0.0f, 1.0f);
         std::vector<float> x(size_t(n_tokens) * size_t(cols));

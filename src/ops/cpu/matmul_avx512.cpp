@@ -229,21 +229,29 @@ void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, i
   const size_t group_floats = size_t(n_chunks) * 16 * kPairs;
   auto* panel = static_cast<float*>(thread_scratch(
       ScratchSlot::kFloatPanel, sizeof(float) * group_floats * size_t(kRowBlock / kGroupRows)));
-  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
-    const int64_t re = rb + kRowBlock < r1 ? rb + kRowBlock : r1;
-    int n_groups = 0;
-    for (int64_t g = rb; g < re; g += kGroupRows, ++n_groups)
-      widen_group<T>(w, g, re - g, n_chunks, panel + size_t(n_groups) * group_floats);
-    for (int t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
-      const int te = t0 + kTokenBlock < n_tokens ? t0 + kTokenBlock : n_tokens;
-      for (int gi = 0; gi < n_groups; ++gi) {
-        const int64_t g = rb + int64_t(gi) * kGroupRows;
-        const int valid = int(re - g < kGroupRows ? re - g : kGroupRows);
-        const float* gp = panel + size_t(gi) * group_floats;
-        for (int t = t0; t < te; t += kMaxTT) {
-          const int tt = te - t < kMaxTT ? te - t : kMaxTT;
-          tile_tokens(tt, gp, n_chunks, x + size_t(t) * ldx, ldx, y + size_t(t) * ldy + size_t(g),
-                      ldy, valid);
+  // Long prompts: the activations of a few hundred tokens at a time, so they stay in cache while
+  // every row block of this chunk passes over them (all of a 2048-token prompt's activations are
+  // 7-40 MB, re-read from memory per row block); rows are widened again per super-block.
+  // (pp2048 of Qwen2.5-0.5B F16: 385 -> 424 tok/s with blocks of 512.)
+  constexpr int kTokenSuperBlock = 512;
+  for (int ts = 0; ts < n_tokens; ts += kTokenSuperBlock) {
+    const int ts_end = ts + kTokenSuperBlock < n_tokens ? ts + kTokenSuperBlock : n_tokens;
+    for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+      const int64_t re = rb + kRowBlock < r1 ? rb + kRowBlock : r1;
+      int n_groups = 0;
+      for (int64_t g = rb; g < re; g += kGroupRows, ++n_groups)
+        widen_group<T>(w, g, re - g, n_chunks, panel + size_t(n_groups) * group_floats);
+      for (int t0 = ts; t0 < ts_end; t0 += kTokenBlock) {
+        const int te = t0 + kTokenBlock < ts_end ? t0 + kTokenBlock : ts_end;
+        for (int gi = 0; gi < n_groups; ++gi) {
+          const int64_t g = rb + int64_t(gi) * kGroupRows;
+          const int valid = int(re - g < kGroupRows ? re - g : kGroupRows);
+          const float* gp = panel + size_t(gi) * group_floats;
+          for (int t = t0; t < te; t += kMaxTT) {
+            const int tt = te - t < kMaxTT ? te - t : kMaxTT;
+            tile_tokens(tt, gp, n_chunks, x + size_t(t) * ldx, ldx, y + size_t(t) * ldy + size_t(g),
+                        ldy, valid);
+          }
         }
       }
     }

@@ -345,16 +345,23 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / F::kBlock;
   auto* panel = static_cast<uint8_t*>(
       thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
-  int64_t r = r0;
-  for (; r + kRows <= r1; r += kRows) {
-    const uint8_t* rows[kRows];
-    for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
-    F::prep(rows, nb, panel);
-    int t = 0;
-    for (; t + F::kTT <= q.n_tokens; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
-    if (t < q.n_tokens) tile16_rest<F, F::kTT - 1>(q, panel, nb, r, t, q.n_tokens - t);
+  const int64_t r_end = r0 + (r1 - r0) / kRows * kRows;
+  // Long prompts: a few hundred tokens' activations at a time stay in cache while every panel of
+  // this chunk passes over them; panels are repacked again per super-block.
+  // (pp2048 of Qwen2.5-0.5B Q8_0: 710-726 -> 742-768 tok/s with blocks of 512.)
+  constexpr int kTokenSuperBlock = 512;
+  for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
+    const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
+    for (int64_t r = r0; r < r_end; r += kRows) {
+      const uint8_t* rows[kRows];
+      for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
+      F::prep(rows, nb, panel);
+      int t = ts;
+      for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
+      if (t < ts_end) tile16_rest<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
+    }
   }
-  if (r < r1) quant_tile_avx2(F::kType)(q, r, r1);
+  if (r_end < r1) quant_tile_avx2(F::kType)(q, r_end, r1);
 }
 
 }  // namespace
