@@ -330,11 +330,13 @@ struct Q6K {
   }
 };
 
+// The last `left` (< F::kTT) tokens of a panel as one tile of exactly that width.
 template <class F, int TT>
-void tile16_rest(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t, int left) {
+void tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
+                    int left) {
   if constexpr (TT > 0) {
     if (left == TT) return tile_at<F, TT>(q, panel, nb, r, t);
-    return tile16_rest<F, TT - 1>(q, panel, nb, r, t, left);
+    return tile_remainder<F, TT - 1>(q, panel, nb, r, t, left);
   }
 }
 
@@ -358,7 +360,7 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
       F::prep(rows, nb, panel);
       int t = ts;
       for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
-      if (t < ts_end) tile16_rest<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
+      if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
     }
   }
   if (r_end < r1) quant_tile_avx2(F::kType)(q, r_end, r1);
