@@ -27,7 +27,8 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
                      const AttentionShape& s) {
   struct Unit {
     int task, kv_head, first;  // first: index into the task's flattened (token, head) queries
-    int pair_task = -1;        // a second one-token task whose tile joins this one (AVX-512)
+    int pair_task = -1;        // a second one-token tile joins this one (AVX-512): its task
+    int pair_kv_head = 0;      // and KV head
   };
   const int group = s.n_heads / s.n_kv_heads;
   const int bs = cache.block_size();
@@ -35,7 +36,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   const size_t elem = dtype_size(cache.dtype());
   std::vector<Unit> units;
   const bool pair_decode = kernels::avx512_enabled();
-  int waiting_decode = -1;  // a one-token task not yet paired
+  std::vector<int> decode_tasks;  // one-token tasks, whose tiles are paired below
   // Each task's block table becomes two arrays of row pointers (one per position) once per call:
   // a division by the block size per key cost more than the key's arithmetic.
   std::vector<std::vector<const uint8_t*>> k_rows(tasks.size()), v_rows(tasks.size());
@@ -50,13 +51,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
     // Decode steps of two sequences (one tile of at most 8 queries per KV head each) share one
     // AVX-512 pass: half the instructions per key, and a shared prefix's rows read once.
     if (pair_decode && task.n_tokens == 1 && group <= 8) {
-      if (waiting_decode >= 0) {
-        for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
-          units.push_back({waiting_decode, kvh, 0, int(ti)});
-        waiting_decode = -1;
-      } else {
-        waiting_decode = int(ti);
-      }
+      decode_tasks.push_back(int(ti));
       continue;
     }
     // Later tiles see more keys: queue them first so dynamic scheduling ends evenly.
@@ -64,8 +59,18 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
          first -= kernels::kTileQueries)
       for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
   }
-  if (waiting_decode >= 0)
-    for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({waiting_decode, kvh, 0});
+  // Pairs of (task, KV head) tiles, KV head by KV head, so that two sequences' tiles of one head
+  // go together (a shared prefix's rows are then read once); an odd one out pairs across heads.
+  std::vector<std::pair<int, int>> decode_tiles;
+  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+    for (int ti : decode_tasks) decode_tiles.emplace_back(ti, kvh);
+  for (size_t i = 0; i < decode_tiles.size(); i += 2) {
+    const auto [ta, ha] = decode_tiles[i];
+    if (i + 1 < decode_tiles.size())
+      units.push_back({ta, ha, 0, decode_tiles[i + 1].first, decode_tiles[i + 1].second});
+    else
+      units.push_back({ta, ha, 0});
+  }
   const auto tile_kernel =
       kernels::avx512_enabled() ? kernels::attend_tile_avx512 : kernels::attend_tile_avx2;
 #pragma omp parallel if (query_key_pairs(tasks, s) * size_t(s.head_dim) > 64 * 1024)
@@ -74,28 +79,29 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
 #pragma omp for schedule(dynamic, 1)
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& un = units[u];
-      auto make_tile = [&](int ti, kernels::AttentionTile& tile, kernels::KvRows& rows) {
+      auto make_tile = [&](int ti, int kv_head, kernels::AttentionTile& tile,
+                           kernels::KvRows& rows) {
         const AttentionTask& task = tasks[size_t(ti)];
         const int n_queries = task.n_tokens * group;
         tile.n = std::min(kernels::kTileQueries, n_queries - un.first);
         for (int i = 0; i < tile.n; ++i) {
           const int token = (un.first + i) / group;
-          const int head = un.kv_head * group + (un.first + i) % group;
+          const int head = kv_head * group + (un.first + i) % group;
           const size_t off = size_t(token) * size_t(q_dim) + size_t(head) * size_t(s.head_dim);
           tile.q[i] = task.q + off;
           tile.out[i] = task.out + off;
           tile.n_keys[i] = task.start_pos + token + 1;
         }
         rows = {k_rows[size_t(ti)].data(), v_rows[size_t(ti)].data(),
-                size_t(un.kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
+                size_t(kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
       };
       kernels::AttentionTile tile;
       kernels::KvRows rows{};
-      make_tile(un.task, tile, rows);
+      make_tile(un.task, un.kv_head, tile, rows);
       if (un.pair_task >= 0) {
         kernels::AttentionTile tile_b;
         kernels::KvRows rows_b{};
-        make_tile(un.pair_task, tile_b, rows_b);
+        make_tile(un.pair_task, un.pair_kv_head, tile_b, rows_b);
         if (kernels::attend_pair_avx512(tile, rows, tile_b, rows_b, s.head_dim, s.scale)) continue;
         tile_kernel(tile_b, rows_b, s.head_dim, s.scale, scratch);
       }
