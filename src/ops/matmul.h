@@ -44,7 +44,8 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 // Widens (dequantises) row r of w into out[w.cols] (embedding lookup).
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
 
-// Which kernel family runs ("avx2", "scalar"): chosen once at start-up from the CPU's features.
+// Which kernel family runs ("avx512", "avx2", "scalar"): chosen once at start-up from the CPU's
+// features (FAK_ISA=avx2 or scalar caps it).
 std::string_view matmul_isa();
 
 }  // namespace fak
