@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "ops/attention_kernels.h"
+#include "ops/cpu/attention_rows.h"
 
 namespace fak::kernels {
 
@@ -44,29 +45,6 @@ inline __m256 exp256(__m256 x) {
   const __m256i e =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
-// Row pointers for keys [j0, j1) of one plane as f32; half rows are widened into `conv`.
-template <int HD>
-void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1,
-                float* conv, const float** out) {
-  if (dt == DType::F32) {
-    for (int j = j0; j < j1; ++j)
-      out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
-    return;
-  }
-  for (int j = j0; j < j1; ++j) {
-    const auto* src = reinterpret_cast<const uint16_t*>(plane[j] + head_offset);
-    float* dst = conv + size_t(j - j0) * HD;
-    for (int d = 0; d < HD; d += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d));
-      const __m256 f = dt == DType::F16
-                           ? _mm256_cvtph_ps(h)
-                           : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-      _mm256_storeu_ps(dst + d, f);
-    }
-    out[j - j0] = dst;
-  }
 }
 
 // Scores of KB consecutive keys (starting at key j) for all lanes, scaled and causally masked.

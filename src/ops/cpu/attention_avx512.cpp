@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "ops/attention_kernels.h"
+#include "ops/cpu/attention_rows.h"
 #include "ops/scratch.h"
 
 namespace fak::kernels {
@@ -44,29 +45,6 @@ inline __m512 exp512(__m512 x) {
   const __m512i e =
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_maskz_mul_ps(__mmask16(~underflow), p, _mm512_castsi512_ps(e));
-}
-
-// Row pointers for keys [j0, j1) of one plane as f32; half rows are widened into `conv`.
-template <int HD>
-void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1,
-                float* conv, const float** out) {
-  if (dt == DType::F32) {
-    for (int j = j0; j < j1; ++j)
-      out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
-    return;
-  }
-  for (int j = j0; j < j1; ++j) {
-    const auto* src = reinterpret_cast<const uint16_t*>(plane[j] + head_offset);
-    float* dst = conv + size_t(j - j0) * HD;
-    for (int d = 0; d < HD; d += 16) {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
-      const __m512 f = dt == DType::F16
-                           ? _mm512_cvtph_ps(h)
-                           : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-      _mm512_storeu_ps(dst + d, f);
-    }
-    out[j - j0] = dst;
-  }
 }
 
 // Two tiles of up to 8 queries in one pass: lanes 0..7 are tile a's queries, lanes 8..15 tile b's,

@@ -1,0 +1,40 @@
+// Key and value rows of one attention tile as f32 row pointers: shared by the AVX2 and AVX-512
+// tiles so both see the same values. Include only from files compiled with at least -mavx2 -mf16c.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/isa_namespace.h"
+
+namespace fak::kernels {
+inline namespace FAK_ISA_NS {
+
+// Row pointers for keys [j0, j1) of one plane as f32; half rows are widened into `conv`.
+template <int HD>
+void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1,
+                float* conv, const float** out) {
+  if (dt == DType::F32) {
+    for (int j = j0; j < j1; ++j)
+      out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
+    return;
+  }
+  for (int j = j0; j < j1; ++j) {
+    const auto* src = reinterpret_cast<const uint16_t*>(plane[j] + head_offset);
+    float* dst = conv + size_t(j - j0) * HD;
+    for (int d = 0; d < HD; d += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d));
+      const __m256 f = dt == DType::F16
+                           ? _mm256_cvtph_ps(h)
+                           : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      _mm256_storeu_ps(dst + d, f);
+    }
+    out[j - j0] = dst;
+  }
+}
+
+}  // namespace FAK_ISA_NS
+}  // namespace fak::kernels
