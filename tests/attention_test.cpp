@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "ops/attention_kernels.h"
 #include "ops/matmul_kernels.h"
 #include "runtime/kv_cache.h"
 
@@ -144,26 +145,32 @@ TEST(Attention, Avx512TileBitIdenticalToAvx2) {
   }
 }
 
-// Batched decode on AVX-512 joins the one-token tasks in pairs (attend_pair_avx512): two
-// sequences' queries in one register, with per-half keys where their rows differ and one key where
-// they share it (a cloned prefix). Each output must still be the bits of the task run alone on
-// the AVX2 kernel, for sequences of different lengths, shared and unshared rows, every KV type.
-TEST(Attention, PairedDecodeTasksBitIdenticalToSolo) {
+// Batched decode on AVX-512 runs the one-token tasks whose first blocks are the same rows (a
+// prefix they were cloned from) as one group per KV head (attend_decode_avx512): the shared keys
+// are read once for all, each sequence's own keys in its own lanes. Each output must still be the
+// bits of the task run alone on the AVX2 kernel, for sequences of different lengths, shared and
+// unshared rows, every KV type, GQA groups of 1 to 16 heads (more than 8 are split).
+TEST(Attention, GroupedDecodeTasksBitIdenticalToSolo) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
-  for (const AttnSetup& setup : setups()) {
+  std::vector<AttnSetup> all = setups();
+  all.push_back({16, 1, 64, 90, DType::F32});  // 16 heads per KV head: two groups of 8
+  all.push_back({10, 2, 32, 64, DType::F16});  // 5 heads per KV head, the context one block
+  for (const AttnSetup& setup : all) {
     AttentionFixture f(setup);
     const size_t qd = size_t(f.q_dim());
-    // Sequence b: the same blocks in another order (different rows past the first block), and
-    // sequence c: the first half of a's blocks then b's (a shared prefix, then different rows).
-    std::vector<int32_t> a = f.blocks(), b(a.rbegin(), a.rend()), c = a;
+    // b: a's blocks in another order (rows differ past the first block); c, d: the first half /
+    // first block of a's blocks, then b's (a shared prefix, then rows of their own).
+    std::vector<int32_t> a = f.blocks(), b(a.rbegin(), a.rend()), c = a, d = a;
     for (size_t i = c.size() / 2; i < c.size(); ++i) c[i] = b[i];
+    for (size_t i = 1; i < d.size(); ++i) d[i] = b[i];
     const int n = setup.n_ctx;
     struct Case {
       const std::vector<int32_t>* blocks;
       int pos;
     };
-    const Case cases[] = {{&a, n - 1}, {&c, n - 2}, {&b, n / 2}, {&a, 3},
-                          {&c, n - 1}, {&a, 0},     {&b, n - 1}};
+    const Case cases[] = {{&a, n - 1}, {&c, n - 2}, {&b, n / 2}, {&a, 3},     {&c, n - 1},
+                          {&a, 0},     {&b, n - 1}, {&d, n - 1}, {&c, n / 2}, {&a, n - 2},
+                          {&d, n / 3}, {&c, n - 3}, {&a, n - 1}, {&c, 1}};
     std::vector<AttentionTask> tasks;
     std::vector<float> out(std::size(cases) * qd, -1.0f);
     for (size_t i = 0; i < std::size(cases); ++i)
@@ -181,6 +188,69 @@ TEST(Attention, PairedDecodeTasksBitIdenticalToSolo) {
           << dtype_name(setup.dtype) << ", task " << i;
     }
     kernels::set_avx512_enabled(true);
+  }
+}
+
+// The decode group kernel directly, against the AVX2 tile: groups of 1..6 sequences with every
+// split of shared and own keys, including none shared and a shared count past a sequence's end.
+TEST(Attention, DecodeGroupKernelBitIdenticalToAvx2Tile) {
+  if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  for (DType dt : {DType::F32, DType::BF16}) {
+    AttentionFixture f({21, 3, 64, 200, dt});
+    const size_t qd = size_t(f.q_dim());
+    std::vector<int32_t> a = f.blocks(), b(a.rbegin(), a.rend());
+    std::vector<std::vector<int32_t>> tables;
+    for (int split = 0; split <= int(a.size()); split += 3) {  // a's first `split` blocks, then b's
+      tables.push_back(a);
+      for (size_t i = size_t(split); i < a.size(); ++i) tables.back()[i] = b[i];
+    }
+    std::vector<std::vector<const uint8_t*>> krows(tables.size()), vrows(tables.size());
+    for (size_t t = 0; t < tables.size(); ++t)
+      for (int j = 0; j < 200; ++j) {
+        const int bs = f.cache().block_size();
+        krows[t].push_back(f.cache().row(tables[t][size_t(j / bs)], 0, KvPlane::K, j % bs));
+        vrows[t].push_back(f.cache().row(tables[t][size_t(j / bs)], 0, KvPlane::V, j % bs));
+      }
+    const float scale = 0.125f;
+    const size_t elem = dtype_size(dt);
+    std::mt19937 rng(3);
+    for (int trial = 0; trial < 40; ++trial) {
+      kernels::DecodeGroup g;
+      g.n = 1 + trial % kernels::kMaxDecodeGroup;
+      g.heads = 7;
+      const int kvh = trial % 3;
+      const int t0 = int(rng() % tables.size());
+      g.shared_keys = int(rng() % 220);
+      std::vector<std::vector<float>> outs(size_t(g.n), std::vector<float>(7 * 64, -3.0f));
+      for (int i = 0; i < g.n; ++i) {
+        const int t = i == 0 ? t0 : int(rng() % tables.size());
+        const int pos = 100 + int(rng() % 100);
+        // Rows shared with sequence 0 only as far as both tables agree.
+        int same = 0;
+        while (same < 200 && krows[size_t(t)][size_t(same)] == krows[size_t(t0)][size_t(same)])
+          ++same;
+        g.shared_keys = std::min(g.shared_keys, same);
+        g.seq[i] = {f.q().data() + size_t(pos) * qd + size_t(kvh) * 7 * 64, outs[size_t(i)].data(),
+                    pos + 1,
+                    {krows[size_t(t)].data(), vrows[size_t(t)].data(), size_t(kvh) * 64 * elem, dt}};
+      }
+      ASSERT_TRUE(kernels::attend_decode_avx512(g, 64, scale));
+      for (int i = 0; i < g.n; ++i) {
+        kernels::AttentionTile tile;
+        tile.n = 7;
+        std::vector<float> solo(7 * 64, -4.0f);
+        for (int h = 0; h < 7; ++h) {
+          tile.q[h] = g.seq[i].q + h * 64;
+          tile.out[h] = solo.data() + h * 64;
+          tile.n_keys[h] = g.seq[i].n_keys;
+        }
+        kernels::AttentionScratch scratch;
+        ASSERT_TRUE(kernels::attend_tile_avx2(tile, g.seq[i].rows, 64, scale, scratch));
+        ASSERT_EQ(0, std::memcmp(solo.data(), outs[size_t(i)].data(), solo.size() * 4))
+            << dtype_name(dt) << " trial " << trial << " sequence " << i << " of " << g.n
+            << ", shared " << g.shared_keys;
+      }
+    }
   }
 }
 

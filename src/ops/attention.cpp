@@ -27,30 +27,36 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
                      const AttentionShape& s) {
   struct Unit {
     int task, kv_head, first;  // first: index into the task's flattened (token, head) queries
-    int pair_task = -1;        // a second one-token tile joins this one (AVX-512): its task
-    int pair_kv_head = 0;      // and KV head
+    int group = -1;            // a decode group (AVX-512): its index, and its first query head
+    int head0 = 0;
   };
   const int group = s.n_heads / s.n_kv_heads;
   const int bs = cache.block_size();
   const int q_dim = s.n_heads * s.head_dim;
   const size_t elem = dtype_size(cache.dtype());
   std::vector<Unit> units;
-  const bool pair_decode = kernels::avx512_enabled();
-  std::vector<int> decode_tasks;  // one-token tasks, whose tiles may be paired below
+  const bool group_decode = kernels::avx512_enabled();
+  std::vector<int> decode_tasks;  // one-token tasks, grouped below
   // Each task's block table becomes two arrays of row pointers (one per position) once per call:
   // a division by the block size per key cost more than the key's arithmetic.
   std::vector<std::vector<const uint8_t*>> k_rows(tasks.size()), v_rows(tasks.size());
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttentionTask& task = tasks[ti];
-    for (int j = 0; j < task.start_pos + task.n_tokens; ++j) {
-      const int32_t b = (*task.blocks)[size_t(j / bs)];
-      k_rows[ti].push_back(cache.row(b, layer, KvPlane::K, j % bs));
-      v_rows[ti].push_back(cache.row(b, layer, KvPlane::V, j % bs));
+    const int n = task.start_pos + task.n_tokens;
+    k_rows[ti].resize(size_t(n));
+    v_rows[ti].resize(size_t(n));
+    for (int j0 = 0; j0 < n; j0 += bs) {
+      const int32_t b = (*task.blocks)[size_t(j0 / bs)];
+      const uint8_t* k0 = cache.row(b, layer, KvPlane::K, 0);
+      const uint8_t* v0 = cache.row(b, layer, KvPlane::V, 0);
+      const size_t rb = cache.row_bytes();
+      for (int j = j0; j < n && j < j0 + bs; ++j) {
+        k_rows[ti][size_t(j)] = k0 + size_t(j - j0) * rb;
+        v_rows[ti][size_t(j)] = v0 + size_t(j - j0) * rb;
+      }
     }
     const int n_queries = task.n_tokens * group;
-    // Decode steps of two sequences (one tile of at most 8 queries per KV head each) can share one
-    // AVX-512 pass: half the instructions per shared key, whose rows are read once.
-    if (pair_decode && task.n_tokens == 1 && group <= 8) {
+    if (group_decode && task.n_tokens == 1) {
       decode_tasks.push_back(int(ti));
       continue;
     }
@@ -59,10 +65,10 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
          first -= kernels::kTileQueries)
       for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
   }
-  // Two sequences' tiles of one KV head pair up when most of their keys are the same rows (a
-  // prefix both were cloned from): those keys cost one broadcast for both halves. Where the rows
-  // differ a pair costs more than two lone AVX2 tiles (measured: one 6k-context sequence's two KV
-  // heads paired decoded in 47 ms a token, alone in 36), so unrelated sequences stay apart.
+  // Decode steps of sequences whose first keys are the same rows (a prefix they were cloned from)
+  // form one group per KV head: those rows are read once, and each K element is one broadcast for
+  // every sequence's queries. Unrelated sequences stay alone: a group whose rows differ costs the
+  // same work in fewer, longer units.
   auto shared_keys = [&](int a, int b) {
     const auto& ba = *tasks[size_t(a)].blocks;
     const auto& bb = *tasks[size_t(b)].blocks;
@@ -70,29 +76,34 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
     while (i < ba.size() && i < bb.size() && ba[i] == bb[i]) ++i;
     return int(i) * bs;
   };
-  std::vector<int> partner(decode_tasks.size(), -1);
+  struct Group {
+    std::vector<int> tasks;
+    int shared = 1 << 30;
+  };
+  std::vector<Group> groups;
+  std::vector<bool> grouped(decode_tasks.size(), false);
   for (size_t i = 0; i < decode_tasks.size(); ++i) {
-    if (partner[i] >= 0) continue;
-    for (size_t j = i + 1; j < decode_tasks.size(); ++j) {
-      if (partner[j] >= 0) continue;
-      const int na = tasks[size_t(decode_tasks[i])].start_pos + 1;
+    if (grouped[i]) continue;
+    Group g;
+    g.tasks.push_back(decode_tasks[i]);
+    const int na = tasks[size_t(decode_tasks[i])].start_pos + 1;
+    for (size_t j = i + 1;
+         j < decode_tasks.size() && int(g.tasks.size()) < kernels::kMaxDecodeGroup; ++j) {
+      if (grouped[j]) continue;
       const int nb = tasks[size_t(decode_tasks[j])].start_pos + 1;
-      if (5 * shared_keys(decode_tasks[i], decode_tasks[j]) >= 2 * std::max(na, nb)) {
-        partner[i] = int(j);
-        partner[j] = int(i);
-        break;
+      const int sk = shared_keys(decode_tasks[i], decode_tasks[j]);
+      if (5 * sk >= 2 * std::max(na, nb)) {
+        grouped[j] = true;
+        g.tasks.push_back(decode_tasks[j]);
+        g.shared = std::min(g.shared, sk);
       }
     }
+    groups.push_back(std::move(g));
   }
-  for (size_t i = 0; i < decode_tasks.size(); ++i) {
-    if (partner[i] >= 0 && partner[i] < int(i)) continue;  // queued with its partner
-    for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
-      if (partner[i] >= 0)
-        units.push_back({decode_tasks[i], kvh, 0, decode_tasks[size_t(partner[i])], kvh});
-      else
-        units.push_back({decode_tasks[i], kvh, 0});
-    }
-  }
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+      for (int h0 = 0; h0 < group; h0 += kernels::kMaxDecodeHeads)
+        units.push_back({groups[gi].tasks[0], kvh, 0, int(gi), h0});
   const auto tile_kernel =
       kernels::avx512_enabled() ? kernels::attend_tile_avx512 : kernels::attend_tile_avx2;
 #pragma omp parallel if (query_key_pairs(tasks, s) * size_t(s.head_dim) > 64 * 1024)
@@ -101,33 +112,49 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
 #pragma omp for schedule(dynamic, 1)
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& un = units[u];
-      auto make_tile = [&](int ti, int kv_head, kernels::AttentionTile& tile,
-                           kernels::KvRows& rows) {
+      auto rows_of = [&](int ti, int kv_head) {
+        return kernels::KvRows{k_rows[size_t(ti)].data(), v_rows[size_t(ti)].data(),
+                               size_t(kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
+      };
+      auto make_tile = [&](int ti, int kv_head, int first, kernels::AttentionTile& tile) {
         const AttentionTask& task = tasks[size_t(ti)];
         const int n_queries = task.n_tokens * group;
-        tile.n = std::min(kernels::kTileQueries, n_queries - un.first);
+        tile.n = std::min(kernels::kTileQueries, n_queries - first);
         for (int i = 0; i < tile.n; ++i) {
-          const int token = (un.first + i) / group;
-          const int head = kv_head * group + (un.first + i) % group;
+          const int token = (first + i) / group;
+          const int head = kv_head * group + (first + i) % group;
           const size_t off = size_t(token) * size_t(q_dim) + size_t(head) * size_t(s.head_dim);
           tile.q[i] = task.q + off;
           tile.out[i] = task.out + off;
           tile.n_keys[i] = task.start_pos + token + 1;
         }
-        rows = {k_rows[size_t(ti)].data(), v_rows[size_t(ti)].data(),
-                size_t(kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
       };
-      kernels::AttentionTile tile;
-      kernels::KvRows rows{};
-      make_tile(un.task, un.kv_head, tile, rows);
-      if (un.pair_task >= 0) {
-        kernels::AttentionTile tile_b;
-        kernels::KvRows rows_b{};
-        make_tile(un.pair_task, un.pair_kv_head, tile_b, rows_b);
-        if (kernels::attend_pair_avx512(tile, rows, tile_b, rows_b, s.head_dim, s.scale)) continue;
-        tile_kernel(tile_b, rows_b, s.head_dim, s.scale, scratch);
+      if (un.group >= 0) {
+        const Group& gr = groups[size_t(un.group)];
+        kernels::DecodeGroup dg;
+        dg.n = int(gr.tasks.size());
+        dg.heads = std::min(kernels::kMaxDecodeHeads, group - un.head0);
+        dg.shared_keys = gr.shared;
+        const size_t off =
+            (size_t(un.kv_head) * size_t(group) + size_t(un.head0)) * size_t(s.head_dim);
+        for (int i = 0; i < dg.n; ++i) {
+          const AttentionTask& task = tasks[size_t(gr.tasks[size_t(i)])];
+          dg.seq[i] = {task.q + off, task.out + off, task.start_pos + 1,
+                       rows_of(gr.tasks[size_t(i)], un.kv_head)};
+        }
+        if (kernels::attend_decode_avx512(dg, s.head_dim, s.scale)) continue;
+        // No specialisation: each sequence's tile alone.
+        for (int ti : gr.tasks) {
+          kernels::AttentionTile tile;
+          make_tile(ti, un.kv_head, un.head0, tile);
+          tile.n = dg.heads;
+          tile_kernel(tile, rows_of(ti, un.kv_head), s.head_dim, s.scale, scratch);
+        }
+        continue;
       }
-      tile_kernel(tile, rows, s.head_dim, s.scale, scratch);
+      kernels::AttentionTile tile;
+      make_tile(un.task, un.kv_head, un.first, tile);
+      tile_kernel(tile, rows_of(un.task, un.kv_head), s.head_dim, s.scale, scratch);
     }
   }
 }

@@ -49,9 +49,29 @@ bool attend_tile_supported(int head_dim);
 // avx512_enabled() (ops/matmul_kernels.h).
 bool attend_tile_avx512(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
                         AttentionScratch& scratch);
-// Two tiles of up to 8 queries each (decode steps of two sequences, one KV head) in one pass, the
-// same bits as each alone; false when it has no specialisation (the caller runs them alone).
-bool attend_pair_avx512(const AttentionTile& a, const KvRows& ra, const AttentionTile& b,
-                        const KvRows& rb, int head_dim, float scale);
+// One decode step (one new token) of up to kMaxDecodeGroup sequences over one KV head: each
+// sequence's `heads` queries (consecutive, head_dim floats each) attend to its keys [0, n_keys).
+// Keys [0, shared_keys) are the same rows in every sequence (blocks of a prefix they were cloned
+// from): the kernel reads them once for all. Outputs are the same bits as attend_tile_avx2 on
+// each sequence alone.
+inline constexpr int kMaxDecodeGroup = 6;
+inline constexpr int kMaxDecodeHeads = 8;  // queries per sequence; larger GQA groups are split
+
+struct DecodeSeq {
+  const float* q;  // heads * head_dim
+  float* out;      // heads * head_dim
+  int n_keys;
+  KvRows rows;
+};
+
+struct DecodeGroup {
+  int n = 0;      // sequences, 1..kMaxDecodeGroup
+  int heads = 0;  // 1..kMaxDecodeHeads
+  int shared_keys = 0;
+  DecodeSeq seq[kMaxDecodeGroup];
+};
+
+// False when it has no specialisation (head size, group shape): the caller runs attend_tile.
+bool attend_decode_avx512(const DecodeGroup& group, int head_dim, float scale);
 
 }  // namespace fak::kernels

@@ -29,17 +29,20 @@ KvCache::KvCache(int n_layers, int kv_dim, KvCacheOptions options)
 
 uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
   if (plane == KvPlane::Kraw && !keep_kraw_) return nullptr;
-  uint8_t* slab = slabs_[size_t(block / kBlocksPerSlab)].get();
+  uint8_t* slab = slabs_[size_t(block / kBlocksPerSlab)].data();
   const size_t plane_bytes = size_t(block_size_) * row_bytes_;
   return slab + size_t(block % kBlocksPerSlab) * block_bytes_ +
-         (size_t(layer) * size_t(planes()) + size_t(plane)) * plane_bytes + size_t(slot) * row_bytes_;
+         (size_t(layer) * size_t(planes()) + size_t(plane)) * plane_bytes +
+         size_t(slot) * row_bytes_;
 }
 
 void KvCache::store_row(int32_t block, int layer, KvPlane plane, int slot, const float* src) {
   uint8_t* dst = row(block, layer, plane, slot);
   if (!dst) return;
   switch (dtype_) {
-    case DType::F32: std::memcpy(dst, src, row_bytes_); return;
+    case DType::F32:
+      std::memcpy(dst, src, row_bytes_);
+      return;
     case DType::F16:
       for (int i = 0; i < kv_dim_; ++i) {
         uint16_t h = f32_to_f16(src[i]);
@@ -59,7 +62,9 @@ void KvCache::load_row(int32_t block, int layer, KvPlane plane, int slot, float*
   const uint8_t* src = row(block, layer, plane, slot);
   check(src != nullptr, "KvCache: this cache keeps no Kraw");
   switch (dtype_) {
-    case DType::F32: std::memcpy(dst, src, row_bytes_); return;
+    case DType::F32:
+      std::memcpy(dst, src, row_bytes_);
+      return;
     case DType::F16:
       for (int i = 0; i < kv_dim_; ++i) {
         uint16_t h;
@@ -83,7 +88,7 @@ int32_t KvCache::allocate() {
          std::to_string(in_use_) + " blocks of " + std::to_string(block_size_) + " tokens in use)");
   if (free_.empty()) {
     int32_t first = int32_t(refcounts_.size());
-    slabs_.emplace_back(new uint8_t[kBlocksPerSlab * block_bytes_]);
+    slabs_.emplace_back(kBlocksPerSlab * block_bytes_, "KV cache");
     refcounts_.resize(refcounts_.size() + kBlocksPerSlab, 0);
     for (int i = kBlocksPerSlab - 1; i >= 0; --i) free_.push_back(first + i);
   }
@@ -94,7 +99,9 @@ int32_t KvCache::allocate() {
   return b;
 }
 
-void KvCache::retain(int32_t block) { ++refcounts_[size_t(block)]; }
+void KvCache::retain(int32_t block) {
+  ++refcounts_[size_t(block)];
+}
 
 void KvCache::release(int32_t block) {
   int& rc = refcounts_[size_t(block)];

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/anon_memory.h"
 #include "core/dtype.h"
 #include "runtime/kv_cells.h"
 
@@ -72,7 +73,7 @@ class KvCache : public BlockPool {
   DType dtype_;
   size_t row_bytes_, block_bytes_;
   static constexpr int kBlocksPerSlab = 16;
-  std::vector<std::unique_ptr<uint8_t[]>> slabs_;
+  std::vector<AnonMemory> slabs_;  // huge-page advised: a step reads them all
   std::vector<int> refcounts_;
   std::vector<int32_t> free_;
   size_t in_use_ = 0;

@@ -111,8 +111,14 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale,
   // Pass 1: scores. More keys per step with fewer lanes keeps 8 accumulators in flight.
   constexpr int KB = 8 / NV;
   const float* kp[kKeyBlock];
+  const size_t row_bytes = size_t(HD) * dtype_size(rows.dtype);
+  prefetch_rows(rows.k, rows.head_offset, row_bytes, 0, std::min(n_keys, kKeyBlock));
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = std::min(n_keys, j0 + kKeyBlock);
+    if (j1 < n_keys)
+      prefetch_rows(rows.k, rows.head_offset, row_bytes, j1, std::min(n_keys, j1 + kKeyBlock));
+    else
+      prefetch_rows(rows.v, rows.head_offset, row_bytes, 0, std::min(n_keys, kKeyBlock));
     block_rows<HD>(rows.k, rows.head_offset, rows.dtype, j0, j1, conv, kp);
     int j = j0;
     for (; j + KB <= j1; j += KB) scores<HD, NV, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
@@ -141,6 +147,8 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale,
   const float* vp[kKeyBlock];
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = std::min(n_keys, j0 + kKeyBlock);
+    if (j1 < n_keys)
+      prefetch_rows(rows.v, rows.head_offset, row_bytes, j1, std::min(n_keys, j1 + kKeyBlock));
     block_rows<HD>(rows.v, rows.head_offset, rows.dtype, j0, j1, conv, vp);
     for (int d0 = 0; d0 < HD; d0 += DC) {
       __m256 acc[DC][NV];

@@ -1,0 +1,101 @@
+// Attention throughput on Qwen2.5-0.5B's shape (14 query heads, 2 KV heads, head_dim 64, 24
+// layers, f32 KV in 32-row blocks) over agentbench's contexts: A agents cloned from a shared
+// prefix of P rows, each with its own rows after it. One iteration runs all 24 layers, so the KV
+// working set (hundreds of MB) comes from memory as it does in a real step.
+//   ./build/attention_bench [--benchmark_filter=decode]
+// FAK_BENCH_ONE_LAYER=1 runs layer 0 24 times instead: the same arithmetic on rows that stay in
+// cache, which separates the kernel's compute from its memory traffic.
+// Cases: decode steps of A agents batched (arm c) or of one agent alone (arm b), a batched
+// tool-result prefill (A x R tokens) and one long prompt.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "ops/attention.h"
+#include "runtime/kv_cache.h"
+
+namespace fak {
+namespace {
+
+constexpr int kLayers = 24, kHeads = 14, kKvHeads = 2, kHeadDim = 64;
+
+struct Workload {
+  KvCache cache;
+  std::vector<std::vector<int32_t>> tables;  // per agent
+  std::vector<std::vector<float>> q, out;
+  std::vector<AttentionTask> tasks;
+
+  // `agents` sequences of prefix + own rows each; the last `new_tokens` rows of each are queries.
+  Workload(int agents, int prefix, int own, int new_tokens, DType dtype)
+      : cache(kLayers, kKvHeads * kHeadDim, KvCacheOptions{32, true, 0, dtype}) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> row(size_t(kKvHeads * kHeadDim));
+    auto fill = [&](int32_t block) {
+      for (int l = 0; l < kLayers; ++l)
+        for (KvPlane p : {KvPlane::K, KvPlane::V, KvPlane::Kraw})
+          for (int s = 0; s < cache.block_size(); ++s) {
+            for (float& v : row) v = dist(rng);
+            cache.store_row(block, l, p, s, row.data());
+          }
+    };
+    const int bs = cache.block_size();
+    std::vector<int32_t> shared;
+    for (int i = 0; i < prefix / bs; ++i) {
+      shared.push_back(cache.allocate());
+      fill(shared.back());
+    }
+    const int n = prefix / bs * bs + own;
+    for (int a = 0; a < agents; ++a) {
+      tables.push_back(shared);
+      while (int(tables.back().size()) * bs < n) {
+        tables.back().push_back(cache.allocate());
+        fill(tables.back().back());
+      }
+      const size_t q_elems = size_t(new_tokens) * kHeads * kHeadDim;
+      q.emplace_back(q_elems);
+      for (float& v : q.back()) v = dist(rng);
+      out.emplace_back(q_elems);
+    }
+    for (int a = 0; a < agents; ++a)
+      tasks.push_back({q[size_t(a)].data(), out[size_t(a)].data(), &tables[size_t(a)], new_tokens,
+                       n - new_tokens});
+  }
+};
+
+void bench_attention(benchmark::State& state, int agents, int prefix, int own, int new_tokens,
+                     DType dtype) {
+  Workload w(agents, prefix, own, new_tokens, dtype);
+  const AttentionShape shape{kHeads, kKvHeads, kHeadDim, 0.125f};
+  const bool one_layer = std::getenv("FAK_BENCH_ONE_LAYER") != nullptr;
+  for (auto _ : state)
+    for (int l = 0; l < kLayers; ++l) attention(w.tasks, w.cache, one_layer ? 0 : l, shape);
+  const int n = prefix + own;
+  // Query-key pairs of all layers, causal within the new tokens.
+  const double pairs =
+      double(agents) * kHeads * kLayers *
+      (double(new_tokens) * (n - new_tokens) + 0.5 * new_tokens * (new_tokens + 1));
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      double(state.iterations()) * pairs * 4 * kHeadDim / 1e9, benchmark::Counter::kIsRate);
+  state.counters["ms_per_step"] = benchmark::Counter(
+      double(state.iterations()) * 1e3, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+// agentbench A=5, P=2048, mid-run: ~950 rows of tool results and replies per agent.
+BENCHMARK_CAPTURE(bench_attention, decode_5agents_3k, 5, 2048, 950, 1, DType::F32)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bench_attention, decode_1agent_3k, 1, 2048, 950, 1, DType::F32)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bench_attention, decode_5agents_3k_f16, 5, 2048, 950, 1, DType::F16)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bench_attention, prefill_5x64_3k, 5, 2048, 950, 64, DType::F32)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bench_attention, prefill_1x2048, 1, 0, 2048, 2048, DType::F32)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace fak
+
+BENCHMARK_MAIN();

@@ -1,0 +1,370 @@
+// AVX-512 decode attention: one new token for each of up to kMaxDecodeGroup sequences, over one KV
+// head, in one pass over their keys. Built for agents cloned from one prompt: the keys of the
+// shared prefix are read from memory once and each K element is one broadcast for every
+// sequence's queries, instead of once per sequence.
+//
+// Layout: each sequence owns an 8-lane slot (its GQA group's heads, up to 8) of the score
+// registers, so scores are a small GEMM with the queries in lanes (as the AVX2 tile). The weighted
+// V sum has the head dimension in lanes instead: per key, one fma per 16 output elements with the
+// probability broadcast, a quarter of the AVX2 tile's instructions for a 7-head group.
+//
+// note: every output is the same bits as the AVX2 tile run on that sequence alone
+// (attention_avx2.cpp, tested): a score is one fma chain over the head dimension, scaled once;
+// the softmax max, the exp polynomial and the sum run over keys in order per lane (keys past a
+// sequence's own count are -inf and add exact zeros); the output is one fma chain over keys per
+// element, then one multiply by 1 / sum. Which lanes or registers hold the chain changes nothing.
+// note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cmath>
+#include <vector>
+
+#include "ops/attention_kernels.h"
+#include "ops/cpu/attention_rows.h"
+#include "ops/cpu/exp_avx512.h"
+#include "ops/scratch.h"
+
+namespace fak::kernels {
+
+namespace {
+
+constexpr int kKeyBlock = 64;  // rows widened (half types) and prefetched at a time
+constexpr int kSlot = 8;       // lanes per sequence
+
+// The K and V rows a group reads, in the order it reads them, prefetched a fixed distance ahead
+// of their use. Decode reads every row once, from memory; without this the kernel waited on
+// nearly every block (the hardware prefetcher restarts at each 32-row KV block, and the
+// arithmetic per row is too little for out-of-order execution to run far ahead).
+class RowStream {
+ public:
+  RowStream(size_t head_offset, size_t row_bytes) : off_(head_offset), bytes_(row_bytes) {
+    segs_.clear();
+  }
+  void add(const uint8_t* const* plane, int from, int to) {
+    if (from < to) segs_.push_back({plane, from, to});
+  }
+  // Issues the next n rows' prefetches.
+  void ahead(int n) {
+    for (; n > 0 && seg_ < segs_.size(); --n) {
+      const Seg& sg = segs_[seg_];
+      if (pos_ < sg.from) pos_ = sg.from;
+      const char* row = reinterpret_cast<const char*>(sg.plane[pos_] + off_);
+      for (size_t b = 0; b < bytes_; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+      if (++pos_ == sg.to) {
+        ++seg_;
+        pos_ = 0;
+      }
+    }
+  }
+
+ private:
+  struct Seg {
+    const uint8_t* const* plane;
+    int from, to;
+  };
+  static thread_local std::vector<Seg> segs_;  // reused across calls
+  size_t off_, bytes_;
+  size_t seg_ = 0;
+  int pos_ = 0;
+};
+thread_local std::vector<RowStream::Seg> RowStream::segs_;
+
+constexpr int kPrefetchRows = 48;  // rows in flight ahead of the arithmetic
+
+// Scores of KB keys for the lanes of NZ registers (every slot's queries against the same rows).
+template <int HD, int NZ, int KB>
+[[gnu::always_inline]] inline void scores_shared(const float* qt, const float* const* k,
+                                                 float scale, float* s, __m512* mx) {
+  constexpr int LW = 16 * NZ;
+  __m512 acc[KB][NZ];
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b)
+#pragma GCC unroll 3
+    for (int v = 0; v < NZ; ++v) acc[b][v] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int d = 0; d < HD; ++d) {
+    __m512 q[NZ];
+#pragma GCC unroll 3
+    for (int v = 0; v < NZ; ++v) q[v] = _mm512_loadu_ps(qt + d * LW + 16 * v);
+#pragma GCC unroll 8
+    for (int b = 0; b < KB; ++b) {
+      const __m512 kb = _mm512_set1_ps(k[b][d]);
+#pragma GCC unroll 3
+      for (int v = 0; v < NZ; ++v) acc[b][v] = _mm512_fmadd_ps(q[v], kb, acc[b][v]);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b)
+#pragma GCC unroll 3
+    for (int v = 0; v < NZ; ++v) {
+      const __m512 x = _mm512_mul_ps(acc[b][v], sc);
+      mx[v] = _mm512_max_ps(mx[v], x);
+      _mm512_storeu_ps(s + size_t(b) * LW + 16 * v, x);
+    }
+}
+
+// Scores of KB keys for one slot's 8 lanes (a sequence's own rows past the shared prefix).
+template <int HD, int LW, int KB>
+[[gnu::always_inline]] inline void scores_slot(const float* qt, const float* const* k, float scale,
+                                               float* s, __m256& mx) {
+  __m256 acc[KB];
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b) acc[b] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+  for (int d = 0; d < HD; ++d) {
+    const __m256 q = _mm256_loadu_ps(qt + d * LW);
+#pragma GCC unroll 8
+    for (int b = 0; b < KB; ++b) acc[b] = _mm256_fmadd_ps(q, _mm256_set1_ps(k[b][d]), acc[b]);
+  }
+  const __m256 sc = _mm256_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b) {
+    const __m256 x = _mm256_mul_ps(acc[b], sc);
+    mx = _mm256_max_ps(mx, x);
+    _mm256_storeu_ps(s + size_t(b) * LW, x);
+  }
+}
+
+// Output of one slot over keys [j0, j1): acc[h][c] += p[h] * V[j][dims of chunk c], H heads,
+// DC dimensions (DC / 16 registers) per call; `ot` holds the running sums between key blocks.
+template <int HD, int LW, int H, int DC>
+[[gnu::always_inline]] inline void values_slot(const float* s, const float* const* v, int j0,
+                                               int j1, int d0, bool first, float* ot) {
+  constexpr int NC = DC / 16;
+  __m512 acc[H][NC];
+#pragma GCC unroll 8
+  for (int h = 0; h < H; ++h)
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c)
+      acc[h][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + h * HD + d0 + 16 * c);
+  for (int j = j0; j < j1; ++j) {
+    const float* vr = v[j - j0] + d0;
+    const float* pj = s + size_t(j) * LW;
+    __m512 x[NC];
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c) x[c] = _mm512_loadu_ps(vr + 16 * c);
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) {
+      const __m512 p = _mm512_set1_ps(pj[h]);
+#pragma GCC unroll 2
+      for (int c = 0; c < NC; ++c) acc[h][c] = _mm512_fmadd_ps(p, x[c], acc[h][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < H; ++h)
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(ot + h * HD + d0 + 16 * c, acc[h][c]);
+}
+
+template <int HD, int NZ, int H>
+void attend_group(const DecodeGroup& g, float scale) {
+  constexpr int LW = 16 * NZ;
+  constexpr int DC = HD < 32 ? HD : 32;
+  const int n_seq = g.n;
+  int n_max = 0, n_min = 1 << 30;
+  for (int i = 0; i < n_seq; ++i) {
+    n_max = g.seq[i].n_keys > n_max ? g.seq[i].n_keys : n_max;
+    n_min = g.seq[i].n_keys < n_min ? g.seq[i].n_keys : n_min;
+  }
+  // Keys every sequence has and reads from the same rows; a lone sequence shares all its keys.
+  const int shared = n_seq == 1 ? n_max : (g.shared_keys < n_min ? g.shared_keys : n_min);
+  const bool half = g.seq[0].rows.dtype != DType::F32;
+  const size_t need = size_t(HD) * LW + size_t(n_max) * LW + size_t(n_seq) * H * HD +
+                      (half ? size_t(kKeyBlock) * HD : 0);
+  auto* buf = static_cast<float*>(thread_scratch(ScratchSlot::kAttention, sizeof(float) * need));
+  float* qt = buf;                     // [HD][LW]: queries transposed, slot i at lanes 8i..
+  float* s = qt + size_t(HD) * LW;     // [n_max][LW]: scores, then probabilities
+  float* ot = s + size_t(n_max) * LW;  // [n_seq][H][HD]: running outputs
+  float* conv = ot + size_t(n_seq) * H * HD;
+
+  for (int d = 0; d < HD; ++d)
+    for (int l = 0; l < LW; ++l) {
+      const int i = l / kSlot, h = l % kSlot;
+      qt[d * LW + l] = i < n_seq && h < H ? g.seq[i].q[h * HD + d] : 0.0f;
+    }
+
+  // Every row the passes below read, in their order: shared K, each sequence's own K, then V
+  // block by block (a shared block once, then each sequence's own rows of that block).
+  const KvRows& r0 = g.seq[0].rows;
+  RowStream stream(r0.head_offset, size_t(HD) * dtype_size(r0.dtype));
+  stream.add(r0.k, 0, shared);
+  for (int i = 0; i < n_seq; ++i) stream.add(g.seq[i].rows.k, shared, g.seq[i].n_keys);
+  for (int j0 = 0; j0 < n_max; j0 += kKeyBlock) {
+    const int j1 = j0 + kKeyBlock;
+    stream.add(r0.v, j0, j1 < shared ? j1 : shared);
+    for (int i = 0; i < n_seq; ++i) {
+      const int n = g.seq[i].n_keys;
+      stream.add(g.seq[i].rows.v, j0 > shared ? j0 : shared, j1 < n ? j1 : n);
+    }
+  }
+  stream.ahead(kPrefetchRows);
+
+  // Pass 1a: the shared keys, all slots at once. The softmax max of each lane is kept on the way
+  // (a max is exact, so where it is taken does not matter).
+  constexpr int KB = 8;
+  __m512 mx[NZ];
+  for (int v = 0; v < NZ; ++v) mx[v] = _mm512_set1_ps(-INFINITY);
+  const float* kp[kKeyBlock];
+  for (int j0 = 0; j0 < shared; j0 += kKeyBlock) {
+    const int j1 = j0 + kKeyBlock < shared ? j0 + kKeyBlock : shared;
+    block_rows<HD>(r0.k, r0.head_offset, r0.dtype, j0, j1, conv, kp);
+    int j = j0;
+    for (; j + KB <= j1; j += KB) {
+      stream.ahead(KB);
+      scores_shared<HD, NZ, KB>(qt, kp + (j - j0), scale, s + size_t(j) * LW, mx);
+    }
+    for (; j < j1; ++j) {
+      stream.ahead(1);
+      scores_shared<HD, NZ, 1>(qt, kp + (j - j0), scale, s + size_t(j) * LW, mx);
+    }
+  }
+  // Pass 1b: each sequence's own keys in its slot; -inf past its count (and 0 in unused slots).
+  for (int i = 0; i < 2 * NZ; ++i) {
+    float* si = s + kSlot * i;
+    const int n = i < n_seq ? g.seq[i].n_keys : shared;
+    __m256 mxi = _mm256_set1_ps(-INFINITY);
+    if (i < n_seq) {
+      const KvRows& r = g.seq[i].rows;
+      for (int j0 = shared; j0 < n; j0 += kKeyBlock) {
+        const int j1 = j0 + kKeyBlock < n ? j0 + kKeyBlock : n;
+        block_rows<HD>(r.k, r.head_offset, r.dtype, j0, j1, conv, kp);
+        int j = j0;
+        for (; j + KB <= j1; j += KB) {
+          stream.ahead(KB);
+          scores_slot<HD, LW, KB>(qt + kSlot * i, kp + (j - j0), scale, si + size_t(j) * LW, mxi);
+        }
+        for (; j < j1; ++j) {
+          stream.ahead(1);
+          scores_slot<HD, LW, 1>(qt + kSlot * i, kp + (j - j0), scale, si + size_t(j) * LW, mxi);
+        }
+      }
+    }
+    const __m256 fill = _mm256_set1_ps(i < n_seq ? -INFINITY : 0.0f);
+    for (int j = n; j < n_max; ++j) _mm256_storeu_ps(si + size_t(j) * LW, fill);
+    // This slot's half of its register: the max over its own keys too.
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    mx[i / 2] = _mm512_max_ps(
+        mx[i / 2], i % 2 ? _mm512_insertf32x8(ninf, mxi, 1) : _mm512_insertf32x8(ninf, mxi, 0));
+  }
+
+  // Pass 2, block by block: softmax numerators and their sums in key order per lane, then the
+  // outputs; a shared V block is read from memory once for all slots. Taking exp here rather
+  // than in a pass of its own keeps rows streaming in while it runs.
+  __m512 sum[NZ];
+  for (int v = 0; v < NZ; ++v) sum[v] = _mm512_setzero_ps();
+  const float* vp[kKeyBlock];
+  for (int j0 = 0; j0 < n_max; j0 += kKeyBlock) {
+    const int je = j0 + kKeyBlock < n_max ? j0 + kKeyBlock : n_max;
+    for (int j = j0; j < je; ++j)
+#pragma GCC unroll 3
+      for (int v = 0; v < NZ; ++v) {
+        float* sj = s + size_t(j) * LW + 16 * v;
+        const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx[v]));
+        _mm512_storeu_ps(sj, p);
+        sum[v] = _mm512_add_ps(sum[v], p);
+      }
+    const int j1s = j0 + kKeyBlock < shared ? j0 + kKeyBlock : shared;
+    for (int i = 0; i < n_seq; ++i) {
+      const int n = g.seq[i].n_keys;
+      if (j0 >= n) continue;
+      const int j1 = j0 + kKeyBlock < n ? j0 + kKeyBlock : n;
+      // Shared rows were widened (half types) for the first sequence and are reused; a block
+      // past or straddling the end of the shared keys is this sequence's own rows.
+      if (i == 0 || j1 > j1s)
+        block_rows<HD>(g.seq[i].rows.v, g.seq[i].rows.head_offset, g.seq[i].rows.dtype, j0, j1,
+                       conv, vp);
+      stream.ahead((i == 0 ? j1s - j0 : 0) + (j1 > j1s ? j1 - (j0 > j1s ? j0 : j1s) : 0));
+      for (int d0 = 0; d0 < HD; d0 += DC)
+        values_slot<HD, LW, H, DC>(s + kSlot * i, vp, j0, j1, d0, j0 == 0, ot + size_t(i) * H * HD);
+      // A straddling block replaced the shared rows the next sequence needs.
+      if (j1 > j1s && j0 < shared && i + 1 < n_seq)
+        block_rows<HD>(r0.v, r0.head_offset, r0.dtype, j0, j1s, conv, vp);
+    }
+  }
+  alignas(64) float inv[LW];
+  for (int v = 0; v < NZ; ++v)
+    _mm512_store_ps(inv + 16 * v, _mm512_div_ps(_mm512_set1_ps(1.0f), sum[v]));
+  for (int i = 0; i < n_seq; ++i)
+    for (int h = 0; h < H; ++h) {
+      const __m512 iv = _mm512_set1_ps(inv[kSlot * i + h]);
+      const float* o = ot + (size_t(i) * H + size_t(h)) * HD;
+      float* out = g.seq[i].out + h * HD;
+      for (int d = 0; d < HD; d += 16)
+        _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), iv));
+    }
+}
+
+template <int HD, int NZ>
+bool attend_group_h(const DecodeGroup& g, float scale) {
+  switch (g.heads) {
+    case 1:
+      attend_group<HD, NZ, 1>(g, scale);
+      return true;
+    case 2:
+      attend_group<HD, NZ, 2>(g, scale);
+      return true;
+    case 3:
+      attend_group<HD, NZ, 3>(g, scale);
+      return true;
+    case 4:
+      attend_group<HD, NZ, 4>(g, scale);
+      return true;
+    case 5:
+      attend_group<HD, NZ, 5>(g, scale);
+      return true;
+    case 6:
+      attend_group<HD, NZ, 6>(g, scale);
+      return true;
+    case 7:
+      attend_group<HD, NZ, 7>(g, scale);
+      return true;
+    case 8:
+      attend_group<HD, NZ, 8>(g, scale);
+      return true;
+    default:
+      return false;
+  }
+}
+
+template <int HD>
+bool attend_group_hd(const DecodeGroup& g, float scale) {
+  switch ((g.n + 1) / 2) {
+    case 1:
+      return attend_group_h<HD, 1>(g, scale);
+    case 2:
+      return attend_group_h<HD, 2>(g, scale);
+    case 3:
+      return attend_group_h<HD, 3>(g, scale);
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool attend_decode_avx512(const DecodeGroup& group, int head_dim, float scale) {
+  if (group.n < 1 || group.n > kMaxDecodeGroup) return false;
+  for (int i = 1; i < group.n; ++i)
+    if (group.seq[i].rows.dtype != group.seq[0].rows.dtype) return false;
+  switch (head_dim) {
+    case 16:
+      return attend_group_hd<16>(group, scale);
+    case 32:
+      return attend_group_hd<32>(group, scale);
+    case 64:
+      return attend_group_hd<64>(group, scale);
+    case 128:
+      return attend_group_hd<128>(group, scale);
+    case 256:
+      return attend_group_hd<256>(group, scale);
+    default:
+      return false;
+  }
+}
+
+}  // namespace fak::kernels
