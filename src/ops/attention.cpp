@@ -22,7 +22,8 @@ size_t query_key_pairs(const std::vector<AttentionTask>& tasks, const AttentionS
 }
 
 // Tiled path: for each sequence and KV head, the queries of its GQA group over all new tokens
-// (token-major, head-minor) are cut into tiles of kTileQueries; each tile is one work unit.
+// (token-major, head-minor) are cut into tiles of up to kTileQueries (AVX-512; AVX2 takes 16);
+// each tile is one work unit.
 void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cache, int layer,
                      const AttentionShape& s) {
   struct Unit {
@@ -36,6 +37,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   const size_t elem = dtype_size(cache.dtype());
   std::vector<Unit> units;
   const bool group_decode = kernels::avx512_enabled();
+  const int tile_queries = group_decode ? kernels::kTileQueries : kernels::kTileQueriesAvx2;
   std::vector<int> decode_tasks;  // one-token tasks, grouped below
   // Each task's block table becomes two arrays of row pointers (one per position) once per call:
   // a division by the block size per key cost more than the key's arithmetic.
@@ -61,8 +63,8 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       continue;
     }
     // Later tiles see more keys: queue them first so dynamic scheduling ends evenly.
-    for (int first = ((n_queries - 1) / kernels::kTileQueries) * kernels::kTileQueries; first >= 0;
-         first -= kernels::kTileQueries)
+    for (int first = ((n_queries - 1) / tile_queries) * tile_queries; first >= 0;
+         first -= tile_queries)
       for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
   }
   // Decode steps of sequences whose first keys are the same rows (a prefix they were cloned from)
@@ -119,7 +121,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       auto make_tile = [&](int ti, int kv_head, int first, kernels::AttentionTile& tile) {
         const AttentionTask& task = tasks[size_t(ti)];
         const int n_queries = task.n_tokens * group;
-        tile.n = std::min(kernels::kTileQueries, n_queries - first);
+        tile.n = std::min(tile_queries, n_queries - first);
         for (int i = 0; i < tile.n; ++i) {
           const int token = (first + i) / group;
           const int head = kv_head * group + (first + i) % group;

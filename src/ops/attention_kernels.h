@@ -20,7 +20,8 @@
 
 namespace fak::kernels {
 
-inline constexpr int kTileQueries = 16;
+inline constexpr int kTileQueries = 48;      // the AVX-512 tile; attend_tile_avx2 takes up to
+inline constexpr int kTileQueriesAvx2 = 16;  // this many
 
 struct AttentionTile {
   int n = 0;                     // queries in the tile, 1..kTileQueries

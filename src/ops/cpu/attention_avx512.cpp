@@ -1,6 +1,7 @@
 // AVX-512 prefill attention tile: the AVX2 tile's arithmetic (attention_avx2.cpp) with 16 query
-// lanes in one register, for tiles of 9..16 queries of one sequence: each K and V element costs
-// one fma for 16 lanes instead of two. (Decode steps go to attention_decode_avx512.cpp.)
+// lanes per register, for tiles of 9..48 queries of one sequence (one to three registers): each K
+// and V element costs one fma per 16 lanes instead of per 8. (Decode steps go to
+// attention_decode_avx512.cpp.)
 //
 // note: every lane does exactly the AVX2 lane's operations in the same order (the score is one fma
 // chain over the head dimension, the same exp polynomial, the softmax sum and the output in key
@@ -24,39 +25,51 @@ namespace fak::kernels {
 namespace {
 
 constexpr int kKeyBlock = 64;
-constexpr int L = 16;  // query lanes
 
-// Scores of KB keys starting at key j for all lanes, scaled, causally masked (a lane's keys past
-// its own count are -inf, so they add exact zeros to its sum and output), and the lanes' running
-// max (exact wherever it is taken).
-template <int HD, int KB>
+// Scores of KB keys starting at key j for the 16 * NV lanes, scaled, causally masked (a lane's
+// keys past its own count are -inf, so they add exact zeros to its sum and output), and the lanes'
+// running max (exact wherever it is taken). Several registers of queries per broadcast K element
+// cut the loads per fma: with one, the load ports and not the fma units set the pace.
+template <int HD, int NV, int KB>
 [[gnu::always_inline]] inline void scores16(const float* qt, const float* const* k, int j,
-                                            float scale, __m512i n_keys, int min_keys, float* s,
-                                            __m512& mx) {
-  __m512 acc[KB];
+                                            float scale, const __m512i* n_keys, int min_keys,
+                                            float* s, __m512* mx) {
+  constexpr int L = 16 * NV;
+  __m512 acc[KB][NV];
 #pragma GCC unroll 8
-  for (int b = 0; b < KB; ++b) acc[b] = _mm512_setzero_ps();
-#pragma GCC unroll 4
+  for (int b = 0; b < KB; ++b)
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) acc[b][v] = _mm512_setzero_ps();
+#pragma GCC unroll 2
   for (int d = 0; d < HD; ++d) {
-    const __m512 q = _mm512_loadu_ps(qt + d * L);
+    __m512 q[NV];
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) q[v] = _mm512_loadu_ps(qt + d * L + 16 * v);
 #pragma GCC unroll 8
-    for (int b = 0; b < KB; ++b) acc[b] = _mm512_fmadd_ps(q, _mm512_set1_ps(k[b][d]), acc[b]);
+    for (int b = 0; b < KB; ++b) {
+      const __m512 kb = _mm512_set1_ps(k[b][d]);
+#pragma GCC unroll 3
+      for (int v = 0; v < NV; ++v) acc[b][v] = _mm512_fmadd_ps(q[v], kb, acc[b][v]);
+    }
   }
   const __m512 sc = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(-INFINITY);
 #pragma GCC unroll 8
-  for (int b = 0; b < KB; ++b) {
-    __m512 x = _mm512_mul_ps(acc[b], sc);
-    if (j + b >= min_keys) {
-      const __mmask16 valid = _mm512_cmpgt_epi32_mask(n_keys, _mm512_set1_epi32(j + b));
-      x = _mm512_mask_blend_ps(valid, neg_inf, x);
+  for (int b = 0; b < KB; ++b)
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = _mm512_mul_ps(acc[b][v], sc);
+      if (j + b >= min_keys) {
+        const __mmask16 valid = _mm512_cmpgt_epi32_mask(n_keys[v], _mm512_set1_epi32(j + b));
+        x = _mm512_mask_blend_ps(valid, neg_inf, x);
+      }
+      mx[v] = _mm512_max_ps(mx[v], x);
+      _mm512_storeu_ps(s + size_t(j + b) * L + 16 * v, x);
     }
-    mx = _mm512_max_ps(mx, x);
-    _mm512_storeu_ps(s + size_t(j + b) * L, x);
-  }
 }
 
-template <int HD>
+template <int HD, int NV>
 void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
+  constexpr int L = 16 * NV;
   int n_keys = 0, min_keys = 1 << 30;
   for (int i = 0; i < t.n; ++i) {
     n_keys = t.n_keys[i] > n_keys ? t.n_keys[i] : n_keys;
@@ -65,64 +78,90 @@ void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
   const bool half = rows.dtype != DType::F32;
   const size_t need = size_t(2 * HD * L) + size_t(n_keys) * L + (half ? size_t(kKeyBlock) * HD : 0);
   auto* buf = static_cast<float*>(thread_scratch(ScratchSlot::kAttention, sizeof(float) * need));
-  float* qt = buf;                // [HD][L]: queries transposed
-  float* ot = qt + HD * L;        // [HD][L]: outputs transposed
-  float* s = ot + HD * L;         // [n_keys][L]: scores, then probabilities
+  float* qt = buf;          // [HD][L]: queries transposed
+  float* ot = qt + HD * L;  // [HD][L]: outputs transposed
+  float* s = ot + HD * L;   // [n_keys][L]: scores, then probabilities
   float* conv = s + size_t(n_keys) * L;
 
   alignas(64) int32_t lane_keys[L];
   for (int i = 0; i < L; ++i) lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
-  const __m512i nk = _mm512_load_si512(lane_keys);
+  __m512i nk[NV];
+  for (int v = 0; v < NV; ++v) nk[v] = _mm512_load_si512(lane_keys + 16 * v);
   for (int d = 0; d < HD; ++d)
     for (int i = 0; i < L; ++i) qt[d * L + i] = i < t.n ? t.q[i][d] : 0.0f;
 
   // Pass 1: scores and their max.
   constexpr int KB = 8;
   const float* kp[kKeyBlock];
-  __m512 mx = _mm512_set1_ps(-INFINITY);
+  __m512 mx[NV];
+  for (int v = 0; v < NV; ++v) mx[v] = _mm512_set1_ps(-INFINITY);
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
     block_rows<HD>(rows.k, rows.head_offset, rows.dtype, j0, j1, conv, kp);
     int j = j0;
     for (; j + KB <= j1; j += KB)
-      scores16<HD, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, s, mx);
-    for (; j < j1; ++j) scores16<HD, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, s, mx);
+      scores16<HD, NV, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, s, mx);
+    for (; j < j1; ++j) scores16<HD, NV, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, s, mx);
   }
 
   // Pass 2, block by block: softmax numerators and their sums in key order per lane, then
-  // output += p_j V[j] (dimension chunks of DC with DC accumulators).
+  // output += p_j V[j] (dimension chunks of DC, DC * NV accumulators).
   constexpr int DC = HD < 8 ? HD : 8;
-  __m512 sum = _mm512_setzero_ps();
+  __m512 sum[NV];
+  for (int v = 0; v < NV; ++v) sum[v] = _mm512_setzero_ps();
   const float* vp[kKeyBlock];
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
-    for (int j = j0; j < j1; ++j) {
-      float* sj = s + size_t(j) * L;
-      const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx));
-      _mm512_storeu_ps(sj, p);
-      sum = _mm512_add_ps(sum, p);
-    }
+    for (int j = j0; j < j1; ++j)
+#pragma GCC unroll 3
+      for (int v = 0; v < NV; ++v) {
+        float* sj = s + size_t(j) * L + 16 * v;
+        const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx[v]));
+        _mm512_storeu_ps(sj, p);
+        sum[v] = _mm512_add_ps(sum[v], p);
+      }
     block_rows<HD>(rows.v, rows.head_offset, rows.dtype, j0, j1, conv, vp);
     for (int d0 = 0; d0 < HD; d0 += DC) {
-      __m512 acc[DC];
+      __m512 acc[DC][NV];
 #pragma GCC unroll 8
       for (int c = 0; c < DC; ++c)
-        acc[c] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + (d0 + c) * L);
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; ++v)
+          acc[c][v] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + (d0 + c) * L + 16 * v);
       for (int j = j0; j < j1; ++j) {
-        const __m512 p = _mm512_loadu_ps(s + size_t(j) * L);
+        __m512 p[NV];
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; ++v) p[v] = _mm512_loadu_ps(s + size_t(j) * L + 16 * v);
         const float* vr = vp[j - j0] + d0;
 #pragma GCC unroll 8
-        for (int c = 0; c < DC; ++c) acc[c] = _mm512_fmadd_ps(p, _mm512_set1_ps(vr[c]), acc[c]);
+        for (int c = 0; c < DC; ++c) {
+          const __m512 x = _mm512_set1_ps(vr[c]);
+#pragma GCC unroll 3
+          for (int v = 0; v < NV; ++v) acc[c][v] = _mm512_fmadd_ps(p[v], x, acc[c][v]);
+        }
       }
 #pragma GCC unroll 8
-      for (int c = 0; c < DC; ++c) _mm512_storeu_ps(ot + (d0 + c) * L, acc[c]);
+      for (int c = 0; c < DC; ++c)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(ot + (d0 + c) * L + 16 * v, acc[c][v]);
     }
   }
 
   alignas(64) float inv[L];
-  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
+  for (int v = 0; v < NV; ++v)
+    _mm512_store_ps(inv + 16 * v, _mm512_div_ps(_mm512_set1_ps(1.0f), sum[v]));
   for (int i = 0; i < t.n; ++i)
     for (int d = 0; d < HD; ++d) t.out[i][d] = ot[d * L + i] * inv[i];
+}
+
+template <int HD>
+void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale) {
+  if (t.n <= 16)
+    attend_tile16<HD, 1>(t, rows, scale);
+  else if (t.n <= 32)
+    attend_tile16<HD, 2>(t, rows, scale);
+  else
+    attend_tile16<HD, 3>(t, rows, scale);
 }
 
 }  // namespace
@@ -131,12 +170,23 @@ bool attend_tile_avx512(const AttentionTile& tile, const KvRows& rows, int head_
                         AttentionScratch& scratch) {
   if (tile.n <= 8) return attend_tile_avx2(tile, rows, head_dim, scale, scratch);
   switch (head_dim) {
-    case 16: attend_tile16<16>(tile, rows, scale); return true;
-    case 32: attend_tile16<32>(tile, rows, scale); return true;
-    case 64: attend_tile16<64>(tile, rows, scale); return true;
-    case 128: attend_tile16<128>(tile, rows, scale); return true;
-    case 256: attend_tile16<256>(tile, rows, scale); return true;
-    default: return false;
+    case 16:
+      attend_tile_hd<16>(tile, rows, scale);
+      return true;
+    case 32:
+      attend_tile_hd<32>(tile, rows, scale);
+      return true;
+    case 64:
+      attend_tile_hd<64>(tile, rows, scale);
+      return true;
+    case 128:
+      attend_tile_hd<128>(tile, rows, scale);
+      return true;
+    case 256:
+      attend_tile_hd<256>(tile, rows, scale);
+      return true;
+    default:
+      return false;
   }
 }
 
