@@ -1,5 +1,6 @@
 // Element-wise and per-row ops of the forward pass. Free functions over plain pointers with
-// explicit sizes. These are cheap next to matmul and attention, so they stay scalar and readable.
+// explicit sizes. Most are cheap next to matmul and attention and stay scalar and readable; the
+// SiLU of the MLP (T x hidden exps) is vectorised and threaded (ops/silu.cpp).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,8 @@ void rmsnorm(const float* x, const float* weight, int n, float eps, float* out);
 // entries. Dims from rot to head_dim are left alone (partial rotary).
 void rope_apply(float* head, int rot, const float* cos, const float* sin);
 
-
-void silu_mul(const float* gate, const float* up, int n, float* out);  // out = silu(gate) * up
+// out = silu(gate) * up, with exp_poly (ops/vec.h): the same bits on every ISA and thread count.
+void silu_mul(const float* gate, const float* up, int n, float* out);
 void add_inplace(float* x, const float* y, int n);
 void softmax_inplace(float* x, int n);
 

@@ -2,7 +2,9 @@
 // to AVX2 when the CPU has it. Deterministic: a given (a, b, n) always sums in the same order.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace fak {
 
@@ -14,8 +16,33 @@ struct VecKernels {
   void (*axpy_f16)(float* y, float a, const uint16_t* x, int n);
   float (*dot_bf16)(const float* a, const uint16_t* b, int n);
   void (*axpy_bf16)(float* y, float a, const uint16_t* x, int n);
+  // out[i] = gate[i] / (1 + exp_poly(-gate[i])) * up[i]; every variant gives the same bits.
+  void (*silu_mul)(const float* gate, const float* up, int n, float* out);
   const char* isa;
 };
+
+// exp(x) to ~2e-7 relative: Cody-Waite reduction, a degree-6 polynomial, 2^n from the exponent
+// bits; exactly 0 below -87.33, finite up to 88.37 (clamped). The vector kernels run the same
+// operations per lane, so this scalar form is their reference and their tail, bit for bit.
+inline float exp_poly(float x) {
+  const bool underflow = x < -87.33f;
+  x = x > -87.33f ? x : -87.33f;
+  x = x < 88.37f ? x : 88.37f;
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, x);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r * r, r + 1.0f);
+  const uint32_t bits = uint32_t(int32_t(n) + 127) << 23;
+  float e;
+  std::memcpy(&e, &bits, sizeof e);
+  return underflow ? 0.0f : p * e;
+}
 
 const VecKernels& vec_kernels();
 const VecKernels& vec_kernels_ref();

@@ -1,6 +1,7 @@
 #include <immintrin.h>
 
 #include "core/dtype.h"
+#include "ops/cpu/exp_avx2.h"
 #include "ops/vec.h"
 
 namespace fak {
@@ -70,6 +71,18 @@ void axpy_half_avx2(float* y, float a, const uint16_t* x, int n) {
   for (; i < n; ++i) y[i] += a * Scalar(x[i]);
 }
 
+void silu_mul_avx2(const float* gate, const float* up, int n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = kernels::exp256(_mm256_xor_ps(g, sign));
+    _mm256_storeu_ps(
+        out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
+}
+
 }  // namespace
 
 const VecKernels& vec_kernels_avx2() {
@@ -79,6 +92,7 @@ const VecKernels& vec_kernels_avx2() {
                             axpy_half_avx2<widen_f16, f16_to_f32>,
                             dot_half_avx2<widen_bf16, bf16_to_f32>,
                             axpy_half_avx2<widen_bf16, bf16_to_f32>,
+                            silu_mul_avx2,
                             "avx2"};
   return k;
 }

@@ -24,13 +24,6 @@ void rope_apply(float* head, int rot, const float* cos, const float* sin) {
   }
 }
 
-void silu_mul(const float* gate, const float* up, int n, float* out) {
-  for (int i = 0; i < n; ++i) {
-    float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
-
 void add_inplace(float* x, const float* y, int n) {
   for (int i = 0; i < n; ++i) x[i] += y[i];
 }

@@ -22,6 +22,9 @@ template <float (*Widen)(uint16_t)>
 void axpy_half_ref(float* y, float a, const uint16_t* x, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * Widen(x[i]);
 }
+void silu_mul_ref(const float* gate, const float* up, int n, float* out) {
+  for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
+}
 }  // namespace
 
 const VecKernels& vec_kernels_ref() {
@@ -31,6 +34,7 @@ const VecKernels& vec_kernels_ref() {
                             axpy_half_ref<f16_to_f32>,
                             dot_half_ref<bf16_to_f32>,
                             axpy_half_ref<bf16_to_f32>,
+                            silu_mul_ref,
                             "scalar"};
   return k;
 }
