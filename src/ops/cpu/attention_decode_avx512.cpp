@@ -32,7 +32,7 @@ namespace fak::kernels {
 
 namespace {
 
-constexpr int kKeyBlock = 64;  // rows widened (half types) and prefetched at a time
+constexpr int kKeyBlock = 32;  // rows widened (half types) and prefetched at a time
 constexpr int kSlot = 8;       // lanes per sequence
 
 // The K and V rows a group reads, in the order it reads them, prefetched a fixed distance ahead
@@ -41,7 +41,8 @@ constexpr int kSlot = 8;       // lanes per sequence
 // arithmetic per row is too little for out-of-order execution to run far ahead).
 class RowStream {
  public:
-  RowStream(size_t head_offset, size_t row_bytes) : off_(head_offset), bytes_(row_bytes) {
+  RowStream(size_t head_offset, size_t row_bytes)
+      : segs_(segments()), off_(head_offset), bytes_(row_bytes) {
     segs_.clear();
   }
   void add(const uint8_t* const* plane, int from, int to) {
@@ -66,12 +67,15 @@ class RowStream {
     const uint8_t* const* plane;
     int from, to;
   };
-  static thread_local std::vector<Seg> segs_;  // reused across calls
+  static std::vector<Seg>& segments() {  // per thread, reused across calls
+    thread_local std::vector<Seg> v;
+    return v;
+  }
+  std::vector<Seg>& segs_;
   size_t off_, bytes_;
   size_t seg_ = 0;
   int pos_ = 0;
 };
-thread_local std::vector<RowStream::Seg> RowStream::segs_;
 
 constexpr int kPrefetchRows = 48;  // rows in flight ahead of the arithmetic
 
