@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 
+#include "core/anon_memory.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -73,15 +74,7 @@ namespace {
 
 // The whole file read into anonymous memory: no page faults into the page cache during decode,
 // and transparent huge pages when the kernel grants them.
-struct AnonymousCopy {
-  void* data = MAP_FAILED;
-  size_t size = 0;
-  ~AnonymousCopy() {
-    if (data != MAP_FAILED) munmap(data, size);
-  }
-};
-
-std::shared_ptr<AnonymousCopy> read_anonymous(const std::filesystem::path& path) {
+std::shared_ptr<AnonMemory> read_anonymous(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open " + path.string() + ": " + std::strerror(errno));
   struct stat st {};
@@ -89,25 +82,23 @@ std::shared_ptr<AnonymousCopy> read_anonymous(const std::filesystem::path& path)
     ::close(fd);
     fail("cannot stat " + path.string());
   }
-  auto copy = std::make_shared<AnonymousCopy>();
-  copy->size = size_t(st.st_size);
-  copy->data =
-      mmap(nullptr, copy->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (copy->data == MAP_FAILED) {
+  std::shared_ptr<AnonMemory> copy;
+  try {
+    copy = std::make_shared<AnonMemory>(size_t(st.st_size), path.c_str());
+  } catch (...) {
     ::close(fd);
-    fail(path.string() + ": cannot allocate " + std::to_string(copy->size) + " bytes");
+    throw;
   }
-  madvise(copy->data, copy->size, MADV_HUGEPAGE);  // advisory: ignored where THP is off
   // Read in chunks on every thread: faulting in (zeroing, and with huge pages sometimes
   // compacting) the destination costs as much as the copy, and both scale with threads.
   constexpr size_t kChunk = size_t(32) << 20;
-  const int64_t n_chunks = int64_t((copy->size + kChunk - 1) / kChunk);
-  auto* dst = static_cast<uint8_t*>(copy->data);
+  const int64_t n_chunks = int64_t((copy->size() + kChunk - 1) / kChunk);
+  uint8_t* dst = copy->data();
   std::string error;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t c = 0; c < n_chunks; ++c) {
     size_t done = size_t(c) * kChunk;
-    const size_t end = std::min(copy->size, done + kChunk);
+    const size_t end = std::min(copy->size(), done + kChunk);
     while (done < end) {
       const ssize_t n = ::pread(fd, dst + done, end - done, off_t(done));
       if (n < 0 && errno == EINTR) continue;
@@ -129,7 +120,7 @@ std::shared_ptr<AnonymousCopy> read_anonymous(const std::filesystem::path& path)
 
 // Everything the model owns: the parsed file (and its bytes) plus rows repacked at load.
 struct Storage {
-  std::shared_ptr<AnonymousCopy> anon;
+  std::shared_ptr<AnonMemory> anon;
   std::unique_ptr<GgufFile> file;
   std::vector<std::vector<uint8_t>> repacked;
 };
@@ -421,8 +412,8 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
     out.memory = "mmap";
   } else {
     storage->anon = read_anonymous(path);
-    storage->file = std::make_unique<GgufFile>(GgufFile::from_memory(
-        {static_cast<const uint8_t*>(storage->anon->data), storage->anon->size}, path.string()));
+    storage->file = std::make_unique<GgufFile>(
+        GgufFile::from_memory({storage->anon->data(), storage->anon->size()}, path.string()));
     out.memory = "anonymous";
   }
   const GgufFile& f = *storage->file;
