@@ -86,6 +86,11 @@ void bench_attention(benchmark::State& state, int agents, int prefix, int own, i
 // agentbench A=5, P=2048, mid-run: ~950 rows of tool results and replies per agent.
 BENCHMARK_CAPTURE(bench_attention, decode_5agents_3k, 5, 2048, 950, 1, DType::F32)
     ->Unit(benchmark::kMillisecond);
+// Short contexts: the rows stay in L2, so these time the arithmetic alone.
+BENCHMARK_CAPTURE(bench_attention, decode_5agents_l2, 5, 192, 64, 1, DType::F32)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bench_attention, decode_5agents_l2_noshare, 5, 0, 256, 1, DType::F32)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(bench_attention, decode_1agent_3k, 1, 2048, 950, 1, DType::F32)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, decode_5agents_3k_f16, 5, 2048, 950, 1, DType::F16)

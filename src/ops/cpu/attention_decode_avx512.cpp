@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "ops/attention_kernels.h"
@@ -186,10 +187,11 @@ void attend_group(const DecodeGroup& g, float scale) {
   float* ot = s + size_t(n_max) * LW;  // [n_seq][H][HD]: running outputs
   float* conv = ot + size_t(n_seq) * H * HD;
 
-  for (int d = 0; d < HD; ++d)
-    for (int l = 0; l < LW; ++l) {
-      const int i = l / kSlot, h = l % kSlot;
-      qt[d * LW + l] = i < n_seq && h < H ? g.seq[i].q[h * HD + d] : 0.0f;
+  std::memset(qt, 0, sizeof(float) * size_t(HD) * LW);  // lanes of no query stay 0
+  for (int i = 0; i < n_seq; ++i)
+    for (int h = 0; h < H; ++h) {
+      const float* q = g.seq[i].q + h * HD;
+      for (int d = 0; d < HD; ++d) qt[d * LW + kSlot * i + h] = q[d];
     }
 
   // Every row the passes below read, in their order: shared K, each sequence's own K, then V
