@@ -97,6 +97,8 @@ BENCHMARK_CAPTURE(bench_attention, decode_5agents_3k_f16, 5, 2048, 950, 1, DType
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, prefill_5x64_3k, 5, 2048, 950, 64, DType::F32)
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bench_attention, prefill_5x64_3k_f16, 5, 2048, 950, 64, DType::F16)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, prefill_1x2048, 1, 0, 2048, 2048, DType::F32)
     ->Unit(benchmark::kMillisecond);
 

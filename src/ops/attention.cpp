@@ -42,6 +42,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   // Each task's block table becomes two arrays of row pointers (one per position) once per call:
   // a division by the block size per key cost more than the key's arithmetic.
   std::vector<std::vector<const uint8_t*>> k_rows(tasks.size()), v_rows(tasks.size());
+  std::vector<int> widen_tasks;  // f16/bf16 rows read by several tiles: widened once, below
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttentionTask& task = tasks[ti];
     const int n = task.start_pos + task.n_tokens;
@@ -58,6 +59,8 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       }
     }
     const int n_queries = task.n_tokens * group;
+    if (task.n_tokens > 1 && cache.dtype() != DType::F32 && n_queries > tile_queries)
+      widen_tasks.push_back(int(ti));
     if (group_decode && task.n_tokens == 1) {
       decode_tasks.push_back(int(ti));
       continue;
@@ -106,6 +109,53 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
     for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
       for (int h0 = 0; h0 < group; h0 += kernels::kMaxDecodeHeads)
         units.push_back({groups[gi].tasks[0], kvh, 0, int(gi), h0});
+  // A prefill task's tiles each read all its keys: with f16/bf16 rows each tile widened every row
+  // again (10 tiles of a 64-token chunk, ~600 of a 4k prompt). Widen them once into f32 copies
+  // (the widening is exact, so the tiles see the same values) and point the tiles there.
+  // note: a reference, not the thread_local itself, so OpenMP workers see the caller's buffers.
+  thread_local std::vector<std::vector<float>> tls_widened;
+  std::vector<std::vector<float>>& widened = tls_widened;
+  std::vector<bool> is_widened(tasks.size(), false);
+  if (!widen_tasks.empty()) {
+    if (widened.size() < widen_tasks.size()) widened.resize(widen_tasks.size());
+    const int kv_dim = s.n_kv_heads * s.head_dim;
+    constexpr int kRowsPerJob = 256;
+    struct Job {
+      int task, slot, j0;
+    };
+    std::vector<Job> jobs;
+    for (size_t w = 0; w < widen_tasks.size(); ++w) {
+      const int ti = widen_tasks[w];
+      const int n = tasks[size_t(ti)].start_pos + tasks[size_t(ti)].n_tokens;
+      widened[w].resize(2 * size_t(n) * size_t(kv_dim));
+      for (int j0 = 0; j0 < n; j0 += kRowsPerJob) jobs.push_back({ti, int(w), j0});
+      is_widened[size_t(ti)] = true;
+    }
+#pragma omp parallel for schedule(dynamic, 1) if (jobs.size() > 1)
+    for (size_t jb = 0; jb < jobs.size(); ++jb) {
+      const Job& job = jobs[jb];
+      const int n = tasks[size_t(job.task)].start_pos + tasks[size_t(job.task)].n_tokens;
+      const int j1 = std::min(n, job.j0 + kRowsPerJob);
+      float* k = widened[size_t(job.slot)].data();
+      float* v = k + size_t(n) * size_t(kv_dim);
+      kernels::widen_rows(k_rows[size_t(job.task)].data() + job.j0, j1 - job.j0, kv_dim,
+                          cache.dtype(), k + size_t(job.j0) * size_t(kv_dim));
+      kernels::widen_rows(v_rows[size_t(job.task)].data() + job.j0, j1 - job.j0, kv_dim,
+                          cache.dtype(), v + size_t(job.j0) * size_t(kv_dim));
+    }
+    for (size_t w = 0; w < widen_tasks.size(); ++w) {
+      const int ti = widen_tasks[w];
+      const int n = tasks[size_t(ti)].start_pos + tasks[size_t(ti)].n_tokens;
+      const float* k = widened[w].data();
+      const float* v = k + size_t(n) * size_t(kv_dim);
+      for (int j = 0; j < n; ++j) {
+        k_rows[size_t(ti)][size_t(j)] =
+            reinterpret_cast<const uint8_t*>(k + size_t(j) * size_t(kv_dim));
+        v_rows[size_t(ti)][size_t(j)] =
+            reinterpret_cast<const uint8_t*>(v + size_t(j) * size_t(kv_dim));
+      }
+    }
+  }
   const auto tile_kernel =
       kernels::avx512_enabled() ? kernels::attend_tile_avx512 : kernels::attend_tile_avx2;
 #pragma omp parallel if (query_key_pairs(tasks, s) * size_t(s.head_dim) > 64 * 1024)
@@ -115,8 +165,10 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& un = units[u];
       auto rows_of = [&](int ti, int kv_head) {
+        const bool f32 = is_widened[size_t(ti)];
         return kernels::KvRows{k_rows[size_t(ti)].data(), v_rows[size_t(ti)].data(),
-                               size_t(kv_head) * size_t(s.head_dim) * elem, cache.dtype()};
+                               size_t(kv_head) * size_t(s.head_dim) * (f32 ? sizeof(float) : elem),
+                               f32 ? DType::F32 : cache.dtype()};
       };
       auto make_tile = [&](int ti, int kv_head, int first, kernels::AttentionTile& tile) {
         const AttentionTask& task = tasks[size_t(ti)];

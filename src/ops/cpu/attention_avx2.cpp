@@ -172,6 +172,21 @@ void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale,
 
 }  // namespace
 
+void widen_rows(const uint8_t* const* rows, int n, int elems, DType dtype, float* out) {
+  for (int i = 0; i < n; ++i) {
+    const auto* src = reinterpret_cast<const uint16_t*>(rows[i]);
+    float* dst = out + size_t(i) * size_t(elems);
+    int d = 0;
+    for (; d + 8 <= elems; d += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d));
+      _mm256_storeu_ps(dst + d, dtype == DType::F16 ? _mm256_cvtph_ps(h)
+                                                    : _mm256_castsi256_ps(_mm256_slli_epi32(
+                                                          _mm256_cvtepu16_epi32(h), 16)));
+    }
+    for (; d < elems; ++d) dst[d] = dtype == DType::F16 ? f16_to_f32(src[d]) : bf16_to_f32(src[d]);
+  }
+}
+
 bool attend_tile_supported(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
