@@ -112,14 +112,7 @@ void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
   const float* vp[kKeyBlock];
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
-    for (int j = j0; j < j1; ++j)
-#pragma GCC unroll 3
-      for (int v = 0; v < NV; ++v) {
-        float* sj = s + size_t(j) * L + 16 * v;
-        const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx[v]));
-        _mm512_storeu_ps(sj, p);
-        sum[v] = _mm512_add_ps(sum[v], p);
-      }
+    softmax_numerators<NV>(s, L, j0, j1, mx, sum);
     block_rows<HD>(rows.v, rows.head_offset, rows.dtype, j0, j1, conv, vp);
     for (int d0 = 0; d0 < HD; d0 += DC) {
       __m512 acc[DC][NV];

@@ -266,14 +266,7 @@ void attend_group(const DecodeGroup& g, float scale) {
   const float* vp[kKeyBlock];
   for (int j0 = 0; j0 < n_max; j0 += kKeyBlock) {
     const int je = j0 + kKeyBlock < n_max ? j0 + kKeyBlock : n_max;
-    for (int j = j0; j < je; ++j)
-#pragma GCC unroll 3
-      for (int v = 0; v < NZ; ++v) {
-        float* sj = s + size_t(j) * LW + 16 * v;
-        const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx[v]));
-        _mm512_storeu_ps(sj, p);
-        sum[v] = _mm512_add_ps(sum[v], p);
-      }
+    softmax_numerators<NZ>(s, LW, j0, je, mx, sum);
     const int j1s = j0 + kKeyBlock < shared ? j0 + kKeyBlock : shared;
     for (int i = 0; i < n_seq; ++i) {
       const int n = g.seq[i].n_keys;

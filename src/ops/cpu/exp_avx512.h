@@ -36,6 +36,21 @@ __attribute__((always_inline)) inline __m512 exp512(__m512 x) {
   return _mm512_maskz_mul_ps(__mmask16(~underflow), p, _mm512_castsi512_ps(e));
 }
 
+// Softmax numerators of keys [j0, j1) in place, for the 16 * NV lanes of each score row
+// (s + j * lw), and their running sums in key order per lane: p = exp(score - max).
+template <int NV>
+[[gnu::always_inline]] inline void softmax_numerators(float* s, size_t lw, int j0, int j1,
+                                                      const __m512* mx, __m512* sum) {
+  for (int j = j0; j < j1; ++j)
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) {
+      float* sj = s + size_t(j) * lw + 16 * v;
+      const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx[v]));
+      _mm512_storeu_ps(sj, p);
+      sum[v] = _mm512_add_ps(sum[v], p);
+    }
+}
+
 }  // namespace FAK_ISA_NS
 }  // namespace fak::kernels
 
