@@ -1,0 +1,53 @@
+// The host's memory read bandwidth right now: a streaming sum over 512 MiB split over the threads.
+// Decode is bound by this rate, and on a shared host it moves (29-80 GB/s seen in one session), so
+// run it beside the engine's benchmarks to read them.
+//   ./build/membw_bench
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstring>
+
+#include "core/anon_memory.h"
+
+namespace fak {
+namespace {
+
+__attribute__((target("avx2"))) float sum_range(const char* p, size_t bytes, size_t step) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 256 <= bytes; i += step)
+    for (size_t l = 0; l < 256; l += 128) {
+      a0 = _mm256_add_ps(a0, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i + l)));
+      a1 = _mm256_add_ps(a1, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i + l + 32)));
+      a2 = _mm256_add_ps(a2, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i + l + 64)));
+      a3 = _mm256_add_ps(a3, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i + l + 96)));
+    }
+  alignas(32) float t[8];
+  _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+void bench_read(benchmark::State& state, size_t step) {
+  const size_t bytes = size_t(512) << 20;
+  AnonMemory buf(bytes, "membw_bench");
+  std::memset(buf.data(), 1, bytes);
+  for (auto _ : state) {
+    float total = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+      const size_t per = bytes / size_t(omp_get_num_threads());
+      total +=
+          sum_range(reinterpret_cast<const char*>(buf.data()) + per * size_t(omp_get_thread_num()),
+                    per, step);
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes / step * 256));
+}
+
+BENCHMARK_CAPTURE(bench_read, stream_512mib, 256)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace fak
+
+BENCHMARK_MAIN();
