@@ -49,6 +49,9 @@ void bench_float(benchmark::State& state, WType type, int64_t rows, int64_t cols
   BENCHMARK_CAPTURE(bench_float, name##_up_4864x896_batch5, WType::type, 4864, 896, 5);
 
 FAK_FLOAT(bf16, BF16)
+// The 0.5B model's lm_head (272 MB of bf16): streamed from memory, as every decode step does.
+BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_tg, WType::BF16, 151936, 896, 1);
+BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_batch5, WType::BF16, 151936, 896, 5);
 FAK_FLOAT(f16, F16)
 
 }  // namespace
