@@ -27,7 +27,8 @@ void RecurrentState::clear() {
 
 bool RecurrentState::operator==(const RecurrentState& o) const {
   return data.size() == o.data.size() &&
-         std::memcmp(data.data(), o.data.data(), data.size() * sizeof(float)) == 0;
+         (data.empty() ||
+          std::memcmp(data.data(), o.data.data(), data.size() * sizeof(float)) == 0);
 }
 
 void RecurrentState::write(std::string& out) const {
@@ -37,7 +38,7 @@ void RecurrentState::write(std::string& out) const {
 void RecurrentState::read(const char* bytes_in, size_t n) {
   check(n == bytes(),
         "recurrent state of " + std::to_string(n) + " bytes, expected " + std::to_string(bytes()));
-  std::memcpy(data.data(), bytes_in, n);
+  if (n > 0) std::memcpy(data.data(), bytes_in, n);  // a model without recurrent layers: none
 }
 
 }  // namespace fak

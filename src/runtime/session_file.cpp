@@ -132,7 +132,7 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
   Session s(std::move(model), std::move(cache));
   const char* p = b.data() + 16 + header_len;
   std::vector<int32_t> tokens(static_cast<size_t>(n));
-  std::memcpy(tokens.data(), p, size_t(n) * 4);
+  if (n > 0) std::memcpy(tokens.data(), p, size_t(n) * 4);
   p += size_t(n) * 4;
   for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab) fail(label + " holds a token id outside the vocabulary");
@@ -157,7 +157,7 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
     }
   }
   s.starts_.resize(size_t(n_starts));
-  std::memcpy(s.starts_.data(), p, size_t(n_starts) * 4);
+  if (n_starts > 0) std::memcpy(s.starts_.data(), p, size_t(n_starts) * 4);
   p += size_t(n_starts) * 4;
   for (size_t i = 0; i < s.starts_.size(); ++i)
     if ((i == 0 && s.starts_[i] != 0) || (i > 0 && s.starts_[i] <= s.starts_[i - 1]) ||

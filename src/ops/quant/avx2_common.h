@@ -17,12 +17,6 @@ inline float h2f(uint16_t h) {
   return _cvtsh_ss(h);
 }
 
-inline float load_f32(const float* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }

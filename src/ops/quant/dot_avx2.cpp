@@ -82,7 +82,7 @@ float dot_k4(int64_t n, const void* vw, const void* va) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   float acc = 0;
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    const float da = load_f32(&a[i].d);
+    const float da = a[i].d;
     const __m256i sm = scales_mins_k4(w[i].scales);
     // Mins: Σ_j m_j (bsum_2j + bsum_2j+1); hadd pairs the 16-element sums into 32-element ones.
     const __m128i bs_lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].bsums));
@@ -133,7 +133,7 @@ float dot_q6_k(int64_t n, const void* vw, const void* va) {
         _mm_set_epi64x(0x0101010101010101LL * (2 * g + 1), 0x0101010101010101LL * (2 * g));
   float acc = 0;
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    const float d = load_f32(&a[i].d) * h2f(w[i].d);
+    const float d = a[i].d * h2f(w[i].d);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales));
     const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(a[i].bsums));
     __m256i sumi = _mm256_setzero_si256();
@@ -170,7 +170,7 @@ float dot_q8_k(int64_t n, const void* vw, const void* va) {
     __m256i sumi = _mm256_setzero_si256();
     for (int j = 0; j < kQKK; j += 32)
       sumi = _mm256_add_epi32(sumi, dot_i8(load256(w[i].qs + j), load256(a[i].qs + j)));
-    const float d = load_f32(&w[i].d) * load_f32(&a[i].d);
+    const float d = w[i].d * a[i].d;
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
   return hsum(acc);

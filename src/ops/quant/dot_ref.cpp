@@ -21,18 +21,6 @@ namespace fak::quant {
 
 namespace {
 
-inline float load_f32(const float* p) {  // rows of BlockQ8K need not be 4-byte aligned
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-inline int16_t load_i16(const int16_t* p) {
-  int16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
 inline uint32_t load_qh(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -150,9 +138,8 @@ float dot_k4(int64_t n, const void* vw, const void* va) {
       }
       sumi += sc[2 * c] * lo + sc[2 * c + 1] * hi;
     }
-    for (int j = 0; j < 8; ++j)
-      summ += m[j] * (load_i16(&a[i].bsums[2 * j]) + load_i16(&a[i].bsums[2 * j + 1]));
-    const float da = load_f32(&a[i].d);
+    for (int j = 0; j < 8; ++j) summ += m[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+    const float da = a[i].d;
     sum = std::fma(da * f16_to_f32(w[i].d), float(sumi), sum);
     sum = std::fma(-(da * f16_to_f32(w[i].dmin)), float(summ), sum);
   }
@@ -179,7 +166,7 @@ float dot_q6_k(int64_t n, const void* vw, const void* va) {
       }
       for (int k = 0; k < 8; ++k) sumi += w[i].scales[8 * h + k] * sub[k];
     }
-    sum = std::fma(load_f32(&a[i].d) * f16_to_f32(w[i].d), float(sumi), sum);
+    sum = std::fma(a[i].d * f16_to_f32(w[i].d), float(sumi), sum);
   }
   return sum;
 }
@@ -191,7 +178,7 @@ float dot_q8_k(int64_t n, const void* vw, const void* va) {
   for (int64_t i = 0; i < n / kQKK; ++i) {
     int sumi = 0;
     for (int j = 0; j < kQKK; ++j) sumi += w[i].qs[j] * a[i].qs[j];
-    sum += load_f32(&w[i].d) * load_f32(&a[i].d) * float(sumi);
+    sum += w[i].d * a[i].d * float(sumi);
   }
   return sum;
 }

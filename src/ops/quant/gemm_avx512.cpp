@@ -222,7 +222,7 @@ struct K4 {
         for (int k = 1; k < 4; ++k)
           imin = _mm512_add_epi32(
               imin, _mm512_madd_epi16(load_si(p + kOffMp + 64 * k), bcast4_512(&s32[2 * k])));
-        const __m512 da = _mm512_set1_ps(load_f32(&a[j]->d));
+        const __m512 da = _mm512_set1_ps(a[j]->d);
         acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
         acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmw, da), _mm512_cvtepi32_ps(imin), acc[j]);
       }
@@ -321,7 +321,7 @@ struct Q6K {
           off = _mm512_add_epi32(off, _mm512_madd_epi16(load_si(p + kOffScp + 64 * k),
                                                         bcast4_512(&a[j]->bsums[2 * k])));
         const __m512i s = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(off, 5));
-        const __m512 da = _mm512_set1_ps(load_f32(&a[j]->d));
+        const __m512 da = _mm512_set1_ps(a[j]->d);
         acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);
       }
     }

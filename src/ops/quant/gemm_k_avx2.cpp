@@ -135,7 +135,7 @@ struct K4 {
         for (int k = 1; k < 4; ++k)
           imin = _mm256_add_epi32(
               imin, _mm256_madd_epi16(load_a(p + kOffMp + 32 * k), bcast4(&s32[2 * k])));
-        const __m256 da = _mm256_set1_ps(load_f32(&a[j]->d));
+        const __m256 da = _mm256_set1_ps(a[j]->d);
         acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[j]), acc[j]);
         acc[j] = _mm256_fnmadd_ps(_mm256_mul_ps(dmw, da), _mm256_cvtepi32_ps(imin), acc[j]);
       }
@@ -234,7 +234,7 @@ struct Q6K {
           off = _mm256_add_epi32(
               off, _mm256_madd_epi16(load_a(p + kOffScp + 32 * k), bcast4(&a[j]->bsums[2 * k])));
         const __m256i s = _mm256_sub_epi32(isum[j], _mm256_slli_epi32(off, 5));
-        const __m256 da = _mm256_set1_ps(load_f32(&a[j]->d));
+        const __m256 da = _mm256_set1_ps(a[j]->d);
         acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(s), acc[j]);
       }
     }

@@ -92,7 +92,7 @@ struct K4 {
     for (int k = 0; k < 4; ++k) c[k] = _mm256_set_m128i(mins[k + 4], mins[k]);
     const __m256i imin =
         _mm256_hadd_epi32(_mm256_hadd_epi32(c[0], c[1]), _mm256_hadd_epi32(c[2], c[3]));
-    const __m256 da = _mm256_set1_ps(load_f32(&a.d));
+    const __m256 da = _mm256_set1_ps(a.d);
     const __m256 dw = gather_f16x8(rows, size_t(b) * sizeof(Block));
     const __m256 dmw = gather_f16x8(rows, size_t(b) * sizeof(Block) + 2);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(reduce8_epi32(v)), acc);
@@ -145,7 +145,7 @@ struct Q6K {
       v[i] = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
     }
     const __m256 dw = gather_f16x8(rows, size_t(b) * sizeof(BlockQ6K) + offsetof(BlockQ6K, d));
-    return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(load_f32(&a.d))),
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a.d)),
                            _mm256_cvtepi32_ps(reduce8_epi32(v)), acc);
   }
 };

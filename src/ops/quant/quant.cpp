@@ -1,7 +1,6 @@
 // Row quantize / dequantize by type, and the one-time choice of dot-product kernels by CPU.
 #include "ops/quant/quant.h"
 
-
 #include <string>
 
 #include "core/cpu_features.h"
@@ -64,7 +63,9 @@ void dequantize_row(QuantType t, const void* x, float* y, int64_t n) {
 
 namespace {
 
-bool cpu_has_avx2() { return cpu_features().avx2; }
+bool cpu_has_avx2() {
+  return cpu_features().avx2;
+}
 
 }  // namespace
 

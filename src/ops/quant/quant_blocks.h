@@ -1,6 +1,8 @@
 // The on-disk block layouts of ggml's quantized types, byte for byte. GGUF tensors are used in
 // place from the memory map, so these structs must match ggml-common.h exactly: same field order,
-// no padding, fp16 scales stored as raw IEEE half bits.
+// no padding, fp16 scales stored as raw IEEE half bits. Packed (alignment 1): a row of blocks may
+// start at any byte (tensor data is only 32-aligned, and tests hand the kernels odd offsets), and
+// reading a 2-byte scale through a misaligned struct pointer would be undefined behaviour.
 #pragma once
 
 #include <cstdint>
@@ -14,33 +16,33 @@ constexpr int kQKK = 256;        // elements per super-block of the K-quants
 constexpr int kKScaleSize = 12;  // 8 six-bit scales + 8 six-bit mins of q4_K / q5_K
 
 // x = d * q, q in [-127, 127].
-struct BlockQ8_0 {
+struct [[gnu::packed]] BlockQ8_0 {
   uint16_t d;
   int8_t qs[kQK];
 };
 
 // x = d * (q - 8); qs[j] holds element j in its low nibble and element j + 16 in its high nibble.
-struct BlockQ4_0 {
+struct [[gnu::packed]] BlockQ4_0 {
   uint16_t d;
   uint8_t qs[kQK / 2];
 };
 
 // x = d * q + m, nibbles as in q4_0.
-struct BlockQ4_1 {
+struct [[gnu::packed]] BlockQ4_1 {
   uint16_t d;
   uint16_t m;
   uint8_t qs[kQK / 2];
 };
 
 // x = d * (q - 16); the 5th bit of element j is bit j of qh (little-endian uint32).
-struct BlockQ5_0 {
+struct [[gnu::packed]] BlockQ5_0 {
   uint16_t d;
   uint8_t qh[4];
   uint8_t qs[kQK / 2];
 };
 
 // x = d * q + m, bits as in q5_0.
-struct BlockQ5_1 {
+struct [[gnu::packed]] BlockQ5_1 {
   uint16_t d;
   uint16_t m;
   uint8_t qh[4];
@@ -50,7 +52,7 @@ struct BlockQ5_1 {
 // 8 sub-blocks of 32: x = d * sc[j] * q - dmin * m[j], q in [0, 15]. Each 64-element chunk c uses
 // the 32 bytes qs[32c..32c+31]: low nibbles are sub-block 2c, high nibbles sub-block 2c + 1.
 // scales[] packs the 6-bit sc/m pairs (see unpack_scales_k4).
-struct BlockQ4K {
+struct [[gnu::packed]] BlockQ4K {
   uint16_t d;
   uint16_t dmin;
   uint8_t scales[kKScaleSize];
@@ -59,7 +61,7 @@ struct BlockQ4K {
 
 // As q4_K with a 5th bit: element l of chunk c takes bit 2c (low half) or 2c + 1 (high half) of
 // qh[l], l in [0, 32).
-struct BlockQ5K {
+struct [[gnu::packed]] BlockQ5K {
   uint16_t d;
   uint16_t dmin;
   uint8_t scales[kKScaleSize];
@@ -69,7 +71,7 @@ struct BlockQ5K {
 
 // 16 sub-blocks of 16: x = d * scales[k] * (q - 32), q in [0, 63] split into 4 low bits (ql) and 2
 // high bits (qh). Each 128-element half h uses ql[64h..64h+63], qh[32h..32h+31], scales[8h..].
-struct BlockQ6K {
+struct [[gnu::packed]] BlockQ6K {
   uint8_t ql[kQKK / 2];
   uint8_t qh[kQKK / 4];
   int8_t scales[kQKK / 16];
@@ -78,7 +80,7 @@ struct BlockQ6K {
 
 // Activations for the K-quant dots: x = d * q with d a plain float, plus the sum of each group of
 // 16 quants so the dots can apply mins and offsets without touching the quants again.
-struct BlockQ8K {
+struct [[gnu::packed]] BlockQ8K {
   float d;
   int8_t qs[kQKK];
   int16_t bsums[kQKK / 16];

@@ -191,7 +191,10 @@ void quantize_q4_k_ref(const float* x, void* vy, int64_t n) {
     float scales[8], mins[8], eff_scale[8], eff_min[8];
     BlockQ4K b;
     fit_k4_super_block(x, 15, L, scales, mins);
-    pack_scales_k4(scales, mins, &b.d, &b.dmin, b.scales, eff_scale, eff_min);
+    uint16_t d = 0, dmin = 0;  // b is packed: no pointers into it
+    pack_scales_k4(scales, mins, &d, &dmin, b.scales, eff_scale, eff_min);
+    b.d = d;
+    b.dmin = dmin;
     requantize_k4(x, 15, eff_scale, eff_min, L);
     for (int c = 0; c < 4; ++c)
       for (int l = 0; l < 32; ++l)
@@ -207,7 +210,10 @@ void quantize_q5_k_ref(const float* x, void* vy, int64_t n) {
     float scales[8], mins[8], eff_scale[8], eff_min[8];
     BlockQ5K b;
     fit_k4_super_block(x, 31, L, scales, mins);
-    pack_scales_k4(scales, mins, &b.d, &b.dmin, b.scales, eff_scale, eff_min);
+    uint16_t d = 0, dmin = 0;  // b is packed: no pointers into it
+    pack_scales_k4(scales, mins, &d, &dmin, b.scales, eff_scale, eff_min);
+    b.d = d;
+    b.dmin = dmin;
     requantize_k4(x, 31, eff_scale, eff_min, L);
     std::memset(b.qh, 0, sizeof b.qh);
     for (int c = 0; c < 4; ++c) {
