@@ -52,6 +52,14 @@ FAK_FLOAT(bf16, BF16)
 // The 0.5B model's lm_head (272 MB of bf16): streamed from memory, as every decode step does.
 BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_tg, WType::BF16, 151936, 896, 1);
 BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_batch5, WType::BF16, 151936, 896, 5);
+// Mixed steps (decode tokens topped up with prompt chunks, as continuous batching runs them): a
+// few dozen tokens against weights streamed from memory.
+BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_batch8, WType::BF16, 151936, 896, 8);
+BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_batch12, WType::BF16, 151936, 896, 12);
+BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_batch16, WType::BF16, 151936, 896, 16);
+BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_batch24, WType::BF16, 151936, 896, 24);
+BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_batch32, WType::BF16, 151936, 896, 32);
+BENCHMARK_CAPTURE(bench_float, bf16_lm_head_151936x896_batch48, WType::BF16, 151936, 896, 48);
 FAK_FLOAT(f16, F16)
 
 }  // namespace
