@@ -4,12 +4,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <vector>
 
 namespace fak::test {
 
@@ -21,15 +24,39 @@ std::filesystem::path source_path(const std::string& relative) {
   return std::filesystem::path(FAK_SOURCE_DIR) / relative;
 }
 
+namespace {
+// Every directory temp_dir() made, removed when the test process exits (each CTest case is a
+// process of its own). Some hold converted models of hundreds of MB: left behind, thousands of
+// runs filled the disk.
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::filesystem::path> dirs;
+  ~TempDirs() {
+    for (const auto& d : dirs) {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  }
+};
+TempDirs& temp_dirs() {
+  static TempDirs registry;
+  return registry;
+}
+}  // namespace
+
 std::filesystem::path temp_dir() {
   static std::atomic<int> counter{0};
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "fak";
+  std::replace(name.begin(), name.end(), '/', '_');  // parameterised names: one directory level
   auto dir =
       std::filesystem::temp_directory_path() /
       ("fak-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  TempDirs& reg = temp_dirs();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  reg.dirs.push_back(dir);
   return dir;
 }
 
