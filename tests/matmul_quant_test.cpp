@@ -128,8 +128,8 @@ TEST_P(MatmulQuant, OutputsDoNotDependOnBatchTilesOrThreads) {
 
 // The VNNI kernels (16-row panels) against the AVX2 ones (8-row panels): the same bits for row
 // counts that leave partial 16-row panels and 8-row remainders, and token counts that leave every
-// tile remainder (tiles of 8 tokens for the 32-element types, 6 for the K-quants; up to 8 tokens
-// take the decode kernel instead).
+// tile remainder (tiles of 8 tokens for the 32-element types, 6 for the K-quants; a call of up
+// to 3 or 4 tokens takes the decode kernel instead, 8 without AVX-512).
 TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
   const WType type = GetParam();
@@ -139,7 +139,7 @@ TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
                             {130, k_quant ? 1280 : 896},
                             {40, k_quant ? 768 : 160}}) {
     Quantised m = make_matrix(type, rows, cols, 7);
-    for (int n_tokens : {2, 5, 8, 9, 10, 11, 12, 13, 14, 15, 17, 20, 64, 65, 600}) {
+    for (int n_tokens : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 20, 64, 65, 600}) {
       std::vector<float> x = activations(n_tokens, cols, uint32_t(3 * n_tokens + 1));
       kernels::set_avx512_enabled(false);
       std::vector<float> narrow = run(m.w, x, n_tokens);

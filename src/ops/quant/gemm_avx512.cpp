@@ -51,6 +51,19 @@ inline __m512 load_ps(const uint8_t* p) {
 inline __m512i load_si(const uint8_t* p) {
   return _mm512_load_si512(reinterpret_cast<const __m512i*>(p));
 }
+// The next 16-row group, prefetched evenly over the blocks of this group's repacking: with few
+// tokens per call (batched decode, continuous batching's mixed steps) the rows are read once from
+// memory as 16 interleaved streams, which the hardware prefetchers follow badly.
+struct NextRows {
+  const uint8_t* p = nullptr;  // null: nothing to prefetch
+  size_t bytes = 0, done = 0;
+  void upto(int64_t b, int64_t nb) {
+    if (!p) return;
+    for (const size_t end = size_t(b + 1) * bytes / size_t(nb); done < end; done += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p + done), _MM_HINT_T0);
+  }
+};
+
 // 4 activation bytes broadcast to all 16 lanes.
 inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(load_i32(p));
@@ -79,8 +92,9 @@ struct Block32 {
                              _mm256_and_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(0x10)));
   }
 
-  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel) {
+  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
     for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
       uint8_t* p = panel + size_t(b) * kPanelBytes;
       store_scales16(rows, size_t(b) * sizeof(Block), p);
       __m256i lo[8], hi[8];
@@ -148,8 +162,9 @@ struct K4 {
     }
   }
 
-  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel) {
+  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
     for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
       uint8_t* p = panel + size_t(b) * kPanelBytes;
       const Block* blk[kRows];
       for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const Block*>(rows[i]) + b;
@@ -254,8 +269,9 @@ struct Q6K {
     return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
   }
 
-  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel) {
+  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
     for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
       uint8_t* p = panel + size_t(b) * kPanelBytes;
       const BlockQ6K* blk[kRows];
       for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const BlockQ6K*>(rows[i]) + b;
@@ -357,7 +373,9 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r_end; r += kRows) {
       const uint8_t* rows[kRows];
       for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
-      F::prep(rows, nb, panel);
+      NextRows next;
+      if (r + 2 * kRows <= q.w->rows) next = {q.w->row(r + kRows), kRows * q.w->row_bytes, 0};
+      F::prep(rows, nb, panel, next);
       int t = ts;
       for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
       if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
