@@ -129,7 +129,7 @@ TEST_P(MatmulQuant, OutputsDoNotDependOnBatchTilesOrThreads) {
 // The VNNI kernels (16-row panels) against the AVX2 ones (8-row panels): the same bits for row
 // counts that leave partial 16-row panels and 8-row remainders, and token counts that leave every
 // tile remainder (tiles of 8 tokens for the 32-element types, 6 for the K-quants; a call of up
-// to 3 or 4 tokens takes the decode kernel instead, 8 without AVX-512).
+// to 3 tokens takes the decode kernel instead, 8 without AVX-512).
 TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
   const WType type = GetParam();

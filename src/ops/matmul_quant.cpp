@@ -56,13 +56,13 @@ namespace {
 
 // Up to this many tokens a call reads the stored rows once per token (the decode kernel); more
 // repack 16 rows per call into a VNNI panel that every token's tile then reads from cache. With
-// the next rows prefetched during the repack, the panels win from a few tokens on. Batched
-// decode of 5 sequences (Qwen2.5-0.5B, a step): Q8_0 28 -> 22 ms, Q4_K_M 39 -> 24 ms.
-// The K-quants' repack costs more, so they switch later. Without AVX-512 the 8-row AVX2 panels
-// keep the old switch (5 sequences: 31 ms a step decoding, 45 ms through panels).
+// the next rows prefetched during the repack and the repack kept in registers, the panels win
+// from 4 tokens on. Batched decode of 5 sequences (Qwen2.5-0.5B, a step, short context): Q8_0
+// 28 -> 19 ms, Q4_K_M 39 -> 18 ms. Without AVX-512 the 8-row AVX2 panels keep the old switch
+// (5 sequences: 31 ms a step decoding, 45 ms through panels).
 int gemv_max_tokens(QuantType t) {
   if (!avx512_enabled() || !quant_tile_avx512(t)) return 8;
-  return quant_block_size(t) == quant::kQKK ? 4 : 3;
+  return 3;
 }
 
 // Rows x tokens of outputs from vec_dot, blocked so a few weight rows stay in L1 while a block of
