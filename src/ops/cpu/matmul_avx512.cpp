@@ -185,31 +185,6 @@ __attribute__((always_inline)) inline void tile_direct(const WeightMatrix& w, in
   for (int j = 0; j < TT; ++j) reduce_store(acc[j], y + size_t(j) * ldy, kGroupRows);
 }
 
-template <WType T, int TT>
-void rows_direct(const WeightMatrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
-  int64_t r = r0;
-  for (; r + kGroupRows <= r1; r += kGroupRows)
-    tile_direct<T, TT>(w, r, x, y + size_t(r), size_t(w.rows));
-  if (r < r1) matmul_rows_avx2(w, x, TT, y, r, r1);
-}
-
-template <WType T>
-void rows_few_tokens(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
-                     int64_t r1) {
-  switch (n_tokens) {
-    case 6:
-      return rows_direct<T, 6>(w, x, y, r0, r1);
-    case 5:
-      return rows_direct<T, 5>(w, x, y, r0, r1);
-    case 4:
-      return rows_direct<T, 4>(w, x, y, r0, r1);
-    case 3:
-      return rows_direct<T, 3>(w, x, y, r0, r1);
-    default:
-      return rows_direct<T, 2>(w, x, y, r0, r1);
-  }
-}
-
 // One 8-row group against TT tokens; only the group's first token block prefetches the next
 // group (later blocks find this group's rows in cache).
 template <WType T>
@@ -231,9 +206,9 @@ void group_tokens(int tt, bool first, const WeightMatrix& w, int64_t r, const fl
 #undef FAK_GROUP_CASE
 }
 
-// A few dozen tokens (decode steps topped up with prompt chunks): each 8-row group is read from
-// memory once and its tiles run over the tokens in blocks of at most kMaxTT (split evenly, so no
-// block has fewer than 3), converting the stored rows in registers; the group stays in L1/L2 for
+// A few tokens (batched decode) up to a few dozen (decode steps topped up with prompt chunks):
+// each 8-row group is read from memory once and its tiles run over the tokens in blocks of at most
+// kMaxTT (split evenly: more than 6 tokens leave no block under 3), converting the stored rows in registers; the group stays in L1/L2 for
 // the blocks after the first. Widening a panel first costs a store and a reload per weight, which
 // only pays off over many more tokens (bf16 lm_head, 16 tokens: 23 ms through a panel).
 template <WType T>
@@ -307,24 +282,12 @@ void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, i
 
 void matmul_rows_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                         int64_t r1) {
-  // One token stays on the AVX2 decode kernel (memory-bound; same bits). Up to a tile's worth of
-  // tokens reads the stored rows directly (whole 8-column chunks only: no tail in that loop); more
-  // widen them into a zero-padded panel once per row block.
+  // One token stays on the AVX2 decode kernel (memory-bound; same bits). Up to kDirectMaxTokens
+  // read the stored rows directly (whole 8-column chunks only: no tail in that loop); more widen
+  // them into a zero-padded panel once per row block.
   if (n_tokens < 2) return matmul_rows_avx2(w, x, n_tokens, y, r0, r1);
-  if (n_tokens <= kMaxTT) {
+  if (n_tokens <= kDirectMaxTokens) {
     if (w.cols % 8 != 0) return matmul_rows_avx2(w, x, n_tokens, y, r0, r1);
-    switch (w.type) {
-      case WType::F32:
-        return rows_few_tokens<WType::F32>(w, x, n_tokens, y, r0, r1);
-      case WType::BF16:
-        return rows_few_tokens<WType::BF16>(w, x, n_tokens, y, r0, r1);
-      case WType::F16:
-        return rows_few_tokens<WType::F16>(w, x, n_tokens, y, r0, r1);
-      default:
-        return matmul_rows_ref(w, x, n_tokens, y, r0, r1);
-    }
-  }
-  if (n_tokens <= kDirectMaxTokens && w.cols % 8 == 0) {
     switch (w.type) {
       case WType::F32:
         return rows_direct_blocks<WType::F32>(w, x, n_tokens, y, r0, r1);
