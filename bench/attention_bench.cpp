@@ -29,7 +29,7 @@ struct Workload {
 
   // `agents` sequences of prefix + own rows each; the last `new_tokens` rows of each are queries.
   Workload(int agents, int prefix, int own, int new_tokens, DType dtype)
-      : cache(kLayers, kKvHeads * kHeadDim, KvCacheOptions{32, true, 0, dtype}) {
+      : cache(kLayers, kKvHeads, kHeadDim, KvCacheOptions{32, true, 0, dtype}) {
     std::mt19937 rng(11);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> row(size_t(kKvHeads * kHeadDim));

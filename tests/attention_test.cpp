@@ -25,7 +25,7 @@ struct AttnSetup {
 class AttentionFixture {
  public:
   explicit AttentionFixture(const AttnSetup& s)
-      : s_(s), cache_(1, s.n_kv_heads * s.head_dim, {16, false, 0, s.dtype}) {
+      : s_(s), cache_(1, s.n_kv_heads, s.head_dim, {16, false, 0, s.dtype}) {
     std::mt19937 rng(uint32_t(s.n_heads * 131 + s.head_dim * 7 + s.n_ctx));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int kv_dim = s.n_kv_heads * s.head_dim;
@@ -212,7 +212,6 @@ TEST(Attention, DecodeGroupKernelBitIdenticalToAvx2Tile) {
         vrows[t].push_back(f.cache().row(tables[t][size_t(j / bs)], 0, KvPlane::V, j % bs));
       }
     const float scale = 0.125f;
-    const size_t elem = dtype_size(dt);
     std::mt19937 rng(3);
     for (int trial = 0; trial < 40; ++trial) {
       kernels::DecodeGroup g;
@@ -232,7 +231,7 @@ TEST(Attention, DecodeGroupKernelBitIdenticalToAvx2Tile) {
         g.shared_keys = std::min(g.shared_keys, same);
         g.seq[i] = {f.q().data() + size_t(pos) * qd + size_t(kvh) * 7 * 64, outs[size_t(i)].data(),
                     pos + 1,
-                    {krows[size_t(t)].data(), vrows[size_t(t)].data(), size_t(kvh) * 64 * elem, dt}};
+                    {krows[size_t(t)].data(), vrows[size_t(t)].data(), size_t(kvh) * f.cache().head_stride(), dt}};
       }
       ASSERT_TRUE(kernels::attend_decode_avx512(g, 64, scale));
       for (int i = 0; i < g.n; ++i) {

@@ -66,7 +66,7 @@ TEST_P(HiddenStates, MatchReferencePerLayer) {
   auto model = Model::load(f.dir, {.load_tokenizer = false});
   auto ids64 = read_i64(ref.get("case0.input_ids"));
   std::vector<int32_t> ids(ids64.begin(), ids64.end());
-  KvCache cache(model->n_attention_layers(), model->config().kv_dim());
+  KvCache cache(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim);
   std::vector<int32_t> blocks;
   while (blocks.size() * size_t(cache.block_size()) < ids.size()) blocks.push_back(cache.allocate());
   const int dim = model->config().dim;

@@ -62,7 +62,7 @@ TEST(SynthHybrid, LoadsAndPrefillAgreesWithDecode) {
   EXPECT_EQ(model->n_attention_layers(), 2);
   EXPECT_EQ(c.layer_kinds[7], LayerKind::FullAttention);
   EXPECT_EQ(c.layer_kinds[4], LayerKind::LinearAttention);
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), c.kv_dim());
+  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), c.n_kv_heads, c.head_dim);
 
   std::vector<int32_t> ids;
   for (int i = 0; i < 70; ++i) ids.push_back(int32_t((i * 37 + 11) % c.vocab));

@@ -34,7 +34,6 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   const int group = s.n_heads / s.n_kv_heads;
   const int bs = cache.block_size();
   const int q_dim = s.n_heads * s.head_dim;
-  const size_t elem = dtype_size(cache.dtype());
   std::vector<Unit> units;
   const bool group_decode = kernels::avx512_enabled();
   const int tile_queries = group_decode ? kernels::kTileQueries : kernels::kTileQueriesAvx2;
@@ -52,7 +51,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       const int32_t b = (*task.blocks)[size_t(j0 / bs)];
       const uint8_t* k0 = cache.row(b, layer, KvPlane::K, 0);
       const uint8_t* v0 = cache.row(b, layer, KvPlane::V, 0);
-      const size_t rb = cache.row_bytes();
+      const size_t rb = cache.head_bytes();  // rows of one head are contiguous in a block
       for (int j = j0; j < n && j < j0 + bs; ++j) {
         k_rows[ti][size_t(j)] = k0 + size_t(j - j0) * rb;
         v_rows[ti][size_t(j)] = v0 + size_t(j - j0) * rb;
@@ -136,12 +135,17 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       const Job& job = jobs[jb];
       const int n = tasks[size_t(job.task)].start_pos + tasks[size_t(job.task)].n_tokens;
       const int j1 = std::min(n, job.j0 + kRowsPerJob);
+      // Widened as the cache keeps them: [head][position][head_dim], K then V.
       float* k = widened[size_t(job.slot)].data();
       float* v = k + size_t(n) * size_t(kv_dim);
-      kernels::widen_rows(k_rows[size_t(job.task)].data() + job.j0, j1 - job.j0, kv_dim,
-                          cache.dtype(), k + size_t(job.j0) * size_t(kv_dim));
-      kernels::widen_rows(v_rows[size_t(job.task)].data() + job.j0, j1 - job.j0, kv_dim,
-                          cache.dtype(), v + size_t(job.j0) * size_t(kv_dim));
+      for (int h = 0; h < s.n_kv_heads; ++h) {
+        const size_t at = (size_t(h) * size_t(n) + size_t(job.j0)) * size_t(s.head_dim);
+        const size_t off = size_t(h) * cache.head_stride();
+        kernels::widen_rows(k_rows[size_t(job.task)].data() + job.j0, off, j1 - job.j0, s.head_dim,
+                            cache.dtype(), k + at);
+        kernels::widen_rows(v_rows[size_t(job.task)].data() + job.j0, off, j1 - job.j0, s.head_dim,
+                            cache.dtype(), v + at);
+      }
     }
     for (size_t w = 0; w < widen_tasks.size(); ++w) {
       const int ti = widen_tasks[w];
@@ -150,9 +154,9 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       const float* v = k + size_t(n) * size_t(kv_dim);
       for (int j = 0; j < n; ++j) {
         k_rows[size_t(ti)][size_t(j)] =
-            reinterpret_cast<const uint8_t*>(k + size_t(j) * size_t(kv_dim));
+            reinterpret_cast<const uint8_t*>(k + size_t(j) * size_t(s.head_dim));
         v_rows[size_t(ti)][size_t(j)] =
-            reinterpret_cast<const uint8_t*>(v + size_t(j) * size_t(kv_dim));
+            reinterpret_cast<const uint8_t*>(v + size_t(j) * size_t(s.head_dim));
       }
     }
   }
@@ -166,8 +170,11 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       const Unit& un = units[u];
       auto rows_of = [&](int ti, int kv_head) {
         const bool f32 = is_widened[size_t(ti)];
+        const AttentionTask& task = tasks[size_t(ti)];
+        const size_t widened_stride =
+            size_t(task.start_pos + task.n_tokens) * size_t(s.head_dim) * sizeof(float);
         return kernels::KvRows{k_rows[size_t(ti)].data(), v_rows[size_t(ti)].data(),
-                               size_t(kv_head) * size_t(s.head_dim) * (f32 ? sizeof(float) : elem),
+                               size_t(kv_head) * (f32 ? widened_stride : cache.head_stride()),
                                f32 ? DType::F32 : cache.dtype()};
       };
       auto make_tile = [&](int ti, int kv_head, int first, kernels::AttentionTile& tile) {
@@ -226,7 +233,6 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
   for (int ti = 0; ti < int(tasks.size()); ++ti)
     for (int t = 0; t < tasks[size_t(ti)].n_tokens; ++t)
       for (int h = 0; h < s.n_heads; ++h) units.push_back({ti, t, h});
-  const size_t elem = dtype_size(cache.dtype());
   // Row readers for the cache's storage type, picked once per call.
   auto dot = [&vk, dt = cache.dtype()](const float* q, const uint8_t* row, int n) {
     if (dt == DType::F32) return vk.dot(q, reinterpret_cast<const float*>(row), n);
@@ -251,7 +257,7 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
           task.q + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       float* out =
           task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
-      const size_t head_off = size_t(un.head / group) * size_t(s.head_dim) * elem;
+      const size_t head_off = size_t(un.head / group) * cache.head_stride();
       scores.resize(size_t(n_keys));
       float mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {

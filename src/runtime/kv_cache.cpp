@@ -13,16 +13,21 @@ DType parse_kv_type(const std::string& name) {
   fail("KV type '" + name + "' is not supported (f32, f16, bf16)");
 }
 
-KvCache::KvCache(int n_layers, int kv_dim, KvCacheOptions options)
+KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions options)
     : n_layers_(n_layers),
-      kv_dim_(kv_dim),
+      n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      kv_dim_(n_kv_heads * head_dim),
       block_size_(options.block_size),
       keep_kraw_(options.keep_kraw),
       max_bytes_(options.max_bytes),
       dtype_(options.dtype) {
-  check(block_size_ > 0 && kv_dim_ > 0 && n_layers_ >= 0, "KvCache: invalid shape");
+  check(block_size_ > 0 && n_kv_heads_ > 0 && head_dim_ > 0 && n_layers_ >= 0,
+        "KvCache: invalid shape");
   check(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16,
         "KvCache: storage type must be f32, f16 or bf16");
+  head_bytes_ = size_t(head_dim_) * dtype_size(dtype_);
+  head_stride_ = size_t(block_size_) * head_bytes_;
   row_bytes_ = size_t(kv_dim_) * dtype_size(dtype_);
   block_bytes_ = size_t(n_layers_) * size_t(planes()) * size_t(block_size_) * row_bytes_;
 }
@@ -33,53 +38,88 @@ uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
   const size_t plane_bytes = size_t(block_size_) * row_bytes_;
   return slab + size_t(block % kBlocksPerSlab) * block_bytes_ +
          (size_t(layer) * size_t(planes()) + size_t(plane)) * plane_bytes +
-         size_t(slot) * row_bytes_;
+         size_t(slot) * head_bytes_;
 }
 
 void KvCache::store_row(int32_t block, int layer, KvPlane plane, int slot, const float* src) {
-  uint8_t* dst = row(block, layer, plane, slot);
-  if (!dst) return;
-  switch (dtype_) {
-    case DType::F32:
-      std::memcpy(dst, src, row_bytes_);
-      return;
-    case DType::F16:
-      for (int i = 0; i < kv_dim_; ++i) {
-        uint16_t h = f32_to_f16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    default:
-      for (int i = 0; i < kv_dim_; ++i) {
-        uint16_t h = f32_to_bf16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
+  uint8_t* row0 = row(block, layer, plane, slot);
+  if (!row0) return;
+  for (int h = 0; h < n_kv_heads_; ++h) {
+    uint8_t* dst = row0 + size_t(h) * head_stride_;
+    const float* x = src + size_t(h) * size_t(head_dim_);
+    switch (dtype_) {
+      case DType::F32:
+        std::memcpy(dst, x, head_bytes_);
+        break;
+      case DType::F16:
+        for (int i = 0; i < head_dim_; ++i) {
+          uint16_t v = f32_to_f16(x[i]);
+          std::memcpy(dst + 2 * i, &v, 2);
+        }
+        break;
+      default:
+        for (int i = 0; i < head_dim_; ++i) {
+          uint16_t v = f32_to_bf16(x[i]);
+          std::memcpy(dst + 2 * i, &v, 2);
+        }
+        break;
+    }
   }
 }
 
 void KvCache::load_row(int32_t block, int layer, KvPlane plane, int slot, float* dst) const {
-  const uint8_t* src = row(block, layer, plane, slot);
-  check(src != nullptr, "KvCache: this cache keeps no Kraw");
-  switch (dtype_) {
-    case DType::F32:
-      std::memcpy(dst, src, row_bytes_);
-      return;
-    case DType::F16:
-      for (int i = 0; i < kv_dim_; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = f16_to_f32(h);
-      }
-      return;
-    default:
-      for (int i = 0; i < kv_dim_; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = bf16_to_f32(h);
-      }
-      return;
+  const uint8_t* row0 = row(block, layer, plane, slot);
+  check(row0 != nullptr, "KvCache: this cache keeps no Kraw");
+  for (int h = 0; h < n_kv_heads_; ++h) {
+    const uint8_t* src = row0 + size_t(h) * head_stride_;
+    float* y = dst + size_t(h) * size_t(head_dim_);
+    switch (dtype_) {
+      case DType::F32:
+        std::memcpy(y, src, head_bytes_);
+        break;
+      case DType::F16:
+        for (int i = 0; i < head_dim_; ++i) {
+          uint16_t v;
+          std::memcpy(&v, src + 2 * i, 2);
+          y[i] = f16_to_f32(v);
+        }
+        break;
+      default:
+        for (int i = 0; i < head_dim_; ++i) {
+          uint16_t v;
+          std::memcpy(&v, src + 2 * i, 2);
+          y[i] = bf16_to_f32(v);
+        }
+        break;
+    }
   }
+}
+
+void KvCache::read_rows(int32_t block, int layer, KvPlane plane, int n, uint8_t* out) const {
+  const uint8_t* base = row(block, layer, plane, 0);
+  check(base != nullptr, "KvCache: this cache keeps no Kraw");
+  for (int j = 0; j < n; ++j)
+    for (int h = 0; h < n_kv_heads_; ++h)
+      std::memcpy(out + size_t(j) * row_bytes_ + size_t(h) * head_bytes_,
+                  base + size_t(h) * head_stride_ + size_t(j) * head_bytes_, head_bytes_);
+}
+
+void KvCache::write_rows(int32_t block, int layer, KvPlane plane, int n, const uint8_t* in) {
+  uint8_t* base = row(block, layer, plane, 0);
+  if (!base) return;
+  for (int j = 0; j < n; ++j)
+    for (int h = 0; h < n_kv_heads_; ++h)
+      std::memcpy(base + size_t(h) * head_stride_ + size_t(j) * head_bytes_,
+                  in + size_t(j) * row_bytes_ + size_t(h) * head_bytes_, head_bytes_);
+}
+
+void KvCache::move_row(int32_t dst_block, int dst_slot, int32_t src_block, int src_slot, int layer,
+                       KvPlane plane) {
+  uint8_t* dst = row(dst_block, layer, plane, dst_slot);
+  const uint8_t* src = row(src_block, layer, plane, src_slot);
+  if (!dst || !src) return;
+  for (int h = 0; h < n_kv_heads_; ++h)
+    std::memmove(dst + size_t(h) * head_stride_, src + size_t(h) * head_stride_, head_bytes_);
 }
 
 int32_t KvCache::allocate() {
@@ -117,7 +157,9 @@ int32_t KvCache::copy_block(int32_t src, int n_rows) {
   for (int l = 0; l < n_layers_; ++l)
     for (KvPlane p : {KvPlane::K, KvPlane::V, KvPlane::Kraw})
       if (n_rows > 0 && (p != KvPlane::Kraw || keep_kraw_))
-        std::memcpy(row(dst, l, p, 0), row(src, l, p, 0), row_bytes_ * size_t(n_rows));
+        for (int h = 0; h < n_kv_heads_; ++h)
+          std::memcpy(row(dst, l, p, 0) + size_t(h) * head_stride_,
+                      row(src, l, p, 0) + size_t(h) * head_stride_, head_bytes_ * size_t(n_rows));
   return dst;
 }
 

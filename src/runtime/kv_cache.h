@@ -7,7 +7,12 @@
 // through store_row and attention reads them in place. Conversions are deterministic, so the
 // reuse stack's bit-exactness holds for every storage type.
 //
-// Layout of one block: for each layer, [K | V | Kraw] each [block_size][kv_dim] elements.
+// Layout of one block: for each layer, [K | V | Kraw], each [n_kv_heads][block_size][head_dim]
+// elements: one KV head's rows of a block are contiguous. Attention reads one head per work unit,
+// and with rows interleaving the heads two threads reading different heads of the same rows
+// stream half the bandwidth (the prefetchers fetch the other head's lines too). So a token's row
+// is not contiguous: row() is its head-0 part, head h is head_stride() bytes further, and
+// store_row / load_row / read_rows / write_rows convert to and from whole [kv_dim] rows.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +41,7 @@ DType parse_kv_type(const std::string& name);
 
 class KvCache : public BlockPool {
  public:
-  KvCache(int n_layers, int kv_dim, KvCacheOptions options = {});
+  KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions options = {});
 
   int32_t allocate() override;  // refcount 1; throws fak::Error when the memory budget is spent
   void retain(int32_t block) override;
@@ -45,19 +50,31 @@ class KvCache : public BlockPool {
   // A new block (refcount 1) holding a copy of the first n_rows rows of src in every layer.
   int32_t copy_block(int32_t src, int n_rows) override;
 
-  // Row `slot` (0..block_size-1) of one plane; nullptr for Kraw when it is not kept.
+  // Head 0 of row `slot` (0..block_size-1) of one plane (head h: + h * head_stride()); nullptr for
+  // Kraw when it is not kept.
   uint8_t* row(int32_t block, int layer, KvPlane plane, int slot);
   const uint8_t* row(int32_t block, int layer, KvPlane plane, int slot) const {
     return const_cast<KvCache*>(this)->row(block, layer, plane, slot);
   }
   void store_row(int32_t block, int layer, KvPlane plane, int slot, const float* src);
   void load_row(int32_t block, int layer, KvPlane plane, int slot, float* dst) const;
+  // Rows [0, n) of one plane of a block as stored elements, token-major ([n][kv_dim]): the form
+  // session files keep, whatever the block layout.
+  void read_rows(int32_t block, int layer, KvPlane plane, int n, uint8_t* out) const;
+  void write_rows(int32_t block, int layer, KvPlane plane, int n, const uint8_t* in);
+  // Copies one row (every head) of a plane; the two may be in the same block.
+  void move_row(int32_t dst_block, int dst_slot, int32_t src_block, int src_slot, int layer,
+                KvPlane plane);
 
   int block_size() const override { return block_size_; }
   int n_layers() const { return n_layers_; }
   int kv_dim() const { return kv_dim_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  size_t head_bytes() const { return head_bytes_; }    // one head of one row; rows of a head follow
+  size_t head_stride() const { return head_stride_; }  // from head h of a row to head h + 1
   DType dtype() const { return dtype_; }
-  size_t row_bytes() const { return row_bytes_; }
+  size_t row_bytes() const { return row_bytes_; }  // one token's row, all heads
   bool keeps_kraw() const { return keep_kraw_; }
   size_t block_bytes() const { return block_bytes_; }
   size_t blocks_in_use() const { return in_use_; }
@@ -67,11 +84,11 @@ class KvCache : public BlockPool {
  private:
   int planes() const { return keep_kraw_ ? 3 : 2; }
 
-  int n_layers_, kv_dim_, block_size_;
+  int n_layers_, n_kv_heads_, head_dim_, kv_dim_, block_size_;
   bool keep_kraw_;
   size_t max_bytes_;
   DType dtype_;
-  size_t row_bytes_, block_bytes_;
+  size_t row_bytes_, block_bytes_, head_bytes_, head_stride_;
   static constexpr int kBlocksPerSlab = 16;
   std::vector<AnonMemory> slabs_;  // huge-page advised: a step reads them all
   std::vector<int> refcounts_;

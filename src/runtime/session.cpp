@@ -12,7 +12,8 @@ Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> ca
       cells_(cache_.get()),
       state_(model_->config()) {
   check(cache_->n_layers() == model_->n_attention_layers() &&
-            cache_->kv_dim() == model_->config().kv_dim(),
+            cache_->n_kv_heads() == model_->config().n_kv_heads &&
+            cache_->head_dim() == model_->config().head_dim,
         "Session: KV cache shape does not match the model");
 }
 

@@ -46,7 +46,6 @@ void Session::evict(int begin, int end, EvictMode mode) {
   cells_.reserve(begin, size(), /*keep_all_rows=*/true);  // sources are read from these blocks too
   const int bs = cache_->block_size();
   const int half = model_->rope().rotary_dim() / 2;
-  const size_t row_bytes = cache_->row_bytes();
   std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
   std::vector<float> k(static_cast<size_t>(c.kv_dim()));
   for (size_t j = 0; j < suffix.size(); ++j) {
@@ -54,10 +53,8 @@ void Session::evict(int begin, int end, EvictMode mode) {
     model_->rope().angles(to, cs.data(), sn.data());
     const int32_t bf = blocks()[size_t(from / bs)], bt = blocks()[size_t(to / bs)];
     for (int l = 0; l < model_->n_attention_layers(); ++l) {
-      std::memmove(cache_->row(bt, l, KvPlane::V, to % bs),
-                   cache_->row(bf, l, KvPlane::V, from % bs), row_bytes);
-      std::memmove(cache_->row(bt, l, KvPlane::Kraw, to % bs),
-                   cache_->row(bf, l, KvPlane::Kraw, from % bs), row_bytes);
+      cache_->move_row(bt, to % bs, bf, from % bs, l, KvPlane::V);
+      cache_->move_row(bt, to % bs, bf, from % bs, l, KvPlane::Kraw);
       cache_->load_row(bt, l, KvPlane::Kraw, to % bs, k.data());
       for (int h = 0; h < c.n_kv_heads; ++h)
         rope_apply(k.data() + h * c.head_dim, 2 * half, cs.data(), sn.data());

@@ -67,8 +67,11 @@ void Session::save(const std::filesystem::path& path) const {
   for (int l = 0; l < model_->n_attention_layers(); ++l) {
     for (int which = 0; which < (cache_->keeps_kraw() ? 3 : 2); ++which) {
       for (int p = 0; p < n; p += bs) {
-        const uint8_t* src = cache_->row(blocks()[size_t(p / bs)], l, KvPlane(which), 0);
-        out.append(reinterpret_cast<const char*>(src), row * size_t(std::min(bs, n - p)));
+        const int rows = std::min(bs, n - p);
+        const size_t at = out.size();
+        out.resize(at + row * size_t(rows));
+        cache_->read_rows(blocks()[size_t(p / bs)], l, KvPlane(which), rows,
+                          reinterpret_cast<uint8_t*>(out.data() + at));
       }
     }
   }
@@ -149,10 +152,9 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
     for (int which = 0; which < (kraw ? 3 : 2); ++which) {
       for (int q = 0; q < n; q += bs) {
         const int32_t blk = s.blocks()[size_t(q / bs)];
-        uint8_t* dst = s.cache_->row(blk, l, KvPlane(which), 0);
-        const size_t bytes = row * size_t(std::min(bs, n - q));
-        if (dst) std::memcpy(dst, p, bytes);
-        p += bytes;
+        const int rows = std::min(bs, n - q);
+        s.cache_->write_rows(blk, l, KvPlane(which), rows, reinterpret_cast<const uint8_t*>(p));
+        p += row * size_t(rows);
       }
     }
   }

@@ -172,9 +172,10 @@ void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale,
 
 }  // namespace
 
-void widen_rows(const uint8_t* const* rows, int n, int elems, DType dtype, float* out) {
+void widen_rows(const uint8_t* const* rows, size_t offset, int n, int elems, DType dtype,
+                float* out) {
   for (int i = 0; i < n; ++i) {
-    const auto* src = reinterpret_cast<const uint16_t*>(rows[i]);
+    const auto* src = reinterpret_cast<const uint16_t*>(rows[i] + offset);
     float* dst = out + size_t(i) * size_t(elems);
     int d = 0;
     for (; d + 8 <= elems; d += 8) {
