@@ -229,9 +229,11 @@ TEST(Attention, DecodeGroupKernelBitIdenticalToAvx2Tile) {
         while (same < 200 && krows[size_t(t)][size_t(same)] == krows[size_t(t0)][size_t(same)])
           ++same;
         g.shared_keys = std::min(g.shared_keys, same);
-        g.seq[i] = {f.q().data() + size_t(pos) * qd + size_t(kvh) * 7 * 64, outs[size_t(i)].data(),
+        g.seq[i] = {f.q().data() + size_t(pos) * qd + size_t(kvh) * 7 * 64,
+                    outs[size_t(i)].data(),
                     pos + 1,
-                    {krows[size_t(t)].data(), vrows[size_t(t)].data(), size_t(kvh) * f.cache().head_stride(), dt}};
+                    {krows[size_t(t)].data(), vrows[size_t(t)].data(),
+                     size_t(kvh) * f.cache().head_stride(), dt}};
       }
       ASSERT_TRUE(kernels::attend_decode_avx512(g, 64, scale));
       for (int i = 0; i < g.n; ++i) {

@@ -233,7 +233,8 @@ TEST(GgufHybrid, IgnoresTheMtpBlocks) {
   auto plain = Model::load(dir / "m.gguf");
   std::vector<int32_t> ids = {5, 77, 301, 9, 12, 480, 33};
   auto logits = [&](std::shared_ptr<const Model> m) {
-    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads, m->config().head_dim);
+    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
+                                           m->config().head_dim);
     Session s(m, cache);
     s.append(ids);
     return s.logits();
@@ -263,7 +264,8 @@ TEST(GgufHybrid, Q8_0AtTheRealHeadLayoutEqualsQuantisingAtLoad) {
   std::vector<int32_t> ids;
   for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 211 + 7) % 8192));
   auto logits = [&](std::shared_ptr<const Model> m) {
-    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads, m->config().head_dim);
+    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
+                                           m->config().head_dim);
     Session s(m, cache);
     std::vector<float> all;
     s.append(ids, &all);

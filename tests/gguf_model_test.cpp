@@ -53,7 +53,8 @@ std::vector<int32_t> prompt_ids(const std::string& name) {
 }
 
 std::vector<float> all_logits(std::shared_ptr<const Model> m, const std::vector<int32_t>& ids) {
-  auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads, m->config().head_dim);
+  auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
+                                         m->config().head_dim);
   Session s(m, cache);
   std::vector<float> logits;
   s.append(ids, &logits);

@@ -43,8 +43,8 @@ class Hybrid : public ::testing::Test {
  protected:
   void SetUp() override {
     model = Model::load(fixture_dir(), {.load_tokenizer = false});
-    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
-                                      KvCacheOptions{.block_size = 16});
+    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                      model->config().head_dim, KvCacheOptions{.block_size = 16});
     vocab = model->config().vocab;
   }
   // The reference for an edited session: a fresh session given the same appends.
@@ -297,8 +297,8 @@ TEST_F(Hybrid, SessionFileRefusesAStateOfTheWrongSize) {
   EXPECT_THROW(Session::load(bad, model, cache), Error);
   // A dense model's session file does not load into the hybrid model.
   auto dense = Model::load(test::data_path("oracle/qwen3-tiny"), {.load_tokenizer = false});
-  auto dense_cache =
-      std::make_shared<KvCache>(dense->n_attention_layers(), dense->config().n_kv_heads, dense->config().head_dim);
+  auto dense_cache = std::make_shared<KvCache>(
+      dense->n_attention_layers(), dense->config().n_kv_heads, dense->config().head_dim);
   EXPECT_THROW(Session::load(path, dense, dense_cache), Error);
 }
 
@@ -371,7 +371,8 @@ TEST_F(Hybrid, LoadsTheMultimodalLayout) {
   EXPECT_TRUE(vl->config().is_hybrid());
   EXPECT_EQ(vl->config().n_layers, model->config().n_layers);
   auto ids = random_ids(70, vocab, 91);
-  auto vl_cache = std::make_shared<KvCache>(vl->n_attention_layers(), vl->config().n_kv_heads, vl->config().head_dim);
+  auto vl_cache = std::make_shared<KvCache>(vl->n_attention_layers(), vl->config().n_kv_heads,
+                                            vl->config().head_dim);
   Session s(vl, vl_cache);
   s.append(ids);
   Session ref = cold({ids});

@@ -25,8 +25,8 @@ class HybridPrefixCache : public ::testing::Test {
  protected:
   void SetUp() override {
     model = Model::load(test::data_path("oracle/qwen35-hybrid-tiny"), {.load_tokenizer = false});
-    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
-                                      KvCacheOptions{.block_size = 16});
+    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                      model->config().head_dim, KvCacheOptions{.block_size = 16});
     vocab = model->config().vocab;
   }
   // The reference: one cold append of the whole prompt.

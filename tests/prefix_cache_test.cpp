@@ -19,8 +19,8 @@ class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     model = Model::load(GetParam(), {.load_tokenizer = false});
-    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
-                                      KvCacheOptions{.block_size = 16});
+    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                      model->config().head_dim, KvCacheOptions{.block_size = 16});
     vocab = model->config().vocab;
   }
   std::shared_ptr<const Model> model;

@@ -55,8 +55,8 @@ class Reuse : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
     model = Model::load(GetParam().dir, {.load_tokenizer = false});
-    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
-                                      KvCacheOptions{.block_size = 16});
+    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                      model->config().head_dim, KvCacheOptions{.block_size = 16});
     vocab = model->config().vocab;
   }
   Session cold(const std::vector<int32_t>& ids) {
@@ -245,7 +245,8 @@ class SessionFile : public ::testing::Test {
  protected:
   void SetUp() override {
     model = Model::load(test::data_path("oracle/qwen2-tiny"), {.load_tokenizer = false});
-    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim);
+    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                      model->config().head_dim);
     Session s(model, cache);
     s.append(random_ids(30, model->config().vocab, 1));
     path = test::temp_dir() / "s.fak";
@@ -290,8 +291,8 @@ TEST_F(SessionFile, RefusesWrongMagicAndVersion) {
 
 TEST_F(SessionFile, RefusesAnotherModel) {
   auto other = Model::load(test::data_path("oracle/qwen3-tiny"), {.load_tokenizer = false});
-  auto other_cache =
-      std::make_shared<KvCache>(other->n_attention_layers(), other->config().n_kv_heads, other->config().head_dim);
+  auto other_cache = std::make_shared<KvCache>(
+      other->n_attention_layers(), other->config().n_kv_heads, other->config().head_dim);
   try {
     Session::load(path, other, other_cache);
     FAIL() << "loaded a session of another model";
@@ -341,9 +342,11 @@ class HalfKv : public ::testing::TestWithParam<DType> {};
 
 TEST_P(HalfKv, ExactnessHoldsAndLogitsStayClose) {
   auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
+  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                         model->config().head_dim,
                                          KvCacheOptions{.block_size = 16, .dtype = GetParam()});
-  auto f32 = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim);
+  auto f32 = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                       model->config().head_dim);
   const int vocab = model->config().vocab;
   auto a = random_ids(20, vocab, 1), b = random_ids(9, vocab, 2), c = random_ids(14, vocab, 3);
   Session s(model, cache);

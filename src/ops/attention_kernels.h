@@ -44,7 +44,8 @@ struct AttentionScratch {
 
 // n rows of `elems` f16/bf16 values each (rows[i]) as f32 into out[i * elems ...], exactly.
 // AVX2 + F16C (the tiled attention path runs only there).
-void widen_rows(const uint8_t* const* rows, size_t offset, int n, int elems, DType dtype, float* out);
+void widen_rows(const uint8_t* const* rows, size_t offset, int n, int elems, DType dtype,
+                float* out);
 
 // False when the kernel has no specialisation for this head size (the caller falls back).
 bool attend_tile_avx2(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,

@@ -49,7 +49,8 @@ ParityCase run_case(const std::shared_ptr<const Model>& model, const TensorStore
   const std::vector<float> want = read_f32(logits_t);
   pc.n_tokens = int(ids.size());
 
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim);
+  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                         model->config().head_dim);
   Session s(model, cache);
   std::vector<float> got;
   s.append(ids, &got);

@@ -45,7 +45,8 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   options_.parallel = std::max(1, options_.parallel);
   options_.max_queue = std::max(0, options_.max_queue);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
-  cache_ = std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().n_kv_heads, model_->config().head_dim);
+  cache_ = std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().n_kv_heads,
+                                     model_->config().head_dim);
   prefix_ = std::make_unique<PrefixCache>(model_, cache_, options_.cache_bytes);
   thread_ = std::thread([this] { loop(); });
 }

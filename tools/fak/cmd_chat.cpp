@@ -41,7 +41,8 @@ class Chat {
       : a_(a),
         model_(load_model(a.model)),
         prompt_(*model_),
-        cache_(std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().n_kv_heads, model_->config().head_dim)),
+        cache_(std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().n_kv_heads,
+                                         model_->config().head_dim)),
         session_(model_, cache_) {
     reset();
   }

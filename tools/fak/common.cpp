@@ -90,7 +90,8 @@ std::shared_ptr<KvCache> KvFlags::make_cache(const Model& model) const {
   KvCacheOptions o;
   o.dtype = parse_kv_type(type);
   o.keep_kraw = !no_kraw;
-  return std::make_shared<KvCache>(model.n_attention_layers(), model.config().n_kv_heads, model.config().head_dim, o);
+  return std::make_shared<KvCache>(model.n_attention_layers(), model.config().n_kv_heads,
+                                   model.config().head_dim, o);
 }
 
 void set_threads(int threads) {

@@ -208,9 +208,10 @@ void group_tokens(int tt, bool first, const WeightMatrix& w, int64_t r, const fl
 
 // A few tokens (batched decode) up to a few dozen (decode steps topped up with prompt chunks):
 // each 8-row group is read from memory once and its tiles run over the tokens in blocks of at most
-// kMaxTT (split evenly: more than 6 tokens leave no block under 3), converting the stored rows in registers; the group stays in L1/L2 for
-// the blocks after the first. Widening a panel first costs a store and a reload per weight, which
-// only pays off over many more tokens (bf16 lm_head, 16 tokens: 23 ms through a panel).
+// kMaxTT (split evenly: more than 6 tokens leave no block under 3), converting the stored rows in
+// registers; the group stays in L1/L2 for the blocks after the first. Widening a panel first costs
+// a store and a reload per weight, which only pays off over many more tokens (bf16 lm_head, 16
+// tokens: 23 ms through a panel).
 template <WType T>
 void rows_direct_blocks(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                         int64_t r1) {
@@ -220,8 +221,8 @@ void rows_direct_blocks(const WeightMatrix& w, const float* x, int n_tokens, flo
   for (; r + kGroupRows <= r1; r += kGroupRows)
     for (int b = 0, t = 0; b < n_blocks; ++b) {
       const int tt = (n_tokens - t) / (n_blocks - b);
-      group_tokens<T>(tt, b == 0, w, r, x + size_t(t) * size_t(w.cols), y + size_t(t) * ldy + size_t(r),
-                      ldy);
+      group_tokens<T>(tt, b == 0, w, r, x + size_t(t) * size_t(w.cols),
+                      y + size_t(t) * ldy + size_t(r), ldy);
       t += tt;
     }
   if (r < r1) matmul_rows_avx2(w, x, n_tokens, y, r, r1);
