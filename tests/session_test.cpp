@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "runtime/sampler.h"
 #include "test_util.h"
@@ -330,6 +331,98 @@ TEST(KvCache, RefcountsAndBudget) {
   cache.release(a);
   EXPECT_NO_THROW(cache.allocate());
   EXPECT_EQ(cache.row(a, 0, KvPlane::Kraw, 0), nullptr);
+}
+
+// One KV head's rows of a block are contiguous; whole rows go in and out through store_row /
+// load_row / read_rows / write_rows / move_row / copy_block, which must agree on where each head
+// of each row lives.
+TEST(KvCache, HeadContiguousLayoutRoundTrips) {
+  constexpr int kHeads = 3, kDim = 8, kBs = 4, kKv = kHeads * kDim;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    KvCache cache(2, kHeads, kDim, {.block_size = kBs, .keep_kraw = true, .dtype = dt});
+    const int32_t a = cache.allocate();
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<std::vector<float>> rows(kBs, std::vector<float>(kKv));
+    for (int j = 0; j < kBs; ++j) {
+      for (float& v : rows[size_t(j)]) v = nd(rng);
+      cache.store_row(a, 1, KvPlane::V, j, rows[size_t(j)].data());
+    }
+    const size_t es = dtype_size(dt);
+    EXPECT_EQ(cache.head_stride(), size_t(kBs * kDim) * es);
+    std::vector<float> back(kKv), once(kKv);
+    for (int j = 0; j < kBs; ++j) {
+      cache.load_row(a, 1, KvPlane::V, j, back.data());
+      // Storing what came back changes nothing (the rounding happened once).
+      cache.store_row(a, 0, KvPlane::K, j, back.data());
+      cache.load_row(a, 0, KvPlane::K, j, once.data());
+      EXPECT_EQ(once, back) << dtype_name(dt);
+      if (dt == DType::F32) {
+        EXPECT_EQ(back, rows[size_t(j)]);
+      }
+      for (int h = 0; h < kHeads; ++h) {
+        // Head h of row j: head_stride() past head 0, and rows of one head follow each other.
+        const uint8_t* p = cache.row(a, 1, KvPlane::V, 0) + size_t(h) * cache.head_stride() +
+                           size_t(j) * cache.head_bytes();
+        EXPECT_EQ(p, cache.row(a, 1, KvPlane::V, j) + size_t(h) * cache.head_stride());
+        std::vector<float> head(kDim);
+        for (int d = 0; d < kDim; ++d) {
+          if (dt == DType::F32) {
+            std::memcpy(&head[size_t(d)], p + 4 * d, 4);
+          } else {
+            uint16_t v;
+            std::memcpy(&v, p + 2 * d, 2);
+            head[size_t(d)] = dt == DType::F16 ? f16_to_f32(v) : bf16_to_f32(v);
+          }
+          EXPECT_EQ(head[size_t(d)], back[size_t(h * kDim + d)]) << dtype_name(dt);
+        }
+      }
+    }
+    // Token-major rows out, into another block, and back.
+    std::vector<uint8_t> bytes(size_t(3) * cache.row_bytes());
+    cache.read_rows(a, 1, KvPlane::V, 3, bytes.data());
+    const int32_t b = cache.allocate();
+    cache.write_rows(b, 0, KvPlane::Kraw, 3, bytes.data());
+    for (int j = 0; j < 3; ++j) {
+      cache.load_row(a, 1, KvPlane::V, j, back.data());
+      std::vector<float> tm(kKv);
+      cache.load_row(b, 0, KvPlane::Kraw, j, tm.data());
+      EXPECT_EQ(tm, back) << dtype_name(dt) << " row " << j;
+    }
+    // move_row (within one block and across blocks) and copy_block move every head.
+    cache.move_row(a, 0, a, 3, 1, KvPlane::V);
+    cache.load_row(a, 1, KvPlane::V, 0, back.data());
+    cache.load_row(a, 1, KvPlane::V, 3, once.data());
+    EXPECT_EQ(back, once);
+    cache.move_row(b, 3, a, 2, 1, KvPlane::V);
+    cache.load_row(b, 1, KvPlane::V, 3, back.data());
+    cache.load_row(a, 1, KvPlane::V, 2, once.data());
+    EXPECT_EQ(back, once);
+    const int32_t c = cache.copy_block(a, 3);
+    for (int j = 0; j < 3; ++j) {
+      cache.load_row(a, 1, KvPlane::V, j, back.data());
+      cache.load_row(c, 1, KvPlane::V, j, once.data());
+      EXPECT_EQ(back, once);
+    }
+  }
+}
+
+TEST(KvCache, RefusesAnInvalidShape) {
+  EXPECT_THROW(KvCache(1, 0, 8), Error);
+  EXPECT_THROW(KvCache(1, 2, 0), Error);
+  // A cache with the model's kv_dim but another split into heads is not the model's cache.
+  auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
+  const ModelConfig& c = model->config();
+  ASSERT_EQ(c.head_dim % 2, 0);
+  auto other = std::make_shared<KvCache>(model->n_attention_layers(), c.n_kv_heads * 2,
+                                         c.head_dim / 2);
+  try {
+    Session s(model, other);
+    FAIL() << "a cache of another head shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache shape does not match"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace fak

@@ -41,58 +41,46 @@ uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
          size_t(slot) * head_bytes_;
 }
 
+namespace {
+
+// n f32 values as stored elements of type dt, and back (the rounding is deterministic).
+void encode(DType dt, const float* x, int n, uint8_t* out) {
+  if (dt == DType::F32) {
+    std::memcpy(out, x, sizeof(float) * size_t(n));
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const uint16_t v = dt == DType::F16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+    std::memcpy(out + 2 * i, &v, 2);
+  }
+}
+
+void decode(DType dt, const uint8_t* in, int n, float* y) {
+  if (dt == DType::F32) {
+    std::memcpy(y, in, sizeof(float) * size_t(n));
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    uint16_t v;
+    std::memcpy(&v, in + 2 * i, 2);
+    y[i] = dt == DType::F16 ? f16_to_f32(v) : bf16_to_f32(v);
+  }
+}
+
+}  // namespace
+
 void KvCache::store_row(int32_t block, int layer, KvPlane plane, int slot, const float* src) {
   uint8_t* row0 = row(block, layer, plane, slot);
   if (!row0) return;
-  for (int h = 0; h < n_kv_heads_; ++h) {
-    uint8_t* dst = row0 + size_t(h) * head_stride_;
-    const float* x = src + size_t(h) * size_t(head_dim_);
-    switch (dtype_) {
-      case DType::F32:
-        std::memcpy(dst, x, head_bytes_);
-        break;
-      case DType::F16:
-        for (int i = 0; i < head_dim_; ++i) {
-          uint16_t v = f32_to_f16(x[i]);
-          std::memcpy(dst + 2 * i, &v, 2);
-        }
-        break;
-      default:
-        for (int i = 0; i < head_dim_; ++i) {
-          uint16_t v = f32_to_bf16(x[i]);
-          std::memcpy(dst + 2 * i, &v, 2);
-        }
-        break;
-    }
-  }
+  for (int h = 0; h < n_kv_heads_; ++h)
+    encode(dtype_, src + size_t(h) * size_t(head_dim_), head_dim_, row0 + size_t(h) * head_stride_);
 }
 
 void KvCache::load_row(int32_t block, int layer, KvPlane plane, int slot, float* dst) const {
   const uint8_t* row0 = row(block, layer, plane, slot);
   check(row0 != nullptr, "KvCache: this cache keeps no Kraw");
-  for (int h = 0; h < n_kv_heads_; ++h) {
-    const uint8_t* src = row0 + size_t(h) * head_stride_;
-    float* y = dst + size_t(h) * size_t(head_dim_);
-    switch (dtype_) {
-      case DType::F32:
-        std::memcpy(y, src, head_bytes_);
-        break;
-      case DType::F16:
-        for (int i = 0; i < head_dim_; ++i) {
-          uint16_t v;
-          std::memcpy(&v, src + 2 * i, 2);
-          y[i] = f16_to_f32(v);
-        }
-        break;
-      default:
-        for (int i = 0; i < head_dim_; ++i) {
-          uint16_t v;
-          std::memcpy(&v, src + 2 * i, 2);
-          y[i] = bf16_to_f32(v);
-        }
-        break;
-    }
-  }
+  for (int h = 0; h < n_kv_heads_; ++h)
+    decode(dtype_, row0 + size_t(h) * head_stride_, head_dim_, dst + size_t(h) * size_t(head_dim_));
 }
 
 void KvCache::read_rows(int32_t block, int layer, KvPlane plane, int n, uint8_t* out) const {
