@@ -1,5 +1,6 @@
 // Quantised matmul throughput: a 4864 x 896 weight (Qwen2.5-0.5B's ffn up/gate) times 1 token
-// (decode, GB/s of weights) and 128 tokens (prefill, GMAC/s), with and without the tiled kernels.
+// (decode, GB/s of weights) and 128 tokens (prefill, GMAC/s), with and without the tiled kernels;
+// and a few tokens against a weight too big for the caches.
 //   OMP_NUM_THREADS=1 ./build/matmul_quant_bench
 #include <benchmark/benchmark.h>
 
@@ -13,8 +14,9 @@
 namespace fak {
 namespace {
 
-void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles) {
-  const int64_t rows = 4864, cols = type == WType::Q4_K || type == WType::Q6_K ? 1024 : 896;
+void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
+                  int64_t rows = 4864) {
+  const int64_t cols = type == WType::Q4_K || type == WType::Q6_K ? 1024 : 896;
   const QuantType qt = *wtype_quant(type);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -50,6 +52,18 @@ FAK_MM(Q8_0)
 FAK_MM(Q5_0)
 FAK_MM(Q4_K)
 FAK_MM(Q6_K)
+
+// A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and
+// continuous batching's mixed steps. 1-3 tokens take the decode kernel, 4+ the VNNI panels.
+#define FAK_FEW(type, n) \
+  BENCHMARK_CAPTURE(bench_matmul, type##_streamed_##n##tok, WType::type, n, true, 131072);
+FAK_FEW(Q8_0, 1)
+FAK_FEW(Q8_0, 3)
+FAK_FEW(Q8_0, 5)
+FAK_FEW(Q8_0, 9)
+FAK_FEW(Q8_0, 16)
+FAK_FEW(Q4_K, 5)
+FAK_FEW(Q6_K, 5)
 
 }  // namespace
 }  // namespace fak
