@@ -95,6 +95,12 @@ BENCHMARK_CAPTURE(bench_attention, decode_1agent_3k, 1, 2048, 950, 1, DType::F32
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, decode_5agents_3k_f16, 5, 2048, 950, 1, DType::F16)
     ->Unit(benchmark::kMillisecond);
+// The two kinds of keys in a batched step, apart: all shared (the prefix, one decode group), and
+// all each agent's own (nothing shared, so each agent runs alone).
+BENCHMARK_CAPTURE(bench_attention, decode_5agents_2k_shared_f16, 5, 2048, 1, 1, DType::F16)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bench_attention, decode_5agents_1k_own_f16, 5, 0, 1024, 1, DType::F16)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, prefill_5x64_3k, 5, 2048, 950, 64, DType::F32)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, prefill_5x64_3k_f16, 5, 2048, 950, 64, DType::F16)

@@ -1,0 +1,86 @@
+// One batched decode step of a real model at agentbench's context: A agents cloned from a shared
+// prefix of P tokens, each with O tokens of its own, decode one token each (then truncate back,
+// untimed, so every iteration sees the same context): arm (c)'s step at 5 agents, arm (b)'s at 1.
+// Needs a model:
+//   FAK_BENCH_MODEL=/tmp/models/q05-bf16 ./build/decode_step_bench
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "models/model.h"
+#include "runtime/kv_cache.h"
+#include "runtime/session.h"
+
+namespace fak {
+namespace {
+
+constexpr int kPrefix = 2048, kOwn = 950;
+
+struct Agents {
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<KvCache> cache;
+  std::vector<Session> sessions;
+};
+
+// Built once per process (prefilling takes seconds) for the largest agent count asked for.
+Agents* agents() {
+  static std::unique_ptr<Agents> a = [] {
+    const char* path = std::getenv("FAK_BENCH_MODEL");
+    if (!path) return std::unique_ptr<Agents>();
+    auto x = std::make_unique<Agents>();
+    x->model = Model::load(path, LoadOptions{});
+    const ModelConfig& c = x->model->config();
+    KvCacheOptions o;
+    o.dtype = DType::F16;
+    x->cache = std::make_shared<KvCache>(x->model->n_attention_layers(), c.n_kv_heads, c.head_dim, o);
+    std::mt19937 rng(3);
+    auto tokens = [&](int n) {
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      for (auto& t : v) t = int32_t(rng() % uint32_t(c.vocab));
+      return v;
+    };
+    Session base(x->model, x->cache);
+    base.append(tokens(kPrefix));
+    for (int i = 0; i < 5; ++i) {
+      x->sessions.push_back(base.clone());
+      x->sessions.back().append(tokens(kOwn));
+    }
+    return x;
+  }();
+  return a.get();
+}
+
+void bench_decode_step(benchmark::State& state) {
+  Agents* a = agents();
+  if (!a) {
+    state.SkipWithError("set FAK_BENCH_MODEL to a model directory or GGUF file");
+    return;
+  }
+  const int n = int(state.range(0));
+  std::vector<Session*> ptrs;
+  for (int i = 0; i < n; ++i) ptrs.push_back(&a->sessions[size_t(i)]);
+  std::vector<int32_t> next(size_t(n), 1);
+  for (auto _ : state) {
+    decode_batch(ptrs, next);
+    state.PauseTiming();  // truncating recomputes the last kept token: not part of the step
+    for (Session* s : ptrs) s->truncate(kPrefix + kOwn);
+    state.ResumeTiming();
+  }
+  state.counters["ms_per_step"] = benchmark::Counter(
+      double(state.iterations()) * 1e3, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+BENCHMARK(bench_decode_step)
+    ->ArgName("agents")
+    ->Arg(1)
+    ->Arg(5)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
+
+}  // namespace
+}  // namespace fak
+
+BENCHMARK_MAIN();
