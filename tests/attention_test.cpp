@@ -192,10 +192,13 @@ TEST(Attention, GroupedDecodeTasksBitIdenticalToSolo) {
 }
 
 // The decode group kernel directly, against the AVX2 tile: groups of 1..6 sequences with every
-// split of shared and own keys, including none shared and a shared count past a sequence's end.
+// split of shared and own keys, including none shared and a shared count past a sequence's end;
+// every other trial gives all sequences one length (agents decoding in lockstep), where the own
+// keys of two sequences are scored as a pair all the way, and the others lengths that differ,
+// where a pair stops at the shorter one and the rest is scored alone.
 TEST(Attention, DecodeGroupKernelBitIdenticalToAvx2Tile) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
-  for (DType dt : {DType::F32, DType::BF16}) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     AttentionFixture f({21, 3, 64, 200, dt});
     const size_t qd = size_t(f.q_dim());
     std::vector<int32_t> a = f.blocks(), b(a.rbegin(), a.rend());
@@ -213,7 +216,8 @@ TEST(Attention, DecodeGroupKernelBitIdenticalToAvx2Tile) {
       }
     const float scale = 0.125f;
     std::mt19937 rng(3);
-    for (int trial = 0; trial < 40; ++trial) {
+    for (int trial = 0; trial < 60; ++trial) {
+      const int lockstep_pos = trial % 2 ? 100 + int(rng() % 100) : -1;
       kernels::DecodeGroup g;
       g.n = 1 + trial % kernels::kMaxDecodeGroup;
       g.heads = 7;
@@ -223,7 +227,7 @@ TEST(Attention, DecodeGroupKernelBitIdenticalToAvx2Tile) {
       std::vector<std::vector<float>> outs(size_t(g.n), std::vector<float>(7 * 64, -3.0f));
       for (int i = 0; i < g.n; ++i) {
         const int t = i == 0 ? t0 : int(rng() % tables.size());
-        const int pos = 100 + int(rng() % 100);
+        const int pos = lockstep_pos >= 0 ? lockstep_pos : 100 + int(rng() % 100);
         // Rows shared with sequence 0 only as far as both tables agree.
         int same = 0;
         while (same < 200 && krows[size_t(t)][size_t(same)] == krows[size_t(t0)][size_t(same)])

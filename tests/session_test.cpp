@@ -178,10 +178,11 @@ TEST_P(Reuse, ShiftEvictIsExactInLayerZeroAndCloseOverall) {
   ASSERT_EQ(s.tokens(), fresh.tokens());
   // Layer 0's K and V only depend on each token and its position: identical to a fresh run.
   const int bs = cache->block_size();
+  std::vector<float> k1(cache->row_bytes() / dtype_size(cache->dtype())), k2(k1.size());
   for (int p = 0; p < s.size(); ++p) {
-    const uint8_t* k1 = cache->row(s.blocks()[size_t(p / bs)], 0, KvPlane::K, p % bs);
-    const uint8_t* k2 = cache->row(fresh.blocks()[size_t(p / bs)], 0, KvPlane::K, p % bs);
-    ASSERT_EQ(std::memcmp(k1, k2, cache->row_bytes()), 0) << "layer 0 K at " << p;
+    cache->load_row(s.blocks()[size_t(p / bs)], 0, KvPlane::K, p % bs, k1.data());
+    cache->load_row(fresh.blocks()[size_t(p / bs)], 0, KvPlane::K, p % bs, k2.data());
+    ASSERT_TRUE(bit_equal(k1, k2)) << "layer 0 K at " << p;
   }
   EXPECT_TRUE(bit_equal(other.logits(), cold(concat({a, span, c})).logits()));
 }
@@ -333,6 +334,44 @@ TEST(KvCache, RefcountsAndBudget) {
   EXPECT_EQ(cache.row(a, 0, KvPlane::Kraw, 0), nullptr);
 }
 
+// Every row of every head, plane, layer and block has storage of its own: distinct values stored
+// everywhere (blocks over several slabs) all come back. And one head's rows of consecutive blocks
+// of a slab follow each other, so decode attention streams long runs of memory.
+TEST(KvCache, EveryRowHasItsOwnStorage) {
+  constexpr int kLayers = 3, kHeads = 2, kDim = 4, kBs = 4, kBlocks = 150;
+  KvCache cache(kLayers, kHeads, kDim, {.block_size = kBs, .keep_kraw = true, .dtype = DType::F32});
+  std::vector<int32_t> blocks;
+  for (int i = 0; i < kBlocks; ++i) blocks.push_back(cache.allocate());
+  const KvPlane planes[] = {KvPlane::K, KvPlane::V, KvPlane::Kraw};
+  auto value = [&](int b, int l, int p, int j, int e) {
+    return float((((b * kLayers + l) * 3 + p) * kBs + j) * kHeads * kDim + e);
+  };
+  std::vector<float> row(kHeads * kDim);
+  for (int b = 0; b < kBlocks; ++b)
+    for (int l = 0; l < kLayers; ++l)
+      for (int p = 0; p < 3; ++p)
+        for (int j = 0; j < kBs; ++j) {
+          for (int e = 0; e < kHeads * kDim; ++e) row[size_t(e)] = value(b, l, p, j, e);
+          cache.store_row(blocks[size_t(b)], l, planes[p], j, row.data());
+        }
+  int wrong = 0;
+  for (int b = 0; b < kBlocks; ++b)
+    for (int l = 0; l < kLayers; ++l)
+      for (int p = 0; p < 3; ++p)
+        for (int j = 0; j < kBs; ++j) {
+          cache.load_row(blocks[size_t(b)], l, planes[p], j, row.data());
+          for (int e = 0; e < kHeads * kDim; ++e) wrong += row[size_t(e)] != value(b, l, p, j, e);
+        }
+  EXPECT_EQ(wrong, 0);
+  int runs = 0;
+  for (int b = 1; b < kBlocks; ++b)
+    if (blocks[size_t(b)] == blocks[size_t(b - 1)] + 1 &&
+        cache.row(blocks[size_t(b)], 1, KvPlane::V, 0) ==
+            cache.row(blocks[size_t(b - 1)], 1, KvPlane::V, 0) + size_t(kBs) * cache.head_bytes())
+      ++runs;
+  EXPECT_GE(runs, kBlocks / 2);
+}
+
 // One KV head's rows of a block are contiguous; whole rows go in and out through store_row /
 // load_row / read_rows / write_rows / move_row / copy_block, which must agree on where each head
 // of each row lives.
@@ -348,8 +387,7 @@ TEST(KvCache, HeadContiguousLayoutRoundTrips) {
       for (float& v : rows[size_t(j)]) v = nd(rng);
       cache.store_row(a, 1, KvPlane::V, j, rows[size_t(j)].data());
     }
-    const size_t es = dtype_size(dt);
-    EXPECT_EQ(cache.head_stride(), size_t(kBs * kDim) * es);
+    EXPECT_GE(cache.head_stride(), size_t(kBs) * cache.head_bytes());
     std::vector<float> back(kKv), once(kKv);
     for (int j = 0; j < kBs; ++j) {
       cache.load_row(a, 1, KvPlane::V, j, back.data());

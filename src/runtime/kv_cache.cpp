@@ -27,7 +27,7 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
   check(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16,
         "KvCache: storage type must be f32, f16 or bf16");
   head_bytes_ = size_t(head_dim_) * dtype_size(dtype_);
-  head_stride_ = size_t(block_size_) * head_bytes_;
+  head_stride_ = size_t(kBlocksPerSlab) * size_t(block_size_) * head_bytes_;
   row_bytes_ = size_t(kv_dim_) * dtype_size(dtype_);
   block_bytes_ = size_t(n_layers_) * size_t(planes()) * size_t(block_size_) * row_bytes_;
 }
@@ -35,10 +35,11 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
 uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
   if (plane == KvPlane::Kraw && !keep_kraw_) return nullptr;
   uint8_t* slab = slabs_[size_t(block / kBlocksPerSlab)].data();
-  const size_t plane_bytes = size_t(block_size_) * row_bytes_;
-  return slab + size_t(block % kBlocksPerSlab) * block_bytes_ +
-         (size_t(layer) * size_t(planes()) + size_t(plane)) * plane_bytes +
-         size_t(slot) * head_bytes_;
+  // A slab is [layer][plane][head][block][slot][head_dim]: one head's rows of all its blocks are
+  // contiguous (see kv_cache.h).
+  const size_t region = size_t(n_kv_heads_) * head_stride_;  // one (layer, plane) of the slab
+  return slab + (size_t(layer) * size_t(planes()) + size_t(plane)) * region +
+         (size_t(block % kBlocksPerSlab) * size_t(block_size_) + size_t(slot)) * head_bytes_;
 }
 
 namespace {

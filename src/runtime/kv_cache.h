@@ -7,12 +7,15 @@
 // through store_row and attention reads them in place. Conversions are deterministic, so the
 // reuse stack's bit-exactness holds for every storage type.
 //
-// Layout of one block: for each layer, [K | V | Kraw], each [n_kv_heads][block_size][head_dim]
-// elements: one KV head's rows of a block are contiguous. Attention reads one head per work unit,
-// and with rows interleaving the heads two threads reading different heads of the same rows
-// stream half the bandwidth (the prefetchers fetch the other head's lines too). So a token's row
-// is not contiguous: row() is its head-0 part, head h is head_stride() bytes further, and
-// store_row / load_row / read_rows / write_rows convert to and from whole [kv_dim] rows.
+// Layout: blocks live in slabs of kBlocksPerSlab, each slab [layer][plane][head][block][slot]
+// [head_dim] (planes K | V | Kraw): one KV head's rows of a block are contiguous, and so are its
+// rows of consecutive blocks. Attention reads one head per work unit, and with rows interleaving
+// the heads two threads reading different heads of the same rows stream half the bandwidth (the
+// prefetchers fetch the other head's lines too); with each block's rows on their own, a decode
+// step's reads were runs of one block (4 KiB in f16) far apart, which the hardware prefetchers
+// barely follow: a cloned prefix's blocks are now one run. So a token's row is not contiguous:
+// row() is its head-0 part, head h is head_stride() bytes further, and store_row / load_row /
+// read_rows / write_rows convert to and from whole [kv_dim] rows.
 #pragma once
 
 #include <cstddef>
@@ -89,7 +92,7 @@ class KvCache : public BlockPool {
   size_t max_bytes_;
   DType dtype_;
   size_t row_bytes_, block_bytes_, head_bytes_, head_stride_;
-  static constexpr int kBlocksPerSlab = 16;
+  static constexpr int kBlocksPerSlab = 64;
   std::vector<AnonMemory> slabs_;  // huge-page advised: a step reads them all
   std::vector<int> refcounts_;
   std::vector<int32_t> free_;

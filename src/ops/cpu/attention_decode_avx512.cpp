@@ -135,6 +135,61 @@ template <int HD, int LW, int KB>
   }
 }
 
+// 16 elements of a K row as f32 (exact for every KV type, as block_rows).
+[[gnu::always_inline]] inline __m512 load16(const uint8_t* row, DType dt, int d) {
+  if (dt == DType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + d / 16);
+  if (dt == DType::F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Keys [j0, j1) of two sequences a, b as pairs: kb[(j - j0) * HD + d] = {a's K[j][d], b's}.
+template <int HD>
+void pair_rows(const KvRows& a, const KvRows& b, int j0, int j1, float* kb) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int j = j0; j < j1; ++j) {
+    const uint8_t* ra = a.k[j] + a.head_offset;
+    const uint8_t* rb = b.k[j] + b.head_offset;
+    float* out = kb + size_t(j - j0) * HD * 2;
+    for (int d = 0; d < HD; d += 16) {
+      const __m512 x = load16(ra, a.dtype, d), y = load16(rb, b.dtype, d);
+      _mm512_storeu_ps(out + 2 * d, _mm512_permutex2var_ps(x, lo, y));
+      _mm512_storeu_ps(out + 2 * d + 16, _mm512_permutex2var_ps(x, hi, y));
+    }
+  }
+}
+
+// Scores of KB keys for two slots at once, from their own rows at the same key indices: lanes
+// interleaved (slot a's head h in lane 2h, slot b's in 2h + 1), so one zmm FMA serves both
+// sequences where scores_slot takes one ymm FMA each. qp: [HD][16] queries so interleaved; kb:
+// pair_rows' output. Stores both slots' scores (adjacent in a row of s) and their max.
+template <int HD, int KB>
+[[gnu::always_inline]] inline void scores_pair(const float* qp, const float* kb, float scale,
+                                               float* s, size_t lw, __m512& mx) {
+  const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  __m512 acc[KB];
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b) acc[b] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int d = 0; d < HD; ++d) {
+    const __m512 q = _mm512_loadu_ps(qp + d * 16);
+#pragma GCC unroll 8
+    for (int b = 0; b < KB; ++b) {
+      double pair;
+      std::memcpy(&pair, kb + (size_t(b) * HD + size_t(d)) * 2, sizeof(pair));
+      acc[b] = _mm512_fmadd_ps(q, _mm512_castpd_ps(_mm512_set1_pd(pair)), acc[b]);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b) {
+    const __m512 x = _mm512_permutexvar_ps(split, _mm512_mul_ps(acc[b], sc));
+    mx = _mm512_max_ps(mx, x);
+    _mm512_storeu_ps(s + size_t(b) * lw, x);
+  }
+}
+
 // Output of one slot over keys [j0, j1): acc[h][c] += p[h] * V[j][dims of chunk c], H heads,
 // DC dimensions (DC / 16 registers) per call; `ot` holds the running sums between key blocks.
 template <int HD, int LW, int H, int DC>
@@ -179,13 +234,30 @@ void attend_group(const DecodeGroup& g, float scale) {
   // Keys every sequence has and reads from the same rows; a lone sequence shares all its keys.
   const int shared = n_seq == 1 ? n_max : (g.shared_keys < n_min ? g.shared_keys : n_min);
   const bool half = g.seq[0].rows.dtype != DType::F32;
+  constexpr int KB = 8;  // keys per register-tile step
   const size_t need = size_t(HD) * LW + size_t(n_max) * LW + size_t(n_seq) * H * HD +
-                      (half ? size_t(kKeyBlock) * HD : 0);
+                      (half ? size_t(kKeyBlock) * HD : 0) + size_t(HD) * 16 +
+                      size_t(kKeyBlock) * HD * 2;
   auto* buf = static_cast<float*>(thread_scratch(ScratchSlot::kAttention, sizeof(float) * need));
   float* qt = buf;                     // [HD][LW]: queries transposed, slot i at lanes 8i..
   float* s = qt + size_t(HD) * LW;     // [n_max][LW]: scores, then probabilities
   float* ot = s + size_t(n_max) * LW;  // [n_seq][H][HD]: running outputs
   float* conv = ot + size_t(n_seq) * H * HD;
+  float* qp = conv + (half ? size_t(kKeyBlock) * HD : 0);  // [HD][16]: a pair's queries
+  float* kb = qp + size_t(HD) * 16;                         // [kKeyBlock][HD][2]: a pair's keys
+
+  // Own keys of slots 2v and 2v + 1 up to the shorter one's count are scored as a pair (pass 1b);
+  // own_from[i]: where slot i's single-slot scoring starts.
+  int own_from[2 * NZ], pair_end[NZ];
+  for (int i = 0; i < 2 * NZ; ++i) own_from[i] = shared;
+  for (int v = 0; v < NZ; ++v) {
+    pair_end[v] = shared;
+    if (2 * v + 1 >= n_seq) continue;
+    const int na = g.seq[2 * v].n_keys, nb = g.seq[2 * v + 1].n_keys;
+    const int common = na < nb ? na : nb;
+    if (common - shared < KB) continue;
+    pair_end[v] = own_from[2 * v] = own_from[2 * v + 1] = common;
+  }
 
   std::memset(qt, 0, sizeof(float) * size_t(HD) * LW);  // lanes of no query stay 0
   for (int i = 0; i < n_seq; ++i)
@@ -199,7 +271,13 @@ void attend_group(const DecodeGroup& g, float scale) {
   const KvRows& r0 = g.seq[0].rows;
   RowStream stream(r0.head_offset, size_t(HD) * dtype_size(r0.dtype));
   stream.add(r0.k, 0, shared);
-  for (int i = 0; i < n_seq; ++i) stream.add(g.seq[i].rows.k, shared, g.seq[i].n_keys);
+  for (int v = 0; v < NZ; ++v)
+    for (int j0 = shared; j0 < pair_end[v]; j0 += kKeyBlock) {
+      const int j1 = j0 + kKeyBlock < pair_end[v] ? j0 + kKeyBlock : pair_end[v];
+      stream.add(g.seq[2 * v].rows.k, j0, j1);
+      stream.add(g.seq[2 * v + 1].rows.k, j0, j1);
+    }
+  for (int i = 0; i < n_seq; ++i) stream.add(g.seq[i].rows.k, own_from[i], g.seq[i].n_keys);
   for (int j0 = 0; j0 < n_max; j0 += kKeyBlock) {
     const int j1 = j0 + kKeyBlock;
     stream.add(r0.v, j0, j1 < shared ? j1 : shared);
@@ -212,7 +290,6 @@ void attend_group(const DecodeGroup& g, float scale) {
 
   // Pass 1a: the shared keys, all slots at once. The softmax max of each lane is kept on the way
   // (a max is exact, so where it is taken does not matter).
-  constexpr int KB = 8;
   __m512 mx[NZ];
   for (int v = 0; v < NZ; ++v) mx[v] = _mm512_set1_ps(-INFINITY);
   const float* kp[kKeyBlock];
@@ -229,14 +306,38 @@ void attend_group(const DecodeGroup& g, float scale) {
       scores_shared<HD, NZ, 1>(qt, kp + (j - j0), scale, s + size_t(j) * LW, mx);
     }
   }
-  // Pass 1b: each sequence's own keys in its slot; -inf past its count (and 0 in unused slots).
+  // Pass 1b: each sequence's own keys, two slots at a time where both have them, then each in its
+  // slot; -inf past its count (and 0 in unused slots).
+  for (int v = 0; v < NZ; ++v) {
+    if (pair_end[v] == shared) continue;
+    const __m512i weave = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    for (int d = 0; d < HD; ++d)
+      _mm512_storeu_ps(qp + d * 16,
+                       _mm512_permutexvar_ps(weave, _mm512_loadu_ps(qt + d * LW + 16 * v)));
+    __m512 mxp = _mm512_set1_ps(-INFINITY);
+    float* sv = s + 16 * v;
+    for (int j0 = shared; j0 < pair_end[v]; j0 += kKeyBlock) {
+      const int j1 = j0 + kKeyBlock < pair_end[v] ? j0 + kKeyBlock : pair_end[v];
+      pair_rows<HD>(g.seq[2 * v].rows, g.seq[2 * v + 1].rows, j0, j1, kb);
+      int j = j0;
+      for (; j + KB <= j1; j += KB) {
+        stream.ahead(2 * KB);
+        scores_pair<HD, KB>(qp, kb + size_t(j - j0) * HD * 2, scale, sv + size_t(j) * LW, LW, mxp);
+      }
+      for (; j < j1; ++j) {
+        stream.ahead(2);
+        scores_pair<HD, 1>(qp, kb + size_t(j - j0) * HD * 2, scale, sv + size_t(j) * LW, LW, mxp);
+      }
+    }
+    mx[v] = _mm512_max_ps(mx[v], mxp);
+  }
   for (int i = 0; i < 2 * NZ; ++i) {
     float* si = s + kSlot * i;
     const int n = i < n_seq ? g.seq[i].n_keys : shared;
     __m256 mxi = _mm256_set1_ps(-INFINITY);
     if (i < n_seq) {
       const KvRows& r = g.seq[i].rows;
-      for (int j0 = shared; j0 < n; j0 += kKeyBlock) {
+      for (int j0 = own_from[i]; j0 < n; j0 += kKeyBlock) {
         const int j1 = j0 + kKeyBlock < n ? j0 + kKeyBlock : n;
         block_rows<HD>(r.k, r.head_offset, r.dtype, j0, j1, conv, kp);
         int j = j0;
