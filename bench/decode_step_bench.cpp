@@ -35,7 +35,8 @@ Agents* agents() {
     const ModelConfig& c = x->model->config();
     KvCacheOptions o;
     o.dtype = DType::F16;
-    x->cache = std::make_shared<KvCache>(x->model->n_attention_layers(), c.n_kv_heads, c.head_dim, o);
+    x->cache =
+        std::make_shared<KvCache>(x->model->n_attention_layers(), c.n_kv_heads, c.head_dim, o);
     std::mt19937 rng(3);
     auto tokens = [&](int n) {
       std::vector<int32_t> v(static_cast<size_t>(n));

@@ -147,7 +147,8 @@ template <int HD, int LW, int KB>
 template <int HD>
 void pair_rows(const KvRows& a, const KvRows& b, int j0, int j1, float* kb) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i hi =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (int j = j0; j < j1; ++j) {
     const uint8_t* ra = a.k[j] + a.head_offset;
     const uint8_t* rb = b.k[j] + b.head_offset;
@@ -244,7 +245,7 @@ void attend_group(const DecodeGroup& g, float scale) {
   float* ot = s + size_t(n_max) * LW;  // [n_seq][H][HD]: running outputs
   float* conv = ot + size_t(n_seq) * H * HD;
   float* qp = conv + (half ? size_t(kKeyBlock) * HD : 0);  // [HD][16]: a pair's queries
-  float* kb = qp + size_t(HD) * 16;                         // [kKeyBlock][HD][2]: a pair's keys
+  float* kb = qp + size_t(HD) * 16;                        // [kKeyBlock][HD][2]: a pair's keys
 
   // Own keys of slots 2v and 2v + 1 up to the shorter one's count are scored as a pair (pass 1b);
   // own_from[i]: where slot i's single-slot scoring starts.
