@@ -6,7 +6,9 @@
 // Layout: each sequence owns an 8-lane slot (its GQA group's heads, up to 8) of the score
 // registers, so scores are a small GEMM with the queries in lanes (as the AVX2 tile). The weighted
 // V sum has the head dimension in lanes instead: per key, one fma per 16 output elements with the
-// probability broadcast, a quarter of the AVX2 tile's instructions for a 7-head group.
+// probability broadcast, a quarter of the AVX2 tile's instructions for a 7-head group. Keys a
+// sequence does not share (its own rows) are scored two sequences at a time, their lanes
+// interleaved in one register (scores_pair), instead of each in a half-empty 8-lane slot.
 //
 // note: every output is the same bits as the AVX2 tile run on that sequence alone
 // (attention_avx2.cpp, tested): a score is one fma chain over the head dimension, scaled once;
