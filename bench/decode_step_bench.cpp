@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "models/model.h"
@@ -22,7 +23,9 @@ constexpr int kPrefix = 2048, kOwn = 950;
 struct Agents {
   std::shared_ptr<const Model> model;
   std::shared_ptr<KvCache> cache;
-  std::vector<Session> sessions;
+  std::vector<Session> sessions;     // each agent's own tokens appended in one go
+  std::vector<Session> interleaved;  // own tokens appended as arm (c) does: a turn's worth of
+                                     // every agent at a time, so their blocks interleave
 };
 
 // Built once per process (prefilling takes seconds) for the largest agent count asked for.
@@ -49,6 +52,18 @@ Agents* agents() {
       x->sessions.push_back(base.clone());
       x->sessions.back().append(tokens(kOwn));
     }
+    for (int i = 0; i < 5; ++i) x->interleaved.push_back(base.clone());
+    std::vector<Session*> ptrs;
+    for (Session& s : x->interleaved) ptrs.push_back(&s);
+    constexpr int kTurnTokens = 96;  // agentbench: 64 tool-result tokens and 32 decoded a turn
+    for (int done = 0; done < kOwn; done += kTurnTokens) {
+      const int n = kOwn - done < kTurnTokens ? kOwn - done : kTurnTokens;
+      std::vector<std::vector<int32_t>> chunk;
+      std::vector<std::span<const int32_t>> spans;
+      for (int i = 0; i < 5; ++i) chunk.push_back(tokens(n));
+      for (const auto& c : chunk) spans.emplace_back(c);
+      append_batch(ptrs, spans);
+    }
     return x;
   }();
   return a.get();
@@ -61,8 +76,9 @@ void bench_decode_step(benchmark::State& state) {
     return;
   }
   const int n = int(state.range(0));
+  std::vector<Session>& set = state.range(1) ? a->interleaved : a->sessions;
   std::vector<Session*> ptrs;
-  for (int i = 0; i < n; ++i) ptrs.push_back(&a->sessions[size_t(i)]);
+  for (int i = 0; i < n; ++i) ptrs.push_back(&set[size_t(i)]);
   std::vector<int32_t> next(size_t(n), 1);
   for (auto _ : state) {
     decode_batch(ptrs, next);
@@ -75,9 +91,10 @@ void bench_decode_step(benchmark::State& state) {
 }
 
 BENCHMARK(bench_decode_step)
-    ->ArgName("agents")
-    ->Arg(1)
-    ->Arg(5)
+    ->ArgNames({"agents", "interleaved"})
+    ->Args({1, 0})
+    ->Args({5, 0})
+    ->Args({5, 1})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0);
 

@@ -133,6 +133,24 @@ TEST(Cli, BenchPrintsJsonTests) {
   EXPECT_GT(j["results"][1]["tok_s"].get<double>(), 0);
 }
 
+// -d: the tests run again after that many context tokens, named as llama-bench names them.
+TEST(Cli, BenchRunsTestsAtDepth) {
+  auto r = test::run_fak("bench -p 8 -n 4 -d 0,24 -r 1 -o json -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 4u);
+  EXPECT_EQ(j["results"][0]["test"], "pp8");
+  EXPECT_EQ(j["results"][0]["n_depth"], 0);
+  EXPECT_EQ(j["results"][2]["test"], "pp8 @ d24");
+  EXPECT_EQ(j["results"][3]["test"], "tg4 @ d24");
+  EXPECT_EQ(j["results"][3]["n_depth"], 24);
+  EXPECT_GT(j["results"][3]["tok_s"].get<double>(), 0);
+  // A depth past the model's context is refused with the reason.
+  auto bad = test::run_fak("bench -p 8 -n 0 -d 100000 -r 1 -o json -t 1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("too long"), std::string::npos) << bad.err;
+}
+
 TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
   auto dir = test::temp_dir();
   auto expect_error = [](const test::CommandResult& r, const std::string& needle) {

@@ -4,10 +4,12 @@
 // bench/RESULTS.md and bench/compare.sh). Not a test; nothing in the engine uses it.
 //
 //   (cd bench/llamacpp && npm ci)   # once
-//   node bench/llamacpp/bench.mjs -m MODEL.gguf [-p 256] [-n 32] [-t 2] [-r 3] [--mmap]
+//   node bench/llamacpp/bench.mjs -m MODEL.gguf [-p 256] [-n 32] [-d 0] [-t 2] [-r 3] [--mmap] [--fa]
 //
 // pp: a fresh sequence prefilled with p random token ids in one batch (batch size >= p), as
-// llama-bench's ppN. tg: n tokens decoded one at a time after one prompt token, as tgN. Prints one
+// llama-bench's ppN. tg: n tokens decoded one at a time after one prompt token, as tgN. With -d D,
+// both start after D context tokens (prefilled once, untimed; each repetition erases what the
+// previous one appended), named as llama-bench's "ppN @ dD". --fa turns on flash attention. Prints one
 // JSON object: {model, threads, weights, tests: [{test, tok_s, stddev, samples}], peak_rss_mib}.
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import { readFileSync } from "node:fs";
@@ -18,25 +20,27 @@ function arg(name, def) {
 }
 const modelPath = arg("-m");
 if (!modelPath) {
-  console.error("usage: bench.mjs -m MODEL.gguf [-p 256] [-n 32] [-t 2] [-r 3] [--mmap]");
+  console.error("usage: bench.mjs -m MODEL.gguf [-p 256] [-n 32] [-d 0] [-t 2] [-r 3] [--mmap] [--fa]");
   process.exit(2);
 }
 const pp = Number(arg("-p", "256"));
 const tg = Number(arg("-n", "32"));
 const threads = Number(arg("-t", "2"));
 const reps = Number(arg("-r", "3"));
+const depth = Number(arg("-d", "0"));
 const useMmap = process.argv.includes("--mmap");
+const flash = process.argv.includes("--fa");
 
 const llama = await getLlama({ gpu: false, build: "never", logLevel: process.env.LLAMA_LOG ? LlamaLogLevel.debug : LlamaLogLevel.error, maxThreads: threads });
 const t0 = performance.now();
 const model = await llama.loadModel({ modelPath, useMmap, gpuLayers: 0 });
 const loadS = (performance.now() - t0) / 1000;
-const ctxSize = Math.max(512, pp + tg + 16);
+const ctxSize = Math.max(512, depth + pp + tg + 16);
 const context = await model.createContext({
   contextSize: ctxSize,
   batchSize: Math.max(512, pp),
   threads: { ideal: threads, min: threads },
-  flashAttention: false,
+  flashAttention: flash,
 });
 const seq = context.getSequence();
 let seed = 12345;
@@ -58,25 +62,34 @@ function stats(xs) {
 }
 
 const tests = [];
+const at = depth > 0 ? ` @ d${depth}` : "";
 // Warm-up (page faults, thread start), not counted.
 await seq.clearHistory();
 await seq.evaluateWithoutGeneratingNewTokens(randomTokens(Math.min(pp || 16, 64)));
+// The depth's context, prefilled once; reset() brings the sequence back to it.
+await seq.clearHistory();
+if (depth > 0) await seq.evaluateWithoutGeneratingNewTokens(randomTokens(depth));
+async function reset() {
+  if (depth === 0) return seq.clearHistory();
+  if (seq.nextTokenIndex > depth)
+    await seq.eraseContextTokenRanges([{ start: depth, end: seq.nextTokenIndex }]);
+}
 if (pp > 0) {
   const samples = [];
   for (let r = 0; r < reps; ++r) {
-    await seq.clearHistory();
+    await reset();
     const toks = randomTokens(pp);
     const s = performance.now();
     await seq.evaluateWithoutGeneratingNewTokens(toks);
     samples.push(pp / ((performance.now() - s) / 1000));
   }
   const { mean, sd } = stats(samples);
-  tests.push({ test: `pp${pp}`, tok_s: mean, stddev: sd, samples });
+  tests.push({ test: `pp${pp}${at}`, tok_s: mean, stddev: sd, samples });
 }
 if (tg > 0) {
   const samples = [];
   for (let r = 0; r < reps; ++r) {
-    await seq.clearHistory();
+    await reset();
     const it = seq.evaluate(randomTokens(1), { temperature: 0 });
     await it.next(); // the prompt token's prefill and the first sampled token
     const s = performance.now();
@@ -85,12 +98,13 @@ if (tg > 0) {
     await it.return();
   }
   const { mean, sd } = stats(samples);
-  tests.push({ test: `tg${tg}`, tok_s: mean, stddev: sd, samples });
+  tests.push({ test: `tg${tg}${at}`, tok_s: mean, stddev: sd, samples });
 }
 let rss = 0;
 for (const line of readFileSync("/proc/self/status", "utf8").split("\n"))
   if (line.startsWith("VmHWM:")) rss = Number(line.split(/\s+/)[1]) / 1024;
 console.log(JSON.stringify({ engine: "llama.cpp (node-llama-cpp prebuilt)", model: modelPath, threads,
+  depth, flash_attention: flash,
   weights: useMmap ? "mmap" : "anonymous", load_s: loadS, tests, peak_rss_mib: rss }));
 await context.dispose();
 await model.dispose();

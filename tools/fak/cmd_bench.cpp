@@ -1,5 +1,7 @@
 // fak bench: llama-bench's flags and table (pp = prompt processing, tg = text generation), plus the
 // effective GB/s of weights read per generated token. JSON lists each test with `test` and `tok_s`.
+// -d runs the tests after that many context tokens (llama-bench's "pp512 @ d4096"): agents work at
+// depth, where attention over the context costs as much as the weights.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -21,7 +23,7 @@ namespace fak::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, prompts = "16,64,256", gens = "32", output = "md";
+  std::string model, prompts = "16,64,256", gens = "32", depths = "0", output = "md";
   int threads = 0, reps = 3;
   KvFlags kv;
 };
@@ -85,6 +87,7 @@ void bench(const BenchArgs& a) {
   const ModelConfig& c = model->config();
   auto prompts = parse_list(a.prompts, "-p");
   auto gens = parse_list(a.gens, "-n");
+  auto depths = parse_list(a.depths, "-d");
   if (a.reps < 1) fail("-r must be at least 1");
   std::mt19937 rng(42);
   auto random_tokens = [&](int n) {
@@ -107,10 +110,11 @@ void bench(const BenchArgs& a) {
   const double state_gb = double(RecurrentState(c).bytes()) / 1e9;
   const double weight_gb = double(w.bytes) / 1e9 - embed_gb;
   nlohmann::json results = nlohmann::json::array();
-  auto record = [&](const std::string& test, int n_prompt, int n_gen,
+  auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth,
                     const std::vector<double>& tok_s) {
     Stat st = stats(tok_s);
     nlohmann::json r{{"test", test},        {"n_prompt", n_prompt}, {"n_gen", n_gen},
+                     {"n_depth", n_depth},
                      {"tok_s", st.mean},    {"stddev", st.stddev},  {"min", st.min},
                      {"median", st.median}, {"reps", tok_s.size()}, {"samples", tok_s}};
     if (n_gen > 0) {
@@ -119,7 +123,7 @@ void bench(const BenchArgs& a) {
     }
     results.push_back(r);
     if (a.output == "md") {
-      std::printf("| %-6s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
+      std::printf("| %-14s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
       if (n_gen > 0)
         std::printf(" %6.1f |\n", st.mean * weight_gb);
       else
@@ -141,37 +145,45 @@ void bench(const BenchArgs& a) {
     std::printf("threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n", threads,
                 std::string(matmul_isa()).c_str(), model->weights_memory(), load_s);
     std::printf(
-        "| test   |              t/s       |  GB/s  "
-        "|\n|--------|------------------------|--------|\n");
+        "| test           |              t/s       |  GB/s  "
+        "|\n|----------------|------------------------|--------|\n");
   }
-  for (int p : prompts) {
-    if (p == 0) continue;
-    std::vector<double> v;
-    for (int r = 0; r < a.reps; ++r) {
-      auto toks = random_tokens(p);
-      Session s(model, cache);
-      auto t0 = std::chrono::steady_clock::now();
-      s.append(toks);
-      v.push_back(double(p) / seconds_since(t0));
-    }
-    record("pp" + std::to_string(p), p, 0, v);
-  }
-  for (int n : gens) {
-    if (n == 0) continue;
-    std::vector<double> v;
-    for (int r = 0; r < a.reps; ++r) {
-      Session s(model, cache);
-      auto first = random_tokens(1);
-      // As llama-bench: generation from an (almost) empty context, one token per forward.
-      auto t0 = std::chrono::steady_clock::now();
-      int32_t tok = first[0];
-      for (int i = 0; i < n; ++i) {
-        s.append({&tok, 1});
-        tok = int32_t(rng() % uint32_t(c.vocab));
+  for (int d : depths) {
+    // The context the tests start from, prefilled once (untimed); each repetition clones it (no
+    // copy) and appends to the clone, so it sees d tokens of KV as a long conversation does.
+    Session base(model, cache);
+    if (d > 0) base.append(random_tokens(d));
+    auto fresh = [&] { return d > 0 ? base.clone() : Session(model, cache); };
+    const std::string at = d > 0 ? " @ d" + std::to_string(d) : "";
+    for (int p : prompts) {
+      if (p == 0) continue;
+      std::vector<double> v;
+      for (int r = 0; r < a.reps; ++r) {
+        auto toks = random_tokens(p);
+        Session s = fresh();
+        auto t0 = std::chrono::steady_clock::now();
+        s.append(toks);
+        v.push_back(double(p) / seconds_since(t0));
       }
-      v.push_back(double(n) / seconds_since(t0));
+      record("pp" + std::to_string(p) + at, p, 0, d, v);
     }
-    record("tg" + std::to_string(n), 0, n, v);
+    for (int n : gens) {
+      if (n == 0) continue;
+      std::vector<double> v;
+      for (int r = 0; r < a.reps; ++r) {
+        Session s = fresh();
+        auto first = random_tokens(1);
+        // As llama-bench: one token per forward, after the depth's context (none by default).
+        auto t0 = std::chrono::steady_clock::now();
+        int32_t tok = first[0];
+        for (int i = 0; i < n; ++i) {
+          s.append({&tok, 1});
+          tok = int32_t(rng() % uint32_t(c.vocab));
+        }
+        v.push_back(double(n) / seconds_since(t0));
+      }
+      record("tg" + std::to_string(n) + at, 0, n, d, v);
+    }
   }
   // Peak resident memory of the whole run (weights, KV cache, scratch), as the OS counts it.
   rusage ru{};
@@ -204,6 +216,8 @@ void register_bench(CLI::App& app) {
   c->add_option("-m,--model", a->model, "model (default: the bundled pycoder-6m)");
   c->add_option("-p,--n-prompt", a->prompts, "prompt lengths, comma-separated");
   c->add_option("-n,--n-gen", a->gens, "generation lengths, comma-separated");
+  c->add_option("-d,--n-depth", a->depths,
+                "context tokens already in the KV before each test, comma-separated (default 0)");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_option("-r,--repetitions", a->reps, "repetitions of each test");
   c->add_option("-o,--output", a->output, "md or json")->check(CLI::IsMember({"md", "json"}));
