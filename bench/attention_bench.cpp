@@ -93,6 +93,11 @@ BENCHMARK_CAPTURE(bench_attention, decode_5agents_l2_noshare, 5, 0, 256, 1, DTyp
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(bench_attention, decode_1agent_3k, 1, 2048, 950, 1, DType::F32)
     ->Unit(benchmark::kMillisecond);
+// One sequence at agentbench's and at a long agent's context, f16 KV (fak run, arm (b)).
+BENCHMARK_CAPTURE(bench_attention, decode_1agent_3k_f16, 1, 2048, 950, 1, DType::F16)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bench_attention, decode_1agent_16k_f16, 1, 16384, 0, 1, DType::F16)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, decode_5agents_3k_f16, 5, 2048, 950, 1, DType::F16)
     ->Unit(benchmark::kMillisecond);
 // The two kinds of keys in a batched step, apart: all shared (the prefix, one decode group), and
