@@ -133,7 +133,8 @@ TEST(Cli, BenchPrintsJsonTests) {
   EXPECT_GT(j["results"][1]["tok_s"].get<double>(), 0);
 }
 
-// -d: the tests run again after that many context tokens, named as llama-bench names them.
+// -d: the tests run again after that many context tokens, named as llama-bench names them; -b
+// decodes several sequences at once.
 TEST(Cli, BenchRunsTestsAtDepth) {
   auto r = test::run_fak("bench -p 8 -n 4 -d 0,24 -r 1 -o json -t 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -145,6 +146,15 @@ TEST(Cli, BenchRunsTestsAtDepth) {
   EXPECT_EQ(j["results"][3]["test"], "tg4 @ d24");
   EXPECT_EQ(j["results"][3]["n_depth"], 24);
   EXPECT_GT(j["results"][3]["tok_s"].get<double>(), 0);
+  // -b: sequences decoded in lockstep, every one's tokens counted.
+  auto batched = test::run_fak("bench -p 0 -n 4 -b 1,3 -d 16 -r 1 -o json -t 1");
+  ASSERT_EQ(batched.exit_code, 0) << batched.err;
+  auto jb = nlohmann::json::parse(batched.out);
+  ASSERT_EQ(jb["results"].size(), 2u);
+  EXPECT_EQ(jb["results"][0]["test"], "tg4 @ d16");
+  EXPECT_EQ(jb["results"][1]["test"], "tg4 x3 @ d16");
+  EXPECT_EQ(jb["results"][1]["n_batch"], 3);
+  EXPECT_GT(jb["results"][1]["tok_s"].get<double>(), 0);
   // A depth past the model's context is refused with the reason.
   auto bad = test::run_fak("bench -p 8 -n 0 -d 100000 -r 1 -o json -t 1");
   EXPECT_NE(bad.exit_code, 0);

@@ -1,7 +1,10 @@
 // fak bench: llama-bench's flags and table (pp = prompt processing, tg = text generation), plus the
 // effective GB/s of weights read per generated token. JSON lists each test with `test` and `tok_s`.
 // -d runs the tests after that many context tokens (llama-bench's "pp512 @ d4096"): agents work at
-// depth, where attention over the context costs as much as the weights.
+// depth, where attention over the context costs as much as the weights. -b B decodes B sequences in
+// lockstep ("tg32 x8": B clones of the depth's context, one batched forward a step, tok_s counting
+// every sequence's tokens), as llama-batched-bench's S_TG: batched decode shares each weight read,
+// so aggregate tok/s grows with B until the step is compute-bound.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -23,7 +26,7 @@ namespace fak::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, prompts = "16,64,256", gens = "32", depths = "0", output = "md";
+  std::string model, prompts = "16,64,256", gens = "32", depths = "0", batches = "1", output = "md";
   int threads = 0, reps = 3;
   KvFlags kv;
 };
@@ -88,6 +91,9 @@ void bench(const BenchArgs& a) {
   auto prompts = parse_list(a.prompts, "-p");
   auto gens = parse_list(a.gens, "-n");
   auto depths = parse_list(a.depths, "-d");
+  auto batches = parse_list(a.batches, "-b");
+  for (int b : batches)
+    if (b < 1) fail("-b: a batch is at least 1 sequence");
   if (a.reps < 1) fail("-r must be at least 1");
   std::mt19937 rng(42);
   auto random_tokens = [&](int n) {
@@ -110,22 +116,23 @@ void bench(const BenchArgs& a) {
   const double state_gb = double(RecurrentState(c).bytes()) / 1e9;
   const double weight_gb = double(w.bytes) / 1e9 - embed_gb;
   nlohmann::json results = nlohmann::json::array();
-  auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth,
+  auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
                     const std::vector<double>& tok_s) {
     Stat st = stats(tok_s);
     nlohmann::json r{{"test", test},        {"n_prompt", n_prompt}, {"n_gen", n_gen},
-                     {"n_depth", n_depth},
+                     {"n_depth", n_depth},  {"n_batch", n_batch},
                      {"tok_s", st.mean},    {"stddev", st.stddev},  {"min", st.min},
                      {"median", st.median}, {"reps", tok_s.size()}, {"samples", tok_s}};
     if (n_gen > 0) {
-      r["gb_s"] = st.mean * weight_gb;  // every generated token reads every weight once
+      // Every step reads every weight once, for all the batch's sequences together.
+      r["gb_s"] = st.mean / n_batch * weight_gb;
       if (state_gb > 0) r["state_gb_s"] = st.mean * 2 * state_gb;
     }
     results.push_back(r);
     if (a.output == "md") {
       std::printf("| %-14s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
       if (n_gen > 0)
-        std::printf(" %6.1f |\n", st.mean * weight_gb);
+        std::printf(" %6.1f |\n", st.mean / n_batch * weight_gb);
       else
         std::printf("        |\n");
       std::fflush(stdout);
@@ -165,24 +172,32 @@ void bench(const BenchArgs& a) {
         s.append(toks);
         v.push_back(double(p) / seconds_since(t0));
       }
-      record("pp" + std::to_string(p) + at, p, 0, d, v);
+      record("pp" + std::to_string(p) + at, p, 0, d, 1, v);
     }
     for (int n : gens) {
       if (n == 0) continue;
-      std::vector<double> v;
-      for (int r = 0; r < a.reps; ++r) {
-        Session s = fresh();
-        auto first = random_tokens(1);
-        // As llama-bench: one token per forward, after the depth's context (none by default).
-        auto t0 = std::chrono::steady_clock::now();
-        int32_t tok = first[0];
-        for (int i = 0; i < n; ++i) {
-          s.append({&tok, 1});
-          tok = int32_t(rng() % uint32_t(c.vocab));
+      for (int b : batches) {
+        std::vector<double> v;
+        for (int r = 0; r < a.reps; ++r) {
+          std::vector<Session> seqs;
+          for (int i = 0; i < b; ++i) seqs.push_back(fresh());
+          std::vector<Session*> ptrs;
+          for (Session& x : seqs) ptrs.push_back(&x);
+          std::vector<int32_t> toks = random_tokens(b);
+          // As llama-bench: one token per forward (per sequence), after the depth's context.
+          auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < n; ++i) {
+            if (b == 1)
+              seqs[0].append({toks.data(), 1});
+            else
+              decode_batch(ptrs, toks);
+            toks = random_tokens(b);
+          }
+          v.push_back(double(n) * double(b) / seconds_since(t0));
         }
-        v.push_back(double(n) / seconds_since(t0));
+        record("tg" + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : "") + at, 0, n, d,
+               b, v);
       }
-      record("tg" + std::to_string(n) + at, 0, n, d, v);
     }
   }
   // Peak resident memory of the whole run (weights, KV cache, scratch), as the OS counts it.
@@ -218,6 +233,8 @@ void register_bench(CLI::App& app) {
   c->add_option("-n,--n-gen", a->gens, "generation lengths, comma-separated");
   c->add_option("-d,--n-depth", a->depths,
                 "context tokens already in the KV before each test, comma-separated (default 0)");
+  c->add_option("-b,--batch", a->batches,
+                "sequences decoded in lockstep by the tg tests, comma-separated (default 1)");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_option("-r,--repetitions", a->reps, "repetitions of each test");
   c->add_option("-o,--output", a->output, "md or json")->check(CLI::IsMember({"md", "json"}));
