@@ -16,7 +16,8 @@ namespace {
 
 void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
                   int64_t rows = 4864) {
-  const int64_t cols = type == WType::Q4_K || type == WType::Q6_K ? 1024 : 896;
+  const bool k_quant = type == WType::Q4_K || type == WType::Q5_K || type == WType::Q6_K;
+  const int64_t cols = k_quant ? 1024 : 896;  // K-quant rows are whole 256-element blocks
   const QuantType qt = *wtype_quant(type);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -54,16 +55,20 @@ FAK_MM(Q4_K)
 FAK_MM(Q6_K)
 
 // A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and
-// continuous batching's mixed steps. 1-3 tokens take the decode kernel, 4+ the VNNI panels.
+// continuous batching's mixed steps (see gemv_max_tokens in ops/matmul_quant.cpp for which kernel).
 #define FAK_FEW(type, n) \
   BENCHMARK_CAPTURE(bench_matmul, type##_streamed_##n##tok, WType::type, n, true, 131072);
-FAK_FEW(Q8_0, 1)
-FAK_FEW(Q8_0, 3)
 FAK_FEW(Q8_0, 5)
 FAK_FEW(Q8_0, 9)
 FAK_FEW(Q8_0, 16)
-FAK_FEW(Q4_K, 5)
-FAK_FEW(Q6_K, 5)
+// 1-4 tokens of each type: where the decode kernel hands over to the panels.
+#define FAK_FEW4(type) FAK_FEW(type, 1) FAK_FEW(type, 2) FAK_FEW(type, 3) FAK_FEW(type, 4)
+FAK_FEW4(Q8_0)
+FAK_FEW4(Q4_0)
+FAK_FEW4(Q5_0)
+FAK_FEW4(Q4_K)
+FAK_FEW4(Q5_K)
+FAK_FEW4(Q6_K)
 
 }  // namespace
 }  // namespace fak

@@ -54,15 +54,29 @@ namespace kernels {
 
 namespace {
 
-// Up to this many tokens a call reads the stored rows once per token (the decode kernel); more
+// Up to this many tokens a call reads the stored rows with the decode kernel (each 8-row group
+// stays in L1 while every token passes over it, but its codes are unpacked again per token); more
 // repack 16 rows per call into a VNNI panel that every token's tile then reads from cache. With
 // the next rows prefetched during the repack and the repack kept in registers, the panels win
-// from 4 tokens on. Batched decode of 5 sequences (Qwen2.5-0.5B, a step, short context): Q8_0
-// 28 -> 19 ms, Q4_K_M 39 -> 18 ms. Without AVX-512 the 8-row AVX2 panels keep the old switch
-// (5 sequences: 31 ms a step decoding, 45 ms through panels).
+// early, and earliest where unpacking is dear: 131072 rows streamed from memory
+// (matmul_quant_bench *_streamed_*), decode kernel vs panels, 2 / 3 tokens: Q4_0 3.6 / 5.4 vs
+// 1.7 / 1.8 ms, Q5_0 4.6 / 7.0 vs 2.2 / 2.4; Q8_0 2.8-3.1 / 3.8-3.9 vs 3.0-3.2 / 3.7-3.8; Q4_K
+// 2.7 / 4.0 vs 3.7 / 3.9; Q5_K 3.6 / 5.4-6.9 vs 4.2 / 4.2-4.4; Q6_K 3.5-3.7 / 5.1-5.2 vs
+// 6.6-6.9 / 6.5-7.2. Without AVX-512 the 8-row AVX2 panels keep the old switch (5 sequences:
+// 31 ms a step decoding, 45 ms through panels).
 int gemv_max_tokens(QuantType t) {
   if (!avx512_enabled() || !quant_tile_avx512(t)) return 8;
-  return 3;
+  switch (t) {
+    case QuantType::Q4_0:
+    case QuantType::Q5_0:
+      return 1;
+    case QuantType::Q8_0:
+    case QuantType::Q4_K:
+    case QuantType::Q5_K:
+      return 2;
+    default:  // Q6_K; Q4_1 / Q5_1 not measured
+      return 3;
+  }
 }
 
 // Rows x tokens of outputs from vec_dot, blocked so a few weight rows stay in L1 while a block of

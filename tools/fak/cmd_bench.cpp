@@ -130,7 +130,7 @@ void bench(const BenchArgs& a) {
     }
     results.push_back(r);
     if (a.output == "md") {
-      std::printf("| %-14s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
+      std::printf("| %-18s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
       if (n_gen > 0)
         std::printf(" %6.1f |\n", st.mean / n_batch * weight_gb);
       else
@@ -152,8 +152,8 @@ void bench(const BenchArgs& a) {
     std::printf("threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n", threads,
                 std::string(matmul_isa()).c_str(), model->weights_memory(), load_s);
     std::printf(
-        "| test           |              t/s       |  GB/s  "
-        "|\n|----------------|------------------------|--------|\n");
+        "| test               |              t/s       |  GB/s  "
+        "|\n|--------------------|------------------------|--------|\n");
   }
   for (int d : depths) {
     // The context the tests start from, prefilled once (untimed); each repetition clones it (no
