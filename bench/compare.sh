@@ -4,23 +4,26 @@
 # fak / llama.cpp. llama.cpp is the prebuilt library of the npm package node-llama-cpp
 # (bench/llamacpp; run `npm ci` there once).
 #
-#   bench/compare.sh [-p 256] [-n 32] [-d 0] [-F] [-t 2] [-r 3] [-P passes] [-o DIR] MODEL.gguf ...
+#   bench/compare.sh [-p 256] [-n 32] [-d 0] [-b 1] [-F] [-t 2] [-r 3] [-P passes] [-o DIR] MODEL.gguf ...
 #
 # -d D: both engines run the tests after D context tokens ("pp256 @ d4096"); -F: llama.cpp with
-# flash attention (off by default, as llama-bench's -fa 0).
+# flash attention (off by default, as llama-bench's -fa 0); -b B: the tg test decodes B sequences at
+# once (fak: B clones of the depth's context; llama.cpp: B sequences of one context, each with its
+# own copy of it).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 fak="${FAK:-$here/../build/fak}"
-p=256 n=32 d=0 fa="" t=2 r=3 passes=2 out=""
-while getopts "p:n:d:Ft:r:P:o:" opt; do
+p=256 n=32 d=0 b=1 fa="" t=2 r=3 passes=2 out=""
+while getopts "p:n:d:b:Ft:r:P:o:" opt; do
   case $opt in
-    p) p=$OPTARG ;; n) n=$OPTARG ;; d) d=$OPTARG ;; F) fa="--fa" ;; t) t=$OPTARG ;; r) r=$OPTARG ;;
+    p) p=$OPTARG ;; n) n=$OPTARG ;; d) d=$OPTARG ;; b) b=$OPTARG ;; F) fa="--fa" ;; t) t=$OPTARG ;;
+    r) r=$OPTARG ;;
     P) passes=$OPTARG ;; o) out=$OPTARG ;;
     *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -gt 0 ] || { echo "usage: $0 [-p N] [-n N] [-d D] [-F] [-t T] [-r R] [-P passes] [-o DIR] MODEL.gguf ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [-p N] [-n N] [-d D] [-b B] [-F] [-t T] [-r R] [-P passes] [-o DIR] MODEL.gguf ..." >&2; exit 2; }
 [ -d "$here/llamacpp/node_modules/node-llama-cpp" ] || { echo "run: (cd $here/llamacpp && npm ci)" >&2; exit 2; }
 work="${out:-$(mktemp -d)}"
 mkdir -p "$work"
@@ -29,9 +32,9 @@ for m in "$@"; do
   for pass in $(seq 1 "$passes"); do
     # The file into the page cache before each engine, so neither pays the other's cold read.
     cat "$m" >/dev/null
-    "$fak" bench -m "$m" -p "$p" -n "$n" -d "$d" -t "$t" -r "$r" -o json >"$work/$name.fak.$pass.json"
+    "$fak" bench -m "$m" -p "$p" -n "$n" -d "$d" -b "$b" -t "$t" -r "$r" -o json >"$work/$name.fak.$pass.json"
     cat "$m" >/dev/null
-    node "$here/llamacpp/bench.mjs" -m "$m" -p "$p" -n "$n" -d "$d" $fa -t "$t" -r "$r" >"$work/$name.llama.$pass.json"
+    node "$here/llamacpp/bench.mjs" -m "$m" -p "$p" -n "$n" -d "$d" -b "$b" $fa -t "$t" -r "$r" >"$work/$name.llama.$pass.json"
   done
 done
 python3 - "$work" "$passes" "$@" <<'EOF'
