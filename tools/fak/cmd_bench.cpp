@@ -119,10 +119,10 @@ void bench(const BenchArgs& a) {
   auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
                     const std::vector<double>& tok_s) {
     Stat st = stats(tok_s);
-    nlohmann::json r{{"test", test},        {"n_prompt", n_prompt}, {"n_gen", n_gen},
-                     {"n_depth", n_depth},  {"n_batch", n_batch},
-                     {"tok_s", st.mean},    {"stddev", st.stddev},  {"min", st.min},
-                     {"median", st.median}, {"reps", tok_s.size()}, {"samples", tok_s}};
+    nlohmann::json r{{"test", test},         {"n_prompt", n_prompt}, {"n_gen", n_gen},
+                     {"n_depth", n_depth},   {"n_batch", n_batch},   {"tok_s", st.mean},
+                     {"stddev", st.stddev},  {"min", st.min},        {"median", st.median},
+                     {"reps", tok_s.size()}, {"samples", tok_s}};
     if (n_gen > 0) {
       // Every step reads every weight once, for all the batch's sequences together.
       r["gb_s"] = st.mean / n_batch * weight_gb;
@@ -195,8 +195,8 @@ void bench(const BenchArgs& a) {
           }
           v.push_back(double(n) * double(b) / seconds_since(t0));
         }
-        record("tg" + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : "") + at, 0, n, d,
-               b, v);
+        record("tg" + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : "") + at, 0, n, d, b,
+               v);
       }
     }
   }
