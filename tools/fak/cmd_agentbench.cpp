@@ -8,6 +8,7 @@
 //   (c) fak: the prefix prefilled once, cloned into every agent (blocks shared), each turn's tool
 //       results of all agents prefilled in one batched forward call, and the D decode steps of all
 //       agents batched together.
+// The arms run interleaved, turn by turn, so that all of them see the same state of the host.
 // Reports tokens computed and wall time per arm (JSON with --json).
 #include <algorithm>
 #include <chrono>
@@ -69,134 +70,143 @@ void agentbench(const AgentArgs& a) {
   for (auto& per_agent : results)
     for (int t = 0; t < a.turns; ++t) per_agent.push_back(random_tokens(a.result));
   auto cache = a.kv.make_cache(*model);
-  std::vector<Arm> arms;
+  const bool run_a = a.arms.find('a') != std::string::npos;
+  const bool run_b = a.arms.find('b') != std::string::npos;
+  const bool run_c = a.arms.find('c') != std::string::npos;
+  auto now = [] { return std::chrono::steady_clock::now(); };
 
-  if (a.arms.find('b') != std::string::npos) {
-    Arm arm;
-    arm.name = "b_warm_per_agent";
-    arm.outputs.resize(size_t(a.agents));
-    auto t0 = std::chrono::steady_clock::now();
+  // The arms run interleaved turn by turn ((b)'s turn t, (c)'s, then (a)'s if it measures t), so
+  // every arm sees the same minutes of the host: its speed drifts by tens of percent over the
+  // minutes one arm takes, and the ratios are what this benchmark reports.
+  Arm warm_arm, fak_arm, re_arm;
+  warm_arm.name = "b_warm_per_agent";
+  fak_arm.name = "c_fak_shared_batched";
+  re_arm.name = "a_reprefill";
+  for (Arm* x : {&warm_arm, &fak_arm, &re_arm}) x->outputs.resize(size_t(a.agents));
+
+  // (b): one session per agent, each prefilling the prefix itself at its first turn.
+  std::vector<Session> warm;
+  auto warm_turn = [&](int t) {
     for (int ag = 0; ag < a.agents; ++ag) {
-      Session s(model, cache);
-      s.append(prefix);
-      arm.prefilled += a.prefix;
-      for (int t = 0; t < a.turns; ++t) {
-        s.append(results[size_t(ag)][size_t(t)]);
-        arm.prefilled += a.result;
-        const auto td = std::chrono::steady_clock::now();
-        for (int d = 0; d < a.decode; ++d) {
-          int32_t next = argmax(s.logits());
-          s.append({&next, 1});
-          arm.outputs[size_t(ag)].push_back(next);
-          ++arm.decoded;
-        }
-        arm.decode_seconds += since(td);
+      const auto t0 = now();
+      if (t == 0) {
+        warm.emplace_back(model, cache);
+        warm.back().append(prefix);
+        warm_arm.prefilled += a.prefix;
       }
-    }
-    arm.seconds = since(t0);
-    arm.measured_turns = a.turns;
-    arms.push_back(arm);
-  }
-
-  if (a.arms.find('c') != std::string::npos) {
-    Arm arm;
-    arm.name = "c_fak_shared_batched";
-    arm.outputs.resize(size_t(a.agents));
-    auto t0 = std::chrono::steady_clock::now();
-    Session base(model, cache);
-    base.append(prefix);
-    arm.prefilled += a.prefix;
-    std::vector<Session> agents;
-    for (int ag = 0; ag < a.agents; ++ag) agents.push_back(base.clone());
-    std::vector<Session*> ptrs;
-    for (auto& s : agents) ptrs.push_back(&s);
-    std::vector<int32_t> next(size_t(a.agents));
-    for (int t = 0; t < a.turns; ++t) {
-      // Every agent's tool result in one forward call: weights are read once for all of them.
-      std::vector<std::span<const int32_t>> spans;
-      for (int ag = 0; ag < a.agents; ++ag) {
-        spans.emplace_back(results[size_t(ag)][size_t(t)]);
-        arm.prefilled += a.result;
-      }
-      append_batch(ptrs, spans);
-      const auto td = std::chrono::steady_clock::now();
+      Session& s = warm[size_t(ag)];
+      s.append(results[size_t(ag)][size_t(t)]);
+      warm_arm.prefilled += a.result;
+      const auto td = now();
       for (int d = 0; d < a.decode; ++d) {
-        for (int ag = 0; ag < a.agents; ++ag) {
-          next[size_t(ag)] = argmax(agents[size_t(ag)].logits());
-          arm.outputs[size_t(ag)].push_back(next[size_t(ag)]);
-        }
-        decode_batch(ptrs, next);
-        arm.decoded += a.agents;
+        int32_t next = argmax(s.logits());
+        s.append({&next, 1});
+        warm_arm.outputs[size_t(ag)].push_back(next);
+        ++warm_arm.decoded;
       }
-      arm.decode_seconds += since(td);
+      warm_arm.decode_seconds += since(td);
+      warm_arm.seconds += since(t0);
     }
-    arm.seconds = since(t0);
-    arm.measured_turns = a.turns;
-    arms.push_back(arm);
+  };
+
+  // (c): the prefix once, cloned into every agent; each turn's tool results in one forward call
+  // (weights read once for all of them), then the decode steps of all agents batched.
+  std::vector<Session> fak;
+  std::vector<Session*> fak_ptrs;
+  auto fak_turn = [&](int t) {
+    const auto t0 = now();
+    if (t == 0) {
+      Session base(model, cache);
+      base.append(prefix);
+      fak_arm.prefilled += a.prefix;
+      for (int ag = 0; ag < a.agents; ++ag) fak.push_back(base.clone());
+      for (auto& x : fak) fak_ptrs.push_back(&x);
+    }
+    std::vector<std::span<const int32_t>> spans;
+    for (int ag = 0; ag < a.agents; ++ag) {
+      spans.emplace_back(results[size_t(ag)][size_t(t)]);
+      fak_arm.prefilled += a.result;
+    }
+    append_batch(fak_ptrs, spans);
+    const auto td = now();
+    std::vector<int32_t> next(size_t(a.agents));
+    for (int d = 0; d < a.decode; ++d) {
+      for (int ag = 0; ag < a.agents; ++ag) {
+        next[size_t(ag)] = argmax(fak[size_t(ag)].logits());
+        fak_arm.outputs[size_t(ag)].push_back(next[size_t(ag)]);
+      }
+      decode_batch(fak_ptrs, next);
+      fak_arm.decoded += a.agents;
+    }
+    fak_arm.decode_seconds += since(td);
+    fak_arm.seconds += since(t0);
+  };
+
+  // (a): which turns to measure. With arm (b)'s outputs at hand (the arms decode the same tokens),
+  // any turn's context is known without running the turns before it, so the measured turns are
+  // spread over the run, first and last included, and the cost is fitted against context length
+  // (attention makes a long context cost more per token than a short one). Without them, the
+  // first turns are measured and the rest extrapolated at their cost per prefilled token.
+  const int measured = std::min(a.a_turns, a.turns);
+  std::vector<int> re_turns;
+  if (run_b && measured >= 2 && measured < a.turns) {
+    for (int i = 0; i < measured; ++i)
+      re_turns.push_back(int(std::lround(double(i) * (a.turns - 1) / (measured - 1))));
+  } else {
+    for (int t = 0; t < measured; ++t) re_turns.push_back(t);
+  }
+  auto context_of = [&](int ag, int t) {  // prefix + the results and replies of turns < t
+    std::vector<int32_t> ctx = prefix;
+    for (int u = 0; u < t; ++u) {
+      const auto& r = results[size_t(ag)][size_t(u)];
+      ctx.insert(ctx.end(), r.begin(), r.end());
+      const auto& o = run_b ? warm_arm.outputs[size_t(ag)] : re_arm.outputs[size_t(ag)];
+      ctx.insert(ctx.end(), o.begin() + std::ptrdiff_t(u) * a.decode,
+                 o.begin() + std::ptrdiff_t(u + 1) * a.decode);
+    }
+    const auto& r = results[size_t(ag)][size_t(t)];
+    ctx.insert(ctx.end(), r.begin(), r.end());
+    return ctx;
+  };
+  std::vector<double> n_ctx, prefill_t, decode_t;  // per measured turn, all agents together
+  bool matches_warm = true;
+  auto re_turn = [&](int t) {
+    double pt = 0, dt = 0;
+    for (int ag = 0; ag < a.agents; ++ag) {
+      std::vector<int32_t> ctx = context_of(ag, t);
+      Session s(model, cache);
+      const auto tp = now();
+      s.append(ctx);
+      pt += since(tp);
+      const auto td = now();
+      for (int d = 0; d < a.decode; ++d) {
+        int32_t next = argmax(s.logits());
+        if (run_b)
+          matches_warm = matches_warm && next == warm_arm.outputs[size_t(ag)][size_t(t) *
+                                                                                   size_t(a.decode) +
+                                                                               size_t(d)];
+        else
+          re_arm.outputs[size_t(ag)].push_back(next);
+        if (d + 1 < a.decode) s.append({&next, 1});
+      }
+      dt += since(td);
+    }
+    n_ctx.push_back(double(prefix.size()) + double(t + 1) * a.result + double(t) * a.decode);
+    prefill_t.push_back(pt);
+    decode_t.push_back(dt);
+  };
+
+  for (int t = 0; t < a.turns; ++t) {
+    if (run_b) warm_turn(t);
+    if (run_c) fak_turn(t);
+    if (run_a && std::find(re_turns.begin(), re_turns.end(), t) != re_turns.end()) re_turn(t);
   }
 
-  if (a.arms.find('a') != std::string::npos) {
-    Arm arm;
-    arm.name = "a_reprefill";
-    arm.outputs.resize(size_t(a.agents));
-    // Which turns to measure. With arm (b)'s outputs at hand (the arms decode the same tokens), any
-    // turn's context is known without running the turns before it, so the measured turns are
-    // spread over the run, first and last included, and the cost is fitted against context length
-    // (attention makes a long context cost more per token than a short one). Without them, the
-    // first turns are measured and the rest extrapolated at their cost per prefilled token.
-    const Arm* warm = nullptr;
-    for (const Arm& x : arms)
-      if (x.name[0] == 'b') warm = &x;
-    const int measured = std::min(a.a_turns, a.turns);
-    std::vector<int> turns;
-    if (warm && measured >= 2 && measured < a.turns) {
-      for (int i = 0; i < measured; ++i)
-        turns.push_back(int(std::lround(double(i) * (a.turns - 1) / (measured - 1))));
-    } else {
-      for (int t = 0; t < measured; ++t) turns.push_back(t);
-    }
-    auto context_of = [&](int ag, int t) {  // prefix + the results and replies of turns < t
-      std::vector<int32_t> ctx = prefix;
-      for (int u = 0; u < t; ++u) {
-        const auto& r = results[size_t(ag)][size_t(u)];
-        ctx.insert(ctx.end(), r.begin(), r.end());
-        const auto& o = warm ? warm->outputs[size_t(ag)] : arm.outputs[size_t(ag)];
-        ctx.insert(ctx.end(), o.begin() + std::ptrdiff_t(u) * a.decode,
-                   o.begin() + std::ptrdiff_t(u + 1) * a.decode);
-      }
-      const auto& r = results[size_t(ag)][size_t(t)];
-      ctx.insert(ctx.end(), r.begin(), r.end());
-      return ctx;
-    };
-    std::vector<double> n_ctx, prefill_t, decode_t;  // per measured turn, all agents together
-    bool matches_warm = true;
-    for (int t : turns) {
-      double pt = 0, dt = 0;
-      for (int ag = 0; ag < a.agents; ++ag) {
-        std::vector<int32_t> ctx = context_of(ag, t);
-        Session s(model, cache);
-        auto tp = std::chrono::steady_clock::now();
-        s.append(ctx);
-        pt += since(tp);
-        auto td = std::chrono::steady_clock::now();
-        for (int d = 0; d < a.decode; ++d) {
-          int32_t next = argmax(s.logits());
-          if (warm)
-            matches_warm =
-                matches_warm &&
-                next == warm->outputs[size_t(ag)][size_t(t) * size_t(a.decode) + size_t(d)];
-          else
-            arm.outputs[size_t(ag)].push_back(next);
-          if (d + 1 < a.decode) s.append({&next, 1});
-        }
-        dt += since(td);
-      }
-      n_ctx.push_back(double(prefix.size()) + double(t + 1) * a.result + double(t) * a.decode);
-      prefill_t.push_back(pt);
-      decode_t.push_back(dt);
-    }
-    if (warm) arm.outputs = matches_warm ? warm->outputs : std::vector<std::vector<int32_t>>{};
-    if (warm && !matches_warm) arm.outputs.assign(size_t(a.agents), {-1});  // shows as a mismatch
+  std::vector<Arm> arms;
+  if (run_a) {
+    Arm& arm = re_arm;
+    if (run_b) arm.outputs = matches_warm ? warm_arm.outputs : std::vector<std::vector<int32_t>>{};
+    if (run_b && !matches_warm) arm.outputs.assign(size_t(a.agents), {-1});  // shows as a mismatch
     // Fit prefill(n) = alpha n + beta n^2 and decode(n) = gamma + delta n by least squares over the
     // measured turns (one point: prefill in proportion to n, decode constant).
     auto fit2 = [](const std::vector<double>& x, const std::vector<double>& y, auto f1, auto f2) {
@@ -225,7 +235,7 @@ void agentbench(const AgentArgs& a) {
     arm.seconds = total_prefill_s + total_decode_s;
     arm.extrapolated = measured < a.turns;
     arm.measured_turns = measured;
-    arm.fit = {{"measured_turns", turns},
+    arm.fit = {{"measured_turns", re_turns},
                {"measured_context", n_ctx},
                {"measured_prefill_seconds", prefill_t},
                {"measured_decode_seconds", decode_t},
@@ -235,7 +245,15 @@ void agentbench(const AgentArgs& a) {
                {"decode_seconds_per_turn", "gamma + delta*n"},
                {"gamma", gamma},
                {"delta", delta}};
-    arms.insert(arms.begin(), arm);
+    arms.push_back(arm);
+  }
+  if (run_b) {
+    warm_arm.measured_turns = a.turns;
+    arms.push_back(warm_arm);
+  }
+  if (run_c) {
+    fak_arm.measured_turns = a.turns;
+    arms.push_back(fak_arm);
   }
 
   nlohmann::json j{{"model", model->path().string()},
@@ -243,7 +261,8 @@ void agentbench(const AgentArgs& a) {
                    {"turns", a.turns},
                    {"prefix", a.prefix},
                    {"result", a.result},
-                   {"decode", a.decode}};
+                   {"decode", a.decode},
+                   {"schedule", "arms interleaved turn by turn"}};
   double b_s = 0, a_s = 0, c_s = 0;
   for (auto& arm : arms) {
     j["arms"].push_back({{"arm", arm.name},
