@@ -182,9 +182,9 @@ void agentbench(const AgentArgs& a) {
       for (int d = 0; d < a.decode; ++d) {
         int32_t next = argmax(s.logits());
         if (run_b)
-          matches_warm = matches_warm && next == warm_arm.outputs[size_t(ag)][size_t(t) *
-                                                                                   size_t(a.decode) +
-                                                                               size_t(d)];
+          matches_warm =
+              matches_warm &&
+              next == warm_arm.outputs[size_t(ag)][size_t(t) * size_t(a.decode) + size_t(d)];
         else
           re_arm.outputs[size_t(ag)].push_back(next);
         if (d + 1 < a.decode) s.append({&next, 1});
