@@ -159,6 +159,15 @@ TEST(Cli, BenchRunsTestsAtDepth) {
   auto bad = test::run_fak("bench -p 8 -n 0 -d 100000 -r 1 -o json -t 1");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("too long"), std::string::npos) << bad.err;
+  // So are an empty batch and a depth that is not a number, each naming the flag.
+  auto no_batch = test::run_fak("bench -p 0 -n 4 -b 0 -r 1 -t 1");
+  EXPECT_NE(no_batch.exit_code, 0);
+  EXPECT_NE(no_batch.err.find("-b: a batch is at least 1 sequence"), std::string::npos)
+      << no_batch.err;
+  auto bad_depth = test::run_fak("bench -p 8 -n 0 -d deep -r 1 -t 1");
+  EXPECT_NE(bad_depth.exit_code, 0);
+  EXPECT_NE(bad_depth.err.find("-d: 'deep' is not a non-negative number"), std::string::npos)
+      << bad_depth.err;
 }
 
 TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
