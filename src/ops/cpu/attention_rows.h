@@ -22,6 +22,24 @@ void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j
       out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
     return;
   }
+#if defined(__AVX512F__)
+  if constexpr (HD % 16 == 0) {
+    // Sixteen elements per conversion: half the instructions of the 8-wide loop below.
+    for (int j = j0; j < j1; ++j) {
+      const auto* src = reinterpret_cast<const uint16_t*>(plane[j] + head_offset);
+      float* dst = conv + size_t(j - j0) * HD;
+      for (int d = 0; d < HD; d += 16) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
+        const __m512 f = dt == DType::F16 ? _mm512_cvtph_ps(h)
+                                          : _mm512_castsi512_ps(
+                                                _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        _mm512_storeu_ps(dst + d, f);
+      }
+      out[j - j0] = dst;
+    }
+    return;
+  }
+#endif
   for (int j = j0; j < j1; ++j) {
     const auto* src = reinterpret_cast<const uint16_t*>(plane[j] + head_offset);
     float* dst = conv + size_t(j - j0) * HD;
