@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "runtime/sampler.h"
 #include "test_util.h"
 
@@ -289,6 +290,55 @@ TEST_F(SessionFile, RefusesWrongMagicAndVersion) {
   bad = bytes;
   bad[8] = 99;
   EXPECT_NE(load_error(bad).find("version"), std::string::npos);
+}
+
+// A header rewritten with its checksum made to match (a crafted file, not a damaged one): wrong
+// JSON types, missing fields and out-of-range counts get the loader's own refusal, and the cache
+// keeps no block of the failed load.
+TEST_F(SessionFile, RefusesCraftedHeaders) {
+  uint32_t header_len;
+  std::memcpy(&header_len, bytes.data() + 12, 4);
+  const std::string header = bytes.substr(16, header_len);
+  const std::string payload = bytes.substr(16 + header_len, bytes.size() - 16 - header_len - 8);
+  auto with_header = [&](const std::string& h) {
+    std::string out = bytes.substr(0, 12);
+    const uint32_t len = uint32_t(h.size());
+    out.append(reinterpret_cast<const char*>(&len), 4);
+    out += h;
+    out += payload;
+    Fnv1a sum;
+    sum.update(out);
+    const uint64_t d = sum.digest();
+    out.append(reinterpret_cast<const char*>(&d), 8);
+    return out;
+  };
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string h = header;
+    const size_t at = h.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return h.replace(at, from.size(), to);
+  };
+  EXPECT_EQ(load_error(with_header(header)), "");  // the rewrite itself keeps the file valid
+  const size_t before = cache->blocks_in_use();
+  const std::pair<std::string, std::string> cases[] = {
+      {"\"n_tokens\":30", "\"n_tokens\":\"30\""},
+      {"\"n_tokens\":30", "\"n_tokens\":30.5"},
+      {"\"kraw\":true", "\"kraw\":1"},
+      {"\"kv_dtype\":\"f32\"", "\"kv_dtype\":[]"},
+      {"\"n_starts\":", "\"n_startz\":"},
+  };
+  for (const auto& [from, to] : cases) {
+    const std::string err = load_error(with_header(replace(from, to)));
+    EXPECT_NE(err.find("corrupted header"), std::string::npos) << to << ": " << err;
+  }
+  for (const std::string h : {"[1,2,3]", "42", "null", "{"})
+    EXPECT_NE(load_error(with_header(h)).find("corrupted header"), std::string::npos) << h;
+  for (const std::string n : {"-3", "18446744073709551615", "4097"})
+    EXPECT_NE(load_error(with_header(replace("\"n_tokens\":30", "\"n_tokens\":" + n)))
+                  .find("KV layout"),
+              std::string::npos)
+        << n;
+  EXPECT_EQ(cache->blocks_in_use(), before);
 }
 
 TEST_F(SessionFile, RefusesAnotherModel) {

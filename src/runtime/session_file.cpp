@@ -10,7 +10,10 @@
 //            | i32 append starts[n_starts] | f32 recurrent state (RecurrentState layout)
 // Version 2 added the last two (empty on dense models): the state, and the append boundaries that
 // later exact edits of a hybrid session must replay with (runtime/session_state.cpp).
+#include <cstdint>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -33,6 +36,48 @@ constexpr uint32_t kVersion = 2;
 template <typename T>
 void put(std::string& out, const T& v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+// The header's fields, each checked for its JSON type: a crafted file (its checksum made to
+// match) must get the same one-line refusal as a damaged one, not a JSON library error.
+struct SessionHeader {
+  std::string model, model_type, kv_dtype;
+  int64_t n_tokens = -1, vocab = 0, attention_layers = -1, kv_dim = 0, n_starts = -1,
+          recurrent_bytes = -1;
+  bool kraw = false;
+};
+
+SessionHeader parse_header(std::string_view text, const std::string& label) {
+  const auto bad = [&]() { fail(label + " has a corrupted header"); };
+  const nlohmann::json h = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!h.is_object()) bad();
+  const auto str = [&](const char* key) {
+    const auto it = h.find(key);
+    if (it == h.end() || !it->is_string()) bad();
+    return it->get<std::string>();
+  };
+  const auto num = [&](const char* key) {
+    const auto it = h.find(key);
+    if (it == h.end() || !it->is_number_integer()) bad();
+    // Unsigned values past int64's range read as -1: every caller refuses a negative count.
+    return it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)
+               ? int64_t(-1)
+               : it->get<int64_t>();
+  };
+  SessionHeader r;
+  r.model = str("model");
+  r.model_type = str("model_type");
+  r.kv_dtype = str("kv_dtype");
+  r.n_tokens = num("n_tokens");
+  r.vocab = num("vocab");
+  r.attention_layers = num("attention_layers");
+  r.kv_dim = num("kv_dim");
+  r.n_starts = num("n_starts");
+  r.recurrent_bytes = num("recurrent_bytes");
+  const auto kraw = h.find("kraw");
+  if (kraw == h.end() || !kraw->is_boolean()) bad();
+  r.kraw = kraw->get<bool>();
+  return r;
 }
 
 }  // namespace
@@ -102,29 +147,22 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
   uint64_t stored;
   std::memcpy(&stored, b.data() + b.size() - 8, 8);
   if (stored != sum.digest()) fail(label + " is corrupted or truncated (checksum mismatch)");
-  nlohmann::json h;
-  try {
-    h = nlohmann::json::parse(b.substr(16, header_len));
-  } catch (const nlohmann::json::exception&) {
-    fail(label + " has a corrupted header");
-  }
+  const SessionHeader h = parse_header(b.substr(16, header_len), label);
   const ModelConfig& c = model->config();
-  if (h.value("model", "") != model->identity())
-    fail(label + " was saved with a different model (" + h.value("model_type", std::string("?")) +
-         " " + h.value("model", std::string("?")) + "), not " + model->path().string());
-  const int n = h.value("n_tokens", -1);
-  const bool kraw = h.value("kraw", false);
-  if (n < 0 || n > c.max_seq_len || h.value("kv_dim", 0) != c.kv_dim() ||
-      h.value("attention_layers", -1) != model->n_attention_layers() ||
-      h.value("vocab", 0) != c.vocab)
+  if (h.model != model->identity())
+    fail(label + " was saved with a different model (" + h.model_type + " " + h.model + "), not " +
+         model->path().string());
+  if (h.n_tokens < 0 || h.n_tokens > c.max_seq_len || h.kv_dim != c.kv_dim() ||
+      h.attention_layers != model->n_attention_layers() || h.vocab != c.vocab)
     fail(label + " has a KV layout that does not match the model");
-  const std::string file_kv = h.value("kv_dtype", std::string("?"));
-  if (file_kv != kv_dtype_name(cache->dtype()))
-    fail(label + " holds " + file_kv + " KV rows but this cache stores " +
+  const int n = int(h.n_tokens);
+  const bool kraw = h.kraw;
+  if (h.kv_dtype != kv_dtype_name(cache->dtype()))
+    fail(label + " holds " + h.kv_dtype + " KV rows but this cache stores " +
          kv_dtype_name(cache->dtype()) + " (use the same --kv-type)");
-  const int64_t n_starts = h.value("n_starts", int64_t(-1));
+  const int64_t n_starts = h.n_starts;
   const size_t state_bytes = RecurrentState(c).bytes();
-  if (n_starts < 0 || n_starts > n || h.value("recurrent_bytes", size_t(0)) != state_bytes)
+  if (n_starts < 0 || n_starts > n || h.recurrent_bytes != int64_t(state_bytes))
     fail(label + " has a recurrent state layout that does not match the model");
   const size_t row = cache->row_bytes();
   const size_t expect = 16 + header_len + size_t(n) * 4 + (n > 0 ? size_t(c.vocab) * 4 : 0) +
