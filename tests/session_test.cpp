@@ -334,9 +334,9 @@ TEST_F(SessionFile, RefusesCraftedHeaders) {
   for (const std::string h : {"[1,2,3]", "42", "null", "{"})
     EXPECT_NE(load_error(with_header(h)).find("corrupted header"), std::string::npos) << h;
   for (const std::string n : {"-3", "18446744073709551615", "4097"})
-    EXPECT_NE(load_error(with_header(replace("\"n_tokens\":30", "\"n_tokens\":" + n)))
-                  .find("KV layout"),
-              std::string::npos)
+    EXPECT_NE(
+        load_error(with_header(replace("\"n_tokens\":30", "\"n_tokens\":" + n))).find("KV layout"),
+        std::string::npos)
         << n;
   EXPECT_EQ(cache->blocks_in_use(), before);
 }

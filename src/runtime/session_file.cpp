@@ -12,9 +12,9 @@
 // later exact edits of a hybrid session must replay with (runtime/session_state.cpp).
 #include <cstdint>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/hash.h"
