@@ -80,6 +80,12 @@ TEST(ModelLoad, BadConfigValues) {
   dir = copy_fixture();
   edit_config(dir, [](auto& j) { j["rope_parameters"]["rope_type"] = "yarn"; });
   EXPECT_NE(load_error(dir).find("rope type 'yarn'"), std::string::npos);
+  dir = copy_fixture();
+  edit_config(dir, [](auto& j) { j["hidden_act"] = 5; });
+  EXPECT_NE(load_error(dir).find("hidden_act must be a string"), std::string::npos);
+  dir = copy_fixture();
+  edit_config(dir, [](auto& j) { j["hidden_act"] = "gelu"; });
+  EXPECT_NE(load_error(dir).find("hidden_act 'gelu' is not supported"), std::string::npos);
 }
 
 TEST(ModelLoad, ConfigDisagreesWithWeights) {

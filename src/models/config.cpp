@@ -133,7 +133,11 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
     fail(label + ": num_attention_heads (" + std::to_string(c.n_heads) +
          ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
   if (c.head_dim % 2 != 0) fail(label + ": head_dim must be even");
-  std::string act = j.value("hidden_act", std::string("silu"));
+  std::string act = "silu";
+  if (j.contains("hidden_act")) {
+    if (!j["hidden_act"].is_string()) fail(label + ": hidden_act must be a string");
+    act = j["hidden_act"].get<std::string>();
+  }
   if (act != "silu") fail(label + ": hidden_act '" + act + "' is not supported (only silu)");
   // HF's default for all four; multimodal configs may keep it beside text_config.
   c.tie_embeddings =
