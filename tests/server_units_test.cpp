@@ -115,6 +115,19 @@ TEST(OpenAiRequest, Validation) {
   EXPECT_EQ(status_of(R"({"model":"m","prompt":[1,2,3]})", false), 200);
   EXPECT_EQ(status_of(R"({"model":"m","prompt":["a","b"]})", false), 400);
   EXPECT_EQ(status_of("{\"model\":\"m\",\"prompt\":\"\xff\"}", false), 400);
+  EXPECT_EQ(status_of(R"({"model":"m","prompt":"x","max_tokens":333E3333333})", false), 400);
+  // Fields of the wrong JSON type inside messages and tools are refused as the field, not thrown
+  // as a JSON library error.
+  EXPECT_EQ(status_of(R"({"model":"m","messages":[{"role":"user","content":[{"type":5}]}]})", true),
+            400);
+  EXPECT_EQ(status_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                          "tools":[{"type":5,"function":{"name":"f"}}]})",
+                      true),
+            400);
+  EXPECT_EQ(status_of(R"({"model":"m","messages":[{"role":"assistant","content":null,
+                          "tool_calls":[{"id":7,"function":{"name":"f","arguments":"{}"}}]}]})",
+                      true),
+            200);
 }
 
 TEST(OpenAiRequest, ToolCallArgumentsBecomeObjects) {

@@ -30,8 +30,8 @@ std::string content_text(const ojson& m, size_t index, bool allow_null) {
   if (it->is_array()) {
     std::string text;
     for (const ojson& part : *it) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string())
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+          !part.contains("text") || !part["text"].is_string())
         bad_request("`" + param + "` parts must be {\"type\": \"text\", \"text\": string}", param);
       text += part["text"].get<std::string>();
     }
@@ -64,7 +64,8 @@ ojson parse_tool_calls(const ojson& calls, size_t index) {
       }
     }
     ojson call;
-    call["id"] = c.value("id", "");
+    const auto id = c.find("id");
+    call["id"] = id != c.end() && id->is_string() ? *id : ojson("");
     call["type"] = "function";
     call["function"] = {{"name", f["name"]}, {"arguments", args}};
     out.push_back(std::move(call));
@@ -117,9 +118,9 @@ void parse_tools(const ojson& body, CompletionRequest& r) {
     for (size_t i = 0; i < it->size(); ++i) {
       const ojson& t = (*it)[i];
       const std::string p = "tools[" + std::to_string(i) + "]";
-      if (!t.is_object() || t.value("type", "function") != "function" || !t.contains("function") ||
-          !t["function"].is_object() || !t["function"].contains("name") ||
-          !t["function"]["name"].is_string())
+      if (!t.is_object() || (t.contains("type") && t["type"] != "function") ||
+          !t.contains("function") || !t["function"].is_object() ||
+          !t["function"].contains("name") || !t["function"]["name"].is_string())
         bad_request("`" + p + "` must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
                     p);
     }
@@ -173,8 +174,9 @@ ojson parse_json_object(const std::string& body) {
   ojson j;
   try {
     j = ojson::parse(body);
-  } catch (const ojson::parse_error& e) {
-    // nlohmann rejects ill-formed UTF-8 inside strings here too, with a message that says so.
+  } catch (const ojson::exception& e) {
+    // nlohmann rejects ill-formed UTF-8 inside strings here too, with a message that says so; a
+    // number too large for a double is out_of_range, not parse_error (found by the fuzzer).
     bad_request(std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad_request("the request body must be a JSON object, not " + type_name(j));

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak::server {
@@ -158,7 +159,7 @@ ojson SessionStore::append(const std::string& tenant, const std::string& id, con
       add(e, tok->encode(chat_->render(one, ojson(), false)),
           "message:" + m["role"].get<std::string>());
     }
-    if (body.value("add_generation_prompt", false)) {
+    if (get_bool(body, "add_generation_prompt").value_or(false)) {
       ojson last =
           ojson::array({{{"role", msgs.back()["role"]}, {"content", msgs.back()["content"]}}});
       const std::string without = chat_->render(last, ojson(), false);
