@@ -3,9 +3,7 @@
 #include "io/gguf.h"
 
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -453,20 +451,7 @@ TEST(GgufWrite, WriteFailureLeavesNoHalfFile) {
   std::vector<uint8_t> big(1 << 20, 7);
   GgufWriter w;
   w.add_tensor("big", 24, {int64_t(big.size())}, big);  // i8
-  struct rlimit old {};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit small = old;
-  small.rlim_cur = 64 * 1024;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string msg;
-  try {
-    w.write(path);
-  } catch (const Error& e) {
-    msg = e.what();
-  }
-  setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, old_handler);
+  const std::string msg = test::error_with_file_size_limit(64 * 1024, [&] { w.write(path); });
   EXPECT_NE(msg.find("cannot write"), std::string::npos) << msg;
   EXPECT_NE(msg.find("m.gguf"), std::string::npos) << msg;
   EXPECT_EQ(test::read_file(path), "previous");

@@ -354,11 +354,33 @@ TEST_F(SessionFile, RefusesAnotherModel) {
 }
 
 TEST_F(SessionFile, SaveIsAtomicAndLeavesNoTempFile) {
-  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  auto files_in = [](const std::filesystem::path& dir) {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) n += entry.is_regular_file();
+    return n;
+  };
+  EXPECT_EQ(files_in(path.parent_path()), 1);  // the session, no temp file beside it
   // Saving into a directory that does not exist fails cleanly.
   Session s(model, cache);
   s.append(random_ids(3, model->config().vocab, 2));
   EXPECT_THROW(s.save("/nonexistent-dir/x.fak"), Error);
+}
+
+// A save that fails half way (a file size limit, as a full disk fails it) throws naming the file,
+// removes its temp file and leaves the previous session whole: it still loads, as it was.
+TEST_F(SessionFile, FullDiskKeepsThePreviousSession) {
+  Session longer = Session::load(path, model, cache);
+  longer.append(random_ids(60, model->config().vocab, 3));
+  const std::string msg =
+      test::error_with_file_size_limit(bytes.size() / 2, [&] { longer.save(path); });
+  EXPECT_NE(msg.find("cannot write"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path.filename().string()), std::string::npos) << msg;
+  EXPECT_EQ(test::read_file(path), bytes);
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(path.parent_path()))
+    files += entry.is_regular_file();
+  EXPECT_EQ(files, 1);
+  EXPECT_EQ(Session::load(path, model, cache).size(), 30);
 }
 
 TEST(KvCache, RefcountsAndBudget) {

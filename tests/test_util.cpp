@@ -1,11 +1,13 @@
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -13,6 +15,8 @@
 #include <random>
 #include <sstream>
 #include <vector>
+
+#include "core/error.h"
 
 namespace fak::test {
 
@@ -96,6 +100,24 @@ std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string error_with_file_size_limit(size_t bytes, const std::function<void()>& fn) {
+  struct rlimit old {};
+  EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = bytes;
+  EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string msg;
+  try {
+    fn();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  return msg;
 }
 
 }  // namespace fak::test

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct CommandResult {
 CommandResult run_fak(const std::string& args);
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
+
+// Runs fn with writes past `bytes` of any file failing (RLIMIT_FSIZE, SIGXFSZ ignored), as a full
+// disk would fail them; returns the fak::Error fn threw ("" if none). The limit is lifted after.
+std::string error_with_file_size_limit(size_t bytes, const std::function<void()>& fn);
 
 // n token ids drawn uniformly from [0, vocab) by mt19937(seed).
 std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed);

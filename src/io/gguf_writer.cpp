@@ -1,13 +1,10 @@
 #include "io/gguf_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/ggml_type.h"
 
 namespace fak {
@@ -74,62 +71,6 @@ struct Out {
   void pad_to(uint64_t alignment) {
     bytes.resize((bytes.size() + alignment - 1) / alignment * alignment, '\0');
   }
-};
-
-// The temp file: removed on any failure path unless commit() renamed it into place.
-class TempFile {
- public:
-  explicit TempFile(const std::filesystem::path& target) : target_(target) {
-    static std::atomic<int> counter{0};
-    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-    path_ = dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                   std::to_string(counter++));
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0)
-      fail("cannot create " + path_.string() + " to write " + target.string() + ": " +
-           std::strerror(errno));
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-
-  void write_all(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t(1) << 30));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0)
-        fail("cannot write " + target_.string() + ": " + std::strerror(w < 0 ? errno : EIO));
-      p += w;
-      n -= size_t(w);
-    }
-  }
-
-  void commit() {
-    if (::fsync(fd_) != 0)
-      fail("cannot write " + target_.string() + ": fsync: " + std::strerror(errno));
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0)
-      fail("cannot write " + target_.string() + ": close: " + std::strerror(errno));
-    if (::rename(path_.c_str(), target_.c_str()) != 0)
-      fail("cannot rename " + path_.string() + " to " + target_.string() + ": " +
-           std::strerror(errno));
-    committed_ = true;
-    // Make the rename itself durable; best effort, as some filesystems refuse fsync on directories.
-    const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      (void)::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  std::filesystem::path target_, path_;
-  int fd_ = -1;
-  bool committed_ = false;
 };
 
 }  // namespace
@@ -200,7 +141,7 @@ void GgufWriter::write(const std::filesystem::path& path) const {
   }
   out.pad_to(align);
 
-  TempFile file(path);
+  AtomicFile file(path);
   file.write_all(out.bytes.data(), out.bytes.size());
   static const char kZeros[256] = {};
   for (const Tensor& t : tensors_) {

@@ -1,8 +1,5 @@
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -11,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace fak {
 
@@ -245,35 +243,6 @@ std::vector<int64_t> read_i64(const TensorInfo& t) {
     }
   }
   return out;
-}
-
-void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
-  auto tmp = path;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create " + tmp.string() + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("cannot write " + path.string() + ": " + std::strerror(n < 0 ? e : ENOSPC));
-    }
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot write " + path.string() + ": " + std::strerror(e));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot rename " + tmp.string() + " to " + path.string() + ": " + std::strerror(e));
-  }
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,

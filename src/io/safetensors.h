@@ -72,11 +72,9 @@ struct TensorToWrite {
   std::vector<int64_t> shape;
   std::string_view bytes;  // exactly numel * dtype_size bytes
 };
-// Writes to path.tmp, fsyncs, renames: a crash never leaves a half file. Throws on any I/O error.
+// Written through an AtomicFile (io/atomic_file.h): a crash never leaves a half file. Throws on any
+// I/O error.
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
-
-// Writes `bytes` to path atomically (temp file in the same directory, fsync, rename).
-void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
 }  // namespace fak

@@ -18,8 +18,8 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "io/atomic_file.h"
 #include "io/mapped_file.h"
-#include "io/safetensors.h"
 #include "runtime/session.h"
 
 namespace fak {

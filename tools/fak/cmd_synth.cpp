@@ -13,6 +13,7 @@
 #include "common.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "models/config.h"
 
