@@ -19,6 +19,7 @@
 #include "models/gguf_loader.h"
 #include "models/model.h"
 #include "models/quant_policy.h"
+#include "ops/matmul_kernels.h"
 #include "runtime/kv_cache.h"
 #include "runtime/parity.h"
 #include "runtime/session.h"
@@ -141,6 +142,8 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
       // llama.cpp, --quant keeps them in their loaded type.
       if (hf->config().hidden_dim % 32 == 0) {
         auto q = Model::load(dir, {.quant = QuantType::Q8_0});
+        // Quantised at load, the matrices are buffers of the model's own: packed into panels.
+        EXPECT_EQ(q->weights().layers[0].mlp.down.panels, kernels::cpu_has_avx512()) << name;
         const std::vector<float> ql = all_logits(q, ids);
         EXPECT_EQ(0, std::memcmp(ql.data(), got.data(), 4 * ql.size())) << name << " --quant";
       }
@@ -271,8 +274,27 @@ TEST(GgufLoad, MmapAndAnonymousAgree) {
   EXPECT_STREQ(a->weights_memory(), "mmap");
   EXPECT_STREQ(b->weights_memory(), "anonymous");
   EXPECT_EQ(a->identity(), b->identity());
+  // Read into memory, q8_0 matrices are packed into the VNNI panels (where the CPU has them);
+  // mapped, they are read as stored. Both give the same bits, prefill and one-token steps.
+  EXPECT_FALSE(a->weights().layers[0].mlp.up.panels);
+  EXPECT_EQ(b->weights().layers[0].mlp.up.panels, kernels::cpu_has_avx512());
+  EXPECT_EQ(b->weights().embed.panels, kernels::cpu_has_avx512());  // lookups read panels
   const auto ids = prompt_ids("qwen2-tiny");
   EXPECT_EQ(all_logits(a, ids), all_logits(b, ids));
+  auto steps = [&ids](std::shared_ptr<const Model> m) {
+    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
+                                           m->config().head_dim);
+    Session s(m, cache);
+    s.append(ids);
+    std::vector<float> all;
+    for (int i = 0; i < 4; ++i) {
+      std::vector<float> logits;
+      s.append(std::vector<int32_t>{ids[size_t(i)]}, &logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  EXPECT_EQ(steps(a), steps(b));
 }
 
 TEST(GgufLoad, TokenizerFromGgufEncodesLikeHf) {

@@ -162,6 +162,46 @@ TEST_P(MatmulQuant, DequantizeRowMatchesBlockDequantize) {
   }
 }
 
+// q8_0 packed once into the VNNI panels (pack_weight_panels): every call, from one token up, on
+// any thread count, and every row lookup give the bits the stored rows give; a matrix it cannot
+// pack is left as it was.
+TEST(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
+  if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 32}, {48, 896}, {160, 256}}) {
+    Quantised stored = make_matrix(WType::Q8_0, rows, cols, 11);
+    Quantised packed = make_matrix(WType::Q8_0, rows, cols, 11);
+    ASSERT_TRUE(pack_weight_panels(packed.w, packed.bytes.data()));
+    EXPECT_TRUE(packed.w.panels);
+    EXPECT_EQ(packed.bytes.size(), stored.bytes.size());
+    EXPECT_NE(packed.bytes, stored.bytes);  // rewritten, so the checks below test the panels
+    for (int n_tokens : {1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 600}) {
+      std::vector<float> x = activations(n_tokens, cols, uint32_t(5 * n_tokens + 2));
+      const std::vector<float> want = run(stored.w, x, n_tokens);
+      ASSERT_EQ(0, std::memcmp(want.data(), run(packed.w, x, n_tokens).data(), 4 * want.size()))
+          << "rows " << rows << " cols " << cols << " n_tokens " << n_tokens;
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      const std::vector<float> single = run(packed.w, x, n_tokens);
+      omp_set_num_threads(threads);
+      ASSERT_EQ(0, std::memcmp(want.data(), single.data(), 4 * want.size()))
+          << "one thread, rows " << rows << " n_tokens " << n_tokens;
+    }
+    std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(stored.w, r, a.data());
+      dequantize_row(packed.w, r, b.data());
+      ASSERT_EQ(a, b) << "row " << r;
+    }
+  }
+  for (auto [type, rows] : {std::pair<WType, int64_t>{WType::Q8_0, 40}, {WType::Q4_0, 32}}) {
+    Quantised m = make_matrix(type, rows, 64, 1);
+    const std::vector<uint8_t> before = m.bytes;
+    EXPECT_FALSE(pack_weight_panels(m.w, m.bytes.data())) << wtype_name(type) << " rows " << rows;
+    EXPECT_FALSE(m.w.panels);
+    EXPECT_EQ(m.bytes, before);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulQuant, ::testing::ValuesIn(kQuantTypes),
                          [](const auto& info) { return std::string(wtype_name(info.param)); });
 

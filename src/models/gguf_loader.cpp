@@ -481,6 +481,10 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
     if (t.nbytes > 256) h.update(t.data + t.nbytes - 256, 256);
   }
   out.identity = h.hex();
+  // Read into memory of our own (not mapped): q8_0 matrices become the matmul kernel's panels in
+  // place, once, after the identity above has hashed the bytes as stored. A tied embedding is
+  // packed once for both its uses (lookups read panels through dequantize_row).
+  if (!use_mmap) pack_weight_panels(w);
   if (load_tokenizer && f.find("tokenizer.ggml.model")) {
     out.tokenizer = tokenizer_spec_from_gguf(f);
     if (c.bos_id && !out.tokenizer->bos_id) out.tokenizer->bos_id = c.bos_id;

@@ -112,6 +112,7 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, cons
   }
   if (options.quant) {
     m->extra_storage_ = quantise_weights(m->weights_, m->config_, *options.quant);
+    pack_weight_panels(m->weights_);  // the quantised matrices are buffers of our own
     h.update("quant:" + std::string(quant_type_name(*options.quant)));
     m->weights_memory_ = "quantised";
   }

@@ -147,4 +147,22 @@ ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
   return w;
 }
 
+void pack_weight_panels(ModelWeights& w) {
+  const bool tied = w.lm_head.data == w.embed.data;
+  auto pack = [](WeightMatrix& m) {
+    // note: the caller's promise (weights.h) is what makes writing through this pointer sound.
+    if (m.data) pack_weight_panels(m, static_cast<uint8_t*>(const_cast<void*>(m.data)));
+  };
+  pack(w.embed);
+  if (tied)
+    w.lm_head = w.embed;
+  else
+    pack(w.lm_head);
+  for (LayerWeights& L : w.layers)
+    for (WeightMatrix* m : {&L.attn.wq, &L.attn.wk, &L.attn.wv, &L.attn.wo, &L.delta.in_proj_qkv,
+                            &L.delta.in_proj_z, &L.delta.in_proj_b, &L.delta.in_proj_a,
+                            &L.delta.out_proj, &L.mlp.gate, &L.mlp.up, &L.mlp.down})
+      pack(*m);
+}
+
 }  // namespace fak

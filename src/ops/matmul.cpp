@@ -150,7 +150,10 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   }
 }
 
+void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out);  // matmul_quant.cpp
+
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out) {
+  if (w.panels) return dequantize_packed_row(w, r, out);
   const uint8_t* row = w.row(r);
   switch (w.type) {
     case WType::F32:

@@ -31,6 +31,9 @@ struct WeightMatrix {
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features
   size_t row_bytes = 0;
+  // Rows rewritten into 16-row panels (pack_weight_panels): row(r) is then where row r's group
+  // starts, not row r, and only matmul and dequantize_row know the layout.
+  bool panels = false;
 
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes; }
   size_t bytes() const { return row_bytes * size_t(rows); }
@@ -43,6 +46,13 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 
 // Widens (dequantises) row r of w into out[w.cols] (embedding lookup).
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
+
+// Rewrites w's rows in place into the 16-row panels the AVX-512 VNNI kernel reads, so that no call
+// repacks them again (a call of 2-16 tokens spent most of its time there), and sets w.panels.
+// Only q8_0 with rows a multiple of 16, on a CPU that runs those kernels; otherwise w is left as
+// it is. `bytes` is w.data, writable (memory the caller owns, not a read-only mapping). Results
+// stay the same bits. Returns w.panels.
+bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes);
 
 // Which kernel family runs ("avx512", "avx2", "scalar"): chosen once at start-up from the CPU's
 // features (FAK_ISA=avx2 or scalar caps it).

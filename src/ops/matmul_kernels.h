@@ -54,6 +54,12 @@ QuantTileFn quant_tile_avx2(QuantType t);  // gemm_avx2.cpp; only when cpu_has_a
 // gemm_avx512.cpp (VNNI, 16-row panels; same bits as the AVX2 tiles); only when avx512_enabled().
 // Needs QuantTask::act_sums for every Q8_0-activation type.
 QuantTileFn quant_tile_avx512(QuantType t);
+// gemm_avx512.cpp: rewrites n_rows rows of type t in place into prepacked panels
+// (quant::kPackedQ8*), or returns false where it cannot (only q8_0, rows a multiple of 16); and
+// the kernel that reads them, for any n_tokens (needs act_scales and act_sums even for one token).
+bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
+                          size_t row_bytes);
+QuantTileFn quant_tile_packed_avx512(QuantType t);
 // The decode kernel (n_tokens == 1) for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_gemv_kernel(QuantType t);
 QuantTileFn quant_gemv_avx2(QuantType t);  // gemv_avx2.cpp; only when cpu_has_avx2()

@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
@@ -144,7 +145,7 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   thread_local std::vector<float> tls_scales;
   std::vector<float>& scales = tls_scales;
   const int64_t nb = w.cols / quant::kQK;
-  const bool want_scales = at == QuantType::Q8_0 && n_tokens > 1;
+  const bool want_scales = at == QuantType::Q8_0 && (n_tokens > 1 || w.panels);
   if (want_scales) {
     scales.resize(size_t(nb) * size_t(n_tokens));
     q.act_scales = scales.data();
@@ -183,9 +184,12 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
 
   // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
   // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
-  // directly, each 8-row group staying in L1 while every token passes over it.
-  const QuantTileFn tile =
-      n_tokens > gemv_max_tokens(qt) ? quant_tile_kernel(qt) : quant_gemv_kernel(qt);
+  // directly, each 8-row group staying in L1 while every token passes over it. Weights packed at
+  // load (pack_weight_panels) have no rows left for those to read: their kernel takes every call.
+  const QuantTileFn tile = w.panels                         ? quant_tile_packed_avx512(qt)
+                           : n_tokens > gemv_max_tokens(qt) ? quant_tile_kernel(qt)
+                                                            : quant_gemv_kernel(qt);
+  check(tile || !w.panels, "matmul: packed weights without their kernel");
   auto run = [&](int64_t r0, int64_t r1) {
     if (tile)
       tile(q, r0, r1);
@@ -205,5 +209,34 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
 }
 
 }  // namespace kernels
+
+bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
+  check(bytes == w.data, "pack_weight_panels: bytes must be the matrix's own");
+  if (w.panels) return true;
+  // Only where the packed kernel can run: it is AVX-512 VNNI, and its outputs are the vec_dot's
+  // bits only when the dots are the AVX2 ones (as for every tile, quant_tile_kernel).
+  if (!kernels::avx512_enabled() || quant_kernels().isa != "avx2" || w.type != WType::Q8_0 ||
+      w.rows % 16 != 0)
+    return false;
+  w.panels =
+      kernels::pack_panels16_avx512(*wtype_quant(w.type), bytes, w.rows, w.cols, w.row_bytes);
+  return w.panels;
+}
+
+void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out) {
+  const uint8_t* group = w.row(r / 16 * 16);
+  const int i = int(r % 16);
+  const int64_t nb = w.cols / quant::kQK;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + size_t(b) * size_t(quant::kPackedQ8BlockBytes);
+    uint16_t d;
+    std::memcpy(&d, p + 2 * i, 2);
+    const float scale = f16_to_f32(d);
+    const uint8_t* codes = p + quant::kPackedQ8CodesOffset + 4 * i;
+    // As dequantize_q8_0: d * q, the same float product.
+    for (int k = 0; k < quant::kQK; ++k)
+      out[b * quant::kQK + k] = scale * float(int(codes[64 * (k / 4) + k % 4]) - 128);
+  }
+}
 
 }  // namespace fak
