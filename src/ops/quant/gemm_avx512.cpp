@@ -424,6 +424,7 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
 // Block32 panel with its 16 scales kept as fp16, so 16 rows' block is exactly their 16 x 34
 // stored bytes and the panels take the rows' place. Calls then skip the repack, which was most of
 // a call of 2-16 tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles).
+
 // Tokens [t, t + TT) of the group at row r, prefetching `next` over its blocks.
 template <int TT>
 void packed_tile_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
