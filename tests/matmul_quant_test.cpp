@@ -165,11 +165,17 @@ TEST_P(MatmulQuant, DequantizeRowMatchesBlockDequantize) {
 // q8_0 packed once into the VNNI panels (pack_weight_panels): every call, from one token up, on
 // any thread count, and every row lookup give the bits the stored rows give; a matrix it cannot
 // pack is left as it was.
-TEST(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
+class MatmulQuantPacked : public ::testing::TestWithParam<WType> {};
+
+TEST_P(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 32}, {48, 896}, {160, 256}}) {
-    Quantised stored = make_matrix(WType::Q8_0, rows, cols, 11);
-    Quantised packed = make_matrix(WType::Q8_0, rows, cols, 11);
+  const WType type = GetParam();
+  const bool k_quant = wtype_block(type) == 256;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, k_quant ? 256 : 32},
+                            {48, k_quant ? 1024 : 896},
+                            {160, 256}}) {
+    Quantised stored = make_matrix(type, rows, cols, 11);
+    Quantised packed = make_matrix(type, rows, cols, 11);
     ASSERT_TRUE(pack_weight_panels(packed.w, packed.bytes.data()));
     EXPECT_TRUE(packed.w.panels);
     EXPECT_EQ(packed.bytes.size(), stored.bytes.size());
@@ -193,8 +199,18 @@ TEST(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
       ASSERT_EQ(a, b) << "row " << r;
     }
   }
-  for (auto [type, rows] : {std::pair<WType, int64_t>{WType::Q8_0, 40}, {WType::Q4_0, 32}}) {
-    Quantised m = make_matrix(type, rows, 64, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedTypes, MatmulQuantPacked,
+                         ::testing::Values(WType::Q8_0, WType::Q4_K),
+                         [](const auto& info) { return std::string(wtype_name(info.param)); });
+
+TEST(MatmulQuantPacking, LeavesWhatItCannotPack) {
+  for (auto [type, rows] : {std::pair<WType, int64_t>{WType::Q8_0, 40},
+                            {WType::Q4_K, 24},
+                            {WType::Q4_0, 32},
+                            {WType::Q6_K, 32}}) {
+    Quantised m = make_matrix(type, rows, 256, 1);
     const std::vector<uint8_t> before = m.bytes;
     EXPECT_FALSE(pack_weight_panels(m.w, m.bytes.data())) << wtype_name(type) << " rows " << rows;
     EXPECT_FALSE(m.w.panels);

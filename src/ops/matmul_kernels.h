@@ -55,7 +55,8 @@ QuantTileFn quant_tile_avx2(QuantType t);  // gemm_avx2.cpp; only when cpu_has_a
 // Needs QuantTask::act_sums for every Q8_0-activation type.
 QuantTileFn quant_tile_avx512(QuantType t);
 // gemm_avx512.cpp: rewrites n_rows rows of type t in place into prepacked panels
-// (quant::kPackedQ8*), or returns false where it cannot (only q8_0, rows a multiple of 16); and
+// (quant::kPackedQ8* / kPackedQ4K*), or returns false where it cannot (only q8_0 and q4_K, rows a
+// multiple of 16); and
 // the kernel that reads them, for any n_tokens (needs act_scales and act_sums even for one token).
 bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
                           size_t row_bytes);

@@ -215,8 +215,8 @@ bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
   if (w.panels) return true;
   // Only where the packed kernel can run: it is AVX-512 VNNI, and its outputs are the vec_dot's
   // bits only when the dots are the AVX2 ones (as for every tile, quant_tile_kernel).
-  if (!kernels::avx512_enabled() || quant_kernels().isa != "avx2" || w.type != WType::Q8_0 ||
-      w.rows % 16 != 0)
+  if (!kernels::avx512_enabled() || quant_kernels().isa != "avx2" ||
+      (w.type != WType::Q8_0 && w.type != WType::Q4_K) || w.rows % 16 != 0)
     return false;
   w.panels =
       kernels::pack_panels16_avx512(*wtype_quant(w.type), bytes, w.rows, w.cols, w.row_bytes);
@@ -224,18 +224,34 @@ bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
 }
 
 void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out) {
+  // Row r's blocks put back together from its group's panels (the layouts: quant_blocks.h), then
+  // widened by the type's own dequantiser: the same floats as from the stored row.
   const uint8_t* group = w.row(r / 16 * 16);
   const int i = int(r % 16);
-  const int64_t nb = w.cols / quant::kQK;
+  const QuantType qt = *wtype_quant(w.type);
+  const int block = quant_block_size(qt);
+  const int64_t nb = w.cols / block;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = group + size_t(b) * size_t(quant::kPackedQ8BlockBytes);
-    uint16_t d;
-    std::memcpy(&d, p + 2 * i, 2);
-    const float scale = f16_to_f32(d);
-    const uint8_t* codes = p + quant::kPackedQ8CodesOffset + 4 * i;
-    // As dequantize_q8_0: d * q, the same float product.
-    for (int k = 0; k < quant::kQK; ++k)
-      out[b * quant::kQK + k] = scale * float(int(codes[64 * (k / 4) + k % 4]) - 128);
+    if (qt == QuantType::Q8_0) {
+      const uint8_t* p = group + size_t(b) * size_t(quant::kPackedQ8BlockBytes);
+      quant::BlockQ8_0 blk;
+      std::memcpy(&blk.d, p + 2 * i, 2);
+      for (int k = 0; k < quant::kQK; ++k)
+        blk.qs[k] = int8_t(p[quant::kPackedQ8CodesOffset + 64 * (k / 4) + 4 * i + k % 4] ^ 0x80);
+      dequantize_row(qt, &blk, out + b * block, block);
+    } else {
+      const uint8_t* p = group + size_t(b) * size_t(quant::kPackedQ4KBlockBytes);
+      quant::BlockQ4K blk;
+      std::memcpy(&blk.d, p + 2 * i, 2);
+      std::memcpy(&blk.dmin, p + 32 + 2 * i, 2);
+      for (int k = 0; k < 3; ++k)
+        std::memcpy(blk.scales + 4 * k, p + quant::kPackedQ4KScalesOffset + 64 * k + 4 * i, 4);
+      for (int c = 0; c < 4; ++c)
+        for (int g = 0; g < 8; ++g)
+          std::memcpy(blk.qs + 32 * c + 4 * g,
+                      p + quant::kPackedQ4KCodesOffset + 512 * c + 64 * g + 4 * i, 4);
+      dequantize_row(qt, &blk, out + b * block, block);
+    }
   }
 }
 

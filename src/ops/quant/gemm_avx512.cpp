@@ -14,6 +14,7 @@
 // note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <cstddef>
 #include <cstring>
@@ -224,13 +225,56 @@ struct K4 {
     }
   }
 
-  template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
+  // kPacked (q4_K only): a prepacked panel (quant::kPackedQ4K*) instead of this call's own: the
+  // scales and mins are unpacked from each row's 12 bytes and the nibbles split here, per block.
+  template <int TT, bool kPacked = false>
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
+                   NextRows* next = nullptr) {
+    static_assert(!kPacked || !kFiveBit, "only q4_K is packed");
+    constexpr size_t kStride = kPacked ? size_t(quant::kPackedQ4KBlockBytes) : size_t(kPanelBytes);
     __m512 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* p = panel + size_t(b) * kPanelBytes;
+      if (next) next->upto(b, nb);
+      const uint8_t* p = panel + size_t(b) * kStride;
+      // Per lane (row): sub-block scales sc_s as int32, and the min pairs (m_2k, m_2k+1) as int16
+      // pairs, as prep stores them; from the packed 12 bytes with scales_mins_k4's word steps.
+      alignas(64) int32_t sc_lanes[8][kRows];
+      __m512i mp[4];
+      if constexpr (kPacked) {
+        const __m512i u0 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset);
+        const __m512i u1 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset + 64);
+        const __m512i u2 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset + 128);
+        const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
+                      low2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
+        const __m512i sc_lo = _mm512_and_si512(u0, low6);
+        const __m512i sc_hi =
+            _mm512_or_si512(_mm512_and_si512(u2, low4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), low2), 4));
+        const __m512i m_lo = _mm512_and_si512(u1, low6);
+        const __m512i m_hi =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), low2), 4));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          _mm512_store_si512(sc_lanes[k], _mm512_and_si512(_mm512_srli_epi32(sc_lo, 8 * k), byte));
+          _mm512_store_si512(sc_lanes[4 + k],
+                             _mm512_and_si512(_mm512_srli_epi32(sc_hi, 8 * k), byte));
+        }
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; ++k) {
+          const __m512i lo = _mm512_srli_epi32(m_lo, 16 * k), hi = _mm512_srli_epi32(m_hi, 16 * k);
+          mp[k] = _mm512_or_si512(
+              _mm512_and_si512(lo, byte),
+              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(lo, 8), byte), 16));
+          mp[2 + k] = _mm512_or_si512(
+              _mm512_and_si512(hi, byte),
+              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 8), byte), 16));
+        }
+      } else {
+        for (int k = 0; k < 4; ++k) mp[k] = load_si(p + kOffMp + 64 * k);
+      }
       const BlockQ8K* a[TT];
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) a[j] = reinterpret_cast<const BlockQ8K*>(args.acts[j]) + b;
@@ -239,24 +283,37 @@ struct K4 {
       for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
 #pragma GCC unroll 1
       for (int s = 0; s < 8; ++s) {
-        const uint8_t* codes = p + kOffCodes + 512 * s;
+        // Packed: sub-blocks 2c and 2c + 1 are the low and high nibbles of the same registers.
+        const uint8_t* codes =
+            kPacked ? p + quant::kPackedQ4KCodesOffset + 512 * (s / 2) : p + kOffCodes + 512 * s;
         __m512i t[TT];
 #pragma GCC unroll 16
         for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
-          const __m512i w = load_si(codes + 64 * g);
+          __m512i w;
+          if constexpr (kPacked) {
+            const __m512i raw = _mm512_loadu_si512(codes + 64 * g);
+            w = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, _mm512_set1_epi8(0x0F));
+          } else {
+            w = load_si(codes + 64 * g);
+          }
 #pragma GCC unroll 16
           for (int j = 0; j < TT; ++j)
             t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 32 * s + 4 * g));
         }
-        const __m512i sc = load_si(p + kOffSc + 64 * s);
+        const __m512i sc = kPacked ? _mm512_load_si512(sc_lanes[s]) : load_si(p + kOffSc + 64 * s);
 #pragma GCC unroll 16
         for (int j = 0; j < TT; ++j)
           isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(t[j], sc));
       }
-      const __m512 dw = load_ps(p);
-      const __m512 dmw = load_ps(p + 64);
+      // The fp16 scales widen exactly: the same floats as a panel that stores them widened.
+      const __m512 dw =
+          kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))
+                  : load_ps(p);
+      const __m512 dmw =
+          kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)))
+                  : load_ps(p + 64);
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) {
         // Σ_k m_k (bsum_2k + bsum_2k+1): the 32-element sums of this token, paired per madd.
@@ -268,11 +325,10 @@ struct K4 {
           std::memcpy(&b1, &a[j]->bsums[2 * k + 1], 2);
           s32[k] = int16_t(b0 + b1);
         }
-        __m512i imin = _mm512_madd_epi16(load_si(p + kOffMp), bcast4_512(&s32[0]));
+        __m512i imin = _mm512_madd_epi16(mp[0], bcast4_512(&s32[0]));
 #pragma GCC unroll 4
         for (int k = 1; k < 4; ++k)
-          imin = _mm512_add_epi32(
-              imin, _mm512_madd_epi16(load_si(p + kOffMp + 64 * k), bcast4_512(&s32[2 * k])));
+          imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp[k], bcast4_512(&s32[2 * k])));
         const __m512 da = _mm512_set1_ps(a[j]->d);
         acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
         acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmw, da), _mm512_cvtepi32_ps(imin), acc[j]);
@@ -420,40 +476,50 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
   if (r_end < r1) quant_tile_avx2(F::kType)(q, r_end, r1);
 }
 
-// q8_0 rows packed once, at load, into the panels the tile reads (quant::kPackedQ8*): the
-// Block32 panel with its 16 scales kept as fp16, so 16 rows' block is exactly their 16 x 34
-// stored bytes and the panels take the rows' place. Calls then skip the repack, which was most of
-// a call of 2-16 tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles).
+// Weights packed once, at load, into panels the tiles read in place of the rows (q8_0 and q4_K:
+// quant::kPackedQ8* / kPackedQ4K*). Each keeps what a call's own panel widens (fp16 scales,
+// q4_K's packed 6-bit scales and nibbles) as stored, so 16 rows' block is exactly the bytes they
+// took, and the tile widens it. Calls then skip the repack, which was most of a call of 2-16
+// tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles). The families
+// (F::tile<TT, true> reads kPackedBytes of panel per block):
+struct PackedQ8 {
+  using F = Block32<WType::Q8_0>;
+  static constexpr int kBlock = kQK, kTT = F::kTT, kPackedBytes = quant::kPackedQ8BlockBytes;
+};
+struct PackedQ4K {
+  using F = K4<false>;
+  static constexpr int kBlock = kQKK, kTT = F::kTT, kPackedBytes = quant::kPackedQ4KBlockBytes;
+};
 
 // Tokens [t, t + TT) of the group at row r, prefetching `next` over its blocks.
-template <int TT>
+template <class P, int TT>
 void packed_tile_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
                     NextRows* next) {
   TileArgs<TT> a;
   for (int j = 0; j < TT; ++j) {
     a.acts[j] = q.act + size_t(t + j) * q.act_row_bytes;
-    a.scales[j] = q.act_scales + size_t(t + j) * size_t(nb);
-    a.sums[j] = q.act_sums + size_t(t + j) * size_t(nb);
+    a.scales[j] = q.act_scales ? q.act_scales + size_t(t + j) * size_t(nb) : nullptr;
+    a.sums[j] = q.act_sums ? q.act_sums + size_t(t + j) * size_t(nb) : nullptr;
     a.ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
   }
-  Block32<WType::Q8_0>::template tile<TT, true>(panel, nb, a, next);
+  P::F::template tile<TT, true>(panel, nb, a, next);
 }
 
-template <int TT>
+template <class P, int TT>
 void packed_tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
                            int left, NextRows* next) {
   if constexpr (TT > 0) {
-    if (left == TT) return packed_tile_at<TT>(q, panel, nb, r, t, next);
-    return packed_tile_remainder<TT - 1>(q, panel, nb, r, t, left, next);
+    if (left == TT) return packed_tile_at<P, TT>(q, panel, nb, r, t, next);
+    return packed_tile_remainder<P, TT - 1>(q, panel, nb, r, t, left, next);
   }
 }
 
-// Rows [r0, r1) (whole groups of 16) of prepacked q8_0 for every token: group r / 16's panels
+// Rows [r0, r1) (whole groups of 16) of prepacked weights for every token: group r / 16's panels
 // are where its rows were. The first tile of a group prefetches the next group over its blocks,
 // as the repack does for the rows of a call's own panels.
+template <class P>
 void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
-  constexpr int kTT = Block32<WType::Q8_0>::kTT;
-  const int64_t nb = q.w->cols / kQK;
+  const int64_t nb = q.w->cols / P::kBlock;
   const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   constexpr int kTokenSuperBlock = 512;
   for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
@@ -463,11 +529,45 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
       NextRows next;
       if (r + kRows < q.w->rows) next = {panel + group_bytes, group_bytes, 0};
       int t = ts;
-      for (; t + kTT <= ts_end; t += kTT)
-        packed_tile_at<kTT>(q, panel, nb, r, t, t == ts ? &next : nullptr);
+      for (; t + P::kTT <= ts_end; t += P::kTT)
+        packed_tile_at<P, P::kTT>(q, panel, nb, r, t, t == ts ? &next : nullptr);
       if (t < ts_end)
-        packed_tile_remainder<kTT - 1>(q, panel, nb, r, t, ts_end - t, t == ts ? &next : nullptr);
+        packed_tile_remainder<P, P::kTT - 1>(q, panel, nb, r, t, ts_end - t,
+                                             t == ts ? &next : nullptr);
     }
+  }
+}
+
+// 16 rows' block b of q8_0 (from a copy of the rows) as its packed panel at p.
+void pack_block_q8_0(const uint8_t* const* src, int64_t b, uint8_t* p) {
+  using Q8 = Block32<WType::Q8_0>;
+  for (int i = 0; i < kRows; ++i)
+    std::memcpy(p + 2 * i, &reinterpret_cast<const BlockQ8_0*>(src[i])[b].d, 2);
+  __m256i lo[8], hi[8];
+  for (int i = 0; i < 8; ++i) {
+    lo[i] = Q8::codes(src[i], b);
+    hi[i] = Q8::codes(src[8 + i], b);
+  }
+  store_transposed16(lo, hi, p + quant::kPackedQ8CodesOffset);
+}
+
+// The same for q4_K: scales' dwords and raw nibble bytes transposed, nothing unpacked.
+void pack_block_q4_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
+  const BlockQ4K* blk[kRows];
+  for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const BlockQ4K*>(src[i]) + b;
+  for (int i = 0; i < kRows; ++i) {
+    std::memcpy(p + 2 * i, &blk[i]->d, 2);
+    std::memcpy(p + 32 + 2 * i, &blk[i]->dmin, 2);
+    for (int k = 0; k < 3; ++k)
+      std::memcpy(p + quant::kPackedQ4KScalesOffset + 64 * k + 4 * i, blk[i]->scales + 4 * k, 4);
+  }
+  for (int c = 0; c < 4; ++c) {
+    __m256i lo[8], hi[8];
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = load256(blk[i]->qs + 32 * c);
+      hi[i] = load256(blk[8 + i]->qs + 32 * c);
+    }
+    store_transposed16(lo, hi, p + quant::kPackedQ4KCodesOffset + 512 * c);
   }
 }
 
@@ -475,11 +575,14 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
 
 bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
                           size_t row_bytes) {
-  if (t != QuantType::Q8_0 || n_rows % kRows != 0 || cols % kQK != 0 ||
-      row_bytes != size_t(cols / kQK) * sizeof(BlockQ8_0))
+  const bool q8 = t == QuantType::Q8_0, q4k = t == QuantType::Q4_K;
+  const int block = q8 ? kQK : kQKK;
+  const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4K);
+  const size_t panel_bytes = q8 ? quant::kPackedQ8BlockBytes : quant::kPackedQ4KBlockBytes;
+  if (!(q8 || q4k) || n_rows % kRows != 0 || cols % block != 0 ||
+      row_bytes != size_t(cols / block) * block_bytes)
     return false;
-  const int64_t nb = cols / kQK;
-  using Q8 = Block32<WType::Q8_0>;
+  const int64_t nb = cols / block;
 #pragma omp parallel
   {
     std::vector<uint8_t> group(size_t(kRows) * row_bytes);  // the 16 rows, before packing
@@ -490,15 +593,11 @@ bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t co
       const uint8_t* src[kRows];
       for (int i = 0; i < kRows; ++i) src[i] = group.data() + size_t(i) * row_bytes;
       for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* p = base + size_t(b) * size_t(quant::kPackedQ8BlockBytes);
-        for (int i = 0; i < kRows; ++i)
-          std::memcpy(p + 2 * i, &reinterpret_cast<const BlockQ8_0*>(src[i])[b].d, 2);
-        __m256i lo[8], hi[8];
-        for (int i = 0; i < 8; ++i) {
-          lo[i] = Q8::codes(src[i], b);
-          hi[i] = Q8::codes(src[8 + i], b);
-        }
-        store_transposed16(lo, hi, p + quant::kPackedQ8CodesOffset);
+        uint8_t* p = base + size_t(b) * panel_bytes;
+        if (q8)
+          pack_block_q8_0(src, b, p);
+        else
+          pack_block_q4_k(src, b, p);
       }
     }
   }
@@ -506,7 +605,9 @@ bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t co
 }
 
 QuantTileFn quant_tile_packed_avx512(QuantType t) {
-  return t == QuantType::Q8_0 ? rows_packed16 : nullptr;
+  if (t == QuantType::Q8_0) return rows_packed16<PackedQ8>;
+  if (t == QuantType::Q4_K) return rows_packed16<PackedQ4K>;
+  return nullptr;
 }
 
 QuantTileFn quant_tile_avx512(QuantType t) {

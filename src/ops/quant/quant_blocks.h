@@ -68,6 +68,15 @@ struct [[gnu::packed]] BlockQ4K {
   uint8_t qs[kQKK / 2];
 };
 
+// Prepacked q4_K (as q8_0 above: 16 rows' super-block in the 16 x 144 bytes they took): the 16 fp16
+// d, the 16 fp16 dmin, then 3 x 64 bytes of packed scales (the 64 bytes at k hold bytes
+// 4k..4k+3 of row i's scales[] at 4i..4i+3), then for each 64-element chunk c 8 x 64 bytes of its
+// raw nibble bytes qs[32c..32c+31], transposed the same way (the tile splits the nibbles).
+constexpr int kPackedQ4KScalesOffset = 64;
+constexpr int kPackedQ4KCodesOffset = kPackedQ4KScalesOffset + 3 * 64;
+constexpr int kPackedQ4KBlockBytes = kPackedQ4KCodesOffset + 4 * 8 * 64;
+static_assert(kPackedQ4KBlockBytes == 16 * sizeof(BlockQ4K), "panels replace the rows in place");
+
 // As q4_K with a 5th bit: element l of chunk c takes bit 2c (low half) or 2c + 1 (high half) of
 // qh[l], l in [0, 32).
 struct [[gnu::packed]] BlockQ5K {
