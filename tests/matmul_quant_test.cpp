@@ -202,7 +202,7 @@ TEST_P(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, MatmulQuantPacked,
-                         ::testing::Values(WType::Q8_0, WType::Q4_K),
+                         ::testing::Values(WType::Q8_0, WType::Q4_K, WType::Q5_K),
                          [](const auto& info) { return std::string(wtype_name(info.param)); });
 
 TEST(MatmulQuantPacking, LeavesWhatItCannotPack) {

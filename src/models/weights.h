@@ -56,7 +56,7 @@ struct ModelWeights {
 ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& config,
                              const std::string& prefix);
 
-// Packs every q8_0 and q4_K matrix of w into the matmul kernel's panels in place
+// Packs every q8_0, q4_K and q5_K matrix of w into the matmul kernel's panels in place
 // (pack_weight_panels in ops/matmul.h; the other types are left as they are). The caller vouches
 // that those matrices' bytes are the model's own and writable: read into memory or made at load,
 // never a mapped file. A tied embedding is packed once for both its uses (lookups read panels via

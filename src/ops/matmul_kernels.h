@@ -54,10 +54,10 @@ QuantTileFn quant_tile_avx2(QuantType t);  // gemm_avx2.cpp; only when cpu_has_a
 // gemm_avx512.cpp (VNNI, 16-row panels; same bits as the AVX2 tiles); only when avx512_enabled().
 // Needs QuantTask::act_sums for every Q8_0-activation type.
 QuantTileFn quant_tile_avx512(QuantType t);
-// gemm_avx512.cpp: rewrites n_rows rows of type t in place into prepacked panels
-// (quant::kPackedQ8* / kPackedQ4K*), or returns false where it cannot (only q8_0 and q4_K, rows a
-// multiple of 16); and
-// the kernel that reads them, for any n_tokens (needs act_scales and act_sums even for one token).
+// gemm_avx512.cpp: rewrites n_rows rows of type t in place into prepacked panels (the
+// quant::kPackedQ8* / Q4K* / Q5K* layouts), or returns false where it cannot (only q8_0, q4_K and
+// q5_K, rows a multiple of 16); and the kernel that reads them, for any n_tokens (q8_0 needs
+// act_scales and act_sums even for one token).
 bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
                           size_t row_bytes);
 QuantTileFn quant_tile_packed_avx512(QuantType t);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -216,12 +217,33 @@ bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
   // Only where the packed kernel can run: it is AVX-512 VNNI, and its outputs are the vec_dot's
   // bits only when the dots are the AVX2 ones (as for every tile, quant_tile_kernel).
   if (!kernels::avx512_enabled() || quant_kernels().isa != "avx2" ||
-      (w.type != WType::Q8_0 && w.type != WType::Q4_K) || w.rows % 16 != 0)
+      (w.type != WType::Q8_0 && w.type != WType::Q4_K && w.type != WType::Q5_K) || w.rows % 16 != 0)
     return false;
   w.panels =
       kernels::pack_panels16_avx512(*wtype_quant(w.type), bytes, w.rows, w.cols, w.row_bytes);
   return w.panels;
 }
+
+namespace {
+
+// Row i's q4_K / q5_K block out of its group's packed panel p (quant_blocks.h).
+template <class Block>
+void unpack_k_block(const uint8_t* p, int i, Block& blk) {
+  constexpr bool kFiveBit = std::is_same_v<Block, quant::BlockQ5K>;
+  constexpr int kCodes = kFiveBit ? quant::kPackedQ5KCodesOffset : quant::kPackedQ4KCodesOffset;
+  std::memcpy(&blk.d, p + 2 * i, 2);
+  std::memcpy(&blk.dmin, p + 32 + 2 * i, 2);
+  for (int k = 0; k < 3; ++k)
+    std::memcpy(blk.scales + 4 * k, p + quant::kPackedQ4KScalesOffset + 64 * k + 4 * i, 4);
+  if constexpr (kFiveBit)
+    for (int g = 0; g < 8; ++g)
+      std::memcpy(blk.qh + 4 * g, p + quant::kPackedQ5KHighOffset + 64 * g + 4 * i, 4);
+  for (int c = 0; c < 4; ++c)
+    for (int g = 0; g < 8; ++g)
+      std::memcpy(blk.qs + 32 * c + 4 * g, p + kCodes + 512 * c + 64 * g + 4 * i, 4);
+}
+
+}  // namespace
 
 void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out) {
   // Row r's blocks put back together from its group's panels (the layouts: quant_blocks.h), then
@@ -239,17 +261,13 @@ void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out) {
       for (int k = 0; k < quant::kQK; ++k)
         blk.qs[k] = int8_t(p[quant::kPackedQ8CodesOffset + 64 * (k / 4) + 4 * i + k % 4] ^ 0x80);
       dequantize_row(qt, &blk, out + b * block, block);
-    } else {
-      const uint8_t* p = group + size_t(b) * size_t(quant::kPackedQ4KBlockBytes);
+    } else if (qt == QuantType::Q4_K) {
       quant::BlockQ4K blk;
-      std::memcpy(&blk.d, p + 2 * i, 2);
-      std::memcpy(&blk.dmin, p + 32 + 2 * i, 2);
-      for (int k = 0; k < 3; ++k)
-        std::memcpy(blk.scales + 4 * k, p + quant::kPackedQ4KScalesOffset + 64 * k + 4 * i, 4);
-      for (int c = 0; c < 4; ++c)
-        for (int g = 0; g < 8; ++g)
-          std::memcpy(blk.qs + 32 * c + 4 * g,
-                      p + quant::kPackedQ4KCodesOffset + 512 * c + 64 * g + 4 * i, 4);
+      unpack_k_block(group + size_t(b) * size_t(quant::kPackedQ4KBlockBytes), i, blk);
+      dequantize_row(qt, &blk, out + b * block, block);
+    } else {
+      quant::BlockQ5K blk;
+      unpack_k_block(group + size_t(b) * size_t(quant::kPackedQ5KBlockBytes), i, blk);
       dequantize_row(qt, &blk, out + b * block, block);
     }
   }

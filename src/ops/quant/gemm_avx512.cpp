@@ -18,6 +18,7 @@
 #endif
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ops/quant/gemm_avx2.h"
@@ -225,13 +226,16 @@ struct K4 {
     }
   }
 
-  // kPacked (q4_K only): a prepacked panel (quant::kPackedQ4K*) instead of this call's own: the
-  // scales and mins are unpacked from each row's 12 bytes and the nibbles split here, per block.
+  // kPacked: a prepacked panel (quant::kPackedQ4K* / kPackedQ5K*) instead of this call's own: the
+  // scales and mins are unpacked from each row's 12 bytes and the codes rebuilt here, per block.
   template <int TT, bool kPacked = false>
   static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
                    NextRows* next = nullptr) {
-    static_assert(!kPacked || !kFiveBit, "only q4_K is packed");
-    constexpr size_t kStride = kPacked ? size_t(quant::kPackedQ4KBlockBytes) : size_t(kPanelBytes);
+    constexpr size_t kPackedBytes =
+        kFiveBit ? size_t(quant::kPackedQ5KBlockBytes) : size_t(quant::kPackedQ4KBlockBytes);
+    constexpr size_t kPackedCodes =
+        kFiveBit ? size_t(quant::kPackedQ5KCodesOffset) : size_t(quant::kPackedQ4KCodesOffset);
+    constexpr size_t kStride = kPacked ? kPackedBytes : size_t(kPanelBytes);
     __m512 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
@@ -284,8 +288,7 @@ struct K4 {
 #pragma GCC unroll 1
       for (int s = 0; s < 8; ++s) {
         // Packed: sub-blocks 2c and 2c + 1 are the low and high nibbles of the same registers.
-        const uint8_t* codes =
-            kPacked ? p + quant::kPackedQ4KCodesOffset + 512 * (s / 2) : p + kOffCodes + 512 * s;
+        const uint8_t* codes = kPacked ? p + kPackedCodes + 512 * (s / 2) : p + kOffCodes + 512 * s;
         __m512i t[TT];
 #pragma GCC unroll 16
         for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
@@ -295,6 +298,12 @@ struct K4 {
           if constexpr (kPacked) {
             const __m512i raw = _mm512_loadu_si512(codes + 64 * g);
             w = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, _mm512_set1_epi8(0x0F));
+            if constexpr (kFiveBit) {  // bit s of each qh byte is the code's fifth bit
+              const __m512i qh = _mm512_loadu_si512(p + quant::kPackedQ5KHighOffset + 64 * g);
+              w = _mm512_or_si512(
+                  w, _mm512_slli_epi16(
+                         _mm512_and_si512(_mm512_srli_epi16(qh, s), _mm512_set1_epi8(1)), 4));
+            }
           } else {
             w = load_si(codes + 64 * g);
           }
@@ -476,10 +485,10 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
   if (r_end < r1) quant_tile_avx2(F::kType)(q, r_end, r1);
 }
 
-// Weights packed once, at load, into panels the tiles read in place of the rows (q8_0 and q4_K:
-// quant::kPackedQ8* / kPackedQ4K*). Each keeps what a call's own panel widens (fp16 scales,
-// q4_K's packed 6-bit scales and nibbles) as stored, so 16 rows' block is exactly the bytes they
-// took, and the tile widens it. Calls then skip the repack, which was most of a call of 2-16
+// Weights packed once, at load, into panels the tiles read in place of the rows (q8_0, q4_K, q5_K:
+// quant::kPackedQ8* / Q4K* / Q5K*). Each keeps what a call's own panel widens (fp16 scales, the
+// K-quants' packed 6-bit scales, nibbles and high bits) as stored, so 16 rows' block is the bytes
+// they took, and the tile widens it. Calls then skip the repack, which was most of a call of 2-16
 // tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles). The families
 // (F::tile<TT, true> reads kPackedBytes of panel per block):
 struct PackedQ8 {
@@ -489,6 +498,10 @@ struct PackedQ8 {
 struct PackedQ4K {
   using F = K4<false>;
   static constexpr int kBlock = kQKK, kTT = F::kTT, kPackedBytes = quant::kPackedQ4KBlockBytes;
+};
+struct PackedQ5K {
+  using F = K4<true>;
+  static constexpr int kBlock = kQKK, kTT = F::kTT, kPackedBytes = quant::kPackedQ5KBlockBytes;
 };
 
 // Tokens [t, t + TT) of the group at row r, prefetching `next` over its blocks.
@@ -551,10 +564,21 @@ void pack_block_q8_0(const uint8_t* const* src, int64_t b, uint8_t* p) {
   store_transposed16(lo, hi, p + quant::kPackedQ8CodesOffset);
 }
 
-// The same for q4_K: scales' dwords and raw nibble bytes transposed, nothing unpacked.
-void pack_block_q4_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
-  const BlockQ4K* blk[kRows];
-  for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const BlockQ4K*>(src[i]) + b;
+// The same for q4_K / q5_K: scales' dwords, qh and raw nibble bytes transposed, nothing unpacked.
+template <class Block>
+void pack_block_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
+  constexpr bool kFiveBit = std::is_same_v<Block, BlockQ5K>;
+  constexpr int kCodes = kFiveBit ? quant::kPackedQ5KCodesOffset : quant::kPackedQ4KCodesOffset;
+  const Block* blk[kRows];
+  for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const Block*>(src[i]) + b;
+  if constexpr (kFiveBit) {
+    __m256i lo[8], hi[8];
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = load256(blk[i]->qh);
+      hi[i] = load256(blk[8 + i]->qh);
+    }
+    store_transposed16(lo, hi, p + quant::kPackedQ5KHighOffset);
+  }
   for (int i = 0; i < kRows; ++i) {
     std::memcpy(p + 2 * i, &blk[i]->d, 2);
     std::memcpy(p + 32 + 2 * i, &blk[i]->dmin, 2);
@@ -567,7 +591,7 @@ void pack_block_q4_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
       lo[i] = load256(blk[i]->qs + 32 * c);
       hi[i] = load256(blk[8 + i]->qs + 32 * c);
     }
-    store_transposed16(lo, hi, p + quant::kPackedQ4KCodesOffset + 512 * c);
+    store_transposed16(lo, hi, p + kCodes + 512 * c);
   }
 }
 
@@ -575,11 +599,13 @@ void pack_block_q4_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
 
 bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
                           size_t row_bytes) {
-  const bool q8 = t == QuantType::Q8_0, q4k = t == QuantType::Q4_K;
+  const bool q8 = t == QuantType::Q8_0, q4k = t == QuantType::Q4_K, q5k = t == QuantType::Q5_K;
   const int block = q8 ? kQK : kQKK;
-  const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4K);
-  const size_t panel_bytes = q8 ? quant::kPackedQ8BlockBytes : quant::kPackedQ4KBlockBytes;
-  if (!(q8 || q4k) || n_rows % kRows != 0 || cols % block != 0 ||
+  const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : q4k ? sizeof(BlockQ4K) : sizeof(BlockQ5K);
+  const size_t panel_bytes = q8    ? quant::kPackedQ8BlockBytes
+                             : q4k ? quant::kPackedQ4KBlockBytes
+                                   : quant::kPackedQ5KBlockBytes;
+  if (!(q8 || q4k || q5k) || n_rows % kRows != 0 || cols % block != 0 ||
       row_bytes != size_t(cols / block) * block_bytes)
     return false;
   const int64_t nb = cols / block;
@@ -596,8 +622,10 @@ bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t co
         uint8_t* p = base + size_t(b) * panel_bytes;
         if (q8)
           pack_block_q8_0(src, b, p);
+        else if (q4k)
+          pack_block_k<BlockQ4K>(src, b, p);
         else
-          pack_block_q4_k(src, b, p);
+          pack_block_k<BlockQ5K>(src, b, p);
       }
     }
   }
@@ -607,6 +635,7 @@ bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t co
 QuantTileFn quant_tile_packed_avx512(QuantType t) {
   if (t == QuantType::Q8_0) return rows_packed16<PackedQ8>;
   if (t == QuantType::Q4_K) return rows_packed16<PackedQ4K>;
+  if (t == QuantType::Q5_K) return rows_packed16<PackedQ5K>;
   return nullptr;
 }
 

@@ -87,6 +87,13 @@ struct [[gnu::packed]] BlockQ5K {
   uint8_t qs[kQKK / 2];
 };
 
+// Prepacked q5_K: q4_K's layout with the 32 qh bytes of each row transposed as 8 x 64 bytes
+// between the scales and the nibbles (the 64 bytes at g hold qh[4g..4g+3] of row i at 4i..4i+3).
+constexpr int kPackedQ5KHighOffset = kPackedQ4KCodesOffset;
+constexpr int kPackedQ5KCodesOffset = kPackedQ5KHighOffset + 8 * 64;
+constexpr int kPackedQ5KBlockBytes = kPackedQ5KCodesOffset + 4 * 8 * 64;
+static_assert(kPackedQ5KBlockBytes == 16 * sizeof(BlockQ5K), "panels replace the rows in place");
+
 // 16 sub-blocks of 16: x = d * scales[k] * (q - 32), q in [0, 63] split into 4 low bits (ql) and 2
 // high bits (qh). Each 128-element half h uses ql[64h..64h+63], qh[32h..32h+31], scales[8h..].
 struct [[gnu::packed]] BlockQ6K {
