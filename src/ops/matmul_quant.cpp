@@ -69,6 +69,9 @@ namespace {
 int gemv_max_tokens(QuantType t) {
   if (!avx512_enabled() || !quant_tile_avx512(t)) return 8;
   switch (t) {
+    case QuantType::Q4_1:
+    case QuantType::Q5_1:
+      return 0;  // no decode kernel: vec_dot rows, which reduce two sums per block, are slower
     case QuantType::Q4_0:
     case QuantType::Q5_0:
       return 1;
@@ -76,7 +79,7 @@ int gemv_max_tokens(QuantType t) {
     case QuantType::Q4_K:
     case QuantType::Q5_K:
       return 2;
-    default:  // Q6_K (Q4_1 / Q5_1 have no AVX-512 panels: they return above)
+    default:  // Q6_K
       return 3;
   }
 }
@@ -146,7 +149,10 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   thread_local std::vector<float> tls_scales;
   std::vector<float>& scales = tls_scales;
   const int64_t nb = w.cols / quant::kQK;
-  const bool want_scales = at == QuantType::Q8_0 && (n_tokens > 1 || w.panels);
+  // The panel kernels (packed weights, or more tokens than the decode kernel takes) read each
+  // activation block's scale as a float and its quant sum; the others need neither.
+  const bool panels = w.panels || n_tokens > gemv_max_tokens(qt);
+  const bool want_scales = at == QuantType::Q8_0 && panels;
   if (want_scales) {
     scales.resize(size_t(nb) * size_t(n_tokens));
     q.act_scales = scales.data();
@@ -187,9 +193,9 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
   // directly, each 8-row group staying in L1 while every token passes over it. Weights packed at
   // load (pack_weight_panels) have no rows left for those to read: their kernel takes every call.
-  const QuantTileFn tile = w.panels                         ? quant_tile_packed_avx512(qt)
-                           : n_tokens > gemv_max_tokens(qt) ? quant_tile_kernel(qt)
-                                                            : quant_gemv_kernel(qt);
+  const QuantTileFn tile = w.panels ? quant_tile_packed_avx512(qt)
+                           : panels ? quant_tile_kernel(qt)
+                                    : quant_gemv_kernel(qt);
   check(tile || !w.panels, "matmul: packed weights without their kernel");
   auto run = [&](int64_t r0, int64_t r1) {
     if (tile)

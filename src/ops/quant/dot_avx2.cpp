@@ -44,24 +44,24 @@ float dot_q4_0(int64_t n, const void* vw, const void* va) {
   return acc;
 }
 
-// Unsigned codes with a min: d Σ q a + m Σ a, Σ a from maddubs with ones.
+// Unsigned codes with a min: d Σ q a + m Σ a (Σ a from maddubs with ones), block-serial as
+// dot_ref.cpp, so the AVX-512 panels (gemm_avx512.cpp) give the same bits.
 template <typename Block, bool kFiveBit>
 float dot_min_32(int64_t n, const void* vw, const void* va) {
   const auto* w = static_cast<const Block*>(vw);
   const auto* a = static_cast<const BlockQ8_0*>(va);
   const __m256i ones = _mm256_set1_epi8(1);
-  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
     __m256i q = unpack_nibbles(w[i].qs);
     if constexpr (kFiveBit)
       q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(w[i].qh), _mm256_set1_epi8(0x10)));
     const __m256i y = load256(a[i].qs);
     const float da = h2f(a[i].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * da), _mm256_cvtepi32_ps(dot_u8(q, y)), acc);
-    acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].m) * da), _mm256_cvtepi32_ps(dot_u8(ones, y)),
-                            acc_m);
+    acc = std::fma(h2f(w[i].d) * da, float(hsum_i32(dot_u8(q, y))), acc);
+    acc = std::fma(h2f(w[i].m) * da, float(hsum_i32(dot_u8(ones, y))), acc);
   }
-  return hsum(_mm256_add_ps(acc, acc_m));
+  return acc;
 }
 
 float dot_q5_0(int64_t n, const void* vw, const void* va) {

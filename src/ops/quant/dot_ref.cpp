@@ -1,15 +1,15 @@
 // Scalar reference dot products of one weight row with one quantized activation row. Integer parts
 // are summed exactly per block.
 //
-// note: for q8_0, q4_0, q5_0, q4_K, q5_K and q6_K the float combination is the "block-serial" rule
-// every SIMD variant and tile kernel reproduces bit for bit: one fused multiply-add per block (two
-// for the K-quants with mins) into a single accumulator, blocks in order, starting from +0:
+// note: for every weight type the float combination is the "block-serial" rule every SIMD variant
+// and tile kernel reproduces bit for bit: one fused multiply-add per block (two for the types with
+// mins) into a single accumulator, blocks in order, starting from +0:
 //   acc = fma(d_w * d_a, float(isum_b), acc)            [q6_K, the 32-blocks]
+//   acc = fma(m_w * d_a, float(asum_b), acc)            [then this too for q4_1 / q5_1]
 //   acc = fma(-(d_a * dmin_w), float(imin_b), acc)      [then this too for q4_K / q5_K]
-// Because the integer block sums are exact and the float steps are fixed per output, any kernel
-// may compute several rows or tokens at once (rows in SIMD lanes) and still give these bits.
-// q4_1 / q5_1 / q8_K keep a plain per-block multiply-add (their SIMD dots differ in summation
-// order).
+// (asum_b: the block's activation quants summed.) Because the integer block sums are exact and
+// the float steps are fixed per output, any kernel may compute several rows or tokens at once
+// (rows in SIMD lanes) and still give these bits. q8_K (activations only) keeps a plain sum.
 #include <cmath>
 #include <cstring>
 
@@ -72,8 +72,8 @@ float dot_q4_1(int64_t n, const void* vw, const void* va) {
       sumi += (w[i].qs[j] >> 4) * a[i].qs[j + kQK / 2];
     }
     const float da = f16_to_f32(a[i].d);
-    sum += float(sumi) * (f16_to_f32(w[i].d) * da) +
-           float(sum_q8(a[i].qs)) * (f16_to_f32(w[i].m) * da);
+    sum = std::fma(f16_to_f32(w[i].d) * da, float(sumi), sum);
+    sum = std::fma(f16_to_f32(w[i].m) * da, float(sum_q8(a[i].qs)), sum);
   }
   return sum;
 }
@@ -108,8 +108,8 @@ float dot_q5_1(int64_t n, const void* vw, const void* va) {
       sumi += q0 * a[i].qs[j] + q1 * a[i].qs[j + kQK / 2];
     }
     const float da = f16_to_f32(a[i].d);
-    sum += float(sumi) * (f16_to_f32(w[i].d) * da) +
-           float(sum_q8(a[i].qs)) * (f16_to_f32(w[i].m) * da);
+    sum = std::fma(f16_to_f32(w[i].d) * da, float(sumi), sum);
+    sum = std::fma(f16_to_f32(w[i].m) * da, float(sum_q8(a[i].qs)), sum);
   }
   return sum;
 }

@@ -1,7 +1,8 @@
-// AVX-512 VNNI prefill kernels for q8_0, q4_0, q5_0 (against Q8_0 activations) and q4_K, q5_K,
-// q6_K (against Q8_K): the AVX2 panel scheme (gemm_avx2.h) widened to 16 weight rows in the 16
-// int32 lanes, with vpdpbusd doing 4 code x activation products per lane and adding them into the
-// lane in one instruction (AVX2 needs sign, maddubs, madd and add for the same work on 8 rows).
+// AVX-512 VNNI prefill kernels for q8_0, q4_0, q5_0, q4_1, q5_1 (against Q8_0 activations) and
+// q4_K, q5_K, q6_K (against Q8_K): the AVX2 panel scheme (gemm_avx2.h) widened to 16 weight rows in
+// the 16 int32 lanes, with vpdpbusd doing 4 code x activation products per lane and adding them
+// into the lane in one instruction (AVX2 needs sign, maddubs, madd and add for the same work on 8
+// rows).
 //
 // vpdpbusd multiplies unsigned by signed bytes, so codes are stored unsigned: q4_0 / q5_0 / K-quant
 // codes already are, q8_0 codes get +128, and the offset comes off once per block from the
@@ -97,27 +98,39 @@ inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(load_i32(p));
 }
 
-// q8_0 / q4_0 / q5_0 panel block: 16 float scales, then 8 registers of unsigned codes (register g:
-// codes 4g..4g+3 of row i in lane i).
+// q8_0 / q4_0 / q5_0 / q4_1 / q5_1 panel block: 16 float scales (and for q4_1 / q5_1 the 16
+// float mins), then 8 registers of unsigned codes (register g: codes 4g..4g+3 of row i in lane i).
 template <WType T>
 struct Block32 {
   static constexpr QuantType kType = T == WType::Q8_0   ? QuantType::Q8_0
                                      : T == WType::Q4_0 ? QuantType::Q4_0
-                                                        : QuantType::Q5_0;
+                                     : T == WType::Q5_0 ? QuantType::Q5_0
+                                     : T == WType::Q4_1 ? QuantType::Q4_1
+                                                        : QuantType::Q5_1;
+  static constexpr bool kMin = T == WType::Q4_1 || T == WType::Q5_1;  // x = d q + m
+  static constexpr bool kFiveBit = T == WType::Q5_0 || T == WType::Q5_1;
   static constexpr int kBlock = kQK;
-  static constexpr int kPanelBytes = 64 + 8 * 64;
+  static constexpr int kCodesAt = kMin ? 128 : 64;
+  static constexpr int kPanelBytes = kCodesAt + 8 * 64;
   static constexpr int kTT = 8;
-  static constexpr int kOffset = T == WType::Q8_0 ? 128 : T == WType::Q4_0 ? 8 : 16;
-  using Block = std::conditional_t<T == WType::Q8_0, BlockQ8_0,
-                                   std::conditional_t<T == WType::Q4_0, BlockQ4_0, BlockQ5_0>>;
+  static constexpr int kOffset = kMin ? 0 : T == WType::Q8_0 ? 128 : T == WType::Q4_0 ? 8 : 16;
+  using Block = std::conditional_t<
+      T == WType::Q8_0, BlockQ8_0,
+      std::conditional_t<
+          T == WType::Q4_0, BlockQ4_0,
+          std::conditional_t<T == WType::Q5_0, BlockQ5_0,
+                             std::conditional_t<T == WType::Q4_1, BlockQ4_1, BlockQ5_1>>>>;
 
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];
-    if constexpr (T == WType::Q8_0) return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(-128));
-    if constexpr (T == WType::Q4_0) return unpack_nibbles(b.qs);
-    if constexpr (T == WType::Q5_0)
+    if constexpr (T == WType::Q8_0) {
+      return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(-128));
+    } else if constexpr (kFiveBit) {
       return _mm256_or_si256(unpack_nibbles(b.qs),
                              _mm256_and_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(0x10)));
+    } else {
+      return unpack_nibbles(b.qs);
+    }
   }
 
   static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
@@ -125,13 +138,14 @@ struct Block32 {
       next.upto(b, nb);
       uint8_t* p = panel + size_t(b) * kPanelBytes;
       store_scales16(rows, size_t(b) * sizeof(Block), p);
+      if constexpr (kMin) store_scales16(rows, size_t(b) * sizeof(Block) + 2, p + 64);
       __m256i lo[8], hi[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
         lo[i] = codes(rows[i], b);
         hi[i] = codes(rows[8 + i], b);
       }
-      store_transposed16(lo, hi, p + 64);
+      store_transposed16(lo, hi, p + kCodesAt);
     }
   }
 
@@ -140,7 +154,8 @@ struct Block32 {
   static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
                    NextRows* next = nullptr) {
     constexpr size_t kStride = kPacked ? size_t(quant::kPackedQ8BlockBytes) : size_t(kPanelBytes);
-    constexpr size_t kCodes = kPacked ? size_t(quant::kPackedQ8CodesOffset) : 64;
+    static_assert(!kPacked || T == WType::Q8_0, "only q8_0 of these is packed");
+    constexpr size_t kCodes = kPacked ? size_t(quant::kPackedQ8CodesOffset) : size_t(kCodesAt);
     __m512 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
@@ -165,9 +180,13 @@ struct Block32 {
                   : load_ps(p);
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) {
-        isum[j] = _mm512_sub_epi32(isum[j], _mm512_set1_epi32(kOffset * args.sums[j][b]));
-        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(args.scales[j][b])),
-                                 _mm512_cvtepi32_ps(isum[j]), acc[j]);
+        const __m512 da = _mm512_set1_ps(args.scales[j][b]);
+        if constexpr (kOffset != 0)
+          isum[j] = _mm512_sub_epi32(isum[j], _mm512_set1_epi32(kOffset * args.sums[j][b]));
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
+        if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
+          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(load_ps(p + 64), da),
+                                   _mm512_set1_ps(float(args.sums[j][b])), acc[j]);
       }
     }
 #pragma GCC unroll 16
@@ -482,7 +501,12 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
       if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
     }
   }
-  if (r_end < r1) quant_tile_avx2(F::kType)(q, r_end, r1);
+  if (r_end >= r1) return;
+  if (QuantTileFn avx2 = quant_tile_avx2(F::kType)) return avx2(q, r_end, r1);
+  for (int64_t r = r_end; r < r1; ++r)  // types without AVX2 panels (q4_1 / q5_1): the same bits
+    for (int t = 0; t < q.n_tokens; ++t)
+      q.y[size_t(t) * size_t(q.w->rows) + size_t(r)] =
+          q.dot(q.w->cols, q.w->row(r), q.act + size_t(t) * q.act_row_bytes);
 }
 
 // Weights packed once, at load, into panels the tiles read in place of the rows (q8_0, q4_K, q5_K:
@@ -647,6 +671,10 @@ QuantTileFn quant_tile_avx512(QuantType t) {
       return rows_panels16<Block32<WType::Q4_0>>;
     case QuantType::Q5_0:
       return rows_panels16<Block32<WType::Q5_0>>;
+    case QuantType::Q4_1:
+      return rows_panels16<Block32<WType::Q4_1>>;
+    case QuantType::Q5_1:
+      return rows_panels16<Block32<WType::Q5_1>>;
     case QuantType::Q4_K:
       return rows_panels16<K4<false>>;
     case QuantType::Q5_K:
@@ -654,7 +682,7 @@ QuantTileFn quant_tile_avx512(QuantType t) {
     case QuantType::Q6_K:
       return rows_panels16<Q6K>;
     default:
-      return nullptr;  // q4_1 / q5_1: rows of vec_dot
+      return nullptr;
   }
 }
 
