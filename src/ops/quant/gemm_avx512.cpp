@@ -513,19 +513,19 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
 // quant::kPackedQ8* / Q4K* / Q5K*). Each keeps what a call's own panel widens (fp16 scales, the
 // K-quants' packed 6-bit scales, nibbles and high bits) as stored, so 16 rows' block is the bytes
 // they took, and the tile widens it. Calls then skip the repack, which was most of a call of 2-16
-// tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles). The families
-// (F::tile<TT, true> reads kPackedBytes of panel per block):
+// tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles). The families, each
+// read by its F::tile<TT, true>:
 struct PackedQ8 {
   using F = Block32<WType::Q8_0>;
-  static constexpr int kBlock = kQK, kTT = F::kTT, kPackedBytes = quant::kPackedQ8BlockBytes;
+  static constexpr int kBlock = kQK, kTT = F::kTT;
 };
 struct PackedQ4K {
   using F = K4<false>;
-  static constexpr int kBlock = kQKK, kTT = F::kTT, kPackedBytes = quant::kPackedQ4KBlockBytes;
+  static constexpr int kBlock = kQKK, kTT = F::kTT;
 };
 struct PackedQ5K {
   using F = K4<true>;
-  static constexpr int kBlock = kQKK, kTT = F::kTT, kPackedBytes = quant::kPackedQ5KBlockBytes;
+  static constexpr int kBlock = kQKK, kTT = F::kTT;
 };
 
 // Tokens [t, t + TT) of the group at row r, prefetching `next` over its blocks.
