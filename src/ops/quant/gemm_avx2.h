@@ -88,8 +88,9 @@ struct TileArgs {
 // One family of weight types: F::kBlock elements per block, F::kPanelBytes bytes of panel per
 // block (a multiple of 32), F::prep(rows, nb, panel) and F::tile<TT>(panel, nb, args) which
 // writes 8 floats (rows) to each args.ys[j] for the TT activation rows args.acts[j].
-template <class F, int TT>
-void tile_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
+// The activations and outputs of tokens [t, t + TT) for the rows from r (nb blocks a row).
+template <int TT>
+TileArgs<TT> tile_args(const QuantTask& q, int64_t nb, int64_t r, int t) {
   TileArgs<TT> a;
   for (int j = 0; j < TT; ++j) {
     a.acts[j] = q.act + size_t(t + j) * q.act_row_bytes;
@@ -97,7 +98,12 @@ void tile_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, in
     a.sums[j] = q.act_sums ? q.act_sums + size_t(t + j) * size_t(nb) : nullptr;
     a.ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
   }
-  F::template tile<TT>(panel, nb, a);
+  return a;
+}
+
+template <class F, int TT>
+void tile_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
+  F::template tile<TT>(panel, nb, tile_args<TT>(q, nb, r, t));
 }
 
 // Rows [r0, r1) for every token: whole panels of 8 rows through F, the few rows left over by the

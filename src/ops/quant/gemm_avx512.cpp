@@ -532,14 +532,7 @@ struct PackedQ5K {
 template <class P, int TT>
 void packed_tile_at(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
                     NextRows* next) {
-  TileArgs<TT> a;
-  for (int j = 0; j < TT; ++j) {
-    a.acts[j] = q.act + size_t(t + j) * q.act_row_bytes;
-    a.scales[j] = q.act_scales ? q.act_scales + size_t(t + j) * size_t(nb) : nullptr;
-    a.sums[j] = q.act_sums ? q.act_sums + size_t(t + j) * size_t(nb) : nullptr;
-    a.ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
-  }
-  P::F::template tile<TT, true>(panel, nb, a, next);
+  P::F::template tile<TT, true>(panel, nb, tile_args<TT>(q, nb, r, t), next);
 }
 
 template <class P, int TT>
