@@ -15,7 +15,7 @@ namespace fak {
 namespace {
 
 void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
-                  int64_t rows = 4864) {
+                  int64_t rows = 4864, bool packed = false) {
   const bool k_quant = type == WType::Q4_K || type == WType::Q5_K || type == WType::Q6_K;
   const int64_t cols = k_quant ? 1024 : 896;  // K-quant rows are whole 256-element blocks
   const QuantType qt = *wtype_quant(type);
@@ -31,6 +31,11 @@ void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
     quantize_row(qt, row.data(), w.data() + size_t(r) * rb, cols);
   }
   WeightMatrix m{type, w.data(), rows, cols, rb};
+  // As a model read into memory has them: packed once into the VNNI panels (where it can be).
+  if (packed && !pack_weight_panels(m, w.data())) {
+    state.SkipWithError("this type or CPU has no packed panels");
+    return;
+  }
   std::vector<float> y(size_t(rows) * size_t(n_tokens));
   kernels::set_quant_tiles_enabled(tiles);
   for (auto _ : state) {
@@ -53,6 +58,15 @@ FAK_MM(Q8_0)
 FAK_MM(Q5_0)
 FAK_MM(Q4_K)
 FAK_MM(Q6_K)
+FAK_MM(Q5_1)
+
+// The same weights packed at load (pack_weight_panels), 1 and 128 tokens.
+#define FAK_PACKED(type)                                                                   \
+  BENCHMARK_CAPTURE(bench_matmul, type##_decode_packed, WType::type, 1, true, 4864, true); \
+  BENCHMARK_CAPTURE(bench_matmul, type##_prefill128_packed, WType::type, 128, true, 4864, true);
+FAK_PACKED(Q8_0)
+FAK_PACKED(Q4_K)
+FAK_PACKED(Q5_K)
 
 // A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and
 // continuous batching's mixed steps (see gemv_max_tokens in ops/matmul_quant.cpp for which kernel).
@@ -61,6 +75,12 @@ FAK_MM(Q6_K)
 FAK_FEW(Q8_0, 5)
 FAK_FEW(Q8_0, 9)
 FAK_FEW(Q8_0, 16)
+#define FAK_FEW_PACKED(type, n)                                                                  \
+  BENCHMARK_CAPTURE(bench_matmul, type##_streamed_##n##tok_packed, WType::type, n, true, 131072, \
+                    true);
+FAK_FEW_PACKED(Q8_0, 5)
+FAK_FEW_PACKED(Q8_0, 9)
+FAK_FEW_PACKED(Q8_0, 16)
 // 1-4 tokens of each type: where the decode kernel hands over to the panels.
 #define FAK_FEW4(type) FAK_FEW(type, 1) FAK_FEW(type, 2) FAK_FEW(type, 3) FAK_FEW(type, 4)
 FAK_FEW4(Q8_0)

@@ -11,12 +11,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/matmul_kernels.h"
+#include "ops/quant/packed_blocks.h"
 #include "ops/quant/quant.h"
 #include "ops/quant/quant_blocks.h"
 
@@ -230,52 +230,17 @@ bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
   return w.panels;
 }
 
-namespace {
-
-// Row i's q4_K / q5_K block out of its group's packed panel p (quant_blocks.h).
-template <class Block>
-void unpack_k_block(const uint8_t* p, int i, Block& blk) {
-  constexpr bool kFiveBit = std::is_same_v<Block, quant::BlockQ5K>;
-  constexpr int kCodes = kFiveBit ? quant::kPackedQ5KCodesOffset : quant::kPackedQ4KCodesOffset;
-  std::memcpy(&blk.d, p + 2 * i, 2);
-  std::memcpy(&blk.dmin, p + 32 + 2 * i, 2);
-  for (int k = 0; k < 3; ++k)
-    std::memcpy(blk.scales + 4 * k, p + quant::kPackedQ4KScalesOffset + 64 * k + 4 * i, 4);
-  if constexpr (kFiveBit)
-    for (int g = 0; g < 8; ++g)
-      std::memcpy(blk.qh + 4 * g, p + quant::kPackedQ5KHighOffset + 64 * g + 4 * i, 4);
-  for (int c = 0; c < 4; ++c)
-    for (int g = 0; g < 8; ++g)
-      std::memcpy(blk.qs + 32 * c + 4 * g, p + kCodes + 512 * c + 64 * g + 4 * i, 4);
-}
-
-}  // namespace
-
 void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out) {
-  // Row r's blocks put back together from its group's panels (the layouts: quant_blocks.h), then
-  // widened by the type's own dequantiser: the same floats as from the stored row.
+  // Row r's blocks put back together from its group's panels, then widened by the type's own
+  // dequantiser: the same floats as from the stored row.
   const uint8_t* group = w.row(r / 16 * 16);
-  const int i = int(r % 16);
   const QuantType qt = *wtype_quant(w.type);
   const int block = quant_block_size(qt);
-  const int64_t nb = w.cols / block;
-  for (int64_t b = 0; b < nb; ++b) {
-    if (qt == QuantType::Q8_0) {
-      const uint8_t* p = group + size_t(b) * size_t(quant::kPackedQ8BlockBytes);
-      quant::BlockQ8_0 blk;
-      std::memcpy(&blk.d, p + 2 * i, 2);
-      for (int k = 0; k < quant::kQK; ++k)
-        blk.qs[k] = int8_t(p[quant::kPackedQ8CodesOffset + 64 * (k / 4) + 4 * i + k % 4] ^ 0x80);
-      dequantize_row(qt, &blk, out + b * block, block);
-    } else if (qt == QuantType::Q4_K) {
-      quant::BlockQ4K blk;
-      unpack_k_block(group + size_t(b) * size_t(quant::kPackedQ4KBlockBytes), i, blk);
-      dequantize_row(qt, &blk, out + b * block, block);
-    } else {
-      quant::BlockQ5K blk;
-      unpack_k_block(group + size_t(b) * size_t(quant::kPackedQ5KBlockBytes), i, blk);
-      dequantize_row(qt, &blk, out + b * block, block);
-    }
+  const size_t panel = quant::packed_block_bytes(qt);
+  alignas(8) uint8_t blk[sizeof(quant::BlockQ5K)];  // the largest of the packed types' blocks
+  for (int64_t b = 0; b < w.cols / block; ++b) {
+    quant::unpack_packed_block(qt, group + size_t(b) * panel, int(r % 16), blk);
+    dequantize_row(qt, blk, out + b * block, block);
   }
 }
 

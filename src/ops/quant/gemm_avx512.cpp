@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ops/quant/gemm_avx2.h"
+#include "ops/quant/packed_blocks.h"
 #include "ops/quant/quant_blocks.h"
 #include "ops/scratch.h"
 
@@ -547,10 +548,48 @@ void packed_tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb,
 // Rows [r0, r1) (whole groups of 16) of prepacked weights for every token: group r / 16's panels
 // are where its rows were. The first tile of a group prefetches the next group over its blocks,
 // as the repack does for the rows of a call's own panels.
+//
+// K-quant panels widen their codes in the tile, for every token tile again; past a few tiles that
+// costs more than widening them once (matmul_quant_bench Q4_K_prefill128_packed: 12% slower than
+// a call's own panels). So calls of more tokens put each group's rows back together from the
+// panels and take the per-call panels as unpacked rows would (2.50 against 2.43 ms then).
 template <class P>
 void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / P::kBlock;
   const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
+  constexpr bool kWidensInTile = P::kBlock == kQKK;
+  constexpr int kOwnPanelsFrom = 3 * P::kTT;  // tokens
+  if (kWidensInTile && q.n_tokens >= kOwnPanelsFrom) {
+    using F = typename P::F;
+    auto* panel = static_cast<uint8_t*>(
+        thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
+    thread_local std::vector<uint8_t> tls_rows;
+    std::vector<uint8_t>& group = tls_rows;
+    group.resize(group_bytes);
+    const size_t packed_bytes = quant::packed_block_bytes(F::kType);
+    const size_t block_bytes = q.w->row_bytes / size_t(nb);
+    const uint8_t* rows[kRows];
+    for (int i = 0; i < kRows; ++i) rows[i] = group.data() + size_t(i) * q.w->row_bytes;
+    constexpr int kTokenSuperBlock = 512;
+    for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
+      const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
+      for (int64_t r = r0; r < r1; r += kRows) {
+        const uint8_t* packed = q.w->row(r);
+        for (int64_t b = 0; b < nb; ++b)
+          for (int i = 0; i < kRows; ++i)
+            quant::unpack_packed_block(
+                F::kType, packed + size_t(b) * packed_bytes, i,
+                group.data() + size_t(i) * q.w->row_bytes + size_t(b) * block_bytes);
+        NextRows next;
+        if (r + kRows < q.w->rows) next = {packed + group_bytes, group_bytes, 0};
+        F::prep(rows, nb, panel, next);
+        int t = ts;
+        for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
+        if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
+      }
+    }
+    return;
+  }
   constexpr int kTokenSuperBlock = 512;
   for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
     const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;

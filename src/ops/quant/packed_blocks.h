@@ -1,0 +1,50 @@
+// Reading one row's block back out of a group's prepacked panel (the layouts: quant_blocks.h's
+// kPacked* constants), for the row lookups of packed weights and for kernels that would rather
+// repack from rows. Plain C++: included by generic and ISA-specific files alike.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "ops/quant/quant_blocks.h"
+#include "ops/quant/quant_type.h"
+
+namespace fak::quant {
+
+// Bytes of one block of 16 rows in the packed layout of t (the rows' own 16 blocks).
+inline size_t packed_block_bytes(QuantType t) {
+  switch (t) {
+    case QuantType::Q8_0:
+      return kPackedQ8BlockBytes;
+    case QuantType::Q4_K:
+      return kPackedQ4KBlockBytes;
+    default:
+      return kPackedQ5KBlockBytes;
+  }
+}
+
+// Row `lane` (0..15) of the 16 rows' block in panel p, as the stored block of type t at out.
+inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* out) {
+  const int i = lane;
+  if (t == QuantType::Q8_0) {
+    auto& blk = *static_cast<BlockQ8_0*>(out);
+    std::memcpy(&blk.d, p + 2 * i, 2);
+    for (int k = 0; k < kQK; ++k)
+      blk.qs[k] = int8_t(p[kPackedQ8CodesOffset + 64 * (k / 4) + 4 * i + k % 4] ^ 0x80);
+    return;
+  }
+  auto dwords = [&](uint8_t* dst, int offset, int n) {  // dword m of the part: lane i's at 4i
+    for (int m = 0; m < n; ++m) std::memcpy(dst + 4 * m, p + offset + 64 * m + 4 * i, 4);
+  };
+  // q4_K / q5_K: d, dmin, the scales' three dwords, (q5_K) qh, then the nibbles a chunk at a time.
+  const bool five = t == QuantType::Q5_K;
+  uint8_t* base = static_cast<uint8_t*>(out);
+  std::memcpy(base, p + 2 * i, 2);
+  std::memcpy(base + 2, p + 32 + 2 * i, 2);
+  dwords(base + 4, kPackedQ4KScalesOffset, 3);
+  if (five) dwords(static_cast<BlockQ5K*>(out)->qh, kPackedQ5KHighOffset, 8);
+  uint8_t* qs = five ? static_cast<BlockQ5K*>(out)->qs : static_cast<BlockQ4K*>(out)->qs;
+  dwords(qs, five ? kPackedQ5KCodesOffset : kPackedQ4KCodesOffset, 32);
+}
+
+}  // namespace fak::quant
