@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "ops/quant/gemm_avx2.h"
-#include "ops/quant/packed_blocks.h"
 #include "ops/quant/quant_blocks.h"
 #include "ops/scratch.h"
 
@@ -246,6 +245,79 @@ struct K4 {
     }
   }
 
+  // A packed block's scales (quant::kPackedQ4K*), per lane: sub-block scales sc_s as int32 and
+  // the min pairs (m_2k, m_2k+1) as int16 pairs, as prep stores them; scales_mins_k4's word steps
+  // on all 16 lanes at once.
+  static void widen_scales(const uint8_t* p, int32_t (*sc_lanes)[kRows], __m512i* mp) {
+    const __m512i u0 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset);
+    const __m512i u1 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset + 64);
+    const __m512i u2 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset + 128);
+    const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
+                  low2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
+    const __m512i sc_lo = _mm512_and_si512(u0, low6);
+    const __m512i sc_hi =
+        _mm512_or_si512(_mm512_and_si512(u2, low4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), low2), 4));
+    const __m512i m_lo = _mm512_and_si512(u1, low6);
+    const __m512i m_hi =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), low2), 4));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      _mm512_store_si512(sc_lanes[k], _mm512_and_si512(_mm512_srli_epi32(sc_lo, 8 * k), byte));
+      _mm512_store_si512(sc_lanes[4 + k], _mm512_and_si512(_mm512_srli_epi32(sc_hi, 8 * k), byte));
+    }
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k) {
+      const __m512i lo = _mm512_srli_epi32(m_lo, 16 * k), hi = _mm512_srli_epi32(m_hi, 16 * k);
+      mp[k] =
+          _mm512_or_si512(_mm512_and_si512(lo, byte),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(lo, 8), byte), 16));
+      mp[2 + k] =
+          _mm512_or_si512(_mm512_and_si512(hi, byte),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 8), byte), 16));
+    }
+  }
+
+  // Codes 4g..4g+3 of sub-block s of a packed block, as the register prep stores: sub-blocks 2c
+  // and 2c + 1 are the low and high nibbles of the same bytes, and (q5_K) bit s of each qh byte
+  // is the code's fifth bit.
+  static __m512i widen_codes(const uint8_t* p, int s, int g) {
+    constexpr int kCodes = kFiveBit ? quant::kPackedQ5KCodesOffset : quant::kPackedQ4KCodesOffset;
+    const __m512i raw = _mm512_loadu_si512(p + kCodes + 512 * (s / 2) + 64 * g);
+    __m512i w = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, _mm512_set1_epi8(0x0F));
+    if constexpr (kFiveBit) {
+      const __m512i qh = _mm512_loadu_si512(p + quant::kPackedQ5KHighOffset + 64 * g);
+      w = _mm512_or_si512(
+          w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, s), _mm512_set1_epi8(1)), 4));
+    }
+    return w;
+  }
+
+  // This call's own panel (prep's layout) from packed blocks: the same values prep makes from
+  // the rows, for calls of many tokens, which would otherwise widen the packed blocks per tile.
+  static void prep_packed(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next) {
+    constexpr size_t kPackedBytes =
+        kFiveBit ? size_t(quant::kPackedQ5KBlockBytes) : size_t(quant::kPackedQ4KBlockBytes);
+    for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
+      const uint8_t* pk = packed + size_t(b) * kPackedBytes;
+      uint8_t* p = panel + size_t(b) * kPanelBytes;
+      _mm512_store_ps(reinterpret_cast<float*>(p),
+                      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pk))));
+      _mm512_store_ps(
+          reinterpret_cast<float*>(p + 64),
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pk + 32))));
+      auto* sc_lanes = reinterpret_cast<int32_t(*)[kRows]>(p + kOffSc);
+      __m512i mp[4];
+      widen_scales(pk, sc_lanes, mp);
+      for (int k = 0; k < 4; ++k) _mm512_store_si512(p + kOffMp + 64 * k, mp[k]);
+      for (int sb = 0; sb < 8; ++sb)
+        for (int g = 0; g < 8; ++g)
+          _mm512_store_si512(p + kOffCodes + 512 * sb + 64 * g, widen_codes(pk, sb, g));
+    }
+  }
+
   // kPacked: a prepacked panel (quant::kPackedQ4K* / kPackedQ5K*) instead of this call's own: the
   // scales and mins are unpacked from each row's 12 bytes and the codes rebuilt here, per block.
   template <int TT, bool kPacked = false>
@@ -267,35 +339,7 @@ struct K4 {
       alignas(64) int32_t sc_lanes[8][kRows];
       __m512i mp[4];
       if constexpr (kPacked) {
-        const __m512i u0 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset);
-        const __m512i u1 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset + 64);
-        const __m512i u2 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset + 128);
-        const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
-                      low2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
-        const __m512i sc_lo = _mm512_and_si512(u0, low6);
-        const __m512i sc_hi =
-            _mm512_or_si512(_mm512_and_si512(u2, low4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), low2), 4));
-        const __m512i m_lo = _mm512_and_si512(u1, low6);
-        const __m512i m_hi =
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), low2), 4));
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {
-          _mm512_store_si512(sc_lanes[k], _mm512_and_si512(_mm512_srli_epi32(sc_lo, 8 * k), byte));
-          _mm512_store_si512(sc_lanes[4 + k],
-                             _mm512_and_si512(_mm512_srli_epi32(sc_hi, 8 * k), byte));
-        }
-#pragma GCC unroll 2
-        for (int k = 0; k < 2; ++k) {
-          const __m512i lo = _mm512_srli_epi32(m_lo, 16 * k), hi = _mm512_srli_epi32(m_hi, 16 * k);
-          mp[k] = _mm512_or_si512(
-              _mm512_and_si512(lo, byte),
-              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(lo, 8), byte), 16));
-          mp[2 + k] = _mm512_or_si512(
-              _mm512_and_si512(hi, byte),
-              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 8), byte), 16));
-        }
+        widen_scales(p, sc_lanes, mp);
       } else {
         for (int k = 0; k < 4; ++k) mp[k] = load_si(p + kOffMp + 64 * k);
       }
@@ -316,14 +360,7 @@ struct K4 {
         for (int g = 0; g < 8; ++g) {
           __m512i w;
           if constexpr (kPacked) {
-            const __m512i raw = _mm512_loadu_si512(codes + 64 * g);
-            w = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, _mm512_set1_epi8(0x0F));
-            if constexpr (kFiveBit) {  // bit s of each qh byte is the code's fifth bit
-              const __m512i qh = _mm512_loadu_si512(p + quant::kPackedQ5KHighOffset + 64 * g);
-              w = _mm512_or_si512(
-                  w, _mm512_slli_epi16(
-                         _mm512_and_si512(_mm512_srli_epi16(qh, s), _mm512_set1_epi8(1)), 4));
-            }
+            w = widen_codes(p, s, g);
           } else {
             w = load_si(codes + 64 * g);
           }
@@ -551,45 +588,34 @@ void packed_tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb,
 //
 // K-quant panels widen their codes in the tile, for every token tile again; past a few tiles that
 // costs more than widening them once (matmul_quant_bench Q4_K_prefill128_packed: 12% slower than
-// a call's own panels). So calls of more tokens put each group's rows back together from the
-// panels and take the per-call panels as unpacked rows would (2.50 against 2.43 ms then).
+// a call's own panels). So calls of more tokens widen each group once into a per-call panel
+// (prep_packed) and tile that, as unpacked rows would.
 template <class P>
 void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / P::kBlock;
   const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   constexpr bool kWidensInTile = P::kBlock == kQKK;
   constexpr int kOwnPanelsFrom = 3 * P::kTT;  // tokens
-  if (kWidensInTile && q.n_tokens >= kOwnPanelsFrom) {
-    using F = typename P::F;
-    auto* panel = static_cast<uint8_t*>(
-        thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
-    thread_local std::vector<uint8_t> tls_rows;
-    std::vector<uint8_t>& group = tls_rows;
-    group.resize(group_bytes);
-    const size_t packed_bytes = quant::packed_block_bytes(F::kType);
-    const size_t block_bytes = q.w->row_bytes / size_t(nb);
-    const uint8_t* rows[kRows];
-    for (int i = 0; i < kRows; ++i) rows[i] = group.data() + size_t(i) * q.w->row_bytes;
-    constexpr int kTokenSuperBlock = 512;
-    for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
-      const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
-      for (int64_t r = r0; r < r1; r += kRows) {
-        const uint8_t* packed = q.w->row(r);
-        for (int64_t b = 0; b < nb; ++b)
-          for (int i = 0; i < kRows; ++i)
-            quant::unpack_packed_block(
-                F::kType, packed + size_t(b) * packed_bytes, i,
-                group.data() + size_t(i) * q.w->row_bytes + size_t(b) * block_bytes);
-        NextRows next;
-        if (r + kRows < q.w->rows) next = {packed + group_bytes, group_bytes, 0};
-        F::prep(rows, nb, panel, next);
-        int t = ts;
-        for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
-        if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
+  if constexpr (kWidensInTile)
+    if (q.n_tokens >= kOwnPanelsFrom) {
+      using F = typename P::F;
+      auto* panel = static_cast<uint8_t*>(
+          thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
+      constexpr int kTokenSuperBlock = 512;
+      for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
+        const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
+        for (int64_t r = r0; r < r1; r += kRows) {
+          const uint8_t* packed = q.w->row(r);
+          NextRows next;
+          if (r + kRows < q.w->rows) next = {packed + group_bytes, group_bytes, 0};
+          F::prep_packed(packed, nb, panel, next);
+          int t = ts;
+          for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
+          if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
+        }
       }
+      return;
     }
-    return;
-  }
   constexpr int kTokenSuperBlock = 512;
   for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
     const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
