@@ -67,6 +67,7 @@ FAK_MM(Q5_1)
 FAK_PACKED(Q8_0)
 FAK_PACKED(Q4_K)
 FAK_PACKED(Q5_K)
+FAK_PACKED(Q6_K)
 
 // A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and
 // continuous batching's mixed steps (see gemv_max_tokens in ops/matmul_quant.cpp for which kernel).

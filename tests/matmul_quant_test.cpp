@@ -202,14 +202,14 @@ TEST_P(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, MatmulQuantPacked,
-                         ::testing::Values(WType::Q8_0, WType::Q4_K, WType::Q5_K),
+                         ::testing::Values(WType::Q8_0, WType::Q4_K, WType::Q5_K, WType::Q6_K),
                          [](const auto& info) { return std::string(wtype_name(info.param)); });
 
 TEST(MatmulQuantPacking, LeavesWhatItCannotPack) {
   for (auto [type, rows] : {std::pair<WType, int64_t>{WType::Q8_0, 40},
                             {WType::Q4_K, 24},
-                            {WType::Q4_0, 32},
-                            {WType::Q6_K, 32}}) {
+                            {WType::Q6_K, 24},
+                            {WType::Q4_0, 32}}) {
     Quantised m = make_matrix(type, rows, 256, 1);
     const std::vector<uint8_t> before = m.bytes;
     EXPECT_FALSE(pack_weight_panels(m.w, m.bytes.data())) << wtype_name(type) << " rows " << rows;

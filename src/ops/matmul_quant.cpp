@@ -223,7 +223,9 @@ bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
   // Only where the packed kernel can run: it is AVX-512 VNNI, and its outputs are the vec_dot's
   // bits only when the dots are the AVX2 ones (as for every tile, quant_tile_kernel).
   if (!kernels::avx512_enabled() || quant_kernels().isa != "avx2" ||
-      (w.type != WType::Q8_0 && w.type != WType::Q4_K && w.type != WType::Q5_K) || w.rows % 16 != 0)
+      (w.type != WType::Q8_0 && w.type != WType::Q4_K && w.type != WType::Q5_K &&
+       w.type != WType::Q6_K) ||
+      w.rows % 16 != 0)
     return false;
   w.panels =
       kernels::pack_panels16_avx512(*wtype_quant(w.type), bytes, w.rows, w.cols, w.row_bytes);
@@ -237,7 +239,7 @@ void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out) {
   const QuantType qt = *wtype_quant(w.type);
   const int block = quant_block_size(qt);
   const size_t panel = quant::packed_block_bytes(qt);
-  alignas(8) uint8_t blk[sizeof(quant::BlockQ5K)];  // the largest of the packed types' blocks
+  alignas(8) uint8_t blk[sizeof(quant::BlockQ6K)];  // the largest of the packed types' blocks
   for (int64_t b = 0; b < w.cols / block; ++b) {
     quant::unpack_packed_block(qt, group + size_t(b) * panel, int(r % 16), blk);
     dequantize_row(qt, blk, out + b * block, block);

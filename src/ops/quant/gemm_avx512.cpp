@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ops/quant/gemm_avx2.h"
+#include "ops/quant/packed_blocks.h"
 #include "ops/quant/quant_blocks.h"
 #include "ops/scratch.h"
 
@@ -453,13 +454,72 @@ struct Q6K {
     }
   }
 
-  template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
+  // A packed block's scales (quant::kPackedQ6K*), per lane: the 16 sub-block scales sign-extended
+  // to int32 and the pairs (sc_2k, sc_2k+1) as int16 pairs, as prep stores them.
+  static void widen_scales(const uint8_t* p, int32_t (*sc_lanes)[kRows], __m512i* scp) {
+    const __m512i lo16 = _mm512_set1_epi32(0xffff);
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+      const __m512i v = _mm512_loadu_si512(p + quant::kPackedQ6KScalesOffset + 64 * m);
+      __m512i x[4];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        x[c] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * c), 24);
+        _mm512_store_si512(sc_lanes[4 * m + c], x[c]);
+      }
+      scp[2 * m] = _mm512_or_si512(_mm512_and_si512(x[0], lo16), _mm512_slli_epi32(x[1], 16));
+      scp[2 * m + 1] = _mm512_or_si512(_mm512_and_si512(x[2], lo16), _mm512_slli_epi32(x[3], 16));
+    }
+  }
+
+  // Codes 4G..4G+3 (G = 4 (k % 2) + g) of slice e = k / 2 of a packed block, as codes(w, e)
+  // makes them: the ql nibbles of dword 16h + 8 (e % 2) + G and bits 2 (e % 4) of qh dword 8h + G.
+  static __m512i widen_codes(const uint8_t* p, int k, int g) {
+    const int e = k / 2, h = e / 4, gg = e % 4, G = 4 * (k % 2) + g;
+    const __m512i ql =
+        _mm512_loadu_si512(p + quant::kPackedQ6KLowOffset + 64 * (16 * h + 8 * (gg & 1) + G));
+    const __m512i qh = _mm512_loadu_si512(p + quant::kPackedQ6KHighOffset + 64 * (8 * h + G));
+    const __m512i lo =
+        _mm512_and_si512(gg < 2 ? ql : _mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F));
+    const __m512i hb = _mm512_and_si512(_mm512_srli_epi16(qh, 2 * gg), _mm512_set1_epi8(0x03));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hb, 4));
+  }
+
+  // This call's own panel from packed blocks (see K4::prep_packed).
+  static void prep_packed(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next) {
+    for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
+      const uint8_t* pk = packed + size_t(b) * size_t(quant::kPackedQ6KBlockBytes);
+      uint8_t* p = panel + size_t(b) * kPanelBytes;
+      _mm512_store_ps(reinterpret_cast<float*>(p),
+                      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pk))));
+      __m512i scp[8];
+      widen_scales(pk, reinterpret_cast<int32_t(*)[kRows]>(p + kOffSc), scp);
+      for (int k = 0; k < 8; ++k) _mm512_store_si512(p + kOffScp + 64 * k, scp[k]);
+      for (int k = 0; k < 16; ++k)
+        for (int g = 0; g < 4; ++g)
+          _mm512_store_si512(p + kOffCodes + 256 * k + 64 * g, widen_codes(pk, k, g));
+    }
+  }
+
+  // kPacked: a prepacked panel instead of this call's own, widened here per block.
+  template <int TT, bool kPacked = false>
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
+                   NextRows* next = nullptr) {
+    constexpr size_t kStride = kPacked ? size_t(quant::kPackedQ6KBlockBytes) : size_t(kPanelBytes);
     __m512 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* p = panel + size_t(b) * kPanelBytes;
+      if (next) next->upto(b, nb);
+      const uint8_t* p = panel + size_t(b) * kStride;
+      alignas(64) int32_t sc_lanes[16][kRows];
+      __m512i scp[8];
+      if constexpr (kPacked) {
+        widen_scales(p, sc_lanes, scp);
+      } else {
+        for (int k = 0; k < 8; ++k) scp[k] = load_si(p + kOffScp + 64 * k);
+      }
       const BlockQ8K* a[TT];
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) a[j] = reinterpret_cast<const BlockQ8K*>(args.acts[j]) + b;
@@ -475,25 +535,26 @@ struct Q6K {
         for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) {
-          const __m512i w = load_si(codes + 64 * g);
+          const __m512i w = kPacked ? widen_codes(p, k, g) : load_si(codes + 64 * g);
 #pragma GCC unroll 16
           for (int j = 0; j < TT; ++j)
             t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 16 * k + 4 * g));
         }
-        const __m512i sc = load_si(p + kOffSc + 64 * k);
+        const __m512i sc = kPacked ? _mm512_load_si512(sc_lanes[k]) : load_si(p + kOffSc + 64 * k);
 #pragma GCC unroll 16
         for (int j = 0; j < TT; ++j)
           isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(t[j], sc));
       }
-      const __m512 dw = load_ps(p);
+      const __m512 dw =
+          kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))
+                  : load_ps(p);
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) {
         // The -32 code offset: 32 Σ_k sc_k bsum_k, bsums paired per madd.
-        __m512i off = _mm512_madd_epi16(load_si(p + kOffScp), bcast4_512(&a[j]->bsums[0]));
+        __m512i off = _mm512_madd_epi16(scp[0], bcast4_512(&a[j]->bsums[0]));
 #pragma GCC unroll 8
         for (int k = 1; k < 8; ++k)
-          off = _mm512_add_epi32(off, _mm512_madd_epi16(load_si(p + kOffScp + 64 * k),
-                                                        bcast4_512(&a[j]->bsums[2 * k])));
+          off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[k], bcast4_512(&a[j]->bsums[2 * k])));
         const __m512i s = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(off, 5));
         const __m512 da = _mm512_set1_ps(a[j]->d);
         acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);
@@ -565,6 +626,10 @@ struct PackedQ5K {
   using F = K4<true>;
   static constexpr int kBlock = kQKK, kTT = F::kTT;
 };
+struct PackedQ6K {
+  using F = Q6K;
+  static constexpr int kBlock = kQKK, kTT = F::kTT;
+};
 
 // Tokens [t, t + TT) of the group at row r, prefetching `next` over its blocks.
 template <class P, int TT>
@@ -633,6 +698,20 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   }
 }
 
+// The same for q6_K: d, then scales[], ql[] and qh[] a dword per lane.
+void pack_block_q6_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
+  for (int i = 0; i < kRows; ++i) {
+    const BlockQ6K& blk = reinterpret_cast<const BlockQ6K*>(src[i])[b];
+    std::memcpy(p + 2 * i, &blk.d, 2);
+    for (int m = 0; m < 4; ++m)
+      std::memcpy(p + quant::kPackedQ6KScalesOffset + 64 * m + 4 * i, blk.scales + 4 * m, 4);
+    for (int m = 0; m < 32; ++m)
+      std::memcpy(p + quant::kPackedQ6KLowOffset + 64 * m + 4 * i, blk.ql + 4 * m, 4);
+    for (int m = 0; m < 16; ++m)
+      std::memcpy(p + quant::kPackedQ6KHighOffset + 64 * m + 4 * i, blk.qh + 4 * m, 4);
+  }
+}
+
 // 16 rows' block b of q8_0 (from a copy of the rows) as its packed panel at p.
 void pack_block_q8_0(const uint8_t* const* src, int64_t b, uint8_t* p) {
   using Q8 = Block32<WType::Q8_0>;
@@ -681,13 +760,15 @@ void pack_block_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
 
 bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
                           size_t row_bytes) {
-  const bool q8 = t == QuantType::Q8_0, q4k = t == QuantType::Q4_K, q5k = t == QuantType::Q5_K;
+  const bool q8 = t == QuantType::Q8_0, q4k = t == QuantType::Q4_K, q5k = t == QuantType::Q5_K,
+             q6k = t == QuantType::Q6_K;
   const int block = q8 ? kQK : kQKK;
-  const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : q4k ? sizeof(BlockQ4K) : sizeof(BlockQ5K);
-  const size_t panel_bytes = q8    ? quant::kPackedQ8BlockBytes
-                             : q4k ? quant::kPackedQ4KBlockBytes
-                                   : quant::kPackedQ5KBlockBytes;
-  if (!(q8 || q4k || q5k) || n_rows % kRows != 0 || cols % block != 0 ||
+  const size_t block_bytes = q8    ? sizeof(BlockQ8_0)
+                             : q4k ? sizeof(BlockQ4K)
+                             : q5k ? sizeof(BlockQ5K)
+                                   : sizeof(BlockQ6K);
+  const size_t panel_bytes = quant::packed_block_bytes(t);
+  if (!(q8 || q4k || q5k || q6k) || n_rows % kRows != 0 || cols % block != 0 ||
       row_bytes != size_t(cols / block) * block_bytes)
     return false;
   const int64_t nb = cols / block;
@@ -706,8 +787,10 @@ bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t co
           pack_block_q8_0(src, b, p);
         else if (q4k)
           pack_block_k<BlockQ4K>(src, b, p);
-        else
+        else if (q5k)
           pack_block_k<BlockQ5K>(src, b, p);
+        else
+          pack_block_q6_k(src, b, p);
       }
     }
   }
@@ -718,6 +801,7 @@ QuantTileFn quant_tile_packed_avx512(QuantType t) {
   if (t == QuantType::Q8_0) return rows_packed16<PackedQ8>;
   if (t == QuantType::Q4_K) return rows_packed16<PackedQ4K>;
   if (t == QuantType::Q5_K) return rows_packed16<PackedQ5K>;
+  if (t == QuantType::Q6_K) return rows_packed16<PackedQ6K>;
   return nullptr;
 }
 

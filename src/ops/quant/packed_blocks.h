@@ -18,8 +18,10 @@ inline size_t packed_block_bytes(QuantType t) {
       return kPackedQ8BlockBytes;
     case QuantType::Q4_K:
       return kPackedQ4KBlockBytes;
-    default:
+    case QuantType::Q5_K:
       return kPackedQ5KBlockBytes;
+    default:
+      return kPackedQ6KBlockBytes;
   }
 }
 
@@ -36,6 +38,14 @@ inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* o
   auto dwords = [&](uint8_t* dst, int offset, int n) {  // dword m of the part: lane i's at 4i
     for (int m = 0; m < n; ++m) std::memcpy(dst + 4 * m, p + offset + 64 * m + 4 * i, 4);
   };
+  if (t == QuantType::Q6_K) {
+    auto& blk = *static_cast<BlockQ6K*>(out);
+    std::memcpy(&blk.d, p + 2 * i, 2);
+    dwords(reinterpret_cast<uint8_t*>(blk.scales), kPackedQ6KScalesOffset, 4);
+    dwords(blk.ql, kPackedQ6KLowOffset, 32);
+    dwords(blk.qh, kPackedQ6KHighOffset, 16);
+    return;
+  }
   // q4_K / q5_K: d, dmin, the scales' three dwords, (q5_K) qh, then the nibbles a chunk at a time.
   const bool five = t == QuantType::Q5_K;
   uint8_t* base = static_cast<uint8_t*>(out);

@@ -103,6 +103,15 @@ struct [[gnu::packed]] BlockQ6K {
   uint16_t d;
 };
 
+// Prepacked q6_K (as the others: 16 rows' super-block in the 16 x 210 bytes they took): the 16 fp16
+// d, then each row's scales[], ql[] and qh[] transposed a dword per lane, in that order (the 64
+// bytes at m of a part hold its bytes 4m..4m+3 of row i at 4i..4i+3).
+constexpr int kPackedQ6KScalesOffset = 32;
+constexpr int kPackedQ6KLowOffset = kPackedQ6KScalesOffset + 4 * 64;
+constexpr int kPackedQ6KHighOffset = kPackedQ6KLowOffset + 32 * 64;
+constexpr int kPackedQ6KBlockBytes = kPackedQ6KHighOffset + 16 * 64;
+static_assert(kPackedQ6KBlockBytes == 16 * sizeof(BlockQ6K), "panels replace the rows in place");
+
 // Activations for the K-quant dots: x = d * q with d a plain float, plus the sum of each group of
 // 16 quants so the dots can apply mins and offsets without touching the quants again.
 struct [[gnu::packed]] BlockQ8K {
