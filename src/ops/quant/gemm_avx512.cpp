@@ -94,6 +94,13 @@ struct NextRows {
   }
 };
 
+// 16 fp16 values at src stored widened as 16 floats at dst (64-byte aligned): a packed block's
+// scales into a call's own panel.
+inline void store_f16x16(const uint8_t* src, uint8_t* dst) {
+  _mm512_store_ps(reinterpret_cast<float*>(dst),
+                  _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))));
+}
+
 // 4 activation bytes broadcast to all 16 lanes.
 inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(load_i32(p));
@@ -304,11 +311,8 @@ struct K4 {
       next.upto(b, nb);
       const uint8_t* pk = packed + size_t(b) * kPackedBytes;
       uint8_t* p = panel + size_t(b) * kPanelBytes;
-      _mm512_store_ps(reinterpret_cast<float*>(p),
-                      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pk))));
-      _mm512_store_ps(
-          reinterpret_cast<float*>(p + 64),
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pk + 32))));
+      store_f16x16(pk, p);
+      store_f16x16(pk + 32, p + 64);
       auto* sc_lanes = reinterpret_cast<int32_t(*)[kRows]>(p + kOffSc);
       __m512i mp[4];
       widen_scales(pk, sc_lanes, mp);
@@ -326,8 +330,6 @@ struct K4 {
                    NextRows* next = nullptr) {
     constexpr size_t kPackedBytes =
         kFiveBit ? size_t(quant::kPackedQ5KBlockBytes) : size_t(quant::kPackedQ4KBlockBytes);
-    constexpr size_t kPackedCodes =
-        kFiveBit ? size_t(quant::kPackedQ5KCodesOffset) : size_t(quant::kPackedQ4KCodesOffset);
     constexpr size_t kStride = kPacked ? kPackedBytes : size_t(kPanelBytes);
     __m512 acc[TT];
 #pragma GCC unroll 16
@@ -352,8 +354,7 @@ struct K4 {
       for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
 #pragma GCC unroll 1
       for (int s = 0; s < 8; ++s) {
-        // Packed: sub-blocks 2c and 2c + 1 are the low and high nibbles of the same registers.
-        const uint8_t* codes = kPacked ? p + kPackedCodes + 512 * (s / 2) : p + kOffCodes + 512 * s;
+        const uint8_t* codes = p + kOffCodes + 512 * s;  // a call's own panel (packed: widen_codes)
         __m512i t[TT];
 #pragma GCC unroll 16
         for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
@@ -491,8 +492,7 @@ struct Q6K {
       next.upto(b, nb);
       const uint8_t* pk = packed + size_t(b) * size_t(quant::kPackedQ6KBlockBytes);
       uint8_t* p = panel + size_t(b) * kPanelBytes;
-      _mm512_store_ps(reinterpret_cast<float*>(p),
-                      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pk))));
+      store_f16x16(pk, p);
       __m512i scp[8];
       widen_scales(pk, reinterpret_cast<int32_t(*)[kRows]>(p + kOffSc), scp);
       for (int k = 0; k < 8; ++k) _mm512_store_si512(p + kOffScp + 64 * k, scp[k]);
