@@ -222,13 +222,10 @@ bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
   if (w.panels) return true;
   // Only where the packed kernel can run: it is AVX-512 VNNI, and its outputs are the vec_dot's
   // bits only when the dots are the AVX2 ones (as for every tile, quant_tile_kernel).
-  if (!kernels::avx512_enabled() || quant_kernels().isa != "avx2" ||
-      (w.type != WType::Q8_0 && w.type != WType::Q4_K && w.type != WType::Q5_K &&
-       w.type != WType::Q6_K) ||
-      w.rows % 16 != 0)
-    return false;
-  w.panels =
-      kernels::pack_panels16_avx512(*wtype_quant(w.type), bytes, w.rows, w.cols, w.row_bytes);
+  // Which types and shapes pack is the kernel's to say (pack_panels16_avx512 refuses the rest).
+  const std::optional<QuantType> qt = wtype_quant(w.type);
+  if (!kernels::avx512_enabled() || quant_kernels().isa != "avx2" || !qt) return false;
+  w.panels = kernels::pack_panels16_avx512(*qt, bytes, w.rows, w.cols, w.row_bytes);
   return w.panels;
 }
 
