@@ -268,33 +268,38 @@ TEST(QuantPolicy, LlamaCppQ4KMMix) {
 
 TEST(GgufLoad, MmapAndAnonymousAgree) {
   const auto dir = fixture_with_tokenizer("qwen2-tiny");
-  export_gguf(*Model::load(dir), FileType::Q8_0, dir / "m.gguf");
-  auto a = Model::load(dir / "m.gguf", {.mmap = true});
-  auto b = Model::load(dir / "m.gguf", {.mmap = false});
-  EXPECT_STREQ(a->weights_memory(), "mmap");
-  EXPECT_STREQ(b->weights_memory(), "anonymous");
-  EXPECT_EQ(a->identity(), b->identity());
-  // Read into memory, q8_0 matrices are packed into the VNNI panels (where the CPU has them);
-  // mapped, they are read as stored. Both give the same bits, prefill and one-token steps.
-  EXPECT_FALSE(a->weights().layers[0].mlp.up.panels);
-  EXPECT_EQ(b->weights().layers[0].mlp.up.panels, kernels::cpu_has_avx512());
-  EXPECT_EQ(b->weights().embed.panels, kernels::cpu_has_avx512());  // lookups read panels
-  const auto ids = prompt_ids("qwen2-tiny");
-  EXPECT_EQ(all_logits(a, ids), all_logits(b, ids));
-  auto steps = [&ids](std::shared_ptr<const Model> m) {
-    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
-                                           m->config().head_dim);
-    Session s(m, cache);
-    s.append(ids);
-    std::vector<float> all;
-    for (int i = 0; i < 4; ++i) {
-      std::vector<float> logits;
-      s.append(std::vector<int32_t>{ids[size_t(i)]}, &logits);
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-    return all;
-  };
-  EXPECT_EQ(steps(a), steps(b));
+  // Every type the loader packs (the 64-column matrices take the type itself).
+  for (FileType type :
+       {FileType::Q8_0, FileType::Q4_0, FileType::Q4_1, FileType::Q5_0, FileType::Q5_1}) {
+    SCOPED_TRACE(int(type));
+    export_gguf(*Model::load(dir), type, dir / "m.gguf");
+    auto a = Model::load(dir / "m.gguf", {.mmap = true});
+    auto b = Model::load(dir / "m.gguf", {.mmap = false});
+    EXPECT_STREQ(a->weights_memory(), "mmap");
+    EXPECT_STREQ(b->weights_memory(), "anonymous");
+    EXPECT_EQ(a->identity(), b->identity());
+    // Read into memory, quantised matrices are packed into the VNNI panels (where the CPU has
+    // them); mapped, they are read as stored. Both give the same bits, prefill and one-token steps.
+    EXPECT_FALSE(a->weights().layers[0].mlp.up.panels);
+    EXPECT_EQ(b->weights().layers[0].mlp.up.panels, kernels::cpu_has_avx512());
+    EXPECT_EQ(b->weights().embed.panels, kernels::cpu_has_avx512());  // lookups read panels
+    const auto ids = prompt_ids("qwen2-tiny");
+    EXPECT_EQ(all_logits(a, ids), all_logits(b, ids));
+    auto steps = [&ids](std::shared_ptr<const Model> m) {
+      auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
+                                             m->config().head_dim);
+      Session s(m, cache);
+      s.append(ids);
+      std::vector<float> all;
+      for (int i = 0; i < 4; ++i) {
+        std::vector<float> logits;
+        s.append(std::vector<int32_t>{ids[size_t(i)]}, &logits);
+        all.insert(all.end(), logits.begin(), logits.end());
+      }
+      return all;
+    };
+    EXPECT_EQ(steps(a), steps(b));
+  }
 }
 
 TEST(GgufLoad, TokenizerFromGgufEncodesLikeHf) {

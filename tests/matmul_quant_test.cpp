@@ -162,7 +162,7 @@ TEST_P(MatmulQuant, DequantizeRowMatchesBlockDequantize) {
   }
 }
 
-// q8_0 packed once into the VNNI panels (pack_weight_panels): every call, from one token up, on
+// Weights packed once into the VNNI panels (pack_weight_panels): every call, from one token up, on
 // any thread count, and every row lookup give the bits the stored rows give; a matrix it cannot
 // pack is left as it was.
 class MatmulQuantPacked : public ::testing::TestWithParam<WType> {};
@@ -202,14 +202,15 @@ TEST_P(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, MatmulQuantPacked,
-                         ::testing::Values(WType::Q8_0, WType::Q4_K, WType::Q5_K, WType::Q6_K),
+                         ::testing::Values(WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0,
+                                           WType::Q5_1, WType::Q4_K, WType::Q5_K, WType::Q6_K),
                          [](const auto& info) { return std::string(wtype_name(info.param)); });
 
 TEST(MatmulQuantPacking, LeavesWhatItCannotPack) {
   for (auto [type, rows] : {std::pair<WType, int64_t>{WType::Q8_0, 40},
                             {WType::Q4_K, 24},
                             {WType::Q6_K, 24},
-                            {WType::Q4_0, 32}}) {
+                            {WType::Q5_0, 56}}) {
     Quantised m = make_matrix(type, rows, 256, 1);
     const std::vector<uint8_t> before = m.bytes;
     EXPECT_FALSE(pack_weight_panels(m.w, m.bytes.data())) << wtype_name(type) << " rows " << rows;

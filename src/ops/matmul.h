@@ -49,9 +49,9 @@ void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
 
 // Rewrites w's rows in place into the 16-row panels the AVX-512 VNNI kernel reads, so that no call
 // repacks them again (a call of 2-16 tokens spent most of its time there), and sets w.panels.
-// Only q8_0, q4_K and q5_K with rows a multiple of 16, on a CPU that runs those kernels; else w
-// is left as it is. `bytes` is w.data, writable (memory the caller owns, not a read-only mapping).
-// Results stay the same bits. Returns w.panels.
+// Only the quantised types (q4_0 ... q8_0, q4_K, q5_K, q6_K) with rows a multiple of 16, on a CPU
+// that runs those kernels; else w is left as it is. `bytes` is w.data, writable (memory the caller
+// owns, not a read-only mapping). Results stay the same bits. Returns w.panels.
 bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes);
 
 // Which kernel family runs ("avx512", "avx2", "scalar"): chosen once at start-up from the CPU's

@@ -24,6 +24,7 @@
 
 #include "ops/quant/gemm_avx2.h"
 #include "ops/quant/packed_blocks.h"
+#include "ops/quant/panels_avx512.h"
 #include "ops/quant/quant_blocks.h"
 #include "ops/scratch.h"
 
@@ -34,40 +35,6 @@ namespace {
 using namespace fak::quant;
 
 constexpr int kRows = 16;
-
-// 16 rows' 8 dwords each (lo: rows 0..7, hi: rows 8..15) -> 8 registers, register g holding dword g
-// of row i in lane i. The 8x8 transpose of gemm_avx2.h done on both halves at once (the unpacks
-// work per 128-bit lane; the last step's 128-bit swaps become two-source qword permutes), in
-// registers: through the AVX2 one, the compiler spilled the 16 halves to the stack, and the
-// repack was most of a few-token call.
-[[gnu::always_inline]] inline void store_transposed16(const __m256i lo[8], const __m256i hi[8],
-                                                      uint8_t* out) {
-  __m512i v[8], t[8], u[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[i]), hi[i], 1);
-#pragma GCC unroll 4
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // Per 256-bit half: [a.lo128, b.lo128] and [a.hi128, b.hi128] (permute2x128 0x20 / 0x31).
-  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
-  const __m512i second = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    _mm512_storeu_si512(reinterpret_cast<__m512i*>(out + 64 * g),
-                        _mm512_permutex2var_epi64(u[g], first, u[g + 4]));
-    _mm512_storeu_si512(reinterpret_cast<__m512i*>(out + 64 * (g + 4)),
-                        _mm512_permutex2var_epi64(u[g], second, u[g + 4]));
-  }
-}
 
 // The fp16 at rows[i] + offset for the 16 rows, as 16 floats stored at out.
 inline void store_scales16(const uint8_t* const* rows, size_t offset, uint8_t* out) {
@@ -122,6 +89,12 @@ struct Block32 {
   static constexpr int kPanelBytes = kCodesAt + 8 * 64;
   static constexpr int kTT = 8;
   static constexpr int kOffset = kMin ? 0 : T == WType::Q8_0 ? 128 : T == WType::Q4_0 ? 8 : 16;
+  // The layout packed at load (quant_blocks.h: kPackedQ8* for q8_0, packed32_* for the others).
+  static constexpr int kPackedBytes =
+      T == WType::Q8_0 ? quant::kPackedQ8BlockBytes : quant::packed32_block_bytes(kMin, kFiveBit);
+  static constexpr int kPackedCodes =
+      T == WType::Q8_0 ? quant::kPackedQ8CodesOffset : quant::packed32_codes_offset(kMin, kFiveBit);
+  static constexpr int kPackedHigh = quant::packed32_high_offset(kMin);
   using Block = std::conditional_t<
       T == WType::Q8_0, BlockQ8_0,
       std::conditional_t<
@@ -132,7 +105,7 @@ struct Block32 {
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];
     if constexpr (T == WType::Q8_0) {
-      return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(-128));
+      return q8_codes_unsigned(b);
     } else if constexpr (kFiveBit) {
       return _mm256_or_si256(unpack_nibbles(b.qs),
                              _mm256_and_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(0x10)));
@@ -157,13 +130,45 @@ struct Block32 {
     }
   }
 
-  // kPacked: a prepacked panel (PackedQ8 below) instead of this call's own.
+  // Register g of a packed block, as prep stores it: codes 4g..4g+3 of row i in lane i. q8_0's are
+  // stored so; the nibble types' are split from their bytes here (register g < 4: the low
+  // nibbles of dword g, else the high ones of dword g - 4), and the q5 types' fifth bits, stored
+  // reordered (quant::q5_high_bits_packed), come into bit 4 of each byte with one shift.
+  static __m512i packed_codes(const uint8_t* p, int g) {
+    if constexpr (T == WType::Q8_0) {
+      return _mm512_loadu_si512(p + kPackedCodes + 64 * g);
+    } else {
+      const __m512i raw = _mm512_loadu_si512(p + kPackedCodes + 64 * (g % 4));
+      __m512i w = _mm512_and_si512(g < 4 ? raw : _mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
+      if constexpr (kFiveBit) {
+        const __m512i h = _mm512_loadu_si512(p + kPackedHigh);
+        const __m512i at4 =
+            g <= 4 ? _mm512_slli_epi32(h, unsigned(4 - g)) : _mm512_srli_epi32(h, unsigned(g - 4));
+        w = _mm512_or_si512(w, _mm512_and_si512(at4, _mm512_set1_epi8(0x10)));
+      }
+      return w;
+    }
+  }
+
+  // This call's own panel (prep's layout) from packed blocks, for calls of many tokens (as
+  // K4::prep_packed).
+  static void prep_packed(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next) {
+    for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
+      const uint8_t* pk = packed + size_t(b) * kPackedBytes;
+      uint8_t* p = panel + size_t(b) * kPanelBytes;
+      store_f16x16(pk, p);
+      if constexpr (kMin) store_f16x16(pk + quant::kPacked32MinsOffset, p + 64);
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) _mm512_store_si512(p + kCodesAt + 64 * g, packed_codes(pk, g));
+    }
+  }
+
+  // kPacked: a prepacked panel (Packed32 below) instead of this call's own.
   template <int TT, bool kPacked = false>
   static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
                    NextRows* next = nullptr) {
-    constexpr size_t kStride = kPacked ? size_t(quant::kPackedQ8BlockBytes) : size_t(kPanelBytes);
-    static_assert(!kPacked || T == WType::Q8_0, "only q8_0 of these is packed");
-    constexpr size_t kCodes = kPacked ? size_t(quant::kPackedQ8CodesOffset) : size_t(kCodesAt);
+    constexpr size_t kStride = kPacked ? size_t(kPackedBytes) : size_t(kPanelBytes);
     __m512 acc[TT];
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
@@ -176,8 +181,7 @@ struct Block32 {
       for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
-        const __m512i w =
-            kPacked ? _mm512_loadu_si512(p + kCodes + 64 * g) : load_si(p + kCodes + 64 * g);
+        const __m512i w = kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g);
 #pragma GCC unroll 16
         for (int j = 0; j < TT; ++j)
           isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(args.acts[j] + ab + 4 * g));
@@ -186,6 +190,11 @@ struct Block32 {
       const __m512 dw =
           kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))
                   : load_ps(p);
+      __m512 mw = _mm512_setzero_ps();
+      if constexpr (kMin)
+        mw = kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                           reinterpret_cast<const __m256i*>(p + quant::kPacked32MinsOffset)))
+                     : load_ps(p + 64);
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) {
         const __m512 da = _mm512_set1_ps(args.scales[j][b]);
@@ -193,8 +202,8 @@ struct Block32 {
           isum[j] = _mm512_sub_epi32(isum[j], _mm512_set1_epi32(kOffset * args.sums[j][b]));
         acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
         if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
-          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(load_ps(p + 64), da),
-                                   _mm512_set1_ps(float(args.sums[j][b])), acc[j]);
+          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_set1_ps(float(args.sums[j][b])),
+                                   acc[j]);
       }
     }
 #pragma GCC unroll 16
@@ -608,27 +617,24 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
           q.dot(q.w->cols, q.w->row(r), q.act + size_t(t) * q.act_row_bytes);
 }
 
-// Weights packed once, at load, into panels the tiles read in place of the rows (q8_0, q4_K, q5_K:
-// quant::kPackedQ8* / Q4K* / Q5K*). Each keeps what a call's own panel widens (fp16 scales, the
-// K-quants' packed 6-bit scales, nibbles and high bits) as stored, so 16 rows' block is the bytes
-// they took, and the tile widens it. Calls then skip the repack, which was most of a call of 2-16
-// tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles). The families, each
-// read by its F::tile<TT, true>:
-struct PackedQ8 {
-  using F = Block32<WType::Q8_0>;
+// Weights packed once, at load, into panels the tiles read in place of the rows (every type here:
+// quant_blocks.h's kPacked* / packed32_*). Each keeps what a call's own panel widens (fp16 scales
+// and mins, the K-quants' packed 6-bit scales, nibbles and high bits) as stored, so 16 rows' block
+// is the bytes they took, and the tile widens it. Calls then skip the repack, which was most of a
+// call of 2-16 tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles). The
+// families, each read by its F::tile<TT, true> (kWidensInTile: the tile rebuilds codes from the
+// packed bytes, as all but q8_0's are):
+template <WType T>
+struct Packed32 {
+  using F = Block32<T>;
   static constexpr int kBlock = kQK, kTT = F::kTT;
+  static constexpr bool kWidensInTile = T != WType::Q8_0;
 };
-struct PackedQ4K {
-  using F = K4<false>;
+template <class Family>
+struct PackedK {
+  using F = Family;
   static constexpr int kBlock = kQKK, kTT = F::kTT;
-};
-struct PackedQ5K {
-  using F = K4<true>;
-  static constexpr int kBlock = kQKK, kTT = F::kTT;
-};
-struct PackedQ6K {
-  using F = Q6K;
-  static constexpr int kBlock = kQKK, kTT = F::kTT;
+  static constexpr bool kWidensInTile = true;
 };
 
 // Tokens [t, t + TT) of the group at row r, prefetching `next` over its blocks.
@@ -651,7 +657,7 @@ void packed_tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb,
 // are where its rows were. The first tile of a group prefetches the next group over its blocks,
 // as the repack does for the rows of a call's own panels.
 //
-// K-quant panels widen their codes in the tile, for every token tile again; past a few tiles that
+// Nibble panels widen their codes in the tile, for every token tile again; past a few tiles that
 // costs more than widening them once (matmul_quant_bench Q4_K_prefill128_packed: 12% slower than
 // a call's own panels). So calls of more tokens widen each group once into a per-call panel
 // (prep_packed) and tile that, as unpacked rows would.
@@ -659,9 +665,8 @@ template <class P>
 void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / P::kBlock;
   const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
-  constexpr bool kWidensInTile = P::kBlock == kQKK;
   constexpr int kOwnPanelsFrom = 3 * P::kTT;  // tokens
-  if constexpr (kWidensInTile)
+  if constexpr (P::kWidensInTile)
     if (q.n_tokens >= kOwnPanelsFrom) {
       using F = typename P::F;
       auto* panel = static_cast<uint8_t*>(
@@ -698,111 +703,29 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   }
 }
 
-// The same for q6_K: d, then scales[], ql[] and qh[] a dword per lane.
-void pack_block_q6_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
-  for (int i = 0; i < kRows; ++i) {
-    const BlockQ6K& blk = reinterpret_cast<const BlockQ6K*>(src[i])[b];
-    std::memcpy(p + 2 * i, &blk.d, 2);
-    for (int m = 0; m < 4; ++m)
-      std::memcpy(p + quant::kPackedQ6KScalesOffset + 64 * m + 4 * i, blk.scales + 4 * m, 4);
-    for (int m = 0; m < 32; ++m)
-      std::memcpy(p + quant::kPackedQ6KLowOffset + 64 * m + 4 * i, blk.ql + 4 * m, 4);
-    for (int m = 0; m < 16; ++m)
-      std::memcpy(p + quant::kPackedQ6KHighOffset + 64 * m + 4 * i, blk.qh + 4 * m, 4);
-  }
-}
-
-// 16 rows' block b of q8_0 (from a copy of the rows) as its packed panel at p.
-void pack_block_q8_0(const uint8_t* const* src, int64_t b, uint8_t* p) {
-  using Q8 = Block32<WType::Q8_0>;
-  for (int i = 0; i < kRows; ++i)
-    std::memcpy(p + 2 * i, &reinterpret_cast<const BlockQ8_0*>(src[i])[b].d, 2);
-  __m256i lo[8], hi[8];
-  for (int i = 0; i < 8; ++i) {
-    lo[i] = Q8::codes(src[i], b);
-    hi[i] = Q8::codes(src[8 + i], b);
-  }
-  store_transposed16(lo, hi, p + quant::kPackedQ8CodesOffset);
-}
-
-// The same for q4_K / q5_K: scales' dwords, qh and raw nibble bytes transposed, nothing unpacked.
-template <class Block>
-void pack_block_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
-  constexpr bool kFiveBit = std::is_same_v<Block, BlockQ5K>;
-  constexpr int kCodes = kFiveBit ? quant::kPackedQ5KCodesOffset : quant::kPackedQ4KCodesOffset;
-  const Block* blk[kRows];
-  for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const Block*>(src[i]) + b;
-  if constexpr (kFiveBit) {
-    __m256i lo[8], hi[8];
-    for (int i = 0; i < 8; ++i) {
-      lo[i] = load256(blk[i]->qh);
-      hi[i] = load256(blk[8 + i]->qh);
-    }
-    store_transposed16(lo, hi, p + quant::kPackedQ5KHighOffset);
-  }
-  for (int i = 0; i < kRows; ++i) {
-    std::memcpy(p + 2 * i, &blk[i]->d, 2);
-    std::memcpy(p + 32 + 2 * i, &blk[i]->dmin, 2);
-    for (int k = 0; k < 3; ++k)
-      std::memcpy(p + quant::kPackedQ4KScalesOffset + 64 * k + 4 * i, blk[i]->scales + 4 * k, 4);
-  }
-  for (int c = 0; c < 4; ++c) {
-    __m256i lo[8], hi[8];
-    for (int i = 0; i < 8; ++i) {
-      lo[i] = load256(blk[i]->qs + 32 * c);
-      hi[i] = load256(blk[8 + i]->qs + 32 * c);
-    }
-    store_transposed16(lo, hi, p + kCodes + 512 * c);
-  }
-}
-
 }  // namespace
 
-bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
-                          size_t row_bytes) {
-  const bool q8 = t == QuantType::Q8_0, q4k = t == QuantType::Q4_K, q5k = t == QuantType::Q5_K,
-             q6k = t == QuantType::Q6_K;
-  const int block = q8 ? kQK : kQKK;
-  const size_t block_bytes = q8    ? sizeof(BlockQ8_0)
-                             : q4k ? sizeof(BlockQ4K)
-                             : q5k ? sizeof(BlockQ5K)
-                                   : sizeof(BlockQ6K);
-  const size_t panel_bytes = quant::packed_block_bytes(t);
-  if (!(q8 || q4k || q5k || q6k) || n_rows % kRows != 0 || cols % block != 0 ||
-      row_bytes != size_t(cols / block) * block_bytes)
-    return false;
-  const int64_t nb = cols / block;
-#pragma omp parallel
-  {
-    std::vector<uint8_t> group(size_t(kRows) * row_bytes);  // the 16 rows, before packing
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t r = 0; r < n_rows; r += kRows) {
-      uint8_t* base = rows + size_t(r) * row_bytes;
-      std::memcpy(group.data(), base, group.size());
-      const uint8_t* src[kRows];
-      for (int i = 0; i < kRows; ++i) src[i] = group.data() + size_t(i) * row_bytes;
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* p = base + size_t(b) * panel_bytes;
-        if (q8)
-          pack_block_q8_0(src, b, p);
-        else if (q4k)
-          pack_block_k<BlockQ4K>(src, b, p);
-        else if (q5k)
-          pack_block_k<BlockQ5K>(src, b, p);
-        else
-          pack_block_q6_k(src, b, p);
-      }
-    }
-  }
-  return true;
-}
-
 QuantTileFn quant_tile_packed_avx512(QuantType t) {
-  if (t == QuantType::Q8_0) return rows_packed16<PackedQ8>;
-  if (t == QuantType::Q4_K) return rows_packed16<PackedQ4K>;
-  if (t == QuantType::Q5_K) return rows_packed16<PackedQ5K>;
-  if (t == QuantType::Q6_K) return rows_packed16<PackedQ6K>;
-  return nullptr;
+  switch (t) {
+    case QuantType::Q8_0:
+      return rows_packed16<Packed32<WType::Q8_0>>;
+    case QuantType::Q4_0:
+      return rows_packed16<Packed32<WType::Q4_0>>;
+    case QuantType::Q5_0:
+      return rows_packed16<Packed32<WType::Q5_0>>;
+    case QuantType::Q4_1:
+      return rows_packed16<Packed32<WType::Q4_1>>;
+    case QuantType::Q5_1:
+      return rows_packed16<Packed32<WType::Q5_1>>;
+    case QuantType::Q4_K:
+      return rows_packed16<PackedK<K4<false>>>;
+    case QuantType::Q5_K:
+      return rows_packed16<PackedK<K4<true>>>;
+    case QuantType::Q6_K:
+      return rows_packed16<PackedK<Q6K>>;
+    default:
+      return nullptr;
+  }
 }
 
 QuantTileFn quant_tile_avx512(QuantType t) {

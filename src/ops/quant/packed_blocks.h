@@ -16,6 +16,14 @@ inline size_t packed_block_bytes(QuantType t) {
   switch (t) {
     case QuantType::Q8_0:
       return kPackedQ8BlockBytes;
+    case QuantType::Q4_0:
+      return packed32_block_bytes(false, false);
+    case QuantType::Q4_1:
+      return packed32_block_bytes(true, false);
+    case QuantType::Q5_0:
+      return packed32_block_bytes(false, true);
+    case QuantType::Q5_1:
+      return packed32_block_bytes(true, true);
     case QuantType::Q4_K:
       return kPackedQ4KBlockBytes;
     case QuantType::Q5_K:
@@ -38,6 +46,24 @@ inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* o
   auto dwords = [&](uint8_t* dst, int offset, int n) {  // dword m of the part: lane i's at 4i
     for (int m = 0; m < n; ++m) std::memcpy(dst + 4 * m, p + offset + 64 * m + 4 * i, 4);
   };
+  const bool has_min = t == QuantType::Q4_1 || t == QuantType::Q5_1;
+  const bool five_bit = t == QuantType::Q5_0 || t == QuantType::Q5_1;
+  if (t == QuantType::Q4_0 || has_min || five_bit) {
+    // d, (q4_1 / q5_1) m, (q5_0 / q5_1) qh put back in element order, then the nibbles.
+    uint8_t* base = static_cast<uint8_t*>(out);
+    std::memcpy(base, p + 2 * i, 2);
+    if (has_min) std::memcpy(base + 2, p + kPacked32MinsOffset + 2 * i, 2);
+    uint8_t* rest = base + (has_min ? 4 : 2);
+    if (five_bit) {
+      uint32_t h;
+      std::memcpy(&h, p + packed32_high_offset(has_min) + 4 * i, 4);
+      h = q5_high_bits_stored(h);
+      std::memcpy(rest, &h, 4);
+      rest += 4;
+    }
+    dwords(rest, packed32_codes_offset(has_min, five_bit), 4);
+    return;
+  }
   if (t == QuantType::Q6_K) {
     auto& blk = *static_cast<BlockQ6K*>(out);
     std::memcpy(&blk.d, p + 2 * i, 2);

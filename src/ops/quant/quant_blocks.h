@@ -58,6 +58,57 @@ struct [[gnu::packed]] BlockQ5_1 {
   uint8_t qs[kQK / 2];
 };
 
+// Prepacked q4_0 / q4_1 / q5_0 / q5_1 (as q8_0: 16 rows' block in the 16 x 18 / 20 / 22 / 24 bytes
+// they took): the 16 fp16 d; (q4_1, q5_1) the 16 fp16 m; (q5_0, q5_1) 64 bytes of fifth bits, row
+// i's dword at 4i, reordered by q5_high_bits_packed so that the tile shifts each register's bits
+// into place; then 4 x 64 bytes of raw nibbles (the 64 bytes at k hold qs[4k..4k+3] of row i at
+// 4i..4i+3; the tile splits them: register g < 4 the low nibbles of k = g, g >= 4 the high ones of
+// k = g - 4).
+constexpr int kPacked32MinsOffset = 32;
+constexpr int packed32_high_offset(bool has_min) {
+  return has_min ? 64 : 32;
+}
+constexpr int packed32_codes_offset(bool has_min, bool five_bit) {
+  return packed32_high_offset(has_min) + (five_bit ? 64 : 0);
+}
+constexpr int packed32_block_bytes(bool has_min, bool five_bit) {
+  return packed32_codes_offset(has_min, five_bit) + 4 * 64;
+}
+static_assert(packed32_block_bytes(false, false) == 16 * sizeof(BlockQ4_0));
+static_assert(packed32_block_bytes(true, false) == 16 * sizeof(BlockQ4_1));
+static_assert(packed32_block_bytes(false, true) == 16 * sizeof(BlockQ5_0));
+static_assert(packed32_block_bytes(true, true) == 16 * sizeof(BlockQ5_1));
+
+// A q5 block's fifth bits (bit k of qh: element k) reordered for the packed layout: the bit of
+// element 4g + e moves to bit 8e + g, so byte e holds the bits of codes e, 4 + e, ... in order
+// and register g's come into bit 4 of each byte with one shift by 4 - g. (Each step halves the
+// spacing of 8 bits 4 apart: pairs, then quads, then the byte.)
+constexpr uint32_t q5_high_bits_packed(uint32_t qh) {
+  uint32_t out = 0;
+  for (int e = 0; e < 4; ++e) {
+    uint32_t t = (qh >> e) & 0x11111111u;  // bit 4g: element 4g + e
+    t = (t | (t >> 3)) & 0x03030303u;
+    t = (t | (t >> 6)) & 0x000F000Fu;
+    t = (t | (t >> 12)) & 0xFFu;
+    out |= t << (8 * e);
+  }
+  return out;
+}
+// Its inverse: the stored qh from a packed dword.
+constexpr uint32_t q5_high_bits_stored(uint32_t packed) {
+  uint32_t out = 0;
+  for (int e = 0; e < 4; ++e) {
+    uint32_t t = (packed >> (8 * e)) & 0xFFu;  // bit g: element 4g + e
+    t = (t | (t << 12)) & 0x000F000Fu;
+    t = (t | (t << 6)) & 0x03030303u;
+    t = (t | (t << 3)) & 0x11111111u;
+    out |= t << e;
+  }
+  return out;
+}
+static_assert(q5_high_bits_packed(1u << 5) == 1u << 9);  // element 5 = 4 * 1 + 1: bit 8 + 1
+static_assert(q5_high_bits_stored(q5_high_bits_packed(0x9E3779B9u)) == 0x9E3779B9u);
+
 // 8 sub-blocks of 32: x = d * sc[j] * q - dmin * m[j], q in [0, 15]. Each 64-element chunk c uses
 // the 32 bytes qs[32c..32c+31]: low nibbles are sub-block 2c, high nibbles sub-block 2c + 1.
 // scales[] packs the 6-bit sc/m pairs (see unpack_scales_k4).

@@ -1,0 +1,58 @@
+// What the AVX-512 VNNI panels are made of, shared by the tiles that repack rows per call
+// (gemm_avx512.cpp) and the packing done once at load (pack_avx512.cpp): the 16-row transpose and
+// q8_0's unsigned codes. Only for files compiled with AVX-512.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/isa_namespace.h"
+#include "ops/quant/avx2_common.h"
+#include "ops/quant/quant_blocks.h"
+
+namespace fak::kernels {
+inline namespace FAK_ISA_NS {
+
+// 16 rows' 8 dwords each (lo: rows 0..7, hi: rows 8..15) -> 8 registers, register g holding dword g
+// of row i in lane i. The 8x8 transpose of gemm_avx2.h done on both halves at once (the unpacks
+// work per 128-bit lane; the last step's 128-bit swaps become two-source qword permutes), in
+// registers: through the AVX2 one, the compiler spilled the 16 halves to the stack, and the
+// repack was most of a few-token call.
+[[gnu::always_inline]] inline void store_transposed16(const __m256i lo[8], const __m256i hi[8],
+                                                      uint8_t* out) {
+  __m512i v[8], t[8], u[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[i]), hi[i], 1);
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Per 256-bit half: [a.lo128, b.lo128] and [a.hi128, b.hi128] (permute2x128 0x20 / 0x31).
+  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i second = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    _mm512_storeu_si512(reinterpret_cast<__m512i*>(out + 64 * g),
+                        _mm512_permutex2var_epi64(u[g], first, u[g + 4]));
+    _mm512_storeu_si512(reinterpret_cast<__m512i*>(out + 64 * (g + 4)),
+                        _mm512_permutex2var_epi64(u[g], second, u[g + 4]));
+  }
+}
+
+// A q8_0 block's codes as the unsigned bytes vpdpbusd takes: q + 128 (the tile takes 128 times the
+// activation sum back off).
+inline __m256i q8_codes_unsigned(const quant::BlockQ8_0& b) {
+  return _mm256_xor_si256(quant::load256(b.qs), _mm256_set1_epi8(-128));
+}
+
+}  // namespace FAK_ISA_NS
+}  // namespace fak::kernels
