@@ -55,6 +55,7 @@ void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
   BENCHMARK_CAPTURE(bench_matmul, type##_prefill128_vecdot, WType::type, 128, false);
 
 FAK_MM(Q8_0)
+FAK_MM(Q4_0)
 FAK_MM(Q5_0)
 FAK_MM(Q4_K)
 FAK_MM(Q6_K)
