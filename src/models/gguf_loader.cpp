@@ -160,9 +160,7 @@ class Loader {
     for (int64_t r = 0; r < m.rows; ++r)
       std::memcpy(rows.data() + size_t(llama_unpermuted_row(r, c_.head_dim)) * m.row_bytes,
                   m.row(r), m.row_bytes);
-    s_.repacked.push_back(std::move(rows));
-    m.data = s_.repacked.back().data();
-    return m;
+    return repacked(m, std::move(rows));
   }
 
   std::vector<float> vec(const std::string& name, int64_t n) {
@@ -176,8 +174,16 @@ class Loader {
     return v;
   }
 
-  // m with its bytes replaced by `bytes` of type t (a reordered copy the model keeps).
+  // m with its bytes replaced by `bytes` of type t (reordered rows or columns). A file read into
+  // memory of our own takes a result of the same type over its stored bytes, so the model holds
+  // one copy of the matrix, not two (the qwen35 DeltaNet matrices of a 27B-shape layer are 120
+  // MB); a mapped file is read-only, and the model keeps the copy.
   WeightMatrix repacked(WeightMatrix m, std::vector<uint8_t> bytes, std::optional<WType> t = {}) {
+    if (s_.anon && (!t || *t == m.type)) {
+      check(bytes.size() == m.bytes(), "repacked: wrong size");
+      std::memcpy(const_cast<void*>(m.data), bytes.data(), bytes.size());
+      return m;
+    }
     bytes_ -= m.bytes();
     if (t) m.type = *t;
     m.row_bytes = wtype_row_bytes(m.type, m.cols);
@@ -417,6 +423,18 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
     out.memory = "anonymous";
   }
   const GgufFile& f = *storage->file;
+  // The identity hashes the bytes as stored, before loading rewrites any in memory of our own
+  // (reordered rows, packed panels), so a session file moves between a mapped and a read load.
+  Fnv1a h;
+  h.update(path.filename().string());
+  for (const GgufTensor& t : f.tensors()) {
+    h.update(t.name);
+    h.update(std::to_string(t.ggml_type));
+    for (int64_t d : t.dims) h.update(std::to_string(d));
+    h.update(t.data, std::min<size_t>(t.nbytes, 256));
+    if (t.nbytes > 256) h.update(t.data + t.nbytes - 256, 256);
+  }
+  out.identity = h.hex();
   ModelConfig c = gguf_model_config(f);
   Loader ld(f, c, *storage);
   ModelWeights& w = out.weights;
@@ -471,18 +489,8 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
   w.bytes = ld.bytes();
   ld.check_all_used();
 
-  Fnv1a h;
-  h.update(path.filename().string());
-  for (const GgufTensor& t : f.tensors()) {
-    h.update(t.name);
-    h.update(std::to_string(t.ggml_type));
-    for (int64_t d : t.dims) h.update(std::to_string(d));
-    h.update(t.data, std::min<size_t>(t.nbytes, 256));
-    if (t.nbytes > 256) h.update(t.data + t.nbytes - 256, 256);
-  }
-  out.identity = h.hex();
-  // Read into memory of our own (not mapped): q8_0 matrices become the matmul kernel's panels in
-  // place, once, after the identity above has hashed the bytes as stored. A tied embedding is
+  // Read into memory of our own (not mapped): quantised matrices become the matmul kernel's
+  // panels in place, once, after the identity has hashed the bytes as stored. A tied embedding is
   // packed once for both its uses (lookups read panels through dequantize_row).
   if (!use_mmap) pack_weight_panels(w);
   if (load_tokenizer && f.find("tokenizer.ggml.model")) {
