@@ -213,15 +213,16 @@ TEST(Cli, EverySubcommandHasHelp) {
 }
 
 // The benchmark's arms must decode the same greedy tokens (reuse is exact) and count the work
-// each arm did: the shared prefix once in (c), once per agent in (b).
+// each arm did: the shared prefix once in (c), once per agent in (b); each turn after the first
+// prefills the previous turn's last decoded token with its tool result.
 TEST(Cli, AgentbenchArmsAgreeAndCountTokens) {
   auto r = test::run_fak("agentbench -A 3 -T 2 -P 40 -R 8 -D 4 --json -t 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_TRUE(j["outputs_identical"].get<bool>());
   ASSERT_EQ(j["arms"].size(), 3u);
-  EXPECT_EQ(j["arms"][1]["tokens_prefilled"].get<int>(), 3 * 40 + 3 * 2 * 8);
-  EXPECT_EQ(j["arms"][2]["tokens_prefilled"].get<int>(), 40 + 3 * 2 * 8);
+  EXPECT_EQ(j["arms"][1]["tokens_prefilled"].get<int>(), 3 * 40 + 3 * (2 * 8 + 1));
+  EXPECT_EQ(j["arms"][2]["tokens_prefilled"].get<int>(), 40 + 3 * (2 * 8 + 1));
   EXPECT_EQ(j["arms"][2]["tokens_decoded"].get<int>(), 3 * 2 * 4);
 }
 

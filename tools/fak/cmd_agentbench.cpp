@@ -8,6 +8,8 @@
 //   (c) fak: the prefix prefilled once, cloned into every agent (blocks shared), each turn's tool
 //       results of all agents prefilled in one batched forward call, and the D decode steps of all
 //       agents batched together.
+// In every arm a turn's last decoded token is fed with the next turn's tool result (arm (a) has
+// it in the context it re-prefills), so no arm computes logits nothing reads.
 // The arms run interleaved, turn by turn, so that all of them see the same state of the host.
 // Reports tokens computed and wall time per arm (JSON with --json).
 #include <algorithm>
@@ -84,6 +86,17 @@ void agentbench(const AgentArgs& a) {
   re_arm.name = "a_reprefill";
   for (Arm* x : {&warm_arm, &fak_arm, &re_arm}) x->outputs.resize(size_t(a.agents));
 
+  // Every arm feeds a turn's last decoded token with the next turn's tool result, as an agent
+  // loop does (nothing needs the logits after it, and arm (a) re-prefills it anyway): each
+  // agent's turn input is that token, if any, then the result.
+  auto turn_input = [&](const std::vector<int32_t>& outputs, int ag, int t) {
+    std::vector<int32_t> in;
+    if (t > 0) in.push_back(outputs.back());
+    const auto& r = results[size_t(ag)][size_t(t)];
+    in.insert(in.end(), r.begin(), r.end());
+    return in;
+  };
+
   // (b): one session per agent, each prefilling the prefix itself at its first turn.
   std::vector<Session> warm;
   auto warm_turn = [&](int t) {
@@ -95,12 +108,13 @@ void agentbench(const AgentArgs& a) {
         warm_arm.prefilled += a.prefix;
       }
       Session& s = warm[size_t(ag)];
-      s.append(results[size_t(ag)][size_t(t)]);
-      warm_arm.prefilled += a.result;
+      const std::vector<int32_t> in = turn_input(warm_arm.outputs[size_t(ag)], ag, t);
+      s.append(in);
+      warm_arm.prefilled += int64_t(in.size());
       const auto td = now();
       for (int d = 0; d < a.decode; ++d) {
         int32_t next = argmax(s.logits());
-        s.append({&next, 1});
+        if (d + 1 < a.decode) s.append({&next, 1});
         warm_arm.outputs[size_t(ag)].push_back(next);
         ++warm_arm.decoded;
       }
@@ -122,11 +136,13 @@ void agentbench(const AgentArgs& a) {
       for (int ag = 0; ag < a.agents; ++ag) fak.push_back(base.clone());
       for (auto& x : fak) fak_ptrs.push_back(&x);
     }
+    std::vector<std::vector<int32_t>> inputs;
     std::vector<std::span<const int32_t>> spans;
     for (int ag = 0; ag < a.agents; ++ag) {
-      spans.emplace_back(results[size_t(ag)][size_t(t)]);
-      fak_arm.prefilled += a.result;
+      inputs.push_back(turn_input(fak_arm.outputs[size_t(ag)], ag, t));
+      fak_arm.prefilled += int64_t(inputs.back().size());
     }
+    for (const auto& in : inputs) spans.emplace_back(in);
     append_batch(fak_ptrs, spans);
     const auto td = now();
     std::vector<int32_t> next(size_t(a.agents));
@@ -135,7 +151,7 @@ void agentbench(const AgentArgs& a) {
         next[size_t(ag)] = argmax(fak[size_t(ag)].logits());
         fak_arm.outputs[size_t(ag)].push_back(next[size_t(ag)]);
       }
-      decode_batch(fak_ptrs, next);
+      if (d + 1 < a.decode) decode_batch(fak_ptrs, next);
       fak_arm.decoded += a.agents;
     }
     fak_arm.decode_seconds += since(td);
