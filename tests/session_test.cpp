@@ -57,8 +57,10 @@ class Reuse : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
     model = Model::load(GetParam().dir, {.load_tokenizer = false});
+    // Slabs of one block, so that every test here reads rows across slabs.
     cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
-                                      model->config().head_dim, KvCacheOptions{.block_size = 16});
+                                      model->config().head_dim,
+                                      KvCacheOptions{.block_size = 16, .slab_bytes = 1});
     vocab = model->config().vocab;
   }
   Session cold(const std::vector<int32_t>& ids) {
@@ -101,6 +103,28 @@ TEST_P(Reuse, ChunkedPrefillAndDecodeEqualColdPrefill) {
   }
   EXPECT_TRUE(bit_equal(whole.logits(), pieces.logits()));
   EXPECT_TRUE(bit_equal(whole.logits(), one_by_one.logits()));
+}
+
+// How many blocks a slab holds changes where rows live, not a bit of what is computed from them.
+TEST_P(Reuse, SlabSizeChangesNoBits) {
+  ASSERT_EQ(cache->blocks_per_slab(), 1);
+  auto wide = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                        model->config().head_dim, KvCacheOptions{.block_size = 16});
+  EXPECT_EQ(wide->blocks_per_slab(), 64);
+  const auto ids = random_ids(70, vocab, 4);
+  Session a(model, cache), b(model, wide);
+  a.append(ids);
+  b.append(ids);
+  EXPECT_TRUE(bit_equal(a.logits(), b.logits()));
+  Session a2 = a.clone(), b2 = b.clone();
+  std::vector<Session*> as{&a, &a2}, bs{&b, &b2};
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<int32_t> next{int32_t(step + 1), int32_t(2 * step + 3)};
+    decode_batch(as, next);
+    decode_batch(bs, next);
+    ASSERT_TRUE(bit_equal(a.logits(), b.logits())) << "step " << step;
+    ASSERT_TRUE(bit_equal(a2.logits(), b2.logits())) << "step " << step;
+  }
 }
 
 TEST_P(Reuse, CloneSharesBlocksAndDivergesCopyOnWrite) {
@@ -411,37 +435,44 @@ TEST(KvCache, RefcountsAndBudget) {
 // of a slab follow each other, so decode attention streams long runs of memory.
 TEST(KvCache, EveryRowHasItsOwnStorage) {
   constexpr int kLayers = 3, kHeads = 2, kDim = 4, kBs = 4, kBlocks = 150;
-  KvCache cache(kLayers, kHeads, kDim, {.block_size = kBs, .keep_kraw = true, .dtype = DType::F32});
-  std::vector<int32_t> blocks;
-  for (int i = 0; i < kBlocks; ++i) blocks.push_back(cache.allocate());
-  const KvPlane planes[] = {KvPlane::K, KvPlane::V, KvPlane::Kraw};
-  auto value = [&](int b, int l, int p, int j, int e) {
-    return float((((b * kLayers + l) * 3 + p) * kBs + j) * kHeads * kDim + e);
-  };
-  std::vector<float> row(kHeads * kDim);
-  for (int b = 0; b < kBlocks; ++b)
-    for (int l = 0; l < kLayers; ++l)
-      for (int p = 0; p < 3; ++p)
-        for (int j = 0; j < kBs; ++j) {
-          for (int e = 0; e < kHeads * kDim; ++e) row[size_t(e)] = value(b, l, p, j, e);
-          cache.store_row(blocks[size_t(b)], l, planes[p], j, row.data());
-        }
-  int wrong = 0;
-  for (int b = 0; b < kBlocks; ++b)
-    for (int l = 0; l < kLayers; ++l)
-      for (int p = 0; p < 3; ++p)
-        for (int j = 0; j < kBs; ++j) {
-          cache.load_row(blocks[size_t(b)], l, planes[p], j, row.data());
-          for (int e = 0; e < kHeads * kDim; ++e) wrong += row[size_t(e)] != value(b, l, p, j, e);
-        }
-  EXPECT_EQ(wrong, 0);
-  int runs = 0;
-  for (int b = 1; b < kBlocks; ++b)
-    if (blocks[size_t(b)] == blocks[size_t(b - 1)] + 1 &&
-        cache.row(blocks[size_t(b)], 1, KvPlane::V, 0) ==
-            cache.row(blocks[size_t(b - 1)], 1, KvPlane::V, 0) + size_t(kBs) * cache.head_bytes())
-      ++runs;
-  EXPECT_GE(runs, kBlocks / 2);
+  for (size_t slab_bytes : {size_t(128) << 20, size_t(1), size_t(5000)}) {
+    SCOPED_TRACE(slab_bytes);
+    KvCache cache(
+        kLayers, kHeads, kDim,
+        {.block_size = kBs, .keep_kraw = true, .dtype = DType::F32, .slab_bytes = slab_bytes});
+    // A block here is 3 x 3 x 4 rows of 32 bytes: 64 of them fit the default, 1 and 4 the others.
+    EXPECT_EQ(cache.blocks_per_slab(), slab_bytes == 1 ? 1 : slab_bytes == 5000 ? 4 : 64);
+    std::vector<int32_t> blocks;
+    for (int i = 0; i < kBlocks; ++i) blocks.push_back(cache.allocate());
+    const KvPlane planes[] = {KvPlane::K, KvPlane::V, KvPlane::Kraw};
+    auto value = [&](int b, int l, int p, int j, int e) {
+      return float((((b * kLayers + l) * 3 + p) * kBs + j) * kHeads * kDim + e);
+    };
+    std::vector<float> row(kHeads * kDim);
+    for (int b = 0; b < kBlocks; ++b)
+      for (int l = 0; l < kLayers; ++l)
+        for (int p = 0; p < 3; ++p)
+          for (int j = 0; j < kBs; ++j) {
+            for (int e = 0; e < kHeads * kDim; ++e) row[size_t(e)] = value(b, l, p, j, e);
+            cache.store_row(blocks[size_t(b)], l, planes[p], j, row.data());
+          }
+    int wrong = 0;
+    for (int b = 0; b < kBlocks; ++b)
+      for (int l = 0; l < kLayers; ++l)
+        for (int p = 0; p < 3; ++p)
+          for (int j = 0; j < kBs; ++j) {
+            cache.load_row(blocks[size_t(b)], l, planes[p], j, row.data());
+            for (int e = 0; e < kHeads * kDim; ++e) wrong += row[size_t(e)] != value(b, l, p, j, e);
+          }
+    EXPECT_EQ(wrong, 0);
+    int runs = 0;
+    for (int b = 1; b < kBlocks; ++b)
+      if (blocks[size_t(b)] == blocks[size_t(b - 1)] + 1 &&
+          cache.row(blocks[size_t(b)], 1, KvPlane::V, 0) ==
+              cache.row(blocks[size_t(b - 1)], 1, KvPlane::V, 0) + size_t(kBs) * cache.head_bytes())
+        ++runs;
+    EXPECT_GE(runs, cache.blocks_per_slab() > 1 ? kBlocks / 2 : 0);
+  }
 }
 
 // One KV head's rows of a block are contiguous; whole rows go in and out through store_row /

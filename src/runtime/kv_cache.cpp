@@ -1,5 +1,6 @@
 #include "runtime/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -27,19 +28,21 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
   check(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16,
         "KvCache: storage type must be f32, f16 or bf16");
   head_bytes_ = size_t(head_dim_) * dtype_size(dtype_);
-  head_stride_ = size_t(kBlocksPerSlab) * size_t(block_size_) * head_bytes_;
   row_bytes_ = size_t(kv_dim_) * dtype_size(dtype_);
   block_bytes_ = size_t(n_layers_) * size_t(planes()) * size_t(block_size_) * row_bytes_;
+  blocks_per_slab_ = int(std::clamp<size_t>(options.slab_bytes / std::max<size_t>(block_bytes_, 1),
+                                            1, size_t(kMaxBlocksPerSlab)));
+  head_stride_ = size_t(blocks_per_slab_) * size_t(block_size_) * head_bytes_;
 }
 
 uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
   if (plane == KvPlane::Kraw && !keep_kraw_) return nullptr;
-  uint8_t* slab = slabs_[size_t(block / kBlocksPerSlab)].data();
+  uint8_t* slab = slabs_[size_t(block / blocks_per_slab_)].data();
   // A slab is [layer][plane][head][block][slot][head_dim]: one head's rows of all its blocks are
   // contiguous (see kv_cache.h).
   const size_t region = size_t(n_kv_heads_) * head_stride_;  // one (layer, plane) of the slab
   return slab + (size_t(layer) * size_t(planes()) + size_t(plane)) * region +
-         (size_t(block % kBlocksPerSlab) * size_t(block_size_) + size_t(slot)) * head_bytes_;
+         (size_t(block % blocks_per_slab_) * size_t(block_size_) + size_t(slot)) * head_bytes_;
 }
 
 namespace {
@@ -117,9 +120,9 @@ int32_t KvCache::allocate() {
          std::to_string(in_use_) + " blocks of " + std::to_string(block_size_) + " tokens in use)");
   if (free_.empty()) {
     int32_t first = int32_t(refcounts_.size());
-    slabs_.emplace_back(kBlocksPerSlab * block_bytes_, "KV cache");
-    refcounts_.resize(refcounts_.size() + kBlocksPerSlab, 0);
-    for (int i = kBlocksPerSlab - 1; i >= 0; --i) free_.push_back(first + i);
+    slabs_.emplace_back(size_t(blocks_per_slab_) * block_bytes_, "KV cache");
+    refcounts_.resize(refcounts_.size() + size_t(blocks_per_slab_), 0);
+    for (int i = blocks_per_slab_ - 1; i >= 0; --i) free_.push_back(first + i);
   }
   int32_t b = free_.back();
   free_.pop_back();

@@ -7,7 +7,7 @@
 // through store_row and attention reads them in place. Conversions are deterministic, so the
 // reuse stack's bit-exactness holds for every storage type.
 //
-// Layout: blocks live in slabs of kBlocksPerSlab, each slab [layer][plane][head][block][slot]
+// Layout: blocks live in slabs of blocks_per_slab_, each slab [layer][plane][head][block][slot]
 // [head_dim] (planes K | V | Kraw): one KV head's rows of a block are contiguous, and so are its
 // rows of consecutive blocks. Attention reads one head per work unit, and with rows interleaving
 // the heads two threads reading different heads of the same rows stream half the bandwidth (the
@@ -35,6 +35,9 @@ struct KvCacheOptions {
   bool keep_kraw = true;     // drop to save a third of the memory when shift-eviction is not needed
   size_t max_bytes = 0;      // 0 = no limit
   DType dtype = DType::F32;  // F32, F16 or BF16
+  // The most a slab (the unit the cache maps memory in) may take: it holds at least one block and
+  // at most 64 (see blocks_per_slab()).
+  size_t slab_bytes = size_t(128) << 20;
 };
 
 enum class KvPlane : uint8_t { K, V, Kraw };
@@ -76,6 +79,7 @@ class KvCache : public BlockPool {
   int head_dim() const { return head_dim_; }
   size_t head_bytes() const { return head_bytes_; }    // one head of one row; rows of a head follow
   size_t head_stride() const { return head_stride_; }  // from head h of a row to head h + 1
+  int blocks_per_slab() const { return blocks_per_slab_; }
   DType dtype() const { return dtype_; }
   size_t row_bytes() const { return row_bytes_; }  // one token's row, all heads
   bool keeps_kraw() const { return keep_kraw_; }
@@ -92,10 +96,15 @@ class KvCache : public BlockPool {
   size_t max_bytes_;
   DType dtype_;
   size_t row_bytes_, block_bytes_, head_bytes_, head_stride_;
-  // 2048 tokens of 32-token blocks. A slab is mapped whole and one block touches every
-  // (layer, plane, head) region of it, so the cache's resident memory grows a slab at a time
-  // (36 MiB for Qwen2.5-0.5B with f16 KV), not a block at a time.
-  static constexpr int kBlocksPerSlab = 64;
+  // Up to 64 blocks (2048 tokens of 32-token blocks), fewer where that would pass slab_bytes. A
+  // slab is mapped whole and one block touches every (layer, plane, head) region of it, so the
+  // cache's resident memory grows a slab at a time, not a block at a time: 36 MiB for Qwen2.5-0.5B
+  // with f16 KV (64 blocks); Qwen2.5-7B with f32 KV and Kraw would take 352 MiB at the first
+  // token, and gets 23 blocks (126 MiB). Fewer blocks per slab cut a cloned prefix's runs of
+  // contiguous rows (5-agent decode steps at 16 blocks: 4-15% slower at the 0.5B shape), which
+  // the largest models, whose steps are mostly weight reads, feel least.
+  static constexpr int kMaxBlocksPerSlab = 64;
+  int blocks_per_slab_;
   std::vector<AnonMemory> slabs_;  // huge-page advised: a step reads them all
   std::vector<int> refcounts_;
   std::vector<int32_t> free_;
