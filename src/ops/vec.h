@@ -28,7 +28,7 @@ inline float exp_poly(float x) {
   const bool underflow = x < -87.33f;
   x = x > -87.33f ? x : -87.33f;
   x = x < 88.37f ? x : 88.37f;
-  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float n = std::rint(x * 1.44269504088896341f);  // ties to even, inline (not libm)
   float r = std::fma(-n, 0.693359375f, x);
   r = std::fma(-n, -2.12194440e-4f, r);
   float p = 1.9875691500e-4f;

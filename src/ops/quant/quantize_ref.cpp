@@ -34,11 +34,12 @@ void min_max(const float* x, int n, float* lo, float* hi) {
   }
 }
 
-// note: the q8 activation quantizers round with nearbyint (ties to even, the default FP mode) and
-// compute id = 1/d once per block so the AVX2 versions (_mm256_round_ps nearest) give the exact
-// same bytes; ggml's reference uses roundf, which only differs on exact .5 ties.
+// note: the q8 activation quantizers round ties to even (the default FP mode; rint, which compiles
+// inline where nearbyint is a libm call) and compute id = 1/d once per block so the AVX2 versions
+// (_mm256_round_ps nearest) give the exact same bytes; ggml's reference uses roundf, which only
+// differs on exact .5 ties.
 inline int8_t round_q8(float v) {
-  return int8_t(std::clamp(std::nearbyint(v), -127.0f, 127.0f));
+  return int8_t(std::clamp(std::rint(v), -127.0f, 127.0f));
 }
 
 }  // namespace
