@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -302,6 +303,53 @@ TEST_P(QuantVariant, ActivationQuantizersMatchScalarBytes) {
         ASSERT_EQ(0, std::memcmp(want.data(), got.data() + mis, want.size()))
             << k.isa << " " << quant_type_name(at) << " n=" << n << " misalign=" << mis;
       }
+    }
+  }
+}
+
+// The K-quant sub-block fits (the searches of a weight conversion) must give the reference's
+// exact codes, scales and mins (q6_K: scales), so a conversion writes the same file on every CPU:
+// gaussian super-blocks with outliers, one-signed, constant, zero and signed-zero ones, tiny and
+// huge magnitudes.
+TEST_P(QuantVariant, WeightFitsMatchScalarBits) {
+  const QuantKernels& ref = quant::scalar_kernels();
+  const QuantKernels& k = kernels();
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 255);
+  for (int trial = 0; trial < 600; ++trial) {
+    float x[256];
+    const float mag = std::ldexp(1.0f, trial % 60 - 40);  // 2^-40 .. 2^19
+    for (float& v : x) v = nd(rng) * mag;
+    switch (trial % 6) {
+      case 1:
+        for (float& v : x) v = std::fabs(v);  // one-signed: the min clips to 0
+        break;
+      case 2:
+        for (float& v : x) v = -std::fabs(v);
+        break;
+      case 3:
+        for (int j = 0; j < 256; j += 64) std::fill(x + j, x + j + 32, 0.5f * mag);  // constant
+        break;
+      case 4:
+        for (int j = 0; j < 256; j += 96) std::fill(x + j, x + j + 32, j % 192 ? -0.0f : 0.0f);
+        break;
+      case 5:
+        x[pick(rng)] *= 64;  // an outlier
+        break;
+    }
+    float want_q6[16], got_q6[16];
+    ref.fit_q6_k(x, want_q6);
+    k.fit_q6_k(x, got_q6);
+    ASSERT_EQ(0, std::memcmp(want_q6, got_q6, sizeof want_q6)) << "q6_K trial " << trial;
+    for (int nmax : {15, 31}) {
+      uint8_t want_q[256], got_q[256];
+      float want_s[8], want_m[8], got_s[8], got_m[8];
+      ref.fit_k4(x, nmax, want_q, want_s, want_m);
+      k.fit_k4(x, nmax, got_q, got_s, got_m);
+      ASSERT_EQ(0, std::memcmp(want_q, got_q, sizeof want_q)) << "trial " << trial;
+      ASSERT_EQ(0, std::memcmp(want_s, got_s, sizeof want_s)) << "trial " << trial;
+      ASSERT_EQ(0, std::memcmp(want_m, got_m, sizeof want_m)) << "trial " << trial;
     }
   }
 }

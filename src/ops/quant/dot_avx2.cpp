@@ -190,6 +190,8 @@ QuantKernels make_avx2() {
   k.dots[uint32_t(QuantType::Q8_K)] = dot_q8_k;
   k.quantize_q8_0 = quantize_q8_0_avx2;
   k.quantize_q8_k = quantize_q8_k_avx2;
+  k.fit_k4 = fit_k4_super_block_avx2;
+  k.fit_q6_k = fit_q6_k_scales_avx2;
   return k;
 }
 

@@ -197,6 +197,8 @@ QuantKernels make_scalar() {
   k.dots[uint32_t(QuantType::Q8_K)] = dot_q8_k;
   k.quantize_q8_0 = quantize_q8_0_ref;
   k.quantize_q8_k = quantize_q8_k_ref;
+  k.fit_k4 = fit_k4_super_block_ref;
+  k.fit_q6_k = fit_q6_k_scales_ref;
   return k;
 }
 

@@ -15,6 +15,12 @@ void quantize_q5_1_ref(const float* x, void* y, int64_t n);
 void quantize_q8_0_ref(const float* x, void* y, int64_t n);
 void quantize_q4_k_ref(const float* x, void* y, int64_t n);
 void quantize_q5_k_ref(const float* x, void* y, int64_t n);
+// The same with the sub-block fits of a kernel variant (QuantKernels::fit_k4).
+void quantize_q4_k(const float* x, void* y, int64_t n, FitK4Fn fit);
+void quantize_q5_k(const float* x, void* y, int64_t n, FitK4Fn fit);
+void quantize_q6_k(const float* x, void* y, int64_t n, FitQ6KFn fit);
+void fit_k4_super_block_ref(const float* x, int nmax, uint8_t* codes, float* scales, float* mins);
+void fit_q6_k_scales_ref(const float* x, float* scales);
 void quantize_q6_k_ref(const float* x, void* y, int64_t n);
 void quantize_q8_k_ref(const float* x, void* y, int64_t n);
 
@@ -32,5 +38,7 @@ void dequantize_q8_k_ref(const void* x, float* y, int64_t n);
 const QuantKernels& avx2_kernels();
 void quantize_q8_0_avx2(const float* x, void* y, int64_t n);
 void quantize_q8_k_avx2(const float* x, void* y, int64_t n);
+void fit_k4_super_block_avx2(const float* x, int nmax, uint8_t* codes, float* scales, float* mins);
+void fit_q6_k_scales_avx2(const float* x, float* scales);
 
 }  // namespace fak::quant

@@ -25,11 +25,11 @@ void quantize_row(QuantType t, const float* x, void* y, int64_t n) {
     case QuantType::Q8_0:
       return quant_kernels().quantize_q8_0(x, y, n);
     case QuantType::Q4_K:
-      return quantize_q4_k_ref(x, y, n);
+      return quantize_q4_k(x, y, n, quant_kernels().fit_k4);
     case QuantType::Q5_K:
-      return quantize_q5_k_ref(x, y, n);
+      return quantize_q5_k(x, y, n, quant_kernels().fit_k4);
     case QuantType::Q6_K:
-      return quantize_q6_k_ref(x, y, n);
+      return quantize_q6_k(x, y, n, quant_kernels().fit_q6_k);
     case QuantType::Q8_K:
       return quant_kernels().quantize_q8_k(x, y, n);
   }

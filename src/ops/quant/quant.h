@@ -27,12 +27,19 @@ void dequantize_row(QuantType t, const void* x, float* y, int64_t n);
 
 using VecDotFn = float (*)(int64_t n, const void* w_row, const void* act);
 using QuantizeRowFn = void (*)(const float* x, void* y, int64_t n);
+// The (scale, min) fits of one q4_K / q5_K super-block's 8 sub-blocks, codes in [0, nmax]
+// (quantize_k_ref.cpp says how): the search most of a K-quant conversion spends its time in.
+using FitK4Fn = void (*)(const float* x, int nmax, uint8_t* codes, float* scales, float* mins);
+// The 16 sub-block scales of one q6_K super-block (before they are quantized to 8 bits).
+using FitQ6KFn = void (*)(const float* x, float* scales);
 
 struct QuantKernels {
   std::string_view isa;                          // "scalar", "avx2"
   std::array<VecDotFn, kQuantTypeIdLimit> dots;  // by ggml type id; null for ids that are no type
   QuantizeRowFn quantize_q8_0;                   // activation quantizers, exact same output as the
   QuantizeRowFn quantize_q8_k;                   // scalar reference in every variant
+  FitK4Fn fit_k4;                                // weight quantizing: the same output everywhere
+  FitQ6KFn fit_q6_k;
 
   VecDotFn vec_dot(QuantType t) const { return dots[uint32_t(t)]; }
   QuantizeRowFn quantize_act(QuantType act) const {

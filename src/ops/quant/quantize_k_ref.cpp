@@ -159,20 +159,6 @@ void pack_scales_k4(const float* scales, const float* mins, uint16_t* d_out, uin
   }
 }
 
-// Sub-block (scale, min) fits for one q4_K/q5_K super-block; weights favour large values (RMS of
-// the sub-block plus |x|), as the error of big activations-times-weights matters most.
-void fit_k4_super_block(const float* x, int nmax, uint8_t* L, float* scales, float* mins) {
-  for (int j = 0; j < 8; ++j) {
-    const float* xs = x + 32 * j;
-    float sum_x2 = 0;
-    for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
-    const float av = std::sqrt(sum_x2 / 32);
-    float w[32];
-    for (int l = 0; l < 32; ++l) w[l] = av + std::fabs(xs[l]);
-    scales[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mins[j]);
-  }
-}
-
 void requantize_k4(const float* x, int nmax, const float* eff_scale, const float* eff_min,
                    uint8_t* L) {
   for (int j = 0; j < 8; ++j) {
@@ -187,13 +173,28 @@ void requantize_k4(const float* x, int nmax, const float* eff_scale, const float
 
 }  // namespace
 
-void quantize_q4_k_ref(const float* x, void* vy, int64_t n) {
+// Sub-block (scale, min) fits for one q4_K/q5_K super-block; weights favour large values (RMS of
+// the sub-block plus |x|), as the error of big activations-times-weights matters most. The AVX2
+// variant (quantize_k_avx2.cpp) runs the 8 sub-blocks in 8 lanes and gives the same bits.
+void fit_k4_super_block_ref(const float* x, int nmax, uint8_t* L, float* scales, float* mins) {
+  for (int j = 0; j < 8; ++j) {
+    const float* xs = x + 32 * j;
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
+    const float av = std::sqrt(sum_x2 / 32);
+    float w[32];
+    for (int l = 0; l < 32; ++l) w[l] = av + std::fabs(xs[l]);
+    scales[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mins[j]);
+  }
+}
+
+void quantize_q4_k(const float* x, void* vy, int64_t n, FitK4Fn fit) {
   auto* y = static_cast<BlockQ4K*>(vy);
   for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
     uint8_t L[kQKK];
     float scales[8], mins[8], eff_scale[8], eff_min[8];
     BlockQ4K b;
-    fit_k4_super_block(x, 15, L, scales, mins);
+    fit(x, 15, L, scales, mins);
     uint16_t d = 0, dmin = 0;  // b is packed: no pointers into it
     pack_scales_k4(scales, mins, &d, &dmin, b.scales, eff_scale, eff_min);
     b.d = d;
@@ -206,13 +207,13 @@ void quantize_q4_k_ref(const float* x, void* vy, int64_t n) {
   }
 }
 
-void quantize_q5_k_ref(const float* x, void* vy, int64_t n) {
+void quantize_q5_k(const float* x, void* vy, int64_t n, FitK4Fn fit) {
   auto* y = static_cast<BlockQ5K*>(vy);
   for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
     uint8_t L[kQKK];
     float scales[8], mins[8], eff_scale[8], eff_min[8];
     BlockQ5K b;
-    fit_k4_super_block(x, 31, L, scales, mins);
+    fit(x, 31, L, scales, mins);
     uint16_t d = 0, dmin = 0;  // b is packed: no pointers into it
     pack_scales_k4(scales, mins, &d, &dmin, b.scales, eff_scale, eff_min);
     b.d = d;
@@ -230,14 +231,34 @@ void quantize_q5_k_ref(const float* x, void* vy, int64_t n) {
   }
 }
 
-void quantize_q6_k_ref(const float* x, void* vy, int64_t n) {
+void quantize_q4_k_ref(const float* x, void* y, int64_t n) {
+  quantize_q4_k(x, y, n, fit_k4_super_block_ref);
+}
+
+void quantize_q5_k_ref(const float* x, void* y, int64_t n) {
+  quantize_q5_k(x, y, n, fit_k4_super_block_ref);
+}
+
+// The 16 sub-block scales of a q6_K super-block (their codes are made again against the stored
+// scales, so the fit's own are dropped). The AVX2 variant (quantize_k_avx2.cpp) gives the same
+// bits.
+void fit_q6_k_scales_ref(const float* x, float* scales) {
+  int8_t L[16];
+  for (int k = 0; k < 16; ++k) scales[k] = fit_symmetric(16, 32, x + 16 * k, L);
+}
+
+void quantize_q6_k_ref(const float* x, void* y, int64_t n) {
+  quantize_q6_k(x, y, n, fit_q6_k_scales_ref);
+}
+
+void quantize_q6_k(const float* x, void* vy, int64_t n, FitQ6KFn fit) {
   auto* y = static_cast<BlockQ6K*>(vy);
   for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
     int8_t L[kQKK];
     float scales[16];
     float max_scale = 0, amax = 0;
+    fit(x, scales);
     for (int k = 0; k < 16; ++k) {
-      scales[k] = fit_symmetric(16, 32, x + 16 * k, L + 16 * k);
       if (std::fabs(scales[k]) > amax) {
         amax = std::fabs(scales[k]);
         max_scale = scales[k];
