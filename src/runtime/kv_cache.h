@@ -101,7 +101,7 @@ class KvCache : public BlockPool {
   // cache's resident memory grows a slab at a time, not a block at a time: 36 MiB for Qwen2.5-0.5B
   // with f16 KV (64 blocks); Qwen2.5-7B with f32 KV and Kraw would take 352 MiB at the first
   // token, and gets 23 blocks (126 MiB). Fewer blocks per slab cut a cloned prefix's runs of
-  // contiguous rows (5-agent decode steps at 16 blocks: 4-15% slower at the 0.5B shape), which
+  // contiguous rows (5-agent decode steps at 16 blocks: up to 16% slower at the 0.5B shape), which
   // the largest models, whose steps are mostly weight reads, feel least.
   static constexpr int kMaxBlocksPerSlab = 64;
   int blocks_per_slab_;
