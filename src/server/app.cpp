@@ -1,51 +1,68 @@
-// The HTTP application: builds the context, wires cpp-httplib (thread pool, body limit, auth,
-// error bodies, per-route metrics), the small routes (/health, /v1/models, /metrics), and runs
-// until a signal asks it to stop.
+// The server application: builds the context (model, scheduler, sessions, metrics), the router
+// with its hooks (auth, error bodies, per-route metrics, the request log) and the small routes
+// (/health, /v1/models, /metrics); serve() puts it behind the HTTP transport and runs until a
+// signal asks it to stop.
 #include <signal.h>
-#include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/context.h"
+#include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak::server {
 
-std::string tenant_of(const httplib::Request& req) {
-  const std::string auth = req.get_header_value("Authorization");
+std::string tenant_of(const HttpRequest& req) {
+  const std::string auth = req.header("Authorization");
   const std::string prefix = "Bearer ";
   if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0)
     return auth.substr(prefix.size());
   return "";
 }
 
-void reply_json(httplib::Response& res, int status, const ojson& body) {
+void reply_json(HttpResponse& res, int status, const ojson& body) {
   res.status = status;
-  res.set_content(dump(body), "application/json");
+  res.content_type = "application/json";
+  res.body = dump(body);
 }
 
-void reply_error(httplib::Response& res, int status, const std::string& message,
-                 const std::string& type, const std::string& param, const std::string& code) {
+void reply_error(HttpResponse& res, int status, const std::string& message, const std::string& type,
+                 const std::string& param, const std::string& code) {
   reply_json(res, status, error_body(message, type, param, code));
 }
 
-httplib::Server::Handler guarded(
-    std::function<void(const httplib::Request&, httplib::Response&)> fn) {
-  return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+HttpHandler guarded(HttpHandler fn) {
+  return [fn = std::move(fn)](const HttpRequest& req, HttpResponse& res) {
     try {
       fn(req, res);
     } catch (const ApiError& e) {
+      res.stream.reset();
       reply_error(res, e.status, e.what(), e.type, e.param, e.code);
+      if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
+    } catch (const StorageError& e) {
+      // The server's disk, not the request, is at fault.
+      res.stream.reset();
+      if (e.out_of_space())
+        reply_error(res, 507, e.what(), "server_error", "", "insufficient_storage");
+      else
+        reply_error(res, 500, e.what(), "server_error", "", "storage_error");
     } catch (const Error& e) {
+      res.stream.reset();
       reply_error(res, 400, e.what(), "invalid_request_error");
     } catch (const nlohmann::json::exception& e) {
+      res.stream.reset();
       reply_error(res, 400, std::string("bad JSON value: ") + e.what(), "invalid_request_error");
     } catch (const std::bad_alloc&) {
+      res.stream.reset();
       reply_error(res, 503, "out of memory", "server_error");
     } catch (const std::exception& e) {
+      res.stream.reset();
       reply_error(res, 500, std::string("internal error: ") + e.what(), "server_error");
     }
   };
@@ -62,6 +79,7 @@ std::string route_label(const std::string& path) {
     if (n == 4) return "/v1/fak/sessions/:id";
     return "/v1/fak/sessions/:id/" + path.substr(path.rfind('/') + 1);
   }
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/:id";
   for (const char* known :
        {"/v1/models", "/v1/completions", "/v1/chat/completions", "/health", "/metrics"})
     if (path == known) return path;
@@ -74,42 +92,56 @@ std::string model_id_of(const Model& model) {
   return p.filename().string();
 }
 
-void add_basic_routes(httplib::Server& http, ServerContext& ctx) {
-  http.Get("/health", guarded([&](const httplib::Request&, httplib::Response& res) {
-             const SchedulerGauges g = ctx.scheduler->gauges();
-             reply_json(res, 200, {{"status", "ok"}, {"active", g.active}, {"queued", g.queued}});
-           }));
-  http.Get("/v1/models", guarded([&](const httplib::Request&, httplib::Response& res) {
-             ojson m;
-             m["id"] = ctx.model_id;
-             m["object"] = "model";
-             m["created"] = 0;
-             m["owned_by"] = "fak";
-             m["meta"] = {{"context_length", ctx.scheduler->ctx()},
-                          {"vocab", ctx.model->config().vocab},
-                          {"path", ctx.model->path().string()}};
-             reply_json(res, 200, {{"object", "list"}, {"data", ojson::array({m})}});
-           }));
-  http.Get("/metrics", guarded([&](const httplib::Request&, httplib::Response& res) {
-             res.set_content(
-                 ctx.metrics.render(ctx.scheduler->gauges(), ctx.scheduler->cache_stats()),
-                 "text/plain; version=0.0.4");
-           }));
+ojson model_object(ServerContext& ctx) {
+  ojson m;
+  m["id"] = ctx.model_id;
+  m["object"] = "model";
+  m["created"] = 0;
+  m["owned_by"] = "fak";
+  m["context_length"] = ctx.scheduler->ctx();
+  m["meta"] = {{"context_length", ctx.scheduler->ctx()},
+               {"vocab", ctx.model->config().vocab},
+               {"path", ctx.model->path().string()}};
+  return m;
+}
+
+void add_basic_routes(Router& router, ServerContext& ctx) {
+  // Inline: answered on the I/O thread, so a load balancer's probe is never stuck behind work.
+  router.add("GET", "/health", guarded([&](const HttpRequest&, HttpResponse& res) {
+               const SchedulerGauges g = ctx.scheduler->gauges();
+               reply_json(res, 200, {{"status", "ok"}, {"active", g.active}, {"queued", g.queued}});
+             }),
+             /*runs_inline=*/true);
+  router.add(
+      "GET", "/v1/models", guarded([&](const HttpRequest&, HttpResponse& res) {
+        reply_json(res, 200, {{"object", "list"}, {"data", ojson::array({model_object(ctx)})}});
+      }),
+      true);
+  router.add("GET", "/v1/models/:id", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               if (req.matches[1] != ctx.model_id)
+                 throw ApiError(404, "The model '" + req.matches[1] + "' does not exist", "model",
+                                "model_not_found");
+               reply_json(res, 200, model_object(ctx));
+             }),
+             true);
+  router.add("GET", "/metrics", guarded([&](const HttpRequest&, HttpResponse& res) {
+               res.content_type = "text/plain; version=0.0.4";
+               res.body = ctx.metrics.render(ctx.scheduler->gauges(), ctx.scheduler->cache_stats());
+             }),
+             true);
 }
 
 }  // namespace
 
-void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
-  // Block the stop signals before any thread starts so they all inherit the mask; one thread
-  // waits for them and stops the server cleanly.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client that left must not kill the server on write
-
+struct ServerApp::Impl {
   ServerContext ctx;
+  Router router;
+  HttpServerOptions http;
+};
+
+ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  ServerContext& ctx = impl_->ctx;
   ctx.model = model;
   ctx.options = options;
   ctx.model_id = options.model_id.empty() ? model_id_of(*model) : options.model_id;
@@ -123,64 +155,72 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   ctx.scheduler = std::make_unique<Scheduler>(model, so, &ctx.metrics);
   ctx.sessions = std::make_unique<SessionStore>(model, ctx.scheduler->kv_cache(), ctx.chat.get(),
                                                 options.session_dir, ctx.scheduler->ctx());
-  if (!options.session_dir.empty()) std::filesystem::create_directories(options.session_dir);
 
-  httplib::Server http;
-  // Streams hold a thread each for their whole life: size the pool for every slot and queue entry
-  // plus headroom for health/metrics, rather than httplib's default of 8.
-  const size_t threads = std::min<size_t>(size_t(options.parallel + options.max_queue) + 8, 512);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_keep_alive_timeout(2);
-  http.set_read_timeout(30);
-  http.set_write_timeout(30);
-  http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    if (options.api_keys.empty() || req.path == "/health" || req.path == "/metrics")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (options.api_keys.count(tenant_of(req))) return httplib::Server::HandlerResponse::Unhandled;
+  Router& router = impl_->router;
+  router.error = [](HttpResponse& res, int status, const std::string& message,
+                    const std::string& code) {
+    reply_error(res, status, message, status >= 500 ? "server_error" : "invalid_request_error", "",
+                code);
+    if (status == 503 || status == 429) res.set_header("Retry-After", "1");
+  };
+  router.before = [&ctx](const HttpRequest& req, HttpResponse& res) {
+    const auto& keys = ctx.options.api_keys;
+    if (keys.empty() || req.path == "/health" || req.path == "/metrics") return false;
+    if (keys.count(tenant_of(req))) return false;
     reply_error(res, 401, "missing or unknown API key: send Authorization: Bearer <key>",
                 "authentication_error", "", "invalid_api_key");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Statuses httplib produces itself (no route, body too large, unreadable request) get an
-  // OpenAI-style body too.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404)
-      reply_error(res, 404, "no route for " + req.method + " " + req.path, "invalid_request_error",
-                  "", "not_found");
-    else if (res.status == 413)
-      reply_error(res, 413, "the request body is larger than the server accepts",
-                  "invalid_request_error", "", "body_too_large");
-    else
-      reply_error(res, res.status,
-                  "the request could not be handled (HTTP " + std::to_string(res.status) + ")",
-                  res.status >= 500 ? "server_error" : "invalid_request_error");
-  });
-  http.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
-    ctx.metrics.count_request(route_label(req.path), res.status);
-  });
-  add_basic_routes(http, ctx);
-  add_openai_routes(http, ctx);
-  add_fak_routes(http, ctx);
+    return true;
+  };
+  const bool log = options.log_requests;
+  router.after = [&ctx, log](const HttpRequest& req, int status) {
+    ctx.metrics.count_request(route_label(req.path), status);
+    if (log)
+      std::fprintf(stderr, "fak serve: %s %s %s -> %d\n", req.remote.c_str(), req.method.c_str(),
+                   req.path.c_str(), status);
+  };
+  add_basic_routes(router, ctx);
+  add_openai_routes(router, ctx);
+  add_fak_routes(router, ctx);
 
-  // note: cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's shared library), so
-  // a burst of clients connecting at once can overflow the accept queue. Keep the listening
-  // socket's descriptor (the options hook sees it before bind) and listen again with a deep queue.
-  int listen_fd = -1;
-  http.set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_fd = sock;
-  });
-  const int port = options.port == 0 ? http.bind_to_any_port(options.host) : options.port;
-  if (options.port != 0 && !http.bind_to_port(options.host, options.port))
-    fail("cannot listen on " + options.host + ":" + std::to_string(options.port) +
-         " (in use, or not an address of this machine)");
-  if (port < 0) fail("cannot listen on " + options.host);
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  HttpServerOptions& h = impl_->http;
+  h.host = options.host;
+  h.port = options.port;
+  h.max_body_bytes = options.max_body_bytes;
+  h.max_connections = options.max_connections;
+  h.header_timeout_s = options.header_timeout_s;
+  h.body_timeout_s = options.body_timeout_s;
+  h.write_timeout_s = options.write_timeout_s;
+  // A worker per generation that may be running or queued (each waits on its tokens), plus room
+  // for the session routes; the rest of the traffic never holds one for long.
+  h.workers = std::min(options.parallel + options.max_queue + 8, 512);
+  h.max_pending = 256;
+}
+
+ServerApp::~ServerApp() {
+  impl_->ctx.scheduler->shutdown();
+}
+
+std::string ServerApp::handle_raw(std::string_view request_bytes) {
+  return serve_raw_request(impl_->router, impl_->http, request_bytes);
+}
+
+void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
+  // Block the stop signals before any thread starts so they all inherit the mask; one thread
+  // waits for them and stops the server cleanly.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that left must not kill the server on write
+
+  ServerApp app(std::move(model), options);
+  ServerApp::Impl& m = *app.impl_;
+  HttpServer http(m.router, m.http);
+  const int port = http.listen();
   std::fprintf(stderr, "fak serve: %s (ctx %d, parallel %d) listening on http://%s:%d\n",
-               ctx.model_id.c_str(), ctx.scheduler->ctx(), options.parallel, options.host.c_str(),
-               port);
+               m.ctx.model_id.c_str(), m.ctx.scheduler->ctx(), options.parallel,
+               options.host.c_str(), port);
   std::fflush(stderr);
 
   std::thread stopper([&] {
@@ -188,11 +228,11 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
     sigwait(&stop_signals, &sig);
     http.stop();
   });
-  http.listen_after_bind();
-  // listen returned: by a signal (stopper is done) or by itself; make sure stopper ends.
+  http.run();
+  // run returned: by a signal (stopper is done) or by itself; make sure stopper ends.
   pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
-  ctx.scheduler->shutdown();
+  m.ctx.scheduler->shutdown();
   std::fprintf(stderr, "fak serve: stopped\n");
 }
 

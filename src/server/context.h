@@ -3,14 +3,13 @@
 // replies, turning exceptions into OpenAI error bodies).
 #pragma once
 
-#include <httplib.h>
-
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "models/model.h"
 #include "server/chat_prompt.h"
+#include "server/http_router.h"
 #include "server/metrics.h"
 #include "server/openai_format.h"
 #include "server/scheduler.h"
@@ -30,17 +29,16 @@ struct ServerContext {
 };
 
 // The bearer token (empty without one): the tenant for prefix-cache partitions and sessions.
-std::string tenant_of(const httplib::Request& req);
-void reply_json(httplib::Response& res, int status, const ojson& body);
-void reply_error(httplib::Response& res, int status, const std::string& message,
+std::string tenant_of(const HttpRequest& req);
+void reply_json(HttpResponse& res, int status, const ojson& body);
+void reply_error(HttpResponse& res, int status, const std::string& message,
                  const std::string& type, const std::string& param = "",
                  const std::string& code = "");
-// A handler whose exceptions become error replies: ApiError as given, fak::Error as 400, anything
-// else as 500. The server never dies of one request.
-httplib::Server::Handler guarded(
-    std::function<void(const httplib::Request&, httplib::Response&)> fn);
+// A handler whose exceptions become error replies: ApiError as given, fak::Error as 400, a full
+// disk as 507, anything else as 500. The server never dies of one request.
+HttpHandler guarded(HttpHandler fn);
 
-void add_openai_routes(httplib::Server& http, ServerContext& ctx);
-void add_fak_routes(httplib::Server& http, ServerContext& ctx);
+void add_openai_routes(Router& router, ServerContext& ctx);
+void add_fak_routes(Router& router, ServerContext& ctx);
 
 }  // namespace fak::server

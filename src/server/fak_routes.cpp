@@ -20,13 +20,13 @@ namespace fak::server {
 
 namespace {
 
-ojson body_of(const httplib::Request& req) {
+ojson body_of(const HttpRequest& req) {
   if (req.body.empty()) return ojson::object();
   return parse_json_object(req.body);
 }
 
 // Runs fn on the scheduler thread and replies with what it returns.
-void in_job(ServerContext& ctx, httplib::Response& res, int status, std::function<ojson()> fn) {
+void in_job(ServerContext& ctx, HttpResponse& res, int status, std::function<ojson()> fn) {
   ojson out;
   ctx.scheduler->run_job([&] { out = fn(); });
   reply_json(res, status, out);
@@ -34,8 +34,8 @@ void in_job(ServerContext& ctx, httplib::Response& res, int status, std::functio
 
 // /generate joins the scheduler's batch like any completion: the session is lent to the scheduler
 // (busy for everything else) and its tokens are decoded together with the other sequences.
-ojson generate_batched(ServerContext& ctx, const std::string& tenant, const std::string& id,
-                       GenerateOptions o) {
+ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::string& tenant,
+                       const std::string& id, GenerateOptions o) {
   SessionStore& store = *ctx.sessions;
   int begin = 0;
   GenRequest g;
@@ -57,13 +57,16 @@ ojson generate_batched(ServerContext& ctx, const std::string& tenant, const std:
   }
   std::vector<int32_t> ids;
   std::string reason, error;
-  for (bool done = false; !done;)
-    for (const GenEvent& e : stream->wait(std::chrono::milliseconds(1000))) {
+  for (bool done = false; !done;) {
+    // A client that left frees its place in the batch; the session keeps what was generated.
+    if (req.client_gone()) stream->cancel();
+    for (const GenEvent& e : stream->wait(std::chrono::milliseconds(200))) {
       if (e.kind == GenEvent::Kind::Token) ids.push_back(e.token);
       if (e.kind == GenEvent::Kind::Done) reason = e.text;
       if (e.kind == GenEvent::Kind::Error) error = e.text;
       done = done || e.kind == GenEvent::Kind::Done || e.kind == GenEvent::Kind::Error;
     }
+  }
   if (!error.empty())
     throw ApiError(error.find("shutting down") != std::string::npos ? 503 : 500, error);
   ojson j;
@@ -89,38 +92,38 @@ EvictMode mode_of(const ojson& body) {
 
 }  // namespace
 
-void add_fak_routes(httplib::Server& http, ServerContext& ctx) {
+void add_fak_routes(Router& router, ServerContext& ctx) {
   SessionStore& store = *ctx.sessions;
-  const char* kId = R"(/v1/fak/sessions/([A-Za-z0-9._-]+))";
+  const std::string kId = "/v1/fak/sessions/:id";
 
-  http.Post("/v1/fak/sessions", guarded([&](const httplib::Request& req, httplib::Response& res) {
-              const ojson body = body_of(req);
-              const std::string wanted = get_string(body, "id").value_or("");
-              const std::string tenant = tenant_of(req);
-              in_job(ctx, res, 201, [&] {
-                const std::string id = store.create(tenant, wanted);
-                try {
-                  if (body.contains("text") || body.contains("ids") || body.contains("messages"))
-                    store.append(tenant, id, body);
-                } catch (...) {
-                  store.remove(tenant, id);
-                  throw;
-                }
-                ojson d = store.describe(tenant, id);
-                return ojson{{"id", id}, {"object", "fak.session"}, {"size", d["size"]}};
-              });
-            }));
-  http.Get("/v1/fak/sessions", guarded([&](const httplib::Request& req, httplib::Response& res) {
-             const std::string tenant = tenant_of(req);
-             in_job(ctx, res, 200, [&] {
-               ojson data = ojson::array();
-               for (const std::string& id : store.list(tenant))
-                 data.push_back({{"id", id}, {"object", "fak.session"}});
-               return ojson{{"object", "list"}, {"data", data}};
-             });
-           }));
-  http.Post(
-      "/v1/fak/sessions/load", guarded([&](const httplib::Request& req, httplib::Response& res) {
+  router.add("POST", "/v1/fak/sessions", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const ojson body = body_of(req);
+               const std::string wanted = get_string(body, "id").value_or("");
+               const std::string tenant = tenant_of(req);
+               in_job(ctx, res, 201, [&] {
+                 const std::string id = store.create(tenant, wanted);
+                 try {
+                   if (body.contains("text") || body.contains("ids") || body.contains("messages"))
+                     store.append(tenant, id, body);
+                 } catch (...) {
+                   store.remove(tenant, id);
+                   throw;
+                 }
+                 ojson d = store.describe(tenant, id);
+                 return ojson{{"id", id}, {"object", "fak.session"}, {"size", d["size"]}};
+               });
+             }));
+  router.add("GET", "/v1/fak/sessions", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const std::string tenant = tenant_of(req);
+               in_job(ctx, res, 200, [&] {
+                 ojson data = ojson::array();
+                 for (const std::string& id : store.list(tenant))
+                   data.push_back({{"id", id}, {"object", "fak.session"}});
+                 return ojson{{"object", "list"}, {"data", data}};
+               });
+             }));
+  router.add(
+      "POST", "/v1/fak/sessions/load", guarded([&](const HttpRequest& req, HttpResponse& res) {
         const ojson body = body_of(req);
         const auto name = get_string(body, "name");
         if (!name) bad_request("`name` is required", "name");
@@ -132,78 +135,73 @@ void add_fak_routes(httplib::Server& http, ServerContext& ctx) {
               {"id", id}, {"object", "fak.session"}, {"size", store.describe(tenant, id)["size"]}};
         });
       }));
-  http.Get(kId, guarded([&](const httplib::Request& req, httplib::Response& res) {
-             const std::string id = req.matches[1], tenant = tenant_of(req);
-             in_job(ctx, res, 200, [&] { return store.describe(tenant, id); });
-           }));
-  http.Delete(kId, guarded([&](const httplib::Request& req, httplib::Response& res) {
-                const std::string id = req.matches[1], tenant = tenant_of(req);
-                in_job(ctx, res, 200, [&] {
-                  store.remove(tenant, id);
-                  return ojson{{"id", id}, {"object", "fak.session"}, {"deleted", true}};
-                });
-              }));
-  http.Post(std::string(kId) + "/append",
-            guarded([&](const httplib::Request& req, httplib::Response& res) {
-              const std::string id = req.matches[1], tenant = tenant_of(req);
-              const ojson body = body_of(req);
-              in_job(ctx, res, 200, [&] { return store.append(tenant, id, body); });
-            }));
-  http.Post(std::string(kId) + "/generate",
-            guarded([&](const httplib::Request& req, httplib::Response& res) {
-              const std::string id = req.matches[1], tenant = tenant_of(req);
-              const ojson body = body_of(req);
-              GenerateOptions o;
-              o.max_tokens = int(get_int(body, "max_tokens", 1, 1 << 20).value_or(16));
-              o.sampling.temperature = float(get_number(body, "temperature", 0, 2).value_or(0));
-              o.sampling.top_p = float(get_number(body, "top_p", 1e-6, 1).value_or(1));
-              o.sampling.top_k = int(get_int(body, "top_k", 0, 1 << 30).value_or(0));
-              o.sampling.seed = uint64_t(get_int(body, "seed", INT64_MIN, INT64_MAX).value_or(0));
-              if (!get_bool(body, "ignore_eos").value_or(false))
-                o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
-              reply_json(res, 200, generate_batched(ctx, tenant, id, o));
-            }));
-  http.Post(std::string(kId) + "/clone",
-            guarded([&](const httplib::Request& req, httplib::Response& res) {
-              const std::string id = req.matches[1], tenant = tenant_of(req);
-              const std::string wanted = get_string(body_of(req), "id").value_or("");
-              in_job(ctx, res, 201, [&] {
-                const std::string nid = store.clone(tenant, id, wanted);
-                return ojson{{"id", nid}, {"object", "fak.session"}, {"cloned_from", id}};
-              });
-            }));
-  http.Post(std::string(kId) + "/save",
-            guarded([&](const httplib::Request& req, httplib::Response& res) {
-              const std::string id = req.matches[1], tenant = tenant_of(req);
-              const auto name = get_string(body_of(req), "name");
-              if (!name) bad_request("`name` is required", "name");
-              in_job(ctx, res, 200, [&] {
-                store.save(tenant, id, *name);
-                return ojson{{"id", id}, {"saved", *name}};
-              });
-            }));
-  http.Post(std::string(kId) + "/quarantine",
-            guarded([&](const httplib::Request& req, httplib::Response& res) {
-              const std::string id = req.matches[1], tenant = tenant_of(req);
-              const ojson body = body_of(req);
-              const EvictMode mode = mode_of(body);
-              const auto message = get_int(body, "message", 0, INT32_MAX);
-              const auto begin = get_int(body, "begin", 0, INT32_MAX);
-              const auto end = get_int(body, "end", 0, INT32_MAX);
-              if (message.has_value() == (begin.has_value() || end.has_value()) ||
-                  begin.has_value() != end.has_value())
-                bad_request("give either `message` (a segment index) or both `begin` and `end`");
-              in_job(ctx, res, 200, [&] {
-                EvictReport r = message
-                                    ? store.evict_segment(tenant, id, int(*message), mode)
-                                    : store.evict_span(tenant, id, int(*begin), int(*end), mode);
-                return ojson{{"id", id},
-                             {"mode", mode == EvictMode::Exact ? "exact" : "shift"},
-                             {"evicted", r.evicted},
-                             {"tokens_recomputed", r.tokens_recomputed},
-                             {"size", r.size}};
-              });
-            }));
+  router.add("GET", kId, guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const std::string id = req.matches[1], tenant = tenant_of(req);
+               in_job(ctx, res, 200, [&] { return store.describe(tenant, id); });
+             }));
+  router.add("DELETE", kId, guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const std::string id = req.matches[1], tenant = tenant_of(req);
+               in_job(ctx, res, 200, [&] {
+                 store.remove(tenant, id);
+                 return ojson{{"id", id}, {"object", "fak.session"}, {"deleted", true}};
+               });
+             }));
+  router.add("POST", kId + "/append", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const std::string id = req.matches[1], tenant = tenant_of(req);
+               const ojson body = body_of(req);
+               in_job(ctx, res, 200, [&] { return store.append(tenant, id, body); });
+             }));
+  router.add("POST", kId + "/generate", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const std::string id = req.matches[1], tenant = tenant_of(req);
+               const ojson body = body_of(req);
+               GenerateOptions o;
+               o.max_tokens = int(get_int(body, "max_tokens", 1, 1 << 20).value_or(16));
+               o.sampling.temperature = float(get_number(body, "temperature", 0, 2).value_or(0));
+               o.sampling.top_p = float(get_number(body, "top_p", 1e-6, 1).value_or(1));
+               o.sampling.top_k = int(get_int(body, "top_k", 0, 1 << 30).value_or(0));
+               o.sampling.seed = uint64_t(get_int(body, "seed", INT64_MIN, INT64_MAX).value_or(0));
+               if (!get_bool(body, "ignore_eos").value_or(false))
+                 o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
+               reply_json(res, 200, generate_batched(ctx, req, tenant, id, o));
+             }));
+  router.add("POST", kId + "/clone", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const std::string id = req.matches[1], tenant = tenant_of(req);
+               const std::string wanted = get_string(body_of(req), "id").value_or("");
+               in_job(ctx, res, 201, [&] {
+                 const std::string nid = store.clone(tenant, id, wanted);
+                 return ojson{{"id", nid}, {"object", "fak.session"}, {"cloned_from", id}};
+               });
+             }));
+  router.add("POST", kId + "/save", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const std::string id = req.matches[1], tenant = tenant_of(req);
+               const auto name = get_string(body_of(req), "name");
+               if (!name) bad_request("`name` is required", "name");
+               in_job(ctx, res, 200, [&] {
+                 store.save(tenant, id, *name);
+                 return ojson{{"id", id}, {"saved", *name}};
+               });
+             }));
+  router.add("POST", kId + "/quarantine", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               const std::string id = req.matches[1], tenant = tenant_of(req);
+               const ojson body = body_of(req);
+               const EvictMode mode = mode_of(body);
+               const auto message = get_int(body, "message", 0, INT32_MAX);
+               const auto begin = get_int(body, "begin", 0, INT32_MAX);
+               const auto end = get_int(body, "end", 0, INT32_MAX);
+               if (message.has_value() == (begin.has_value() || end.has_value()) ||
+                   begin.has_value() != end.has_value())
+                 bad_request("give either `message` (a segment index) or both `begin` and `end`");
+               in_job(ctx, res, 200, [&] {
+                 EvictReport r = message
+                                     ? store.evict_segment(tenant, id, int(*message), mode)
+                                     : store.evict_span(tenant, id, int(*begin), int(*end), mode);
+                 return ojson{{"id", id},
+                              {"mode", mode == EvictMode::Exact ? "exact" : "shift"},
+                              {"evicted", r.evicted},
+                              {"tokens_recomputed", r.tokens_recomputed},
+                              {"size", r.size}};
+               });
+             }));
 }
 
 }  // namespace fak::server

@@ -86,9 +86,15 @@ class Reply {
   bool sent_role = false;
 };
 
-void wait_all(Reply& rep) {
-  while (!rep.finished)
-    for (const GenEvent& e : rep.stream->wait(std::chrono::milliseconds(1000))) rep.on_event(e);
+void wait_all(Reply& rep, const HttpRequest& req) {
+  while (!rep.finished) {
+    if (req.client_gone()) {
+      // Nobody will read the reply: free the sequence now rather than at max_tokens.
+      rep.stream->cancel();
+      throw ApiError(499, "the client closed the connection", "", "client_closed");
+    }
+    for (const GenEvent& e : rep.stream->wait(std::chrono::milliseconds(200))) rep.on_event(e);
+  }
 }
 
 ojson non_stream_body(Reply& rep) {
@@ -157,8 +163,7 @@ std::vector<int32_t> build_prompt(ServerContext& ctx, const CompletionRequest& r
   return tok->encode(ctx.chat->render(r.messages, with_tools ? r.tools : ojson(), true));
 }
 
-void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
-                     bool chat) {
+void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, bool chat) {
   const CompletionRequest r = parse_completion_request(req.body, chat);
   if (r.model != ctx.model_id && r.model != ctx.model->path().string())
     throw ApiError(
@@ -188,57 +193,59 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
   ctx.scheduler->submit(std::move(g));
 
   if (!r.stream) {
-    wait_all(*rep);
+    wait_all(*rep, req);
     if (!rep->error.empty())
       throw ApiError(rep->error.find("shutting down") != std::string::npos ? 503 : 500, rep->error);
     reply_json(res, 200, non_stream_body(*rep));
     return;
   }
   const bool include_usage = r.include_usage;
+  res.content_type = "text/event-stream";
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [rep, include_usage](size_t, httplib::DataSink& sink) {
-        std::string out;
-        if (rep->meta.chat && !rep->sent_role) {
-          out += sse(chat_chunk(rep->meta, {{"role", "assistant"}, {"content", ""}}, ""));
-          rep->sent_role = true;
-        }
-        for (const GenEvent& e : rep->stream->wait(std::chrono::milliseconds(200))) {
-          std::string piece = rep->on_event(e);
-          if (!piece.empty()) out += content_chunk(*rep, piece);
-        }
-        if (rep->finished) {
+  res.stream = HttpStream{
+      [rep, include_usage](std::string& out) {
+        // Whatever goes wrong from here on must reach the client as an SSE error event: the
+        // status line is already sent.
+        try {
+          if (rep->meta.chat && !rep->sent_role) {
+            out += sse(chat_chunk(rep->meta, {{"role", "assistant"}, {"content", ""}}, ""));
+            rep->sent_role = true;
+          }
+          for (const GenEvent& e : rep->stream->wait(std::chrono::milliseconds(200))) {
+            std::string piece = rep->on_event(e);
+            if (!piece.empty()) out += content_chunk(*rep, piece);
+          }
+          if (!rep->finished) return true;
           if (!rep->error.empty())
             out += sse(error_body(rep->error, "server_error", "", "")) + kSseDone;
           else
             out += closing_chunks(*rep, include_usage);
+        } catch (const std::exception& e) {
+          rep->stream->cancel(/*client_gone=*/false);
+          rep->finished = true;
+          out +=
+              sse(error_body(std::string("internal error: ") + e.what(), "server_error", "", "")) +
+              kSseDone;
         }
-        // A failed write (or an unwritable socket while idle) means the client left: cancel, so
-        // the scheduler frees the sequence at its next step.
-        if ((!out.empty() && !sink.write(out.data(), out.size())) ||
-            (out.empty() && !sink.is_writable())) {
-          rep->stream->cancel();
-          return false;
-        }
-        if (rep->finished) sink.done();
-        return true;
+        return false;
       },
-      [rep](bool success) {
-        if (!success || !rep->finished) rep->stream->cancel();
-      });
+      // A client that left (or a failed write) cancels, so the scheduler frees the sequence at
+      // its next step.
+      [rep](bool complete) {
+        if (!complete || !rep->finished) rep->stream->cancel();
+      }};
 }
 
 }  // namespace
 
-void add_openai_routes(httplib::Server& http, ServerContext& ctx) {
-  http.Post("/v1/completions", guarded([&](const httplib::Request& req, httplib::Response& res) {
-              handle_generate(ctx, req, res, false);
-            }));
-  http.Post("/v1/chat/completions",
-            guarded([&](const httplib::Request& req, httplib::Response& res) {
-              handle_generate(ctx, req, res, true);
-            }));
+void add_openai_routes(Router& router, ServerContext& ctx) {
+  router.add("POST", "/v1/completions", guarded([&](const HttpRequest& req, HttpResponse& res) {
+               handle_generate(ctx, req, res, false);
+             }));
+  router.add("POST", "/v1/chat/completions",
+             guarded([&](const HttpRequest& req, HttpResponse& res) {
+               handle_generate(ctx, req, res, true);
+             }));
 }
 
 }  // namespace fak::server

@@ -5,6 +5,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "models/model.h"
 
@@ -22,6 +23,30 @@ struct ServerOptions {
   std::string session_dir;  // where /v1/fak/ save/load may write; empty = off
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_id;  // name in /v1/models; empty = the model directory's name
+  // The transport's limits (server/http_server.h says what each guards against).
+  int max_connections = 1024;
+  double header_timeout_s = 10;
+  double body_timeout_s = 60;
+  double write_timeout_s = 30;
+  bool log_requests = false;  // one line per request on stderr
+};
+
+// The application without a transport: the model's context, the scheduler and every route. serve()
+// puts it behind the HTTP server; the request-path fuzzer and tests drive it in-process.
+class ServerApp {
+ public:
+  ServerApp(std::shared_ptr<const Model> model, const ServerOptions& options);
+  ~ServerApp();  // ends every generation and stops the scheduler
+
+  // One raw HTTP request in, the response bytes out, on this thread (a stream is drained), with
+  // the transport's own parser and limits.
+  std::string handle_raw(std::string_view request_bytes);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  friend void serve(std::shared_ptr<const Model>, const ServerOptions&);
 };
 
 // Blocks until SIGINT/SIGTERM (or a listen failure, which throws fak::Error). Prints

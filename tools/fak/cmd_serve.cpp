@@ -70,6 +70,22 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--model-name", a->o.model_id,
                 "model id clients use (default: the directory name)");
+  c->add_option("--max-connections", a->o.max_connections,
+                "open connections at most; at the cap the one idle longest is dropped")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 1 << 20));
+  c->add_option("--header-timeout", a->o.header_timeout_s,
+                "seconds a client has to send a request head (and keep-alive idle time)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  c->add_option("--body-timeout", a->o.body_timeout_s, "seconds a client has to send a body")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  c->add_option("--write-timeout", a->o.write_timeout_s,
+                "seconds a client may take to accept each piece of a response")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  c->add_flag("--log-requests", a->o.log_requests, "print one line per request on stderr");
   c->add_option("-t,--threads", a->threads, "threads for the forward pass (default: all cores)");
   c->callback([a] { serve(*a); });
 }
