@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -55,6 +56,10 @@ ojson parse_tool_calls(const ojson& calls, size_t index) {
     if (auto a = f.find("arguments"); a != f.end()) {
       if (a->is_string()) {
         // Templates render arguments with tojson: a JSON string argument would come out quoted.
+        if (json_depth(a->get<std::string>()) > kMaxJsonDepth)
+          bad_request("`" + param + "[].function.arguments` nests deeper than " +
+                          std::to_string(kMaxJsonDepth) + " levels",
+                      param);
         args = ojson::parse(a->get<std::string>(), nullptr, false);
         if (args.is_discarded()) args = *a;
       } else if (a->is_object()) {
@@ -170,7 +175,31 @@ void parse_prompt(const ojson& body, CompletionRequest& r) {
 
 }  // namespace
 
+int json_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 ojson parse_json_object(const std::string& body) {
+  if (json_depth(body) > kMaxJsonDepth)
+    bad_request("the request body nests arrays and objects deeper than " +
+                std::to_string(kMaxJsonDepth) + " levels");
   ojson j;
   try {
     j = ojson::parse(body);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -37,6 +38,12 @@ struct CompletionRequest {
 
 // body: the raw request body. Throws ApiError(400) naming the offending field.
 CompletionRequest parse_completion_request(const std::string& body, bool chat);
+
+// Deepest nesting of arrays and objects a request body may have (tool schemas need a dozen): a
+// body nested thousands deep parses, but copying or walking it recursively overflows the stack.
+inline constexpr int kMaxJsonDepth = 128;
+// How deeply arrays and objects nest in JSON text, counted without parsing it.
+int json_depth(std::string_view text);
 
 // Parses a JSON object body with the same error reporting (for the /v1/fak/ routes).
 ojson parse_json_object(const std::string& body);

@@ -153,28 +153,36 @@ void Scheduler::admit(GenRequest r) {
     if (r.on_finish) r.on_finish("cancelled", -1);
     return;
   }
-  if (r.session) {  // a caller's session: nothing to prefill, decoding starts at the next step
-    r.stream->push({GenEvent::Kind::Started, 0, 0, 0, ""});
-    auto a = std::make_unique<Active>();
-    a->req = std::move(r);
-    a->session = a->req.session;
-    a->sampler = Sampler(a->req.sampling);
-    active_.push_back(std::move(a));
-    return;
-  }
+  // Everything that can fail happens before r is taken apart, so the error reaches r's own stream
+  // (and a lent session goes back to its owner).
   try {
+    Sampler sampler(r.sampling);
+    std::optional<Session> owned;
     int reused = 0;
-    // Dense models: only the cached prefix here; the rest is prefilled in chunks by step().
-    Session s = prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false);
-    if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
-    r.stream->push({GenEvent::Kind::Started, 0, int(r.prompt.size()), reused, ""});
+    if (!r.session) {
+      // Dense models: only the cached prefix here; the rest is prefilled in chunks by step().
+      owned.emplace(prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false));
+      if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
+    }
     auto a = std::make_unique<Active>();
+    active_.reserve(active_.size() + 1);
+    r.stream->push({GenEvent::Kind::Started, 0, r.session ? 0 : int(r.prompt.size()), reused, ""});
     a->req = std::move(r);
-    a->owned.emplace(std::move(s));
-    a->session = &*a->owned;
-    a->sampler = Sampler(a->req.sampling);
+    if (owned) {
+      a->owned.emplace(std::move(*owned));
+      a->session = &*a->owned;
+    } else {
+      a->session = a->req.session;  // a caller's session: decoding starts at the next step
+    }
+    a->sampler = std::move(sampler);
     active_.push_back(std::move(a));
   } catch (const std::exception& e) {
+    if (r.on_finish) {
+      try {
+        r.on_finish("error", -1);
+      } catch (const std::exception&) {
+      }
+    }
     r.stream->push({GenEvent::Kind::Error, 0, 0, 0, e.what()});
   }
 }

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdio>
 
+#include "server/openai_request.h"
+
 namespace fak::server {
 
 namespace {
@@ -23,6 +25,7 @@ std::string new_call_id() {
 }
 
 bool to_call(std::string_view body, ojson& call) {
+  if (json_depth(body) > kMaxJsonDepth) return false;  // stays text rather than a deep tree
   ojson j = ojson::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string())
     return false;
