@@ -25,6 +25,8 @@ using namespace std::chrono_literals;
 class ServerProcess {
  public:
   explicit ServerProcess(const std::string& extra_args) {
+    // A client writing to a connection the server closed (a refused body) must get EPIPE, not die.
+    ::signal(SIGPIPE, SIG_IGN);
     dir_ = temp_dir();
     const std::string log = (dir_ / "serve.log").string();
     ::setenv("FAK_TEST_KEYS", "key-a,key-b", 1);
@@ -500,7 +502,15 @@ TEST_F(ServerTest, SessionsCloneSaveLoadAndTenants) {
   ASSERT_EQ(clone.status, 201) << clone.body;
   EXPECT_EQ(get("/v1/fak/sessions/copy").j()["tokens"], get("/v1/fak/sessions/mine").j()["tokens"]);
   ASSERT_EQ(post("/v1/fak/sessions/mine/save", json{{"name", "snap"}}).status, 200);
-  EXPECT_TRUE(std::filesystem::exists(server_->dir() / "sessions" / "snap.faksession"));
+  // One file, in a folder of the tenant's own (named by a hash of its key, not the key), holding
+  // the segments too.
+  std::vector<std::filesystem::path> saved;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(server_->dir() / "sessions"))
+    if (e.is_regular_file()) saved.push_back(e.path());
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved[0].filename(), "snap.faksession");
+  EXPECT_EQ(saved[0].parent_path().filename().string().rfind("tenant-", 0), 0u);
+  EXPECT_EQ(saved[0].string().find("key-a"), std::string::npos);
   expect_error(post("/v1/fak/sessions/mine/save", json{{"name", "../escape"}}), 400, "path escape");
   expect_error(post("/v1/fak/sessions/mine/save", json{{"name", "/etc/passwd"}}), 400,
                "absolute path");
@@ -508,9 +518,21 @@ TEST_F(ServerTest, SessionsCloneSaveLoadAndTenants) {
   ASSERT_EQ(loaded.status, 201) << loaded.body;
   EXPECT_EQ(get("/v1/fak/sessions/restored").j()["tokens"],
             get("/v1/fak/sessions/mine").j()["tokens"]);
-  // Another key sees none of it.
+  EXPECT_EQ(get("/v1/fak/sessions/restored").j()["segments"],
+            get("/v1/fak/sessions/mine").j()["segments"]);
+  // Another key sees none of it: not the sessions, not the saved names, and its own save under
+  // the same name leaves the first tenant's file alone.
   EXPECT_EQ(get("/v1/fak/sessions/mine", "key-b").status, 404);
   EXPECT_TRUE(get("/v1/fak/sessions", "key-b").j()["data"].empty());
+  expect_error(post("/v1/fak/sessions/load", json{{"name", "snap"}}, "key-b"), 404,
+               "other tenant's file");
+  ASSERT_EQ(post("/v1/fak/sessions", json{{"id", "theirs"}, {"text", "x = 1"}}, "key-b").status,
+            201);
+  ASSERT_EQ(post("/v1/fak/sessions/theirs/save", json{{"name", "snap"}}, "key-b").status, 200);
+  auto again = post("/v1/fak/sessions/load", json{{"name", "snap"}, {"id", "again"}});
+  ASSERT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(get("/v1/fak/sessions/again").j()["tokens"],
+            get("/v1/fak/sessions/mine").j()["tokens"]);
   auto c = client();
   auto del = c.Delete("/v1/fak/sessions/copy");
   ASSERT_TRUE(del);

@@ -29,4 +29,9 @@ class AtomicFile {
 // The whole of `bytes` as the file at path, through an AtomicFile.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
+// Removes the temp files that AtomicFile writers left in dir (not below it) when they were killed
+// mid-write: those of processes that no longer run, and this process's own (call it before this
+// process writes there). Returns how many it removed.
+int remove_stale_temp_files(const std::filesystem::path& dir);
+
 }  // namespace fak

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
 
@@ -66,10 +67,12 @@ class Session {
   // positions. Shift: moves the suffix rows down and re-rotates K from Kraw (needs keep_kraw).
   void evict(int begin, int end, EvictMode mode);
 
-  // Writes tokens, KV and logits with a header naming the model and a checksum; atomic.
-  void save(const std::filesystem::path& path) const;
+  // Writes tokens, KV and logits with a header naming the model and a checksum; atomic. meta: the
+  // caller's own JSON (e.g. the server's segments), kept in the header so that one atomic write
+  // holds everything; load returns it in *meta (null when the file has none).
+  void save(const std::filesystem::path& path, const nlohmann::json& meta = nullptr) const;
   static Session load(const std::filesystem::path& path, std::shared_ptr<const Model> model,
-                      std::shared_ptr<KvCache> cache);
+                      std::shared_ptr<KvCache> cache, nlohmann::json* meta = nullptr);
 
   int size() const { return cells_.size(); }
   const std::vector<int32_t>& tokens() const { return cells_.tokens(); }

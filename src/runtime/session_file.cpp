@@ -41,6 +41,7 @@ void put(std::string& out, const T& v) {
 // The header's fields, each checked for its JSON type: a crafted file (its checksum made to
 // match) must get the same one-line refusal as a damaged one, not a JSON library error.
 struct SessionHeader {
+  nlohmann::json meta;  // the caller's, null if none
   std::string model, model_type, kv_dtype;
   int64_t n_tokens = -1, vocab = 0, attention_layers = -1, kv_dim = 0, n_starts = -1,
           recurrent_bytes = -1;
@@ -77,12 +78,13 @@ SessionHeader parse_header(std::string_view text, const std::string& label) {
   const auto kraw = h.find("kraw");
   if (kraw == h.end() || !kraw->is_boolean()) bad();
   r.kraw = kraw->get<bool>();
+  if (const auto meta = h.find("meta"); meta != h.end()) r.meta = *meta;
   return r;
 }
 
 }  // namespace
 
-void Session::save(const std::filesystem::path& path) const {
+void Session::save(const std::filesystem::path& path, const nlohmann::json& meta) const {
   check(logits_valid_ || tokens().empty(), "save: session has no logits");
   const ModelConfig& c = model_->config();
   const int n = size();
@@ -96,6 +98,7 @@ void Session::save(const std::filesystem::path& path) const {
                    {"kraw", cache_->keeps_kraw()},
                    {"n_starts", starts_.size()},
                    {"recurrent_bytes", state_.bytes()}};
+  if (!meta.is_null()) h["meta"] = meta;
   const std::string header = h.dump();
   std::string out;
   const size_t kv_rows_bytes = size_t(n) * cache_->row_bytes();
@@ -129,7 +132,7 @@ void Session::save(const std::filesystem::path& path) const {
 }
 
 Session Session::load(const std::filesystem::path& path, std::shared_ptr<const Model> model,
-                      std::shared_ptr<KvCache> cache) {
+                      std::shared_ptr<KvCache> cache, nlohmann::json* meta) {
   const std::string label = "session file " + path.string();
   MappedFile f = MappedFile::open(path);
   std::string_view b = f.bytes();
@@ -211,6 +214,7 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
   if (s.hybrid() && n > 0) s.maybe_checkpoint(n);
   if (s.cache_->keeps_kraw() && !kraw && n > 0)
     fail(label + " was saved without Kraw, which this cache needs (for shift eviction)");
+  if (meta) *meta = h.meta;
   return s;
 }
 

@@ -1,8 +1,12 @@
 #include "server/session_store.h"
 
-#include <fstream>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+
+#include <cstring>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
@@ -43,7 +47,18 @@ SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<K
       chat_(chat),
       dir_(std::move(session_dir)),
       ctx_(ctx),
-      max_sessions_(max_sessions) {}
+      max_sessions_(max_sessions) {
+  if (dir_.empty()) return;
+  std::filesystem::create_directories(dir_);
+  // Writers killed mid-save leave their temp files behind; nothing else of this server is
+  // writing yet, so every one of them is stale.
+  std::error_code ec;
+  remove_stale_temp_files(dir_);
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec))
+    if (entry.is_directory(ec) && !entry.is_symlink(ec) &&
+        entry.path().filename().string().rfind("tenant-", 0) == 0)
+      remove_stale_temp_files(entry.path());
+}
 
 SessionStore::Entry& SessionStore::get(const std::string& tenant, const std::string& id) {
   auto it = sessions_.find({tenant, id});
@@ -259,38 +274,71 @@ EvictReport SessionStore::evict_segment(const std::string& tenant, const std::st
   return evict_span(tenant, id, s.begin, s.end, mode);
 }
 
-std::filesystem::path SessionStore::file_for(const std::string& name) const {
+// A tenant's own folder: named by a hash of its API key, so keys never show on disk and no name a
+// tenant picks can reach another tenant's files. Made on first use; a folder that turned into
+// something else (a link planted there) is refused rather than followed.
+std::filesystem::path SessionStore::file_for(const std::string& tenant, const std::string& name,
+                                             bool create_dir) const {
   if (dir_.empty())
     throw ApiError(403, "saving and loading sessions is off: start the server with --session-dir",
                    "", "session_dir_unset");
   check_name(name, "name");
-  return dir_ / (name + ".faksession");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(tenant.data(), tenant.size(), digest, &len, EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("SHA-256 is unavailable");
+  std::string hex = "tenant-";
+  for (unsigned i = 0; i < 16 && i < len; ++i) {
+    static const char* kDigits = "0123456789abcdef";
+    hex += kDigits[digest[i] >> 4];
+    hex += kDigits[digest[i] & 15];
+  }
+  const std::filesystem::path dir = dir_ / hex;
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT || !create_dir) return dir / (name + ".faksession");
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      const int err = errno;
+      throw StorageError("cannot create " + dir.string() + ": " + std::strerror(err), err);
+    }
+    if (::lstat(dir.c_str(), &st) != 0) {
+      const int err = errno;
+      throw StorageError("cannot create " + dir.string() + ": " + std::strerror(err), err);
+    }
+  }
+  if (!S_ISDIR(st.st_mode))
+    throw StorageError(dir.string() + " is not a directory (a link?); refusing to use it", ENOTDIR);
+  return dir / (name + ".faksession");
 }
 
 void SessionStore::save(const std::string& tenant, const std::string& id,
                         const std::string& name) const {
   const Entry& e = get(tenant, id);
-  const auto path = file_for(name);
-  e.session.save(path);
+  const auto path = file_for(tenant, name, /*create_dir=*/true);
+  // The segments travel inside the session file's header: one atomic write for all of it.
   ojson segs = ojson::array();
   for (const Segment& s : e.segments) segs.push_back({s.begin, s.end, s.kind});
-  std::ofstream(path.string() + ".segments.json") << segs.dump();
+  e.session.save(path, nlohmann::json::parse(segs.dump()));
 }
 
 std::string SessionStore::load(const std::string& tenant, const std::string& name,
                                const std::string& wanted) {
-  const auto path = file_for(name);
-  if (!std::filesystem::exists(path))
+  const auto path = file_for(tenant, name, /*create_dir=*/false);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
     throw ApiError(404, "no saved session '" + name + "'", "name", "session_file_not_found");
-  Session s = Session::load(path, model_, cache_);
+  nlohmann::json meta;
+  Session s = Session::load(path, model_, cache_, &meta);
   std::vector<Segment> segments;
-  std::ifstream in(path.string() + ".segments.json");
-  ojson segs = ojson::parse(in, nullptr, false);
-  if (segs.is_array())
-    for (const ojson& x : segs)
-      if (x.is_array() && x.size() == 3 && x[0].is_number_integer() && x[1].is_number_integer() &&
-          x[2].is_string() && x[1].get<int>() <= s.size())
-        segments.push_back({x[0].get<int>(), x[1].get<int>(), x[2].get<std::string>()});
+  if (meta.is_array())
+    for (const auto& x : meta) {
+      if (!x.is_array() || x.size() != 3 || !x[0].is_number_integer() ||
+          !x[1].is_number_integer() || !x[2].is_string())
+        continue;
+      const int64_t begin = x[0].get<int64_t>(), end = x[1].get<int64_t>();
+      if (0 <= begin && begin < end && end <= s.size())
+        segments.push_back({int(begin), int(end), x[2].get<std::string>()});
+    }
   std::string id = new_id(tenant, wanted);
   sessions_.emplace(std::make_pair(tenant, id), Entry{tenant, std::move(s), std::move(segments)});
   return id;

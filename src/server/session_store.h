@@ -61,6 +61,8 @@ class SessionStore {
                          EvictMode mode);
   EvictReport evict_segment(const std::string& tenant, const std::string& id, int index,
                             EvictMode mode);
+  // Files live in a folder of the tenant's own under --session-dir: tenants never see each
+  // other's names.
   void save(const std::string& tenant, const std::string& id, const std::string& name) const;
   std::string load(const std::string& tenant, const std::string& name, const std::string& id);
 
@@ -74,7 +76,8 @@ class SessionStore {
   Entry& get(const std::string& tenant, const std::string& id);
   const Entry& get(const std::string& tenant, const std::string& id) const;
   std::string new_id(const std::string& tenant, const std::string& wanted);
-  std::filesystem::path file_for(const std::string& name) const;
+  std::filesystem::path file_for(const std::string& tenant, const std::string& name,
+                                 bool create_dir) const;
   void add(Entry& e, const std::vector<int32_t>& ids, const std::string& kind);
 
   std::shared_ptr<const Model> model_;
