@@ -203,6 +203,26 @@ TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
   expect_error(test::run_fak("perplexity -f " + (dir / "nope.txt").string()), "nope.txt");
 }
 
+// Sampling flags are checked by SamplingOptions::validate (the one set of rules), before
+// the model loads: exactly one line naming the field, its range and the value, and exit 1.
+TEST(CliBadInput, SamplingFlagsOutOfRangeGetOneLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run -p hi --repeat-penalty 0", "repetition_penalty must be > 0 and <= 10, got 0"},
+      {"run -p hi --min-p 1", "min_p must be >= 0 and < 1, got 1"},
+      {"run -p hi --top-p 0", "top_p must be > 0 and <= 1, got 0"},
+      {"run -p hi --top-k -3", "top_k must be >= 0, got -3"},
+      {"run -p hi --temp nan", "temperature must be >= 0 and <= 100, got nan"},
+      {"run -p hi --temp 1e9", "temperature must be >= 0 and <= 100, got 1e+09"},
+      {"chat --temp -1 < /dev/null", "temperature must be >= 0 and <= 100, got -1"},
+  };
+  for (const auto& [args, message] : cases) {
+    auto r = test::run_fak(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_EQ(r.err, "fak: error: " + message + "\n") << args;
+    EXPECT_EQ(r.out, "") << args;
+  }
+}
+
 TEST(Cli, EverySubcommandHasHelp) {
   for (const char* cmd : {"run", "tokenize", "parity", "perplexity", "bench", "evict-check",
                           "agentbench", "convert", "quantize", "synth"}) {

@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -91,6 +93,58 @@ TEST(Sampler, RejectsNonsenseOptions) {
   EXPECT_THROW(Sampler({.temperature = -1.0f}), Error);
   EXPECT_THROW(Sampler({.top_p = 0.0f}), Error);
   EXPECT_THROW(Sampler({.min_p = 1.0f}), Error);
+}
+
+// The message of the fak::Error that validate() throws ("" when it accepts the options).
+std::string validation_error(const SamplingOptions& o) {
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// validate() is the one source of the ranges: each refusal names the field, the range and the
+// value, NaN and infinities included; the edges of every range are accepted.
+TEST(SamplingOptions, ValidateNamesFieldRangeAndValue) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<SamplingOptions, std::string>> refused = {
+      {{.repetition_penalty = 0.0f}, "repetition_penalty must be > 0 and <= 10, got 0"},
+      {{.repetition_penalty = 10.5f}, "repetition_penalty must be > 0 and <= 10, got 10.5"},
+      {{.repetition_penalty = nan}, "repetition_penalty must be > 0 and <= 10, got nan"},
+      {{.min_p = 1.0f}, "min_p must be >= 0 and < 1, got 1"},
+      {{.min_p = -0.25f}, "min_p must be >= 0 and < 1, got -0.25"},
+      {{.min_p = nan}, "min_p must be >= 0 and < 1, got nan"},
+      {{.temperature = -1.0f}, "temperature must be >= 0 and <= 100, got -1"},
+      {{.temperature = 100.5f}, "temperature must be >= 0 and <= 100, got 100.5"},
+      {{.temperature = nan}, "temperature must be >= 0 and <= 100, got nan"},
+      {{.temperature = inf}, "temperature must be >= 0 and <= 100, got inf"},
+      {{.top_k = -1}, "top_k must be >= 0, got -1"},
+      {{.top_p = 0.0f}, "top_p must be > 0 and <= 1, got 0"},
+      {{.top_p = 1.5f}, "top_p must be > 0 and <= 1, got 1.5"},
+      {{.top_p = nan}, "top_p must be > 0 and <= 1, got nan"},
+      {{.repetition_window = -1}, "repetition_window must be >= 0, got -1"},
+  };
+  for (const auto& [options, message] : refused) {
+    EXPECT_EQ(validation_error(options), message);
+    // The Sampler refuses exactly what validate() refuses, with the same words.
+    try {
+      Sampler s(options);
+      ADD_FAILURE() << "Sampler accepted options validate() refuses: " << message;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+  for (const SamplingOptions& edge : std::vector<SamplingOptions>{
+           {.temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f},
+           {.temperature = 100.0f, .top_k = 1 << 30, .top_p = 1e-6f, .min_p = 0.999f},
+           {.repetition_penalty = 10.0f, .repetition_window = 0},
+           {.repetition_penalty = 1e-3f}}) {
+    EXPECT_EQ(validation_error(edge), "");
+    EXPECT_NO_THROW(Sampler{edge});
+  }
 }
 
 }  // namespace fak

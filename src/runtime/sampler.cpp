@@ -1,7 +1,9 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <string>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -29,16 +31,47 @@ int32_t argmax(std::span<const float> logits) {
   return 0;
 }
 
+namespace {
+
+// The shortest text that reads back as v ("0", "0.9", "nan", "-inf"), so an error shows the value
+// the user gave rather than a rounded one.
+std::string shortest(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// note: every range test is written so that NaN fails it (NaN compares false to everything).
+void require(bool ok, const char* field, const char* range, const std::string& got) {
+  if (!ok) fail(std::string(field) + " must be " + range + ", got " + got);
+}
+
+bool within(float v, float lo, float hi) {
+  return std::isfinite(v) && v >= lo && v <= hi;
+}
+
+}  // namespace
+
+void SamplingOptions::validate() const {
+  // temperature: above ~100 every logit gap of a real model rounds to a uniform draw.
+  require(within(temperature, 0.0f, 100.0f), "temperature", ">= 0 and <= 100",
+          shortest(temperature));
+  require(top_k >= 0, "top_k", ">= 0", std::to_string(top_k));
+  require(within(top_p, 0.0f, 1.0f) && top_p > 0.0f, "top_p", "> 0 and <= 1", shortest(top_p));
+  require(within(min_p, 0.0f, 1.0f) && min_p < 1.0f, "min_p", ">= 0 and < 1", shortest(min_p));
+  // repetition_penalty: 0 would divide by zero; beyond 10 no model output is meaningful.
+  require(within(repetition_penalty, 0.0f, 10.0f) && repetition_penalty > 0.0f,
+          "repetition_penalty", "> 0 and <= 10", shortest(repetition_penalty));
+  require(repetition_window >= 0, "repetition_window", ">= 0", std::to_string(repetition_window));
+}
+
 Sampler::Sampler(SamplingOptions options) : options_(options), rng_(options.seed) {
-  check(options_.temperature >= 0.0f, "temperature must be >= 0");
-  check(options_.top_p > 0.0f && options_.top_p <= 1.0f, "top_p must be in (0, 1]");
-  check(options_.min_p >= 0.0f && options_.min_p < 1.0f, "min_p must be in [0, 1)");
-  check(options_.top_k >= 0, "top_k must be >= 0");
-  check(options_.repetition_penalty > 0.0f, "repetition_penalty must be > 0");
+  options_.validate();
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   const SamplingOptions& o = options_;
+  check(!logits.empty(), "sample: no logits to sample from");
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], int32_t(i)};
   if (o.repetition_penalty != 1.0f && !history.empty()) {
