@@ -63,6 +63,11 @@ void SamplingOptions::validate() const {
   require(within(repetition_penalty, 0.0f, 10.0f) && repetition_penalty > 0.0f,
           "repetition_penalty", "> 0 and <= 10", shortest(repetition_penalty));
   require(repetition_window >= 0, "repetition_window", ">= 0", std::to_string(repetition_window));
+  // OpenAI's documented range for both.
+  require(within(presence_penalty, -2.0f, 2.0f), "presence_penalty", ">= -2 and <= 2",
+          shortest(presence_penalty));
+  require(within(frequency_penalty, -2.0f, 2.0f), "frequency_penalty", ">= -2 and <= 2",
+          shortest(frequency_penalty));
 }
 
 Sampler::Sampler(SamplingOptions options) : options_(options), rng_(options.seed) {
@@ -70,6 +75,14 @@ Sampler::Sampler(SamplingOptions options) : options_(options), rng_(options.seed
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const int32_t id = choose(logits, history);
+  // Counted only when a penalty reads the counts: with both at 0 nothing changes (not even time).
+  if (options_.presence_penalty != 0.0f || options_.frequency_penalty != 0.0f)
+    ++generated_counts_[id];
+  return id;
+}
+
+int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> history) {
   const SamplingOptions& o = options_;
   check(!logits.empty(), "sample: no logits to sample from");
   candidates_.resize(logits.size());
@@ -86,6 +99,11 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       float& l = candidates_[size_t(id)].first;
       l = l > 0 ? l / o.repetition_penalty : l * o.repetition_penalty;
     }
+  }
+  // After the repetition penalty, as vLLM and llama.cpp apply them; before the greedy argmax too.
+  for (const auto& [id, count] : generated_counts_) {
+    if (size_t(id) >= candidates_.size()) continue;  // a shorter logits span than an earlier call
+    candidates_[size_t(id)].first -= o.frequency_penalty * float(count) + o.presence_penalty;
   }
   if (o.temperature == 0.0f) {
     auto best = std::max_element(candidates_.begin(), candidates_.end(),

@@ -114,6 +114,10 @@ void register_run(CLI::App& app) {
   c->add_option("--min-p", s.min_p, "min-p, in [0, 1) (0 = off)");
   c->add_option("--repeat-penalty", s.repetition_penalty,
                 "repetition penalty over the last 64 tokens, in (0, 10] (1 = off)");
+  c->add_option("--presence-penalty", s.presence_penalty,
+                "subtracted once from each token already generated, -2 to 2 (0 = off)");
+  c->add_option("--frequency-penalty", s.frequency_penalty,
+                "subtracted per earlier occurrence of a generated token, -2 to 2 (0 = off)");
   c->add_option("--seed", s.seed, "sampling seed");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_option("--session", a->session, "resume from / save to this session file");
