@@ -2,6 +2,7 @@
 // they promise, and every kind of bad input gets one clear error and a non-zero exit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -201,6 +202,51 @@ TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
                              " --reference " + (dir / "ids.txt").string()),
                "ids.txt");
   expect_error(test::run_fak("perplexity -f " + (dir / "nope.txt").string()), "nope.txt");
+}
+
+// Sampling flags are checked by SamplingOptions::validate (the one set of rules), before
+// the model loads: exactly one line naming the field, its range and the value, and exit 1.
+TEST(CliBadInput, SamplingFlagsOutOfRangeGetOneLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run -p hi --repeat-penalty 0", "repetition_penalty must be > 0 and <= 10, got 0"},
+      {"run -p hi --min-p 1", "min_p must be >= 0 and < 1, got 1"},
+      {"run -p hi --top-p 0", "top_p must be > 0 and <= 1, got 0"},
+      {"run -p hi --top-k -3", "top_k must be >= 0, got -3"},
+      {"run -p hi --temp nan", "temperature must be >= 0 and <= 100, got nan"},
+      {"run -p hi --temp 1e9", "temperature must be >= 0 and <= 100, got 1e+09"},
+      {"run -p hi --presence-penalty 3", "presence_penalty must be >= -2 and <= 2, got 3"},
+      {"run -p hi --frequency-penalty -2.5", "frequency_penalty must be >= -2 and <= 2, got -2.5"},
+      {"chat --temp -1 < /dev/null", "temperature must be >= 0 and <= 100, got -1"},
+  };
+  for (const auto& [args, message] : cases) {
+    auto r = test::run_fak(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_EQ(r.err, "fak: error: " + message + "\n") << args;
+    EXPECT_EQ(r.out, "") << args;
+  }
+}
+
+// The penalties reach the sampler: at 0 the greedy reference comes back exactly; a frequency
+// penalty turns the bundled model's repetitive Python into a continuation with fewer repeats.
+TEST(Cli, PresenceAndFrequencyPenaltiesApplyToGreedy) {
+  const auto ref = reference_json();
+  const auto& c = ref["cases"][0];
+  const std::string run =
+      "run -p " + quote(c["prompt"].get<std::string>()) + " -n 48 --ignore-eos --json -t 1";
+  auto zero = test::run_fak(run + " --presence-penalty 0 --frequency-penalty 0");
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  EXPECT_EQ(nlohmann::json::parse(zero.out)["ids"], c["greedy_ids"]);
+  auto penalised = test::run_fak(run + " --presence-penalty 0.5 --frequency-penalty 1.5");
+  ASSERT_EQ(penalised.exit_code, 0) << penalised.err;
+  const auto ids = nlohmann::json::parse(penalised.out)["ids"].get<std::vector<int32_t>>();
+  const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ids.size(), greedy.size());
+  EXPECT_NE(ids, greedy);
+  auto distinct = [](std::vector<int32_t> v) {
+    std::sort(v.begin(), v.end());
+    return std::unique(v.begin(), v.end()) - v.begin();
+  };
+  EXPECT_GT(distinct(ids), distinct(greedy));
 }
 
 TEST(Cli, EverySubcommandHasHelp) {

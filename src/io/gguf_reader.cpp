@@ -319,7 +319,15 @@ int64_t GgufFile::get_i64(std::string_view key) const {
 
 float GgufFile::get_f32(std::string_view key) const {
   const GgufValue& v = require(key);
-  if (v.type == GgufType::F32 || v.type == GgufType::F64) return float(v.f);
+  if (v.type == GgufType::F32) return float(v.f);
+  if (v.type == GgufType::F64) {
+    // note: narrowing a double beyond float's range is undefined behaviour; it reads as the
+    // infinity it rounds to, for the caller's range check to refuse.
+    if (std::fabs(v.f) > double(std::numeric_limits<float>::max()) && std::isfinite(v.f))
+      return v.f > 0 ? std::numeric_limits<float>::infinity()
+                     : -std::numeric_limits<float>::infinity();
+    return float(v.f);
+  }
   fail_key(key, "is " + std::string(gguf_type_name(v.type)) + ", expected a float");
 }
 

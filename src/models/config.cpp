@@ -1,5 +1,7 @@
 #include "models/config.h"
 
+#include <charconv>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -9,30 +11,63 @@ namespace fak {
 
 using nlohmann::json;
 
+std::string number_text(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+void check_derived_sizes(const ModelConfig& c, const std::string& label) {
+  auto at_most = [&](int64_t v, int64_t max, const std::string& what) {
+    if (v > max)
+      fail(label + ": " + what + " = " + std::to_string(v) + " exceeds the limit of " +
+           std::to_string(max));
+  };
+  // q_dim() and kv_dim() are ints; kv_dim <= q_dim since n_kv_heads divides n_heads.
+  at_most(int64_t(c.n_heads) * c.head_dim, kMaxWidth, "attention heads x head_dim");
+  if (c.is_hybrid()) {
+    at_most(int64_t(c.linear_num_key_heads) * c.linear_key_head_dim, kMaxWidth,
+            "linear-attention key heads x key head dim");
+    at_most(int64_t(c.linear_num_value_heads) * c.linear_value_head_dim, kMaxWidth,
+            "linear-attention value heads x value head dim");
+    // Each session allocates this recurrent state from the config alone (not from a tensor the
+    // file must hold), so it gets a bound of its own: 256 MiB of f32, ~85x Qwen3.6-27B's.
+    at_most(int64_t(c.linear_num_value_heads) * c.linear_key_head_dim * c.linear_value_head_dim,
+            int64_t(1) << 26, "recurrent state per sequence (value heads x key dim x value dim)");
+  }
+}
+
 std::string arch_name(Arch a) {
   switch (a) {
-    case Arch::Llama: return "llama";
-    case Arch::Qwen2: return "qwen2";
-    case Arch::Qwen3: return "qwen3";
-    case Arch::Qwen35: return "qwen3_5_text";
+    case Arch::Llama:
+      return "llama";
+    case Arch::Qwen2:
+      return "qwen2";
+    case Arch::Qwen3:
+      return "qwen3";
+    case Arch::Qwen35:
+      return "qwen3_5_text";
   }
   return "?";
 }
 
 namespace {
 
-int get_int(const json& j, const char* key, const std::string& label) {
+// A positive integer of at most `max` (config.h's limits): a size is refused here, before
+// anything it sizes is allocated.
+int get_int(const json& j, const char* key, int max, const std::string& label) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) fail(label + ": missing '" + key + "'");
-  if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 30))
-    fail(label + ": '" + key + "' must be a positive integer, got " + it->dump());
-  return it->get<int>();
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > max)
+    fail(label + ": '" + key + "' must be a positive integer (at most " + std::to_string(max) +
+         "), got " + it->dump());
+  return int(it->get<int64_t>());
 }
 
-int get_int_or(const json& j, const char* key, int fallback, const std::string& label) {
+int get_int_or(const json& j, const char* key, int fallback, int max, const std::string& label) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  return get_int(j, key, label);
+  return get_int(j, key, max, label);
 }
 
 double get_num_or(const json& j, const char* key, double fallback, const std::string& label) {
@@ -40,6 +75,12 @@ double get_num_or(const json& j, const char* key, double fallback, const std::st
   if (it == j.end() || it->is_null()) return fallback;
   if (!it->is_number()) fail(label + ": '" + key + "' must be a number, got " + it->dump());
   return it->get<double>();
+}
+
+// note: callers write `ok` so that NaN fails it (every comparison with NaN is false).
+void require_number(bool ok, const std::string& label, const char* key, const char* rule,
+                    double value) {
+  if (!ok) fail(label + ": '" + key + "' must be " + rule + ", got " + number_text(value));
 }
 
 bool get_bool_or(const json& j, const char* key, bool fallback) {
@@ -52,11 +93,16 @@ void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
   // rope_theta lives at the top level (older configs) or inside rope_parameters (newer ones);
   // scaling in rope_scaling (older) or rope_parameters (newer).
   const json* params = nullptr;
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) params = &j["rope_parameters"];
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    params = &j["rope_parameters"];
   c->rope_theta = get_num_or(j, "rope_theta", 10000.0, label);
   if (params) c->rope_theta = get_num_or(*params, "rope_theta", c->rope_theta, label);
+  require_number(std::isfinite(c->rope_theta) && c->rope_theta > 0, label, "rope_theta",
+                 "finite and > 0", c->rope_theta);
   double partial = get_num_or(j, "partial_rotary_factor", 1.0, label);
   if (params) partial = get_num_or(*params, "partial_rotary_factor", partial, label);
+  require_number(partial > 0 && partial <= 1, label, "partial_rotary_factor", "> 0 and <= 1",
+                 partial);
   c->rotary_dim = int(c->head_dim * partial);
   if (c->rotary_dim <= 0 || c->rotary_dim % 2 != 0 || c->rotary_dim > c->head_dim)
     fail(label + ": partial_rotary_factor gives an invalid rotary dimension");
@@ -72,25 +118,46 @@ void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
     type = (*scaling)["type"].get<std::string>();
   if (type == "default") return;
   c->rope_factor = get_num_or(*scaling, "factor", 1.0, label);
+  // Every frequency is divided by it.
+  require_number(std::isfinite(c->rope_factor) && c->rope_factor > 0, label, "factor",
+                 "finite and > 0", c->rope_factor);
   if (type == "linear") {
     c->rope_scaling = RopeScaling::Linear;
   } else if (type == "llama3") {
     c->rope_scaling = RopeScaling::Llama3;
     c->rope_low_freq_factor = get_num_or(*scaling, "low_freq_factor", 1.0, label);
     c->rope_high_freq_factor = get_num_or(*scaling, "high_freq_factor", 4.0, label);
+    // The smoothing divides by high - low and the wavelengths by each.
+    require_number(std::isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0, label,
+                   "low_freq_factor", "finite and > 0", c->rope_low_freq_factor);
+    require_number(std::isfinite(c->rope_high_freq_factor) &&
+                       c->rope_high_freq_factor > c->rope_low_freq_factor,
+                   label, "high_freq_factor", "finite and > low_freq_factor",
+                   c->rope_high_freq_factor);
     c->rope_original_max_pos =
-        get_int_or(*scaling, "original_max_position_embeddings", 8192, label);
+        get_int_or(*scaling, "original_max_position_embeddings", 8192, kMaxSeqLen, label);
   } else {
-    fail(label + ": rope type '" + type + "' is not supported (supported: default, linear, llama3)");
+    fail(label + ": rope type '" + type +
+         "' is not supported (supported: default, linear, llama3)");
   }
 }
 
-std::vector<int32_t> parse_ids(const json& v) {
+// bos_token_id / eos_token_id: null, one id or a list of ids, each inside the vocabulary (an id
+// past it would index the embedding out of bounds, or never match a sampled token).
+std::vector<int32_t> parse_token_ids(const json& j, const char* key, int vocab,
+                                     const std::string& label) {
   std::vector<int32_t> ids;
-  if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
-  if (v.is_array())
-    for (auto& e : v)
-      if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ids;
+  const bool list = it->is_array();
+  for (const json& e : list ? *it : json::array({*it})) {
+    if (!e.is_number_integer())
+      fail(label + ": '" + key + "' must be a token id or a list of them, got " + it->dump());
+    if (e.get<int64_t>() < 0 || e.get<int64_t>() >= vocab)
+      fail(label + ": '" + key + "' " + e.dump() + " is outside the vocabulary (vocab_size " +
+           std::to_string(vocab) + ")");
+    ids.push_back(int32_t(e.get<int64_t>()));
+  }
   return ids;
 }
 
@@ -120,15 +187,21 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
     fail(label + ": model_type '" + c.model_type +
          "' is not supported (supported: llama, qwen2, qwen3, qwen3_5_text)");
   }
-  c.dim = get_int(j, "hidden_size", label);
-  c.hidden_dim = get_int(j, "intermediate_size", label);
-  c.n_layers = get_int(j, "num_hidden_layers", label);
-  c.n_heads = get_int(j, "num_attention_heads", label);
-  c.n_kv_heads = get_int_or(j, "num_key_value_heads", c.n_heads, label);
-  c.vocab = get_int(j, "vocab_size", label);
-  c.head_dim = get_int_or(j, "head_dim", c.dim / c.n_heads, label);
-  c.max_seq_len = get_int_or(j, "max_position_embeddings", 4096, label);
-  c.rms_eps = float(get_num_or(j, "rms_norm_eps", 1e-6, label));
+  c.dim = get_int(j, "hidden_size", kMaxWidth, label);
+  c.hidden_dim = get_int(j, "intermediate_size", kMaxWidth, label);
+  c.n_layers = get_int(j, "num_hidden_layers", kMaxLayers, label);
+  c.n_heads = get_int(j, "num_attention_heads", kMaxWidth, label);
+  c.n_kv_heads = get_int_or(j, "num_key_value_heads", c.n_heads, kMaxWidth, label);
+  c.vocab = get_int(j, "vocab_size", kMaxWidth, label);
+  if ((!j.contains("head_dim") || j["head_dim"].is_null()) && c.dim < c.n_heads)
+    fail(label + ": num_attention_heads (" + std::to_string(c.n_heads) + ") exceeds hidden_size (" +
+         std::to_string(c.dim) + ") and there is no 'head_dim'");
+  c.head_dim = get_int_or(j, "head_dim", c.dim / c.n_heads, kMaxWidth, label);
+  c.max_seq_len = get_int_or(j, "max_position_embeddings", 4096, kMaxSeqLen, label);
+  const double eps = get_num_or(j, "rms_norm_eps", 1e-6, label);
+  // Added under the square root of a mean square: 0 divides by zero on a zero row, >= 1 swamps it.
+  require_number(eps > 0 && eps < 1, label, "rms_norm_eps", "> 0 and < 1", eps);
+  c.rms_eps = float(eps);
   if (c.n_heads % c.n_kv_heads != 0)
     fail(label + ": num_attention_heads (" + std::to_string(c.n_heads) +
          ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
@@ -149,7 +222,9 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
       c.attn_output_bias = c.qkv_bias;
       c.mlp_bias = get_bool_or(j, "mlp_bias", false);
       break;
-    case Arch::Qwen2: c.qkv_bias = true; break;
+    case Arch::Qwen2:
+      c.qkv_bias = true;
+      break;
     case Arch::Qwen3:
       c.qk_norm = true;
       c.qkv_bias = get_bool_or(j, "attention_bias", false);
@@ -158,15 +233,16 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
       c.qk_norm = true;
       c.attn_output_gate = get_bool_or(j, "attn_output_gate", true);
       c.norm_plus_one = true;
-      c.linear_conv_kernel = get_int(j, "linear_conv_kernel_dim", label);
-      c.linear_key_head_dim = get_int(j, "linear_key_head_dim", label);
-      c.linear_value_head_dim = get_int(j, "linear_value_head_dim", label);
-      c.linear_num_key_heads = get_int(j, "linear_num_key_heads", label);
-      c.linear_num_value_heads = get_int(j, "linear_num_value_heads", label);
+      c.linear_conv_kernel = get_int(j, "linear_conv_kernel_dim", kMaxWidth, label);
+      c.linear_key_head_dim = get_int(j, "linear_key_head_dim", kMaxWidth, label);
+      c.linear_value_head_dim = get_int(j, "linear_value_head_dim", kMaxWidth, label);
+      c.linear_num_key_heads = get_int(j, "linear_num_key_heads", kMaxWidth, label);
+      c.linear_num_value_heads = get_int(j, "linear_num_value_heads", kMaxWidth, label);
       if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
         fail(label + ": linear_num_value_heads must be a multiple of linear_num_key_heads");
       break;
   }
+  check_derived_sizes(c, label);
   parse_rope(j, &c, label);
 
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
@@ -188,7 +264,7 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
       }
     }
   } else if (c.arch == Arch::Qwen35) {
-    int interval = get_int_or(j, "full_attention_interval", 4, label);
+    int interval = get_int_or(j, "full_attention_interval", 4, kMaxLayers, label);
     for (int i = 0; i < c.n_layers; ++i)
       c.layer_kinds[size_t(i)] =
           (i + 1) % interval == 0 ? LayerKind::FullAttention : LayerKind::LinearAttention;
@@ -196,11 +272,9 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
   if (get_bool_or(j, "use_sliding_window", false))
     fail(label + ": use_sliding_window is set; sliding-window attention is not supported");
 
-  if (j.contains("bos_token_id")) {
-    auto ids = parse_ids(j["bos_token_id"]);
-    if (!ids.empty()) c.bos_id = ids[0];
-  }
-  if (j.contains("eos_token_id")) c.eos_ids = parse_ids(j["eos_token_id"]);
+  if (auto ids = parse_token_ids(j, "bos_token_id", c.vocab, label); !ids.empty())
+    c.bos_id = ids[0];
+  c.eos_ids = parse_token_ids(j, "eos_token_id", c.vocab, label);
   return c;
 }
 

@@ -4,13 +4,20 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace fak {
+
+// Limits on the sizes a model file may declare, checked (config.json and GGUF alike) before
+// anything sized by them is allocated: a tiny hostile file claiming 2^30 layers must be refused,
+// not make fak allocate gigabytes first. Far above every real checkpoint (Llama-3.1-405B: 126
+// layers, hidden 16384, MLP 53248; Gemma: 262144-token vocab; Llama-4: 10M-token context).
+inline constexpr int kMaxLayers = 4096;
+inline constexpr int kMaxWidth = 1 << 20;  // dim, hidden_dim, head_dim, heads, vocab, q/kv dims
+inline constexpr int kMaxSeqLen = 1 << 24;
 
 enum class Arch { Llama, Qwen2, Qwen3, Qwen35 };
 enum class LayerKind { FullAttention, LinearAttention };
@@ -36,10 +43,10 @@ struct ModelConfig {
   int rope_original_max_pos = 8192;
 
   bool tie_embeddings = false;
-  bool qkv_bias = false;         // Qwen2
+  bool qkv_bias = false;          // Qwen2
   bool attn_output_bias = false;  // llama attention_bias also adds o_proj bias
   bool mlp_bias = false;
-  bool qk_norm = false;          // Qwen3 / Qwen3.5: RMSNorm over each q and k head
+  bool qk_norm = false;           // Qwen3 / Qwen3.5: RMSNorm over each q and k head
   bool attn_output_gate = false;  // Qwen3.5 gated attention
   bool norm_plus_one = false;     // Qwen3.5: RMSNorm scale stored zero-centred (1 + w)
 
@@ -58,10 +65,19 @@ struct ModelConfig {
 };
 
 // Parses a Hugging Face config.json (already read into JSON). `label` names the file in errors.
-// Throws fak::Error for unknown model types, missing or inconsistent fields.
+// Throws fak::Error for unknown model types, missing or inconsistent fields, sizes beyond the
+// limits above, a non-finite or out-of-range rms_norm_eps / rope_theta / partial_rotary_factor,
+// and bos/eos token ids outside the vocabulary; each error names the field and the value.
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& label);
 ModelConfig load_hf_config(const std::filesystem::path& config_json);
 
 std::string arch_name(Arch a);
+
+// Limits on products of sizes that the config.json and GGUF paths share (q_dim, the linear-
+// attention dims, the recurrent state each session allocates from the config alone); `label`
+// names the file. Throws fak::Error naming the product and its value.
+void check_derived_sizes(const ModelConfig& c, const std::string& label);
+// The shortest decimal text that reads back as v ("1e-06", "nan", "-inf"): values in errors.
+std::string number_text(double v);
 
 }  // namespace fak

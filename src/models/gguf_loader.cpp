@@ -306,17 +306,28 @@ ModelConfig gguf_model_config(const GgufFile& f) {
          "' is not supported (supported: llama, qwen2, qwen3, qwen35)");
   }
   const std::string p = arch + ".";
-  auto positive = [&](const std::string& key) {
+  // A positive integer of at most `max` (config.h's limits), refused before anything it sizes
+  // is allocated.
+  auto positive = [&](const std::string& key, int max = kMaxWidth) {
     const uint64_t v = f.get_u64(key);
-    if (v == 0 || v > (1u << 30)) fail(f.name() + ": " + key + " must be a positive integer");
+    if (v == 0 || v > uint64_t(max))
+      fail(f.name() + ": " + key + " must be a positive integer (at most " + std::to_string(max) +
+           "), got " + std::to_string(v));
     return int(v);
+  };
+  // note: written so that NaN fails `ok`.
+  auto require_number = [&](bool ok, const std::string& key, const char* rule, double v) {
+    if (!ok) fail(f.name() + ": " + key + " must be " + rule + ", got " + number_text(v));
   };
   c.dim = positive(p + "embedding_length");
   c.hidden_dim = positive(p + "feed_forward_length");
-  c.n_layers = positive(p + "block_count");
+  c.n_layers = positive(p + "block_count", kMaxLayers);
   c.n_heads = positive(p + "attention.head_count");
   c.n_kv_heads =
       f.find(p + "attention.head_count_kv") ? positive(p + "attention.head_count_kv") : c.n_heads;
+  if (!f.find(p + "attention.key_length") && c.dim < c.n_heads)
+    fail(f.name() + ": " + p + "attention.head_count (" + std::to_string(c.n_heads) +
+         ") exceeds embedding_length (" + std::to_string(c.dim) + ") and there is no key_length");
   c.head_dim =
       f.find(p + "attention.key_length") ? positive(p + "attention.key_length") : c.dim / c.n_heads;
   if (f.find(p + "attention.value_length") && positive(p + "attention.value_length") != c.head_dim)
@@ -324,23 +335,35 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (c.n_heads % c.n_kv_heads != 0)
     fail(f.name() + ": attention.head_count is not a multiple of attention.head_count_kv");
   if (c.head_dim % 2 != 0) fail(f.name() + ": attention.key_length must be even");
-  c.max_seq_len = f.find(p + "context_length") ? positive(p + "context_length") : 4096;
+  c.max_seq_len = f.find(p + "context_length") ? positive(p + "context_length", kMaxSeqLen) : 4096;
   c.rms_eps = f.get_f32_or(p + "attention.layer_norm_rms_epsilon", 1e-6f);
+  // Added under the square root of a mean square: 0 divides by zero on a zero row, >= 1 swamps it.
+  require_number(c.rms_eps > 0 && c.rms_eps < 1, p + "attention.layer_norm_rms_epsilon",
+                 "> 0 and < 1", c.rms_eps);
   c.rope_theta = f.get_f32_or(p + "rope.freq_base", 10000.0f);
+  require_number(std::isfinite(c.rope_theta) && c.rope_theta > 0, p + "rope.freq_base",
+                 "finite and > 0", c.rope_theta);
   c.rotary_dim =
       f.find(p + "rope.dimension_count") ? positive(p + "rope.dimension_count") : c.head_dim;
   if (c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
     fail(f.name() + ": rope.dimension_count must be even and at most key_length");
   std::string scaling = "none";
   if (f.find(p + "rope.scaling.type")) scaling = f.get_string(p + "rope.scaling.type");
+  std::string factor_key;
   if (scaling == "linear") {
     c.rope_scaling = RopeScaling::Linear;
-    c.rope_factor = f.get_f32(p + "rope.scaling.factor");
+    factor_key = p + "rope.scaling.factor";
   } else if (scaling != "none") {
     fail(f.name() + ": rope.scaling.type '" + scaling + "' is not supported (none, linear)");
   } else if (f.find(p + "rope.scale_linear")) {  // older files
     c.rope_scaling = RopeScaling::Linear;
-    c.rope_factor = f.get_f32(p + "rope.scale_linear");
+    factor_key = p + "rope.scale_linear";
+  }
+  if (!factor_key.empty()) {
+    c.rope_factor = f.get_f32(factor_key);
+    // Every frequency is divided by it.
+    require_number(std::isfinite(c.rope_factor) && c.rope_factor > 0, factor_key, "finite and > 0",
+                   c.rope_factor);
   }
   if (f.tensor("rope_freqs.weight"))
     fail(f.name() +
@@ -349,6 +372,9 @@ ModelConfig gguf_model_config(const GgufFile& f) {
 
   const GgufTensor* embd = f.tensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2) fail(f.name() + ": missing 2-D tensor 'token_embd.weight'");
+  if (embd->dims[1] <= 0 || embd->dims[1] > kMaxWidth)
+    fail(f.name() + ": tensor 'token_embd.weight' has " + std::to_string(embd->dims[1]) +
+         " rows; the vocabulary must be 1 to " + std::to_string(kMaxWidth) + " tokens");
   c.vocab = int(embd->dims[1]);
   c.tie_embeddings = f.tensor("output.weight") == nullptr;
   // Any one of a group of biases means the model has them all: a missing one is then named as
@@ -364,16 +390,21 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   // qwen3 always has q/k norms: the loader then names whichever is missing.
   c.qk_norm =
       c.arch == Arch::Qwen3 || any({"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"});
+  // block_count includes the qwen35 multi-token-prediction (NextN) blocks after the decoder.
+  if (c.arch == Arch::Qwen35 && f.find(p + "nextn_predict_layers")) {
+    const uint64_t nextn = f.get_u64(p + "nextn_predict_layers");
+    if (nextn >= uint64_t(c.n_layers))
+      fail(f.name() + ": " + p + "nextn_predict_layers must be below block_count");
+    c.n_layers -= int(nextn);
+  }
+  // The file must hold every layer it declares: checked on the last one before anything per
+  // layer is built, so a small file claiming thousands of layers is refused at once.
+  const std::string last_norm = "blk." + std::to_string(c.n_layers - 1) + ".attn_norm.weight";
+  if (!f.tensor(last_norm))
+    fail(f.name() + ": missing tensor '" + last_norm + "' (" + p + "block_count says " +
+         std::to_string(c.n_layers) + " layers)");
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
   if (c.arch == Arch::Qwen35) {
-    // block_count includes the multi-token-prediction (NextN) blocks appended after the decoder.
-    if (f.find(p + "nextn_predict_layers")) {
-      const uint64_t nextn = f.get_u64(p + "nextn_predict_layers");
-      if (nextn >= uint64_t(c.n_layers))
-        fail(f.name() + ": " + p + "nextn_predict_layers must be below block_count");
-      c.n_layers -= int(nextn);
-      c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
-    }
     c.qk_norm = true;
     c.attn_output_gate = true;
     c.norm_plus_one = true;  // the family's convention; the file already holds 1 + w
@@ -396,17 +427,32 @@ ModelConfig gguf_model_config(const GgufFile& f) {
       for (int i = 0; i < c.n_layers; ++i)
         if (rec->array.u64(size_t(i)) != 0) c.layer_kinds[size_t(i)] = LayerKind::LinearAttention;
     } else {
-      const int interval =
-          f.find(p + "full_attention_interval") ? positive(p + "full_attention_interval") : 4;
+      const int interval = f.find(p + "full_attention_interval")
+                               ? positive(p + "full_attention_interval", kMaxLayers)
+                               : 4;
       for (int i = 0; i < c.n_layers; ++i)
         if ((i + 1) % interval != 0) c.layer_kinds[size_t(i)] = LayerKind::LinearAttention;
     }
   }
 
-  if (f.find("tokenizer.ggml.bos_token_id"))
-    c.bos_id = int32_t(f.get_i64("tokenizer.ggml.bos_token_id"));
+  check_derived_sizes(c, f.name());
+  // bos/eos ids must name a token of the file: of its token list when it has one (llama.cpp's
+  // n_vocab; in a real GGUF the embedding has exactly as many rows), else of the embedding. An id
+  // past the embedding's rows is then harmless: it is never sampled, and a prompt holding it is
+  // refused by Session::append.
+  const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  const int64_t vocab =
+      tokens && tokens->type == GgufType::ARRAY ? int64_t(tokens->array.size()) : int64_t(c.vocab);
+  auto token_id = [&](const char* key) {
+    const int64_t id = f.get_i64(key);
+    if (id < 0 || id >= vocab)
+      fail(f.name() + ": " + key + " " + std::to_string(id) + " is outside the vocabulary (" +
+           std::to_string(vocab) + " tokens)");
+    return int32_t(id);
+  };
+  if (f.find("tokenizer.ggml.bos_token_id")) c.bos_id = token_id("tokenizer.ggml.bos_token_id");
   for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
-    if (f.find(key)) c.eos_ids.push_back(int32_t(f.get_i64(key)));
+    if (f.find(key)) c.eos_ids.push_back(token_id(key));
   return c;
 }
 

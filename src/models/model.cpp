@@ -2,6 +2,7 @@
 // from config.json and normalised into ModelConfig, weights are checked tensor by tensor.
 #include "models/model.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -31,15 +32,32 @@ std::string read_text(const std::filesystem::path& p) {
 std::shared_ptr<void> quantise_weights(ModelWeights& w, const ModelConfig& c, QuantType q) {
   FileType ft = FileType::Q8_0;
   switch (q) {
-    case QuantType::Q8_0: ft = FileType::Q8_0; break;
-    case QuantType::Q4_0: ft = FileType::Q4_0; break;
-    case QuantType::Q4_1: ft = FileType::Q4_1; break;
-    case QuantType::Q5_0: ft = FileType::Q5_0; break;
-    case QuantType::Q5_1: ft = FileType::Q5_1; break;
-    case QuantType::Q4_K: ft = FileType::Q4_K_M; break;
-    case QuantType::Q5_K: ft = FileType::Q5_K_M; break;
-    case QuantType::Q6_K: ft = FileType::Q6_K; break;
-    case QuantType::Q8_K: fail("--quant q8_k: Q8_K is an activation format, not a weight type");
+    case QuantType::Q8_0:
+      ft = FileType::Q8_0;
+      break;
+    case QuantType::Q4_0:
+      ft = FileType::Q4_0;
+      break;
+    case QuantType::Q4_1:
+      ft = FileType::Q4_1;
+      break;
+    case QuantType::Q5_0:
+      ft = FileType::Q5_0;
+      break;
+    case QuantType::Q5_1:
+      ft = FileType::Q5_1;
+      break;
+    case QuantType::Q4_K:
+      ft = FileType::Q4_K_M;
+      break;
+    case QuantType::Q5_K:
+      ft = FileType::Q5_K_M;
+      break;
+    case QuantType::Q6_K:
+      ft = FileType::Q6_K;
+      break;
+    case QuantType::Q8_K:
+      fail("--quant q8_k: Q8_K is an activation format, not a weight type");
   }
   auto owned = std::make_shared<std::vector<std::vector<uint8_t>>>();
   auto convert = [&](WeightMatrix& m, TensorRole role, int layer) {
@@ -52,7 +70,10 @@ std::shared_ptr<void> quantise_weights(ModelWeights& w, const ModelConfig& c, Qu
   };
   const bool tied = w.lm_head.data == w.embed.data;
   convert(w.embed, TensorRole::TokenEmbd, 0);
-  if (tied) w.lm_head = w.embed; else convert(w.lm_head, TensorRole::Output, 0);
+  if (tied)
+    w.lm_head = w.embed;
+  else
+    convert(w.lm_head, TensorRole::Output, 0);
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers[size_t(l)];
     if (L.kind == LayerKind::FullAttention) {
@@ -74,24 +95,29 @@ std::shared_ptr<void> quantise_weights(ModelWeights& w, const ModelConfig& c, Qu
 
 }  // namespace
 
-std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, const LoadOptions& options) {
+std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
+                                         const LoadOptions& options) {
   std::shared_ptr<Model> m(new Model());
   m->path_ = path;
   if (!std::filesystem::exists(path)) fail("model path " + path.string() + " does not exist");
   if (!std::filesystem::is_directory(path) && path.extension() == ".gguf") {
-    if (options.quant) fail(path.string() + ": --quant applies to Hugging Face directories; use fak quantize for GGUF files");
+    if (options.quant)
+      fail(path.string() +
+           ": --quant applies to Hugging Face directories; use fak quantize for GGUF files");
     GgufModel g = load_gguf_model(path, options.mmap, options.load_tokenizer);
     m->config_ = std::move(g.config);
     m->weights_ = std::move(g.weights);
     m->extra_storage_ = std::move(g.storage);
     m->identity_ = g.identity;
     m->weights_memory_ = g.memory;
-    if (g.tokenizer) m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_spec(std::move(*g.tokenizer)));
+    if (g.tokenizer)
+      m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_spec(std::move(*g.tokenizer)));
     m->init_derived();
     return m;
   }
   if (!std::filesystem::is_directory(path))
-    fail(path.string() + ": expected a Hugging Face model directory (config.json + *.safetensors) or a .gguf file");
+    fail(path.string() +
+         ": expected a Hugging Face model directory (config.json + *.safetensors) or a .gguf file");
   const auto config_path = path / "config.json";
   if (!std::filesystem::exists(config_path)) fail(path.string() + ": no config.json");
   m->config_ = load_hf_config(config_path);
@@ -122,6 +148,10 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, cons
     m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_dir(path));
   m->init_derived();
   return m;
+}
+
+int Model::sampleable_vocab() const {
+  return tokenizer_ ? std::min(tokenizer_->vocab_size(), config_.vocab) : config_.vocab;
 }
 
 void Model::init_derived() {

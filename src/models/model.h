@@ -62,6 +62,12 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The token ids a sampler may pick: [0, sampleable_vocab()). With a tokenizer, the ids it can
+  // decode (its largest id + 1, added and special tokens included), at most config().vocab;
+  // without one, config().vocab. note: real checkpoints pad the embedding and lm_head beyond the
+  // tokenizer (Qwen2.5: 151936 rows for 151665 ids); a padded row can win at a high temperature,
+  // and no tokenizer can turn it into text.
+  int sampleable_vocab() const;
   const std::filesystem::path& path() const { return path_; }
   // Identity for session files: hash of the config and the weights' bytes layout + a sample.
   const std::string& identity() const { return identity_; }

@@ -62,7 +62,8 @@ class Loader {
       if (used_.count(t->name)) continue;
       const std::string& n = t->name;
       if (n.find("rotary_emb.inv_freq") != std::string::npos) continue;
-      if (prefix != "model." && n.rfind(prefix, 0) != 0 && n != "lm_head.weight") continue;  // vision/mtp
+      // A multimodal checkpoint's vision tower and MTP head sit beside the language model.
+      if (prefix != "model." && n.rfind(prefix, 0) != 0 && n != "lm_head.weight") continue;
       if (n.rfind("mtp.", 0) == 0) continue;  // multi-token-prediction head: not used for decoding
       fail(t->file + ": unexpected tensor '" + n + "' " + t->shape_string() +
            " that config.json does not account for");
@@ -80,6 +81,13 @@ class Loader {
 ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
                              const std::string& prefix) {
   Loader ld(store);
+  // The files must hold every layer config.json declares: checked on the last one before anything
+  // per layer is built, so a config claiming thousands of layers is refused at once.
+  const std::string last_norm =
+      prefix + "layers." + std::to_string(c.n_layers - 1) + ".input_layernorm.weight";
+  if (!ld.has(last_norm))
+    fail(store.source().string() + ": missing tensor '" + last_norm +
+         "' (config.json says num_hidden_layers = " + std::to_string(c.n_layers) + ")");
   ModelWeights w;
   w.embed = ld.matrix(prefix + "embed_tokens.weight", c.vocab, c.dim);
   w.final_norm = ld.vec(prefix + "norm.weight", c.dim, c.norm_plus_one);

@@ -16,7 +16,7 @@ GenerateResult generate(Session& session, const GenerateOptions& o,
   r.finish_reason = "length";
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < o.max_tokens; ++i) {
-    const int32_t next = sampler.sample(session.logits(), session.tokens());
+    const int32_t next = sampler.sample(session.sampleable_logits(), session.tokens());
     if (std::find(o.stop_ids.begin(), o.stop_ids.end(), next) != o.stop_ids.end()) {
       r.finish_reason = "stop";
       break;

@@ -30,7 +30,8 @@ double margin(const float* row, int n) {
 std::vector<int32_t> to_i32(const std::vector<int64_t>& v, const std::string& what, int vocab) {
   std::vector<int32_t> out;
   for (int64_t x : v) {
-    if (x < 0 || x >= vocab) fail(what + " holds token id " + std::to_string(x) + " outside the model's vocabulary");
+    if (x < 0 || x >= vocab)
+      fail(what + " holds token id " + std::to_string(x) + " outside the model's vocabulary");
     out.push_back(int32_t(x));
   }
   return out;
@@ -43,7 +44,8 @@ ParityCase run_case(const std::shared_ptr<const Model>& model, const TensorStore
   pc.name = name;
   const auto ids = to_i32(read_i64(ref.get(name + ".input_ids")), name + ".input_ids", vocab);
   const TensorInfo& logits_t = ref.get(name + ".logits");
-  if (logits_t.shape.size() != 2 || logits_t.shape[0] != int64_t(ids.size()) || logits_t.shape[1] != vocab)
+  if (logits_t.shape.size() != 2 || logits_t.shape[0] != int64_t(ids.size()) ||
+      logits_t.shape[1] != vocab)
     fail(ref.source().string() + ": " + name + ".logits has shape " + logits_t.shape_string() +
          ", expected [" + std::to_string(ids.size()) + ", " + std::to_string(vocab) + "]");
   const std::vector<float> want = read_f32(logits_t);
@@ -93,7 +95,9 @@ ParityCase run_case(const std::shared_ptr<const Model>& model, const TensorStore
       }
       if (i + 1 < pc.greedy_total) tf.append({&greedy[size_t(i)], 1});
     }
-    // Free-running greedy: must reproduce the reference up to the first near-tie.
+    // Free-running greedy: must reproduce the reference up to the first near-tie. note: over
+    // every lm_head row, padded ones included (not Session::sampleable_logits), as HF's greedy
+    // reference is.
     Session fr = s.clone();
     for (int i = 0; i < pc.greedy_total; ++i) {
       const int32_t next = argmax(fr.logits());
@@ -103,27 +107,30 @@ ParityCase run_case(const std::shared_ptr<const Model>& model, const TensorStore
     }
     pc.free_run_ok = pc.free_run_match >= first_tie;
   }
-  pc.pass = pc.max_abs_diff <= tol && pc.argmax_mismatches.empty() && pc.greedy_mismatches.empty() &&
-            pc.free_run_ok;
+  pc.pass = pc.max_abs_diff <= tol && pc.argmax_mismatches.empty() &&
+            pc.greedy_mismatches.empty() && pc.free_run_ok;
   return pc;
 }
 
 }  // namespace
 
-ParityReport run_parity(std::shared_ptr<const Model> model, const TensorStore& reference, double tolerance) {
+ParityReport run_parity(std::shared_ptr<const Model> model, const TensorStore& reference,
+                        double tolerance) {
   ParityReport r;
   r.tolerance = tolerance;
   std::map<int, std::string> names;  // case0, case1, ... in numeric order
   for (const TensorInfo* t : reference.all()) {
     const std::string& n = t->name;
     auto dot = n.find('.');
-    if (n.rfind("case", 0) != 0 || dot == std::string::npos || n.substr(dot) != ".input_ids") continue;
+    if (n.rfind("case", 0) != 0 || dot == std::string::npos || n.substr(dot) != ".input_ids")
+      continue;
     std::string num = n.substr(4, dot - 4);
     if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
     names[std::stoi(num)] = n.substr(0, dot);
   }
   if (names.empty())
-    fail(reference.source().string() + ": no caseK.input_ids tensors (not a parity reference file)");
+    fail(reference.source().string() +
+         ": no caseK.input_ids tensors (not a parity reference file)");
   r.pass = true;
   for (auto& [_, name] : names) {
     r.cases.push_back(run_case(model, reference, name, tolerance));

@@ -1,7 +1,9 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <string>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -29,16 +31,60 @@ int32_t argmax(std::span<const float> logits) {
   return 0;
 }
 
+namespace {
+
+// The shortest text that reads back as v ("0", "0.9", "nan", "-inf"), so an error shows the value
+// the user gave rather than a rounded one.
+std::string shortest(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// note: every range test is written so that NaN fails it (NaN compares false to everything).
+void require(bool ok, const char* field, const char* range, const std::string& got) {
+  if (!ok) fail(std::string(field) + " must be " + range + ", got " + got);
+}
+
+bool within(float v, float lo, float hi) {
+  return std::isfinite(v) && v >= lo && v <= hi;
+}
+
+}  // namespace
+
+void SamplingOptions::validate() const {
+  // temperature: above ~100 every logit gap of a real model rounds to a uniform draw.
+  require(within(temperature, 0.0f, 100.0f), "temperature", ">= 0 and <= 100",
+          shortest(temperature));
+  require(top_k >= 0, "top_k", ">= 0", std::to_string(top_k));
+  require(within(top_p, 0.0f, 1.0f) && top_p > 0.0f, "top_p", "> 0 and <= 1", shortest(top_p));
+  require(within(min_p, 0.0f, 1.0f) && min_p < 1.0f, "min_p", ">= 0 and < 1", shortest(min_p));
+  // repetition_penalty: 0 would divide by zero; beyond 10 no model output is meaningful.
+  require(within(repetition_penalty, 0.0f, 10.0f) && repetition_penalty > 0.0f,
+          "repetition_penalty", "> 0 and <= 10", shortest(repetition_penalty));
+  require(repetition_window >= 0, "repetition_window", ">= 0", std::to_string(repetition_window));
+  // OpenAI's documented range for both.
+  require(within(presence_penalty, -2.0f, 2.0f), "presence_penalty", ">= -2 and <= 2",
+          shortest(presence_penalty));
+  require(within(frequency_penalty, -2.0f, 2.0f), "frequency_penalty", ">= -2 and <= 2",
+          shortest(frequency_penalty));
+}
+
 Sampler::Sampler(SamplingOptions options) : options_(options), rng_(options.seed) {
-  check(options_.temperature >= 0.0f, "temperature must be >= 0");
-  check(options_.top_p > 0.0f && options_.top_p <= 1.0f, "top_p must be in (0, 1]");
-  check(options_.min_p >= 0.0f && options_.min_p < 1.0f, "min_p must be in [0, 1)");
-  check(options_.top_k >= 0, "top_k must be >= 0");
-  check(options_.repetition_penalty > 0.0f, "repetition_penalty must be > 0");
+  options_.validate();
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const int32_t id = choose(logits, history);
+  // Counted only when a penalty reads the counts: with both at 0 nothing changes (not even time).
+  if (options_.presence_penalty != 0.0f || options_.frequency_penalty != 0.0f)
+    ++generated_counts_[id];
+  return id;
+}
+
+int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> history) {
   const SamplingOptions& o = options_;
+  check(!logits.empty(), "sample: no logits to sample from");
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], int32_t(i)};
   if (o.repetition_penalty != 1.0f && !history.empty()) {
@@ -53,6 +99,11 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       float& l = candidates_[size_t(id)].first;
       l = l > 0 ? l / o.repetition_penalty : l * o.repetition_penalty;
     }
+  }
+  // After the repetition penalty, as vLLM and llama.cpp apply them; before the greedy argmax too.
+  for (const auto& [id, count] : generated_counts_) {
+    if (size_t(id) >= candidates_.size()) continue;  // a shorter logits span than an earlier call
+    candidates_[size_t(id)].first -= o.frequency_penalty * float(count) + o.presence_penalty;
   }
   if (o.temperature == 0.0f) {
     auto best = std::max_element(candidates_.begin(), candidates_.end(),

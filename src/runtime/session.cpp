@@ -1,5 +1,6 @@
 #include "runtime/session.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -43,6 +44,11 @@ Session& Session::operator=(Session&& o) noexcept {
     continue_append_ = o.continue_append_;
   }
   return *this;
+}
+
+std::span<const float> Session::sampleable_logits() const {
+  return std::span<const float>(logits_).first(
+      std::min(logits_.size(), size_t(model_->sampleable_vocab())));
 }
 
 void Session::reserve_for_append(int n) {

@@ -77,6 +77,9 @@ class Session {
   int size() const { return cells_.size(); }
   const std::vector<int32_t>& tokens() const { return cells_.tokens(); }
   const std::vector<float>& logits() const { return logits_; }
+  // logits() cut to the ids the model's tokenizer can decode (Model::sampleable_vocab): what a
+  // sampler reads. Empty when there are no logits.
+  std::span<const float> sampleable_logits() const;
   bool has_logits() const { return logits_valid_; }
   const Model& model() const { return *model_; }
   const std::shared_ptr<const Model>& model_ptr() const { return model_; }

@@ -113,7 +113,7 @@ void agentbench(const AgentArgs& a) {
       warm_arm.prefilled += int64_t(in.size());
       const auto td = now();
       for (int d = 0; d < a.decode; ++d) {
-        int32_t next = argmax(s.logits());
+        int32_t next = argmax(s.sampleable_logits());
         if (d + 1 < a.decode) s.append({&next, 1});
         warm_arm.outputs[size_t(ag)].push_back(next);
         ++warm_arm.decoded;
@@ -148,7 +148,7 @@ void agentbench(const AgentArgs& a) {
     std::vector<int32_t> next(size_t(a.agents));
     for (int d = 0; d < a.decode; ++d) {
       for (int ag = 0; ag < a.agents; ++ag) {
-        next[size_t(ag)] = argmax(fak[size_t(ag)].logits());
+        next[size_t(ag)] = argmax(fak[size_t(ag)].sampleable_logits());
         fak_arm.outputs[size_t(ag)].push_back(next[size_t(ag)]);
       }
       if (d + 1 < a.decode) decode_batch(fak_ptrs, next);
@@ -196,7 +196,7 @@ void agentbench(const AgentArgs& a) {
       pt += since(tp);
       const auto td = now();
       for (int d = 0; d < a.decode; ++d) {
-        int32_t next = argmax(s.logits());
+        int32_t next = argmax(s.sampleable_logits());
         if (run_b)
           matches_warm =
               matches_warm &&

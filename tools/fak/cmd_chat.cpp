@@ -180,6 +180,7 @@ class Chat {
 };
 
 void chat(const ChatArgs& a) {
+  SamplingOptions{.temperature = a.temp}.validate();  // before the model loads
   set_threads(a.threads);
   Chat c(a);
   if (!a.session.empty() && std::filesystem::exists(a.session)) c.load(a.session);
@@ -217,7 +218,8 @@ void register_chat(CLI::App& app) {
   c->add_option("--session", a->session, "resume from / save to this session file");
   c->add_option("--system", a->system, "system message");
   c->add_option("-n,--n-predict", a->n, "most tokens per reply")->check(CLI::Range(1, 1 << 20));
-  c->add_option("--temp", a->temp, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  // Its range is checked by SamplingOptions::validate (the one set of rules), not here.
+  c->add_option("--temp", a->temp, "temperature, 0 to 100 (0 = greedy)");
   c->add_option("--seed", a->seed, "sampling seed");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->callback([a] { chat(*a); });

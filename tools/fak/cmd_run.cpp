@@ -17,14 +17,14 @@ struct RunArgs {
   std::string model, prompt, file, ids, session;
   int n = 64;
   int threads = 0;
-  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
-  int top_k = 0;
-  uint64_t seed = 0;
+  SamplingOptions sampling;
   bool json = false, ignore_eos = false;
   KvFlags kv;
 };
 
 void run(const RunArgs& a) {
+  // Before the model loads: a bad flag is one error line at once, not after seconds of loading.
+  a.sampling.validate();
   set_threads(a.threads);
   const int sources = !a.prompt.empty() + !a.file.empty() + !a.ids.empty();
   if (sources != 1 && a.session.empty()) fail("give exactly one of -p TEXT, -f FILE, --ids 1,2,3");
@@ -41,16 +41,18 @@ void run(const RunArgs& a) {
   }
   auto cache = a.kv.make_cache(*model);
   Session session(model, cache);
-  if (!a.session.empty() && std::filesystem::exists(a.session)) session = Session::load(a.session, model, cache);
+  if (!a.session.empty() && std::filesystem::exists(a.session))
+    session = Session::load(a.session, model, cache);
 
   const auto t0 = std::chrono::steady_clock::now();
   session.append(prompt);
-  const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double prefill_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!session.has_logits()) fail("nothing to continue: the prompt is empty");
 
   GenerateOptions g;
   g.max_tokens = a.n;
-  g.sampling = {a.temp, a.top_k, a.top_p, a.min_p, a.repeat_penalty, 64, a.seed};
+  g.sampling = a.sampling;
   if (!a.ignore_eos) g.stop_ids = model_stop_ids(*model);
   g.append_last = !a.session.empty();
 
@@ -89,8 +91,8 @@ void run(const RunArgs& a) {
       std::fwrite(rest.data(), 1, rest.size(), stdout);
     }
     std::printf("\n");
-    std::fprintf(stderr, "[prefill %zu tok, %.1f tok/s | decode %zu tok, %.1f tok/s]\n", prompt.size(),
-                 prefill_tok_s, r.ids.size(), decode_tok_s);
+    std::fprintf(stderr, "[prefill %zu tok, %.1f tok/s | decode %zu tok, %.1f tok/s]\n",
+                 prompt.size(), prefill_tok_s, r.ids.size(), decode_tok_s);
   }
 }
 
@@ -104,12 +106,19 @@ void register_run(CLI::App& app) {
   c->add_option("-f,--file", a->file, "read the prompt from a file (UTF-8)");
   c->add_option("--ids", a->ids, "prompt as comma-separated token ids");
   c->add_option("-n,--n-predict", a->n, "tokens to generate")->check(CLI::Range(0, 1 << 20));
-  c->add_option("--temp", a->temp, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
-  c->add_option("--top-k", a->top_k, "top-k (0 = off)")->check(CLI::NonNegativeNumber);
-  c->add_option("--top-p", a->top_p, "top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
-  c->add_option("--min-p", a->min_p, "min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
-  c->add_option("--repeat-penalty", a->repeat_penalty, "repetition penalty (1 = off)");
-  c->add_option("--seed", a->seed, "sampling seed");
+  // Ranges are checked by SamplingOptions::validate (the one set of rules), not here.
+  SamplingOptions& s = a->sampling;
+  c->add_option("--temp", s.temperature, "temperature, 0 to 100 (0 = greedy)");
+  c->add_option("--top-k", s.top_k, "top-k (0 = off)");
+  c->add_option("--top-p", s.top_p, "top-p, in (0, 1] (1 = off)");
+  c->add_option("--min-p", s.min_p, "min-p, in [0, 1) (0 = off)");
+  c->add_option("--repeat-penalty", s.repetition_penalty,
+                "repetition penalty over the last 64 tokens, in (0, 10] (1 = off)");
+  c->add_option("--presence-penalty", s.presence_penalty,
+                "subtracted once from each token already generated, -2 to 2 (0 = off)");
+  c->add_option("--frequency-penalty", s.frequency_penalty,
+                "subtracted per earlier occurrence of a generated token, -2 to 2 (0 = off)");
+  c->add_option("--seed", s.seed, "sampling seed");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_option("--session", a->session, "resume from / save to this session file");
   c->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text");
