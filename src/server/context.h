@@ -31,9 +31,8 @@ struct ServerContext {
 // The bearer token (empty without one): the tenant for prefix-cache partitions and sessions.
 std::string tenant_of(const HttpRequest& req);
 void reply_json(HttpResponse& res, int status, const ojson& body);
-void reply_error(HttpResponse& res, int status, const std::string& message,
-                 const std::string& type, const std::string& param = "",
-                 const std::string& code = "");
+void reply_error(HttpResponse& res, int status, const std::string& message, const std::string& type,
+                 const std::string& param = "", const std::string& code = "");
 // A handler whose exceptions become error replies: ApiError as given, fak::Error as 400, a full
 // disk as 507, anything else as 500. The server never dies of one request.
 HttpHandler guarded(HttpHandler fn);

@@ -6,9 +6,10 @@
 //   GET    /v1/fak/sessions/:id             tokens, text, segments
 //   DELETE /v1/fak/sessions/:id
 //   POST   /v1/fak/sessions/:id/append      {text | ids | messages, add_generation_prompt?}
-//   POST   /v1/fak/sessions/:id/generate    {max_tokens, temperature, top_p, top_k, seed,
-//   ignore_eos} POST   /v1/fak/sessions/:id/clone       {id?} POST   /v1/fak/sessions/:id/save
-//   {name}        (a file under --session-dir) POST   /v1/fak/sessions/load            {name, id?}
+//   POST   /v1/fak/sessions/:id/generate    {max_tokens, ignore_eos, sampling as in OpenAI's}
+//   POST   /v1/fak/sessions/:id/clone       {id?}
+//   POST   /v1/fak/sessions/:id/save        {name}  (in the tenant's folder under --session-dir)
+//   POST   /v1/fak/sessions/load            {name, id?}
 //   POST   /v1/fak/sessions/:id/quarantine  {begin, end} | {message}, mode: "exact" | "shift"
 #include "runtime/generate.h"
 #include "server/api_error.h"
@@ -156,10 +157,7 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                const ojson body = body_of(req);
                GenerateOptions o;
                o.max_tokens = int(get_int(body, "max_tokens", 1, 1 << 20).value_or(16));
-               o.sampling.temperature = float(get_number(body, "temperature", 0, 2).value_or(0));
-               o.sampling.top_p = float(get_number(body, "top_p", 1e-6, 1).value_or(1));
-               o.sampling.top_k = int(get_int(body, "top_k", 0, 1 << 30).value_or(0));
-               o.sampling.seed = uint64_t(get_int(body, "seed", INT64_MIN, INT64_MAX).value_or(0));
+               o.sampling = parse_sampling(body);
                if (!get_bool(body, "ignore_eos").value_or(false))
                  o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
                reply_json(res, 200, generate_batched(ctx, req, tenant, id, o));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.h"
 #include "server/api_error.h"
 
 namespace fak::server {
@@ -196,6 +197,30 @@ int json_depth(std::string_view text) {
   return deepest;
 }
 
+SamplingOptions parse_sampling(const ojson& j) {
+  SamplingOptions o;
+  // Types and the API's documented ranges here; what the sampler itself accepts is checked by
+  // SamplingOptions::validate, the one rule the CLI and the scheduler share.
+  if (auto v = get_number(j, "temperature", 0.0, 2.0)) o.temperature = float(*v);
+  if (auto v = get_number(j, "top_p", 0.0, 1.0)) o.top_p = float(*v);
+  if (auto v = get_int(j, "top_k", 0, INT32_MAX)) o.top_k = int(*v);
+  if (auto v = get_number(j, "min_p", 0.0, 1.0)) o.min_p = float(*v);
+  if (auto v = get_number(j, "repetition_penalty", 0.0, 10.0)) o.repetition_penalty = float(*v);
+  if (auto v = get_number(j, "presence_penalty", -2.0, 2.0)) o.presence_penalty = float(*v);
+  if (auto v = get_number(j, "frequency_penalty", -2.0, 2.0)) o.frequency_penalty = float(*v);
+  if (auto v = get_int(j, "seed", std::numeric_limits<int64_t>::min(),
+                       std::numeric_limits<int64_t>::max()))
+    o.seed = uint64_t(*v);
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    // The message starts with the field's name.
+    const std::string message = e.what();
+    bad_request(message, message.substr(0, message.find(' ')));
+  }
+  return o;
+}
+
 ojson parse_json_object(const std::string& body) {
   if (json_depth(body) > kMaxJsonDepth)
     bad_request("the request body nests arrays and objects deeper than " +
@@ -276,23 +301,20 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   }
   if (auto n = get_int(j, "n", 1, 128); n && *n != 1)
     bad_request("`n` must be 1: fak generates one choice per request", "n");
+  // Fields fak does not implement are refused rather than silently ignored.
+  if (auto v = get_int(j, "best_of", 1, 128); v && *v != 1)
+    bad_request("`best_of` must be 1: fak generates one choice per request", "best_of");
+  if (get_bool(j, "echo").value_or(false))
+    bad_request("`echo` is not supported: the prompt is not repeated in the reply", "echo");
+  if (auto v = get_string(j, "suffix"); v && !v->empty())
+    bad_request("`suffix` is not supported (no fill-in-the-middle)", "suffix");
+  if (j.contains("logit_bias") && !j["logit_bias"].is_null() &&
+      !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
+    bad_request("`logit_bias` is not supported", "logit_bias");
   // max_completion_tokens is the newer name; either is accepted, the newer wins.
   if (auto v = get_int(j, "max_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
   if (auto v = get_int(j, "max_completion_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
-  if (auto v = get_number(j, "temperature", 0.0, 2.0)) r.sampling.temperature = float(*v);
-  if (auto v = get_number(j, "top_p", 0.0, 1.0)) {
-    if (*v <= 0) bad_request("`top_p` must be > 0", "top_p");
-    r.sampling.top_p = float(*v);
-  }
-  if (auto v = get_int(j, "top_k", 0, INT32_MAX)) r.sampling.top_k = int(*v);
-  if (auto v = get_number(j, "min_p", 0.0, 1.0)) r.sampling.min_p = float(*v);
-  if (auto v = get_number(j, "repetition_penalty", 0.0, 10.0))
-    r.sampling.repetition_penalty = float(*v);
-  get_number(j, "presence_penalty", -2.0, 2.0);   // accepted, not applied
-  get_number(j, "frequency_penalty", -2.0, 2.0);  // accepted, not applied
-  if (auto v = get_int(j, "seed", std::numeric_limits<int64_t>::min(),
-                       std::numeric_limits<int64_t>::max()))
-    r.sampling.seed = uint64_t(*v);
+  r.sampling = parse_sampling(j);
   if (auto v = get_bool(j, "stream")) r.stream = *v;
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) bad_request("`stream_options` must be an object", "stream_options");

@@ -45,6 +45,10 @@ inline constexpr int kMaxJsonDepth = 128;
 // How deeply arrays and objects nest in JSON text, counted without parsing it.
 int json_depth(std::string_view text);
 
+// The sampling fields of a request body (temperature, top_p, top_k, min_p, repetition_penalty,
+// presence_penalty, frequency_penalty, seed), typed, ranged and validated as the Sampler needs.
+SamplingOptions parse_sampling(const ojson& j);
+
 // Parses a JSON object body with the same error reporting (for the /v1/fak/ routes).
 ojson parse_json_object(const std::string& body);
 

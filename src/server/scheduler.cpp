@@ -240,7 +240,8 @@ void Scheduler::step() {
       members.push_back(&a);
       continue;
     }
-    const int32_t next = a.sampler.sample(a.session->logits(), a.session->tokens());
+    // Only ids the tokenizer can decode: padded embedding rows never come back as tokens.
+    const int32_t next = a.sampler.sample(a.session->sampleable_logits(), a.session->tokens());
     if (std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), next) != a.req.stop_ids.end()) {
       finish(a, "stop");
       continue;
