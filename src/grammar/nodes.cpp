@@ -3,10 +3,10 @@
 #include "grammar/nodes.h"
 
 #include <algorithm>
-#include <atomic>
 #include <functional>
 
 #include "core/error.h"
+#include "grammar/part_cache.h"
 
 namespace fak::grammar {
 
@@ -48,6 +48,11 @@ int64_t ByteTrie::step(uint32_t state, uint8_t byte) const {
   return -1;
 }
 
+// Parts of one grammar's frames are small (a few token ids each); the budget only guards against
+// a grammar that lives for a very long time.
+Grammar::Grammar() : mask_parts(std::make_unique<PartCache>(size_t(16) << 20)) {}
+Grammar::~Grammar() = default;
+
 uint32_t Grammar::add(Node node) {
   nodes.push_back(std::move(node));
   return uint32_t(nodes.size() - 1);
@@ -79,8 +84,6 @@ void Grammar::finish() {
   };
   for (uint32_t id = 0; id < nodes.size(); ++id)
     if (nodes[id].kind == NodeKind::kAnyOf) flatten(id);
-  static std::atomic<uint64_t> next_uid{1};  // 0 is for grammar-independent cache keys
-  uid = next_uid.fetch_add(1);
 }
 
 }  // namespace fak::grammar

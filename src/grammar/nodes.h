@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,17 +85,25 @@ struct Node {
   std::string separator;
 };
 
+class PartCache;
+
 class Grammar {
  public:
+  Grammar();
+  ~Grammar();
+  Grammar(const Grammar&) = delete;
+  Grammar& operator=(const Grammar&) = delete;
+
   std::vector<Node> nodes;
   uint32_t root = kNoNode;
   uint32_t key_string = kNoNode;  // a plain string node, for free-form object keys
   uint32_t any_value = kNoNode;   // built on first need
-  uint64_t uid = 0;               // unique per compiled grammar: keys the mask cache
+  // Token-mask parts of this grammar's frames (token_mask.h), so they are freed with it.
+  std::unique_ptr<PartCache> mask_parts;
 
   uint32_t add(Node node);
-  // Called once all nodes exist: fills anyOf leaves, refuses anyOf cycles (a schema that refers to
-  // itself without consuming input), assigns uid.
+  // Called once all nodes exist: fills anyOf leaves and refuses anyOf cycles (a schema that
+  // refers to itself without consuming input).
   void finish();
 };
 

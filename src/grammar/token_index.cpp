@@ -3,7 +3,7 @@
 #include "grammar/token_index.h"
 
 #include <algorithm>
-#include <cstring>
+#include <atomic>
 
 #include "core/error.h"
 #include "grammar/step.h"
@@ -12,45 +12,12 @@
 
 namespace fak::grammar {
 
-bool MaskKey::operator==(const MaskKey& other) const {
-  return grammar_uid == other.grammar_uid && std::memcmp(&frame, &other.frame, sizeof(Frame)) == 0;
-}
-
-size_t MaskKeyHash::operator()(const MaskKey& key) const {
-  // FNV-1a over the 24 bytes: small, and frames differ in few bytes.
-  uint64_t h = 1469598103934665603ull;
-  const auto mix = [&](const void* p, size_t n) {
-    const auto* bytes = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  };
-  mix(&key.grammar_uid, sizeof key.grammar_uid);
-  mix(&key.frame, sizeof key.frame);
-  return size_t(h);
-}
-
-std::shared_ptr<const MaskPart> TokenIndex::Impl::find(const MaskKey& key) const {
-  std::lock_guard lock(mutex_);
-  auto it = cache_.find(key);
-  return it == cache_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<const MaskPart> TokenIndex::Impl::store(const MaskKey& key, MaskPart part) const {
-  auto shared = std::make_shared<const MaskPart>(std::move(part));
-  std::lock_guard lock(mutex_);
-  auto [it, inserted] = cache_.emplace(key, shared);
-  if (!inserted) return it->second;  // another thread got there first; same contents
-  cache_bytes_ += shared->bytes();
-  if (cache_bytes_ > kCacheBudget) {
-    cache_.clear();
-    cache_bytes_ = 0;
-  }
-  return shared;
-}
-
 std::shared_ptr<const TokenIndex> TokenIndex::build(const Tokenizer& tokenizer) {
   auto impl = std::make_unique<Impl>();
   const int32_t vocab = tokenizer.vocab_size();
   impl->vocab = vocab;
+  static std::atomic<uint64_t> next_uid{1};
+  impl->uid = next_uid.fetch_add(1);
   impl->token_bytes.resize(size_t(vocab));
   impl->in_trie.assign(size_t(vocab), 0);
   std::vector<int32_t> ids;
@@ -107,7 +74,7 @@ std::shared_ptr<const TokenIndex> TokenIndex::build(const Tokenizer& tokenizer) 
   // than on some request's first string. Strings never read their grammar: an empty one will do.
   static const Grammar no_grammar;
   MaskBuilder builder(no_grammar, *impl);
-  for (const Frame& frame : string_body_frames()) builder.part_for(frame);
+  for (const Frame& frame : string_body_frames()) builder.pin_part(frame);
   return std::shared_ptr<const TokenIndex>(new TokenIndex(std::move(impl)));
 }
 

@@ -20,14 +20,18 @@ void MaskBuilder::allow_tokens_of(uint32_t node, std::vector<uint32_t>& mask) co
 }
 
 // Strings and numbers never read their grammar node, so their parts are keyed by the frame alone
-// and shared across grammars. A string's lengths only matter up to the longest token (one token
-// cannot add more characters than it has bytes), so they are clamped there: a string with 10 or
-// 10000 characters of room left is the same frame for masking.
+// and shared across grammars in the index. A string's lengths only matter up to the longest token
+// (one token cannot add more characters than it has bytes), so they are clamped there: a string
+// with 10 or 10000 characters of room left is the same frame for masking.
+bool MaskBuilder::grammar_independent(const Frame& frame) {
+  return frame.kind == NodeKind::kString || frame.kind == NodeKind::kNumber ||
+         frame.kind == NodeKind::kInteger;
+}
+
 MaskKey MaskBuilder::key_for(const Frame& top) const {
-  MaskKey key{grammar_.uid, top};
-  if (top.kind == NodeKind::kString || top.kind == NodeKind::kNumber ||
-      top.kind == NodeKind::kInteger) {
-    key.grammar_uid = 0;
+  MaskKey key{index_.uid, top};
+  if (grammar_independent(top)) {
+    key.scope = 0;
     key.frame.node = 0;
     key.frame.depth = 0;
     if (top.kind == NodeKind::kString) {
@@ -41,8 +45,17 @@ MaskKey MaskBuilder::key_for(const Frame& top) const {
 
 std::shared_ptr<const MaskPart> MaskBuilder::part_for(const Frame& top) {
   const MaskKey key = key_for(top);
-  if (auto part = index_.find(key)) return part;
-  return index_.store(key, make_part(key.frame));
+  const PartCache& cache = grammar_independent(top) ? index_.shared_parts : *grammar_.mask_parts;
+  if (auto part = cache.find(key)) return part;
+  return cache.store(key, make_part(key.frame));
+}
+
+void MaskBuilder::pin_part(const Frame& top) {
+  const MaskKey key = key_for(top);
+  MaskPart part = make_part(key.frame);
+  part.pinned = true;
+  (grammar_independent(top) ? index_.shared_parts : *grammar_.mask_parts)
+      .store(key, std::move(part));
 }
 
 MaskPart MaskBuilder::make_part(const Frame& frame) {

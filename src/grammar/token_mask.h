@@ -1,8 +1,8 @@
 // Token masks: which token ids keep a matcher state alive, found by walking the vocabulary trie
 // with the state machine. The walk is split so that most of it is cached: the top frame of each
-// stack alone decides every token that does not finish it (a "mask part", shared through the
-// TokenIndex by every sequence whose top frame is the same), and only the tokens that finish it
-// are walked again with the rest of the stack, from the trie nodes where it finished.
+// stack alone decides every token that does not finish it (a "mask part", part_cache.h, shared by
+// every sequence whose top frame is the same), and only the tokens that finish it are walked
+// again with the rest of the stack, from the trie nodes where it finished.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +26,11 @@ class MaskBuilder {
 
   // The mask part of one frame, from the cache or computed (and cached).
   std::shared_ptr<const MaskPart> part_for(const Frame& top);
+  // Computes and caches a part that the cache never drops.
+  void pin_part(const Frame& top);
 
  private:
+  static bool grammar_independent(const Frame& frame);
   MaskKey key_for(const Frame& top) const;
   MaskPart make_part(const Frame& frame);  // frame as keyed (key_for)
   MaskPart compute_part(const Frame& bottom);
