@@ -198,6 +198,42 @@ TEST(GrammarBytes, AnyJsonObject) {
   EXPECT_FALSE(grammar_matches(*grammar, deep_bad));
 }
 
+// At the depth limit a recursive schema must still let every open value finish: the deepest
+// "next" can only be null, and no prefix on the way ever has nothing allowed.
+TEST(GrammarBytes, DepthLimitNeverLeavesADeadEnd) {
+  auto grammar = compile_json_schema_text(
+      R"({"type":"object","properties":{"next":{"anyOf":[{"$ref":"#"},{"type":"null"}]},
+          "more":{"type":"array","items":{"$ref":"#"}}},"required":["next"]})");
+  GrammarMatcher matcher(grammar, nullptr, {});
+  int levels = 0;
+  while (matcher.advance_bytes("{\"next\":")) {
+    ASSERT_TRUE(matcher.can_continue()) << levels;
+    ++levels;
+    if (GrammarMatcher probe(matcher); !probe.advance_bytes("{")) break;
+  }
+  EXPECT_GT(levels, 20);  // deep nesting works ...
+  EXPECT_LT(levels, 60);  // ... up to the limit
+  GrammarMatcher at_limit(matcher);
+  EXPECT_FALSE(at_limit.advance_bytes("{"));  // no deeper object
+  EXPECT_TRUE(at_limit.advance_bytes("null"));
+  EXPECT_TRUE(at_limit.can_continue());
+  // The optional array of nodes cannot open an item there either, only stay empty.
+  GrammarMatcher array(at_limit);
+  EXPECT_TRUE(array.advance_bytes(",\"more\":["));
+  EXPECT_FALSE(GrammarMatcher(array).advance_bytes("{"));
+  EXPECT_TRUE(array.advance_bytes("]}"));
+  const std::string close(size_t(levels - 1), '}');
+  EXPECT_TRUE(at_limit.advance_bytes("}" + close));
+  EXPECT_TRUE(at_limit.is_complete());
+  // No finite value at all, and too deep from the start.
+  EXPECT_THROW(compile_json_schema_text(
+                   R"({"type":"object","properties":{"self":{"$ref":"#"}},"required":["self"]})"),
+               Error);
+  std::string deep = R"({"type":"string"})";
+  for (int i = 0; i < 60; ++i) deep = R"({"type":"array","minItems":1,"items":)" + deep + "}";
+  EXPECT_THROW(compile_json_schema_text(deep), Error);
+}
+
 TEST(GrammarBytes, ResponseFormat) {
   EXPECT_EQ(compile_response_format(nlohmann::ordered_json::parse(R"({"type":"text"})")), nullptr);
   auto object = compile_response_format(nlohmann::ordered_json::parse(R"({"type":"json_object"})"));

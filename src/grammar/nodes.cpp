@@ -84,6 +84,45 @@ void Grammar::finish() {
   };
   for (uint32_t id = 0; id < nodes.size(); ++id)
     if (nodes[id].kind == NodeKind::kAnyOf) flatten(id);
+
+  // min_depth by fixpoint from "no finite value": recursion through optional properties, empty
+  // arrays or anyOf alternatives gets finite depths, recursion through required ones does not.
+  const auto plus_one = [](uint32_t d) { return d == kUnbounded ? kUnbounded : d + 1; };
+  const auto min_depth_of = [&](const Node& node) -> uint32_t {
+    uint32_t deepest = 0;
+    switch (node.kind) {
+      case NodeKind::kObject:
+        if (!node.listed) return 1;  // {} at the least
+        for (const Property& p : node.properties)
+          if (p.required) deepest = std::max(deepest, nodes[p.value].min_depth);
+        return plus_one(deepest);
+      case NodeKind::kArray:
+        return node.min_items > 0 ? plus_one(nodes[node.items].min_depth) : 1;
+      case NodeKind::kAnyOf:
+        deepest = kUnbounded;
+        for (uint32_t leaf : node.leaves) deepest = std::min(deepest, nodes[leaf].min_depth);
+        return deepest;
+      case NodeKind::kSequence:
+        for (const SequenceItem& item : node.sequence)
+          if (item.node != kNoNode) deepest = std::max(deepest, nodes[item.node].min_depth);
+        return plus_one(deepest);
+      default:
+        return 1;
+    }
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Node& node : nodes) {
+      const uint32_t d = min_depth_of(node);
+      if (d < node.min_depth) {
+        node.min_depth = d;
+        changed = true;
+      }
+    }
+  }
+  check(nodes[root].min_depth != kUnbounded,
+        "JSON schema admits no finite value (a required property recurses forever)");
+  check(fits(root, 0), "JSON schema nests deeper than " + std::to_string(kMaxDepth) + " levels");
 }
 
 }  // namespace fak::grammar

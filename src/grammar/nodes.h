@@ -63,6 +63,10 @@ struct SequenceItem {
 
 struct Node {
   NodeKind kind = NodeKind::kString;
+  // Stack frames a value of this node needs at the least, its own included (kUnbounded: it has
+  // no finite value). Pushes, keys and commas that could not finish within kMaxDepth are refused
+  // up front, so the depth limit never leaves a matcher with nothing allowed.
+  uint32_t min_depth = kUnbounded;
   // kString (code points, as JSON Schema counts them)
   uint32_t min_length = 0, max_length = kUnbounded;
   // kArray
@@ -102,9 +106,15 @@ class Grammar {
   std::unique_ptr<PartCache> mask_parts;
 
   uint32_t add(Node node);
-  // Called once all nodes exist: fills anyOf leaves and refuses anyOf cycles (a schema that
-  // refers to itself without consuming input).
+  // Called once all nodes exist: fills anyOf leaves, refuses anyOf cycles (a schema that refers
+  // to itself without consuming input), computes min_depth, and refuses a root with no value that
+  // fits within kMaxDepth.
   void finish();
+  // Whether a value of `node` can start at stack depth `depth` and still finish.
+  bool fits(uint32_t node, uint32_t depth) const {
+    const uint32_t need = nodes[node].min_depth;
+    return need != kUnbounded && depth + need <= uint32_t(kMaxDepth) + 1;
+  }
 };
 
 // One stack entry: which node, and where inside it. 16 bytes with no padding, compared and hashed

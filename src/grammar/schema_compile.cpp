@@ -239,8 +239,7 @@ uint32_t SchemaCompiler::compile(const ojson& schema, const std::string& where, 
       validation.push_back(key);
       continue;
     }
-    if (!options_.ignore_unsupported_keywords)
-      fail_at(where, "unsupported JSON schema keyword '" + key + "'");
+    if (!options_.ignore_unsupported_keywords) fail_at(where, "unsupported keyword '" + key + "'");
   }
   const auto has = [&](const char* key) {
     return std::find(validation.begin(), validation.end(), key) != validation.end();

@@ -25,6 +25,7 @@ void Machine::start(StackSet& out) {
     return;
   }
   for (uint32_t leaf : root.leaves) {
+    if (!grammar_.fits(leaf, 0)) continue;
     Frame f = initial_frame(grammar_, leaf, 0);
     out.add(&f, 1);
   }
@@ -75,13 +76,14 @@ void Machine::feed(size_t level, int byte, StackSet& out, BottomPops* bottom_pop
         continue;
       case StepKind::kPush: {
         const uint8_t depth = w.back().depth + 1;
-        if (depth > kMaxDepth) return;
         const Node& child = grammar_.nodes[r.node];
         if (child.kind != NodeKind::kAnyOf) {
+          if (!grammar_.fits(r.node, depth)) return;
           w.push_back(initial_frame(grammar_, r.node, depth));
           continue;  // the child sees the same byte
         }
         for (uint32_t leaf : child.leaves) {
+          if (!grammar_.fits(leaf, depth)) continue;
           work(level + 1) = work_[level];
           work_[level + 1].push_back(initial_frame(grammar_, leaf, depth));
           feed(level + 1, byte, out, bottom_pops);

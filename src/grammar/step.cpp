@@ -269,21 +269,26 @@ bool required_left(const Node& node, uint32_t next) {
   return node.listed && node.next_required[next] < node.properties.size();
 }
 
-bool key_reachable(const Node& node, uint32_t state, uint32_t next) {
+// A key may go on when some property it can still become is in the window and its value fits
+// under the depth limit (required ones always do: the object itself was checked to fit).
+bool key_reachable(const Grammar& grammar, const Node& node, const Frame& f, uint32_t state) {
   const auto& below = node.keys.states[state].values_below;
-  const uint32_t last = std::min<uint32_t>(node.next_required[next], node.properties.size() - 1);
-  auto it = std::lower_bound(below.begin(), below.end(), next);
-  return it != below.end() && *it <= last;
+  const uint32_t last = std::min<uint32_t>(node.next_required[f.a], node.properties.size() - 1);
+  for (auto it = std::lower_bound(below.begin(), below.end(), f.a);
+       it != below.end() && *it <= last; ++it)
+    if (grammar.fits(node.properties[*it].value, f.depth + 1u)) return true;
+  return false;
 }
 
-StepResult start_key(const Node& node, Frame& f) {
+StepResult start_key(const Grammar& grammar, const Node& node, Frame& f) {
   if (!node.listed) {
+    if (!grammar.fits(node.extra_value, f.depth + 1u)) return reject();
     f.phase = kObjKeyChild;
     return {StepKind::kPush, kNoNode};  // the caller substitutes the grammar's key string node
   }
   if (f.a >= node.properties.size()) return reject();
   const int64_t state = node.keys.step(0, '"');
-  if (state < 0 || !key_reachable(node, uint32_t(state), f.a)) return reject();
+  if (state < 0 || !key_reachable(grammar, node, f, uint32_t(state))) return reject();
   f.phase = kObjKey;
   f.b = uint32_t(state);
   return consume();
@@ -303,14 +308,14 @@ StepResult step_object(const Grammar& grammar, const Node& node, Frame& f, int b
     case kObjAfterComma:
       if (byte == '}' && f.phase == kObjFirst && !required_left(node, f.a)) return consume_pop();
       if (byte != '"') return reject();
-      if (StepResult r = start_key(node, f); r.kind == StepKind::kPush) {
+      if (StepResult r = start_key(grammar, node, f); r.kind == StepKind::kPush) {
         return push(grammar.key_string);
       } else {
         return r;
       }
     case kObjKey: {
       const int64_t next = byte == kEndOfInput ? -1 : node.keys.step(f.b, uint8_t(byte));
-      if (next < 0 || !key_reachable(node, uint32_t(next), f.a)) return reject();
+      if (next < 0 || !key_reachable(grammar, node, f, uint32_t(next))) return reject();
       const int32_t property = node.keys.states[next].value;
       if (property < 0) {
         f.b = uint32_t(next);
@@ -327,7 +332,11 @@ StepResult step_object(const Grammar& grammar, const Node& node, Frame& f, int b
       f.phase = kObjValue;
       return push(node.listed ? node.properties[f.b].value : node.extra_value);
     case kObjAfterValue:
-      if (byte == ',' && (!node.listed || f.a < node.properties.size())) return to(kObjAfterComma);
+      if (byte == ',') {  // only when some key can follow
+        const bool more = node.listed ? key_reachable(grammar, node, f, 0)
+                                      : grammar.fits(node.extra_value, f.depth + 1u);
+        return more ? to(kObjAfterComma) : reject();
+      }
       if (byte == '}' && !required_left(node, f.a)) return consume_pop();
       return reject();
   }
@@ -338,7 +347,7 @@ StepResult step_object(const Grammar& grammar, const Node& node, Frame& f, int b
 
 enum ArrayPhase : uint8_t { kArrOpen, kArrFirst, kArrItem, kArrAfterItem, kArrAfterComma };
 
-StepResult step_array(const Node& node, Frame& f, int byte) {
+StepResult step_array(const Grammar& grammar, const Node& node, Frame& f, int byte) {
   if (f.phase != kArrOpen && is_ws(byte)) return take_ws(f.aux, byte);
   switch (f.phase) {
     case kArrOpen:
@@ -355,7 +364,7 @@ StepResult step_array(const Node& node, Frame& f, int byte) {
       f.phase = kArrItem;
       return push(node.items);
     case kArrAfterItem:
-      if (byte == ',' && f.a < node.max_items) {
+      if (byte == ',' && f.a < node.max_items && grammar.fits(node.items, f.depth + 1u)) {
         f.phase = kArrAfterComma;
         f.aux = 0;
         return consume();
@@ -439,7 +448,7 @@ StepResult step_frame(const Grammar& grammar, Frame& frame, int byte) {
     case NodeKind::kObject:
       return step_object(grammar, grammar.nodes[frame.node], frame, byte);
     case NodeKind::kArray:
-      return step_array(grammar.nodes[frame.node], frame, byte);
+      return step_array(grammar, grammar.nodes[frame.node], frame, byte);
     case NodeKind::kSequence:
       return step_sequence(grammar.nodes[frame.node], frame, byte);
     case NodeKind::kAnyOf:
