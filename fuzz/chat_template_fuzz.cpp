@@ -3,7 +3,7 @@
 // every input fast (no hangs, no multi-GB strings) so a timeout or OOM is a real finding.
 // note: CMake instruments only this file; configure with
 // CXXFLAGS="-fsanitize=fuzzer-no-link,address" so the library gives coverage feedback too:
-//   CXX=clang++ CXXFLAGS="-fsanitize=fuzzer-no-link,address" cmake -S . -B build-fuzz \
+//   CXX=clang++ CXXFLAGS="-fsanitize=fuzzer-no-link,address" cmake -S . -B build-fuzz (continued)
 //     -DFAK_FUZZ=ON -DFAK_BUILD_TESTS=OFF && cmake --build build-fuzz --target chat_template_fuzz
 //   build-fuzz/chat_template_fuzz -max_total_time=60 -timeout=5 NEW_CORPUS
 //   fuzz/corpus/chat_template

@@ -3,12 +3,12 @@
 // grammar accepts the candidate, the candidate must parse as JSON and pass the separately written
 // validator (schema_validate.h), or the fuzzer aborts. Schemas with oneOf are exempt from that
 // check (the grammar reads oneOf as anyOf, so overlapping alternatives are allowed to disagree).
-//   CXX=clang++ CXXFLAGS="-fsanitize=fuzzer-no-link,address" cmake -S . -B build-fuzz \
+//   CXX=clang++ CXXFLAGS="-fsanitize=fuzzer-no-link,address" cmake -S . -B build-fuzz (continued)
 //     -DFAK_FUZZ=ON -DFAK_BUILD_TESTS=OFF && cmake --build build-fuzz --target json_schema_fuzz
 //   cp -r fuzz/corpus/json_schema /tmp/js && build-fuzz/json_schema_fuzz -max_total_time=60 /tmp/js
 // It needs only src/grammar and src/tokenizer, so this is much quicker than the whole library:
-//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Isrc fuzz/json_schema_fuzz.cpp \
-//     src/grammar/*.cpp src/tokenizer/*.cpp $(pkg-config --cflags --libs libpcre2-8 libutf8proc) \
+//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Isrc fuzz/json_schema_fuzz.cpp (continued)
+//     src/grammar/*.cpp src/tokenizer/*.cpp $(pkg-config --cflags --libs libpcre2-8 libutf8proc) (continued)
 //     -o /tmp/json_schema_fuzz
 #include <cstddef>
 #include <cstdint>

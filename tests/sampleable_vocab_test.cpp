@@ -19,23 +19,7 @@ namespace {
 
 constexpr int kTokenizerIds = 300;  // llama-tiny's embedding has 512 rows
 
-// llama-tiny's weights with a tokenizer of kTokenizerIds ids: 290 vocabulary entries, a hole, and
-// a special added token as the last id (an added token counts as decodable).
-std::filesystem::path padded_model() {
-  const auto dir = test::temp_dir() / "padded";
-  std::filesystem::create_directories(dir);
-  for (const char* f : {"config.json", "model.safetensors"})
-    std::filesystem::copy_file(test::data_path("oracle/llama-tiny") / f, dir / f);
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int i = 0; i < 290; ++i) vocab["<" + std::to_string(i) + ">"] = i;
-  nlohmann::json tokenizer = {
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"added_tokens", {{{"id", kTokenizerIds - 1}, {"content", "<|end|>"}, {"special", true}}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  test::write_file(dir / "tokenizer.json", tokenizer.dump());
-  return dir;
-}
+std::filesystem::path padded_model() { return test::padded_vocab_model(kTokenizerIds); }
 
 Session prompted(const std::shared_ptr<const Model>& model) {
   const ModelConfig& c = model->config();

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "server_process.h"
 #include "test_util.h"
 
 namespace fak::test {
@@ -20,48 +21,6 @@ namespace {
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
-
-// A `fak serve` child process; the port is read from its "listening on" line.
-class ServerProcess {
- public:
-  explicit ServerProcess(const std::string& extra_args) {
-    // A client writing to a connection the server closed (a refused body) must get EPIPE, not die.
-    ::signal(SIGPIPE, SIG_IGN);
-    dir_ = temp_dir();
-    const std::string log = (dir_ / "serve.log").string();
-    ::setenv("FAK_TEST_KEYS", "key-a,key-b", 1);
-    const std::string cmd =
-        std::string("exec ") + FAK_BINARY +
-        " serve --port 0 -t 1 --ctx 512 --api-key-env FAK_TEST_KEYS --session-dir " +
-        (dir_ / "sessions").string() + " " + extra_args + " 2>" + log;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
-      ::_exit(127);
-    }
-    for (int i = 0; i < 300 && port_ == 0; ++i) {
-      std::this_thread::sleep_for(50ms);
-      const std::string text = read_file(log);
-      const size_t at = text.find("listening on http://127.0.0.1:");
-      if (at != std::string::npos) port_ = std::atoi(text.c_str() + at + 30);
-    }
-    if (port_ == 0) ADD_FAILURE() << "fak serve did not start: " << read_file(log);
-  }
-  ~ServerProcess() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    std::filesystem::remove_all(dir_);
-  }
-  int port() const { return port_; }
-  bool alive() { return ::waitpid(pid_, nullptr, WNOHANG) == 0; }
-  std::filesystem::path dir() const { return dir_; }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::filesystem::path dir_;
-};
 
 struct Reply {
   int status = 0;

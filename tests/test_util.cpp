@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <nlohmann/json.hpp>
+
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -118,6 +120,22 @@ std::string error_with_file_size_limit(size_t bytes, const std::function<void()>
   setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, old_handler);
   return msg;
+}
+
+std::filesystem::path padded_vocab_model(int tokenizer_ids) {
+  const auto dir = temp_dir() / "padded";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(data_path("oracle/llama-tiny") / f, dir / f);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int i = 0; i < tokenizer_ids - 10; ++i) vocab["<" + std::to_string(i) + ">"] = i;
+  nlohmann::json tokenizer = {
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"added_tokens", {{{"id", tokenizer_ids - 1}, {"content", "<|end|>"}, {"special", true}}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  write_file(dir / "tokenizer.json", tokenizer.dump());
+  return dir;
 }
 
 }  // namespace fak::test

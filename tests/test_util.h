@@ -27,6 +27,11 @@ void write_file(const std::filesystem::path& path, const std::string& bytes);
 // disk would fail them; returns the fak::Error fn threw ("" if none). The limit is lifted after.
 std::string error_with_file_size_limit(size_t bytes, const std::function<void()>& fn);
 
+// A model whose embedding has more rows than its tokenizer has ids, as real checkpoints pad
+// theirs: llama-tiny's 512-row weights with a tokenizer of `tokenizer_ids` ids (all but the last
+// plain vocabulary entries, the last a special added token), in a fresh temp directory.
+std::filesystem::path padded_vocab_model(int tokenizer_ids);
+
 // n token ids drawn uniformly from [0, vocab) by mt19937(seed).
 std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed);
 // Same length and the same bits (what the reuse stack promises).

@@ -213,6 +213,7 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that left must not kill the server on write
+  signal(SIGXFSZ, SIG_IGN);  // a file size limit fails the write (a 507), not the process
 
   ServerApp app(std::move(model), options);
   ServerApp::Impl& m = *app.impl_;

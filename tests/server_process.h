@@ -1,0 +1,42 @@
+// A `fak serve` child process for end-to-end tests: the real binary on a free loopback port (read
+// from its "listening on" line), API keys "key-a" and "key-b", a session folder in a fresh temp
+// directory. It dies with the test process (PR_SET_PDEATHSIG), so a crashed test leaves no server.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+namespace fak::test {
+
+struct ServerSetup {
+  std::string shell_prefix;  // run before exec, e.g. "ulimit -f 40;"
+  // Runs after the temp directory exists and before the server starts (e.g. to plant files in
+  // dir / "sessions").
+  std::function<void(const std::filesystem::path& dir)> before_start;
+};
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::string& extra_args, const ServerSetup& setup = {});
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  bool alive();
+  std::filesystem::path dir() const { return dir_; }
+  std::string log() const;
+  // The server's peak resident memory so far (VmHWM), in KiB; 0 if unknown.
+  long peak_rss_kib() const;
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::filesystem::path dir_;
+};
+
+}  // namespace fak::test
