@@ -330,8 +330,8 @@ TEST_F(ServerTest, BadInputIsA4xxAndHarmless) {
   wrong["temperature"] = "hot";
   expect_error(post("/v1/chat/completions", wrong), 400, "temperature string");
   wrong = chat("hi");
-  wrong["n"] = 2;
-  expect_error(post("/v1/chat/completions", wrong), 400, "n=2");
+  wrong["n"] = 5;  // more choices than --parallel 4
+  expect_error(post("/v1/chat/completions", wrong), 400, "n=5");
   wrong = chat("hi");
   wrong["messages"] = json::array();
   expect_error(post("/v1/chat/completions", wrong), 400, "empty messages");

@@ -103,7 +103,22 @@ TEST(OpenAiRequest, Validation) {
   EXPECT_EQ(status_of("{" + m + R"(,"max_tokens":"ten"})", true), 400);
   EXPECT_EQ(status_of("{" + m + R"(,"max_tokens":0})", true), 400);
   EXPECT_EQ(status_of("{" + m + R"(,"temperature":"hot"})", true), 400);
-  EXPECT_EQ(status_of("{" + m + R"(,"n":2})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"n":2})", true), 200);  // the scheduler bounds n
+  EXPECT_EQ(status_of("{" + m + R"(,"n":0})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"best_of":2})", true), 400);  // a completions field
+  EXPECT_EQ(status_of(R"({"model":"m","prompt":"x","best_of":2,"n":3})", false), 400);
+  EXPECT_EQ(status_of(R"({"model":"m","prompt":"x","best_of":3,"stream":true})", false), 400);
+  EXPECT_EQ(status_of(R"({"model":"m","prompt":"x","best_of":3,"n":2,"logprobs":2})", false), 200);
+  EXPECT_EQ(status_of("{" + m + R"(,"top_logprobs":3})", true), 400);  // needs logprobs: true
+  EXPECT_EQ(status_of("{" + m + R"(,"logprobs":true,"top_logprobs":21})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"logprobs":true,"top_logprobs":20})", true), 200);
+  EXPECT_EQ(status_of("{" + m + R"(,"response_format":{"type":"xml"}})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"response_format":{"type":"json_schema"}})", true), 400);
+  EXPECT_EQ(status_of("{" + m + R"(,"response_format":{"type":"json_object"}})", true), 200);
+  EXPECT_EQ(status_of("{" + m + R"(,"tool_choice":{"type":"function","function":{"name":"f"}}})",
+                      true),
+            400);  // no such tool
+  EXPECT_EQ(status_of("{" + m + R"(,"chat_template_kwargs":[1]})", true), 400);
   EXPECT_EQ(status_of("{" + m + R"(,"stop":5})", true), 400);
   EXPECT_EQ(status_of("{" + m + R"(,"stop":["a","b"],"seed":7,"stream":true})", true), 200);
   EXPECT_EQ(status_of(R"({"model":"m","messages":[]})", true), 400);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "runtime/generation_config.h"
 #include "server/api_error.h"
 #include "server/context.h"
 #include "server/http_server.h"
@@ -146,6 +147,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   ctx.options = options;
   ctx.model_id = options.model_id.empty() ? model_id_of(*model) : options.model_id;
   if (model->tokenizer()) ctx.chat = std::make_unique<ChatPrompt>(*model);
+  ctx.sampling_defaults = load_generation_defaults(model->path());
   SchedulerOptions so;
   so.parallel = options.parallel;
   so.max_queue = options.max_queue;

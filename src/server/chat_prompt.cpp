@@ -26,15 +26,19 @@ ChatPrompt::ChatPrompt(const Model& model) {
   stop_ids_ = model_stop_ids(model);
   for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"})
     if (auto id = tok->token_id(end); id && tok->is_special(*id)) stop_ids_.push_back(*id);
+  if (tok->token_id("<think>")) think_close_ = tok->token_id("</think>");
   std::sort(stop_ids_.begin(), stop_ids_.end());
   stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
 }
 
 std::string ChatPrompt::render(const ojson& messages, const ojson& tools,
-                               bool add_generation_prompt) const {
-  if (handles_tools_) return template_.render(messages, tools, add_generation_prompt, extra_);
+                               bool add_generation_prompt, const ojson& kwargs) const {
+  ojson extra = extra_;
+  if (kwargs.is_object())
+    for (const auto& [k, v] : kwargs.items()) extra[k] = v;
+  if (handles_tools_) return template_.render(messages, tools, add_generation_prompt, extra);
   return template_.render(messages_for_plain_template(messages, tools), ojson(),
-                          add_generation_prompt, extra_);
+                          add_generation_prompt, extra);
 }
 
 }  // namespace fak::server

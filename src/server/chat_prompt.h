@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,13 @@ class ChatPrompt {
   // Throws fak::Error when the model has no tokenizer or its template does not parse.
   explicit ChatPrompt(const Model& model);
 
-  // messages: normalised OpenAI messages (content strings). tools: null or an array.
-  std::string render(const ojson& messages, const ojson& tools, bool add_generation_prompt) const;
+  // messages: normalised OpenAI messages (content strings). tools: null or an array. kwargs:
+  // null or an object of extra template variables (chat_template_kwargs: enable_thinking, ...).
+  std::string render(const ojson& messages, const ojson& tools, bool add_generation_prompt,
+                     const ojson& kwargs = nullptr) const;
+  // Thinking models (a "<think>" token in the vocabulary): the id of "</think>", which ends the
+  // reasoning block a constrained reply must wait for; nullopt for other models.
+  std::optional<int32_t> think_close_id() const { return think_close_; }
   // End of an assistant turn: the model's eos ids plus end-of-turn specials (<|im_end|>, ...).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   bool template_handles_tools() const { return handles_tools_; }
@@ -30,6 +36,7 @@ class ChatPrompt {
   ChatTemplate template_;
   ojson extra_;
   std::vector<int32_t> stop_ids_;
+  std::optional<int32_t> think_close_;
   bool handles_tools_ = false;
 };
 

@@ -22,7 +22,8 @@ struct ServerContext {
   std::shared_ptr<const Model> model;
   ServerOptions options;
   std::string model_id;
-  std::unique_ptr<ChatPrompt> chat;  // null when the model has no tokenizer
+  std::unique_ptr<ChatPrompt> chat;   // null when the model has no tokenizer
+  SamplingOptions sampling_defaults;  // generation_config.json: what requests start from
   Metrics metrics;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<SessionStore> sessions;  // touched only inside scheduler jobs

@@ -56,54 +56,101 @@ ojson reason(const std::string& r) {
 
 }  // namespace
 
-ojson completion_response(const ResponseMeta& m, const std::string& text,
-                          const std::string& finish_reason, const Usage& u) {
-  ojson j = head(m, "text_completion");
+ojson chat_logprobs(const std::vector<TokenLogprob>& lps,
+                    const std::function<std::string(int32_t)>& token_text) {
+  auto entry = [](const std::string& text, float logprob) {
+    ojson e;
+    e["token"] = text;  // invalid UTF-8 (part of a character) is replaced when dumped
+    e["logprob"] = logprob;
+    ojson bytes = ojson::array();
+    for (unsigned char c : text) bytes.push_back(int(c));
+    e["bytes"] = bytes;
+    return e;
+  };
+  ojson content = ojson::array();
+  for (const TokenLogprob& lp : lps) {
+    ojson e = entry(lp.text, lp.logprob);
+    ojson top = ojson::array();
+    for (const auto& [id, logprob] : lp.top) top.push_back(entry(token_text(id), logprob));
+    e["top_logprobs"] = top;
+    content.push_back(std::move(e));
+  }
+  return {{"content", content}};
+}
+
+ojson completion_logprobs(const std::vector<TokenLogprob>& lps,
+                          const std::function<std::string(int32_t)>& token_text) {
+  ojson tokens = ojson::array(), values = ojson::array(), tops = ojson::array(),
+        offsets = ojson::array();
+  size_t offset = 0;
+  for (const TokenLogprob& lp : lps) {
+    tokens.push_back(lp.text);
+    values.push_back(lp.logprob);
+    ojson top = ojson::object();
+    for (const auto& [id, logprob] : lp.top) top[token_text(id)] = logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += lp.text.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", values},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+ojson completion_choice(int index, const std::string& text, const std::string& finish_reason,
+                        const ojson& logprobs) {
   ojson choice;
-  choice["index"] = 0;
+  choice["index"] = index;
   choice["text"] = text;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_reason;
-  j["choices"] = ojson::array({choice});
+  return choice;
+}
+
+ojson chat_choice(int index, const ojson& message, const std::string& finish_reason,
+                  const ojson& logprobs) {
+  ojson choice;
+  choice["index"] = index;
+  choice["message"] = message;
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = finish_reason;
+  return choice;
+}
+
+ojson completion_response(const ResponseMeta& m, const ojson& choices, const Usage& u) {
+  ojson j = head(m, "text_completion");
+  j["choices"] = choices;
   j["usage"] = usage_json(u);
   return j;
 }
 
-ojson chat_response(const ResponseMeta& m, const std::optional<std::string>& content,
-                    const ojson& tool_calls, const std::string& finish_reason, const Usage& u) {
+ojson chat_response(const ResponseMeta& m, const ojson& choices, const Usage& u) {
   ojson j = head(m, "chat.completion");
-  ojson msg;
-  msg["role"] = "assistant";
-  msg["content"] = content ? ojson(*content) : ojson();
-  if (tool_calls.is_array() && !tool_calls.empty()) msg["tool_calls"] = tool_calls;
-  ojson choice;
-  choice["index"] = 0;
-  choice["message"] = msg;
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason;
-  j["choices"] = ojson::array({choice});
+  j["choices"] = choices;
   j["usage"] = usage_json(u);
   return j;
 }
 
 ojson completion_chunk(const ResponseMeta& m, const std::string& text,
-                       const std::string& finish_reason) {
+                       const std::string& finish_reason, int index, const ojson& logprobs) {
   ojson j = head(m, "text_completion");
   ojson choice;
-  choice["index"] = 0;
+  choice["index"] = index;
   choice["text"] = text;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finish_reason);
   j["choices"] = ojson::array({choice});
   return j;
 }
 
-ojson chat_chunk(const ResponseMeta& m, const ojson& delta, const std::string& finish_reason) {
+ojson chat_chunk(const ResponseMeta& m, const ojson& delta, const std::string& finish_reason,
+                 int index, const ojson& logprobs) {
   ojson j = head(m, "chat.completion.chunk");
   ojson choice;
-  choice["index"] = 0;
+  choice["index"] = index;
   choice["delta"] = delta;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finish_reason);
   j["choices"] = ojson::array({choice});
   return j;

@@ -139,7 +139,20 @@ void parse_tools(const ojson& body, CompletionRequest& r) {
         bad_request("`tool_choice` must be none, auto, required or a function object",
                     "tool_choice");
     } else if (it->is_object()) {
+      // {"type": "function", "function": {"name": ...}}: that one tool must be called.
+      const auto f = it->find("function");
+      if (f == it->end() || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
+        bad_request("`tool_choice` must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                    "tool_choice");
       r.tool_choice = "function";
+      r.tool_choice_name = (*f)["name"].get<std::string>();
+      bool listed = false;
+      if (r.tools.is_array())
+        for (const ojson& t : r.tools)
+          listed = listed || t["function"]["name"] == r.tool_choice_name;
+      if (!listed)
+        bad_request("`tool_choice` names '" + r.tool_choice_name + "', which is not in `tools`",
+                    "tool_choice");
     } else {
       bad_request("`tool_choice` must be a string or an object", "tool_choice");
     }
@@ -197,8 +210,8 @@ int json_depth(std::string_view text) {
   return deepest;
 }
 
-SamplingOptions parse_sampling(const ojson& j) {
-  SamplingOptions o;
+SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults) {
+  SamplingOptions o = defaults;
   // Types and the API's documented ranges here; what the sampler itself accepts is checked by
   // SamplingOptions::validate, the one rule the CLI and the scheduler share.
   if (auto v = get_number(j, "temperature", 0.0, 2.0)) o.temperature = float(*v);
@@ -286,7 +299,8 @@ std::optional<bool> get_bool(const ojson& j, const char* name) {
   return it->get<bool>();
 }
 
-CompletionRequest parse_completion_request(const std::string& body, bool chat) {
+CompletionRequest parse_completion_request(const std::string& body, bool chat,
+                                           const SamplingOptions& defaults) {
   const ojson j = parse_json_object(body);
   CompletionRequest r;
   r.chat = chat;
@@ -299,11 +313,13 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   } else {
     parse_prompt(j, r);
   }
-  if (auto n = get_int(j, "n", 1, 128); n && *n != 1)
-    bad_request("`n` must be 1: fak generates one choice per request", "n");
+  if (auto v = get_int(j, "n", 1, 128)) r.n = int(*v);
+  if (auto v = get_int(j, "best_of", 1, 128)) {
+    if (chat) bad_request("`best_of` is a completions field, not a chat one", "best_of");
+    if (*v < r.n) bad_request("`best_of` must be at least `n`", "best_of");
+    r.best_of = int(*v);
+  }
   // Fields fak does not implement are refused rather than silently ignored.
-  if (auto v = get_int(j, "best_of", 1, 128); v && *v != 1)
-    bad_request("`best_of` must be 1: fak generates one choice per request", "best_of");
   if (get_bool(j, "echo").value_or(false))
     bad_request("`echo` is not supported: the prompt is not repeated in the reply", "echo");
   if (auto v = get_string(j, "suffix"); v && !v->empty())
@@ -314,7 +330,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   // max_completion_tokens is the newer name; either is accepted, the newer wins.
   if (auto v = get_int(j, "max_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
   if (auto v = get_int(j, "max_completion_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
-  r.sampling = parse_sampling(j);
+  r.sampling = parse_sampling(j, defaults);
   if (auto v = get_bool(j, "stream")) r.stream = *v;
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) bad_request("`stream_options` must be an object", "stream_options");
@@ -335,10 +351,37 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   }
   if (auto v = get_string(j, "cache_salt")) r.cache_salt = *v;
   if (auto v = get_bool(j, "ignore_eos")) r.ignore_eos = *v;
-  // Chat sends logprobs as a boolean, completions as a count; either asks for what fak lacks.
-  if (auto it = j.find("logprobs");
-      it != j.end() && ((it->is_boolean() && it->get<bool>()) || (it->is_number() && *it != 0)))
-    bad_request("`logprobs` is not supported", "logprobs");
+  // Chat asks for logprobs with a boolean and top_logprobs (0-20), completions with a count (0-5).
+  if (chat) {
+    if (get_bool(j, "logprobs").value_or(false)) r.top_logprobs = 0;
+    if (auto v = get_int(j, "top_logprobs", 0, 20)) {
+      if (r.top_logprobs < 0) bad_request("`top_logprobs` needs `logprobs: true`", "top_logprobs");
+      r.top_logprobs = int(*v);
+    }
+  } else if (auto v = get_int(j, "logprobs", 0, 5)) {
+    r.top_logprobs = int(*v);
+  }
+  if (r.best_of > 1 && r.stream) bad_request("`best_of` cannot be used with `stream`", "best_of");
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string())
+      bad_request("`response_format` must be an object with a string `type`", "response_format");
+    const std::string type = (*it)["type"];
+    if (type != "text" && type != "json_object" && type != "json_schema")
+      bad_request("`response_format.type` must be text, json_object or json_schema",
+                  "response_format");
+    if (type == "json_schema" &&
+        (!it->contains("json_schema") || !(*it)["json_schema"].is_object() ||
+         !(*it)["json_schema"].contains("schema") || !(*it)["json_schema"]["schema"].is_object()))
+      bad_request("`response_format.json_schema.schema` must be a JSON schema object",
+                  "response_format");
+    if (type != "text") r.response_format = *it;
+  }
+  if (auto it = j.find("chat_template_kwargs"); it != j.end() && !it->is_null()) {
+    if (!it->is_object())
+      bad_request("`chat_template_kwargs` must be an object", "chat_template_kwargs");
+    r.chat_template_kwargs = *it;
+  }
+  if (auto v = get_bool(j, "parallel_tool_calls")) r.parallel_tool_calls = *v;
   return r;
 }
 

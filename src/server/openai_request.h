@@ -27,6 +27,13 @@ struct CompletionRequest {
   ojson messages = ojson::array();
   ojson tools;                       // null or a non-empty array of tool objects
   std::string tool_choice = "auto";  // "none", "auto", "required" or "function"
+  std::string tool_choice_name;      // tool_choice "function": the tool that must be called
+  bool parallel_tool_calls = true;
+  ojson response_format;       // null, or a json_object / json_schema format
+  ojson chat_template_kwargs;  // null or an object (e.g. {"enable_thinking": false})
+  int n = 1;                   // choices
+  int best_of = 1;             // completions: choices generated, the n most likely returned
+  int top_logprobs = -1;       // -1: no logprobs; 0: the sampled token's; k: and k more
   std::optional<int> max_tokens;
   SamplingOptions sampling;
   std::vector<std::string> stop;
@@ -36,8 +43,11 @@ struct CompletionRequest {
   bool ignore_eos = false;  // extension (llama.cpp's name): generate through end tokens
 };
 
-// body: the raw request body. Throws ApiError(400) naming the offending field.
-CompletionRequest parse_completion_request(const std::string& body, bool chat);
+// body: the raw request body. Throws ApiError(400) naming the offending field. defaults: the
+// sampling the request starts from (the model's generation_config.json), each field it gives
+// replacing the default.
+CompletionRequest parse_completion_request(const std::string& body, bool chat,
+                                           const SamplingOptions& defaults = {});
 
 // Deepest nesting of arrays and objects a request body may have (tool schemas need a dozen): a
 // body nested thousands deep parses, but copying or walking it recursively overflows the stack.
@@ -47,7 +57,7 @@ int json_depth(std::string_view text);
 
 // The sampling fields of a request body (temperature, top_p, top_k, min_p, repetition_penalty,
 // presence_penalty, frequency_penalty, seed), typed, ranged and validated as the Sampler needs.
-SamplingOptions parse_sampling(const ojson& j);
+SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults = {});
 
 // Parses a JSON object body with the same error reporting (for the /v1/fak/ routes).
 ojson parse_json_object(const std::string& body);

@@ -1,239 +1,237 @@
-// POST /v1/completions and /v1/chat/completions: validate, build the prompt, queue it on the
-// scheduler, then turn its token events into one JSON reply or a stream of server-sent events.
-// Text handling per reply (UTF-8-safe decoding, stop strings held back, tool-call capture) lives
-// in Reply so the streaming and non-streaming paths cannot drift apart.
+// POST /v1/completions and /v1/chat/completions: validate, build the prompt and the generation
+// (choices, logprobs, a grammar for response_format or a forced tool call, reasoning split), then
+// turn its output into one JSON reply or a stream of server-sent events. The text handling per
+// choice lives in Generation (generation.h), shared with the other API front ends.
 #include <algorithm>
 
+#include "core/error.h"
+#include "grammar/grammar.h"
 #include "runtime/generate.h"
 #include "server/api_error.h"
 #include "server/context.h"
+#include "server/generation.h"
 #include "server/openai_request.h"
-#include "server/stop_filter.h"
-#include "server/tool_calls.h"
+#include "server/prompt_builder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak::server {
 
 namespace {
 
-// One generation's text, as it is delivered.
-class Reply {
- public:
-  Reply(const Tokenizer& tok, const CompletionRequest& r, ResponseMeta meta,
-        std::shared_ptr<GenStream> stream)
-      : decoder_(tok, /*skip_special=*/true),
-        filter_(r.stop, parses_tools(r) ? std::string(kToolCallOpen) : ""),
-        parse_tools_(parses_tools(r)),
-        meta(std::move(meta)),
-        stream(std::move(stream)) {}
+ojson logprobs_json(ServerContext& ctx, bool chat, const std::vector<TokenLogprob>& lps) {
+  const Tokenizer& tok = *ctx.model->tokenizer();
+  auto text = [&](int32_t id) { return tok.token_bytes(id); };
+  return chat ? chat_logprobs(lps, text) : completion_logprobs(lps, text);
+}
 
-  static bool parses_tools(const CompletionRequest& r) {
-    return r.chat && r.tools.is_array() && !r.tools.empty() && r.tool_choice != "none";
+ojson chat_message(const Generation::Choice& c) {
+  ojson msg;
+  msg["role"] = "assistant";
+  const bool calls = !c.tool_calls.tool_calls.empty();
+  std::string content = c.content;
+  if (calls) content += c.tool_calls.content;
+  const bool blank = content.find_first_not_of(" \t\r\n") == std::string::npos;
+  msg["content"] = calls && blank ? ojson() : ojson(content);
+  if (!c.reasoning.empty()) msg["reasoning_content"] = c.reasoning;
+  if (calls) msg["tool_calls"] = c.tool_calls.tool_calls;
+  return msg;
+}
+
+// The whole reply. best_of: the n choices with the highest total logprob, in that order.
+ojson whole_reply(ServerContext& ctx, const CompletionRequest& r, const ResponseMeta& meta,
+                  const Generation& gen) {
+  std::vector<int> order(gen.choices().size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+  if (r.best_of > r.n) {
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return gen.choices()[size_t(a)].sum_logprob > gen.choices()[size_t(b)].sum_logprob;
+    });
+    order.resize(size_t(r.n));
   }
-
-  // Handles one event; returns content text that may be shown now.
-  std::string on_event(const GenEvent& e) {
-    if (finished) return "";
-    switch (e.kind) {
-      case GenEvent::Kind::Started:
-        usage.prompt_tokens = e.prompt_tokens;
-        usage.cached_tokens = e.cached_tokens;
-        return "";
-      case GenEvent::Kind::Token: {
-        ++usage.completion_tokens;
-        std::string out = filter_.push(decoder_.push(e.token));
-        if (filter_.stopped()) {
-          // The client has all it asked for: free the slot now, not at max_tokens.
-          stream->cancel(/*client_gone=*/false);
-          finish_reason = "stop";
-          finished = true;
-        }
-        content += out;
-        return out;
-      }
-      case GenEvent::Kind::Done: {
-        std::string out = filter_.push(decoder_.flush());
-        if (!filter_.stopped()) out += filter_.finish();
-        finish_reason = e.text == "cancelled" ? "stop" : e.text;
-        finished = true;
-        content += out;
-        return out;
-      }
-      case GenEvent::Kind::Error:
-        error = e.text;
-        finished = true;
-        return "";
-    }
-    return "";
+  ojson choices = ojson::array();
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Generation::Choice& c = gen.choices()[size_t(order[i])];
+    const ojson lps = r.top_logprobs >= 0 ? logprobs_json(ctx, r.chat, c.logprobs) : ojson();
+    if (r.chat)
+      choices.push_back(chat_choice(int(i), chat_message(c), c.finish_reason, lps));
+    else
+      choices.push_back(completion_choice(int(i), c.content, c.finish_reason, lps));
   }
+  return r.chat ? chat_response(meta, choices, gen.usage())
+                : completion_response(meta, choices, gen.usage());
+}
 
-  // After finishing: tool calls found in the captured text (and the rest of it as content).
-  ExtractedToolCalls tool_calls() const {
-    if (!parse_tools_ || filter_.captured().empty()) return {};
-    return extract_tool_calls(filter_.captured());
-  }
-
-  StreamDecoder decoder_;
-  StopFilter filter_;
-  bool parse_tools_;
+// A stream's state between polls.
+struct StreamState {
+  StreamState(ServerContext& ctx, CompletionRequest r, ResponseMeta meta,
+              std::unique_ptr<Generation> gen)
+      : ctx(ctx), r(std::move(r)), meta(std::move(meta)), gen(std::move(gen)) {}
+  ServerContext& ctx;
+  CompletionRequest r;
   ResponseMeta meta;
-  std::shared_ptr<GenStream> stream;
-  Usage usage;
-  std::string content;  // everything released so far
-  std::string finish_reason;
-  std::string error;
-  bool finished = false;
-  bool sent_role = false;
+  std::unique_ptr<Generation> gen;
+  bool sent_roles = false, closed = false;
+  std::vector<bool> choice_closed;
+  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+  int progress_shown = -1;
 };
 
-void wait_all(Reply& rep, const HttpRequest& req) {
-  while (!rep.finished) {
-    if (req.client_gone()) {
-      // Nobody will read the reply: free the sequence now rather than at max_tokens.
-      rep.stream->cancel();
-      throw ApiError(499, "the client closed the connection", "", "client_closed");
-    }
-    for (const GenEvent& e : rep.stream->wait(std::chrono::milliseconds(200))) rep.on_event(e);
-  }
-}
-
-ojson non_stream_body(Reply& rep) {
-  if (!rep.meta.chat)
-    return completion_response(rep.meta, rep.content, rep.finish_reason, rep.usage);
-  ExtractedToolCalls calls = rep.tool_calls();
-  std::string content = rep.content;
-  if (!calls.tool_calls.empty()) {
-    content += calls.content;
-    const bool blank = content.find_first_not_of(" \t\r\n") == std::string::npos;
-    return chat_response(rep.meta, blank ? std::nullopt : std::optional<std::string>(content),
-                         calls.tool_calls, "tool_calls", rep.usage);
-  }
-  content += rep.filter_.captured();  // a <tool_call> that did not parse stays text
-  return chat_response(rep.meta, content, ojson::array(), rep.finish_reason, rep.usage);
-}
-
-std::string content_chunk(const Reply& rep, const std::string& text) {
-  if (!rep.meta.chat) return sse(completion_chunk(rep.meta, text, ""));
-  return sse(chat_chunk(rep.meta, {{"content", text}}, ""));
-}
-
-// The closing events: leftover captured text or tool calls, the finish reason, usage, [DONE].
-std::string closing_chunks(const Reply& rep, bool include_usage) {
+// The closing events of one choice: captured text or tool calls, then its finish reason.
+std::string close_choice(StreamState& s, int index) {
+  const Generation::Choice& c = s.gen->choices()[size_t(index)];
   std::string out;
-  std::string reason = rep.finish_reason;
-  if (rep.meta.chat) {
-    if (rep.parse_tools_ && !rep.filter_.captured().empty()) {
-      ExtractedToolCalls calls = rep.tool_calls();
-      if (calls.tool_calls.empty()) {
-        out += content_chunk(rep, rep.filter_.captured());
-      } else {
-        if (!calls.content.empty()) out += content_chunk(rep, calls.content);
-        ojson deltas = ojson::array();
-        for (size_t i = 0; i < calls.tool_calls.size(); ++i) {
-          ojson d = calls.tool_calls[i];
-          ojson indexed = {{"index", i}};
-          for (auto& [k, v] : d.items()) indexed[k] = v;
-          deltas.push_back(indexed);
-        }
-        out += sse(chat_chunk(rep.meta, {{"tool_calls", deltas}}, ""));
-        reason = "tool_calls";
+  std::string reason = c.finish_reason;
+  if (s.r.chat) {
+    if (!c.tool_calls.tool_calls.empty()) {
+      if (!c.tool_calls.content.empty())
+        out += sse(chat_chunk(s.meta, {{"content", c.tool_calls.content}}, "", index));
+      ojson deltas = ojson::array();
+      for (size_t i = 0; i < c.tool_calls.tool_calls.size(); ++i) {
+        ojson indexed = {{"index", i}};
+        for (auto& [k, v] : c.tool_calls.tool_calls[i].items()) indexed[k] = v;
+        deltas.push_back(indexed);
+      }
+      out += sse(chat_chunk(s.meta, {{"tool_calls", deltas}}, "", index));
+    }
+    out += sse(chat_chunk(s.meta, ojson::object(), reason, index));
+  } else {
+    out += sse(completion_chunk(s.meta, "", reason, index));
+  }
+  return out;
+}
+
+// One poll of the stream: deltas as chunks, keep-alives while nothing comes (a long prompt being
+// read says how far it is), the closing events once every choice is done.
+bool next_events(StreamState& s, std::string& out) {
+  using namespace std::chrono;
+  try {
+    if (s.r.chat && !s.sent_roles) {
+      for (int i = 0; i < int(s.gen->choices().size()); ++i)
+        out += sse(chat_chunk(s.meta, {{"role", "assistant"}, {"content", ""}}, "", i));
+      s.sent_roles = true;
+    }
+    for (const ChoiceDelta& d : s.gen->poll(milliseconds(200))) {
+      const ojson lps = s.r.top_logprobs >= 0 && !d.logprobs.empty()
+                            ? logprobs_json(s.ctx, s.r.chat, d.logprobs)
+                            : ojson();
+      if (s.r.chat) {
+        if (!d.reasoning.empty())
+          out += sse(chat_chunk(s.meta, {{"reasoning_content", d.reasoning}}, "", d.index));
+        if (!d.content.empty() || !lps.is_null())
+          out += sse(chat_chunk(s.meta, {{"content", d.content}}, "", d.index, lps));
+      } else if (!d.content.empty() || !lps.is_null()) {
+        out += sse(completion_chunk(s.meta, d.content, "", d.index, lps));
       }
     }
-    out += sse(chat_chunk(rep.meta, ojson::object(), reason));
-  } else {
-    out += sse(completion_chunk(rep.meta, "", reason));
+    for (int i = 0; i < int(s.gen->choices().size()); ++i)
+      if (s.gen->choices()[size_t(i)].done && !s.choice_closed[size_t(i)] &&
+          s.gen->error().empty()) {
+        out += close_choice(s, i);
+        s.choice_closed[size_t(i)] = true;
+      }
+    if (s.gen->finished()) {
+      if (!s.gen->error().empty())
+        out += sse(error_body(s.gen->error(), "server_error", "", "")) + kSseDone;
+      else
+        out += (s.r.include_usage ? sse(usage_chunk(s.meta, s.gen->usage())) : "") + kSseDone;
+      return false;
+    }
+    const auto now = steady_clock::now();
+    const auto keepalive = duration<double>(s.ctx.options.sse_keepalive_s);
+    const auto progress_every = std::min<duration<double>>(keepalive, seconds(1));
+    if (out.empty() && s.gen->started() && now - s.last_write >= progress_every &&
+        s.gen->prompt_read() != s.progress_shown && s.gen->prompt_read() < s.gen->prompt_size()) {
+      // SSE comments: clients ignore them, proxies see a live connection.
+      out += ": prefill " + std::to_string(s.gen->prompt_read()) + "/" +
+             std::to_string(s.gen->prompt_size()) + "\n\n";
+      s.progress_shown = s.gen->prompt_read();
+    } else if (out.empty() && now - s.last_write >= keepalive) {
+      out += ": keep-alive\n\n";
+    }
+    if (!out.empty()) s.last_write = now;
+    return true;
+  } catch (const std::exception& e) {
+    // The status line is already sent: whatever goes wrong reaches the client as an error event.
+    s.gen->cancel(/*client_gone=*/false);
+    out += sse(error_body(std::string("internal error: ") + e.what(), "server_error", "", "")) +
+           kSseDone;
+    return false;
   }
-  if (include_usage) out += sse(usage_chunk(rep.meta, rep.usage));
-  return out + kSseDone;
 }
 
-std::vector<int32_t> build_prompt(ServerContext& ctx, const CompletionRequest& r) {
-  const Tokenizer* tok = ctx.model->tokenizer();
-  if (r.prompt_ids) {
-    for (int32_t id : *r.prompt_ids)
-      if (id >= ctx.model->config().vocab)
-        bad_request("token id " + std::to_string(id) + " is outside the vocabulary of " +
-                        std::to_string(ctx.model->config().vocab),
-                    "prompt");
-    return *r.prompt_ids;
+// The constraint a request asks for: a response_format, or tool_choice "required" / a named
+// function (the tool-call shape with that tool's schema). Errors in a schema are a 400.
+std::shared_ptr<const grammar::Grammar> grammar_for(const CompletionRequest& r) {
+  const bool forced_tool = r.tool_choice == "required" || r.tool_choice == "function";
+  if (forced_tool && !r.response_format.is_null())
+    bad_request("`response_format` and a forced `tool_choice` cannot be combined",
+                "response_format");
+  try {
+    if (!r.response_format.is_null()) return grammar::compile_response_format(r.response_format);
+    if (forced_tool) {
+      if (!r.tools.is_array() || r.tools.empty())
+        bad_request("`tool_choice` \"" + r.tool_choice + "\" needs `tools`", "tool_choice");
+      grammar::ToolCallOptions o;
+      o.only_function = r.tool_choice_name;
+      o.max_calls = r.parallel_tool_calls && r.tool_choice == "required" ? 8 : 1;
+      return grammar::compile_tool_calls(r.tools, o);
+    }
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    bad_request(e.what(), r.response_format.is_null() ? "tools" : "response_format");
   }
-  if (!tok) bad_request("the model has no tokenizer: send the prompt as token ids", "prompt");
-  if (!r.chat) return tok->encode(r.prompt);
-  const bool with_tools = r.tool_choice != "none";
-  return tok->encode(ctx.chat->render(r.messages, with_tools ? r.tools : ojson(), true));
+  return nullptr;
 }
 
 void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, bool chat) {
-  const CompletionRequest r = parse_completion_request(req.body, chat);
+  const CompletionRequest r = parse_completion_request(req.body, chat, ctx.sampling_defaults);
   if (r.model != ctx.model_id && r.model != ctx.model->path().string())
     throw ApiError(
-        404, "the model '" + r.model + "' does not exist; this server has '" + ctx.model_id + "'",
+        404, "The model '" + r.model + "' does not exist; this server has '" + ctx.model_id + "'",
         "model", "model_not_found");
   if (!ctx.model->tokenizer()) bad_request("the model has no tokenizer");
-  std::vector<int32_t> prompt = build_prompt(ctx, r);
+  const BuiltPrompt built = build_prompt(ctx, r);
   const int n_ctx = ctx.scheduler->ctx();
-  const char* prompt_param = chat ? "messages" : "prompt";
-  if (prompt.empty()) bad_request("the prompt is empty", prompt_param);
-  if (int(prompt.size()) >= n_ctx)
-    throw ApiError(400,
-                   "the prompt is " + std::to_string(prompt.size()) +
-                       " tokens; this model's context is " + std::to_string(n_ctx) +
-                       " tokens, and at least one must be left to generate",
-                   prompt_param, "context_length_exceeded");
+  check_prompt_fits(built.ids, n_ctx, chat ? "messages" : "prompt");
 
-  GenRequest g;
-  g.partition = tenant_of(req) + '\x1f' + r.cache_salt;
-  g.max_tokens = std::min(r.max_tokens.value_or(n_ctx), n_ctx - int(prompt.size()));
-  g.prompt = std::move(prompt);
-  g.sampling = r.sampling;
-  if (!r.ignore_eos) g.stop_ids = chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
-  g.stream = std::make_shared<GenStream>();
-  auto rep = std::make_shared<Reply>(*ctx.model->tokenizer(), r, new_response_meta(r.model, chat),
-                                     g.stream);
-  ctx.scheduler->submit(std::move(g));
+  GenerationSpec spec;
+  spec.partition = tenant_of(req) + '\x1f' + r.cache_salt;
+  spec.max_tokens = std::min(r.max_tokens.value_or(n_ctx), n_ctx - int(built.ids.size()));
+  spec.prompt = built.ids;
+  spec.sampling = r.sampling;
+  spec.stop = r.stop;
+  if (!r.ignore_eos) spec.stop_ids = chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
+  spec.n = std::max(r.n, r.best_of);
+  // best_of ranks choices by their total logprob: computed then, reported only when asked.
+  spec.top_logprobs = r.best_of > r.n ? std::max(r.top_logprobs, 0) : r.top_logprobs;
+  spec.grammar = grammar_for(r);
+  spec.capture_tool_calls =
+      chat && r.tools.is_array() && !r.tools.empty() && r.tool_choice != "none";
+  spec.split_reasoning = chat && ctx.chat->think_close_id().has_value();
+  spec.reasoning_open = spec.split_reasoning && built.opens_reasoning;
+  // A thinking model thinks first; the constraint starts once the block is closed. A prompt that
+  // closed the block itself (thinking turned off) is constrained from the first token.
+  if (spec.grammar && spec.split_reasoning && !built.closes_reasoning)
+    spec.grammar_after = ctx.chat->think_close_id();
+  auto gen = std::make_unique<Generation>(ctx, std::move(spec));
+  const ResponseMeta meta = new_response_meta(r.model, chat);
 
   if (!r.stream) {
-    wait_all(*rep, req);
-    if (!rep->error.empty())
-      throw ApiError(rep->error.find("shutting down") != std::string::npos ? 503 : 500, rep->error);
-    reply_json(res, 200, non_stream_body(*rep));
+    gen->wait(req);
+    reply_json(res, 200, whole_reply(ctx, r, meta, *gen));
     return;
   }
-  const bool include_usage = r.include_usage;
+  auto state = std::make_shared<StreamState>(ctx, r, meta, std::move(gen));
+  state->choice_closed.assign(state->gen->choices().size(), false);
   res.content_type = "text/event-stream";
   res.set_header("Cache-Control", "no-cache");
-  res.stream = HttpStream{
-      [rep, include_usage](std::string& out) {
-        // Whatever goes wrong from here on must reach the client as an SSE error event: the
-        // status line is already sent.
-        try {
-          if (rep->meta.chat && !rep->sent_role) {
-            out += sse(chat_chunk(rep->meta, {{"role", "assistant"}, {"content", ""}}, ""));
-            rep->sent_role = true;
-          }
-          for (const GenEvent& e : rep->stream->wait(std::chrono::milliseconds(200))) {
-            std::string piece = rep->on_event(e);
-            if (!piece.empty()) out += content_chunk(*rep, piece);
-          }
-          if (!rep->finished) return true;
-          if (!rep->error.empty())
-            out += sse(error_body(rep->error, "server_error", "", "")) + kSseDone;
-          else
-            out += closing_chunks(*rep, include_usage);
-        } catch (const std::exception& e) {
-          rep->stream->cancel(/*client_gone=*/false);
-          rep->finished = true;
-          out +=
-              sse(error_body(std::string("internal error: ") + e.what(), "server_error", "", "")) +
-              kSseDone;
-        }
-        return false;
-      },
-      // A client that left (or a failed write) cancels, so the scheduler frees the sequence at
-      // its next step.
-      [rep](bool complete) {
-        if (!complete || !rep->finished) rep->stream->cancel();
-      }};
+  res.stream = HttpStream{[state](std::string& out) { return next_events(*state, out); },
+                          // A client that left (or a failed write) cancels, so the scheduler frees
+                          // the sequences at its next step.
+                          [state](bool complete) {
+                            if (!complete || !state->gen->finished()) state->gen->cancel();
+                          }};
 }
 
 }  // namespace

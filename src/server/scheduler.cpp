@@ -1,7 +1,9 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <future>
+#include <limits>
 #include <optional>
 
 #include "core/error.h"
@@ -31,12 +33,42 @@ struct Scheduler::Active {
   std::optional<Session> owned;  // from the prefix cache (empty for a caller's session)
   Session* session = nullptr;    // &owned or req.session
   Sampler sampler;
+  int index = 0;         // which choice of the request
+  int choices_left = 0;  // the first choice clones the rest once the prompt is read
   int generated = 0;
   bool done = false;
   int32_t last = -1;  // last token sampled
+  std::optional<grammar::GrammarMatcher> matcher;
+  bool constrained = false;  // the matcher applies (false until grammar_after is sampled)
+  std::vector<uint32_t> mask;
+  std::vector<float> masked;  // the logits with the mask applied
   // Dense models prefill the uncached part of the prompt in chunks, inside decode steps.
   bool prefilling() const { return session->size() < int(req.prompt.size()); }
 };
+
+namespace {
+
+// log-softmax of the chosen token and the k most likely ones, under the model's own distribution
+// (the raw logits, before penalties, temperature or a grammar's mask), as OpenAI reports them.
+void fill_logprobs(std::span<const float> logits, int32_t chosen, int k, GenEvent& e) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float l : logits) mx = std::max(mx, l);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double(l) - mx);
+  const double log_z = mx + std::log(sum);
+  e.logprob = float(double(logits[size_t(chosen)]) - log_z);
+  if (k <= 0) return;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  k = std::min<int>(k, int(ids.size()));
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+  });
+  for (int i = 0; i < k; ++i)
+    e.top.emplace_back(ids[size_t(i)], float(double(logits[size_t(ids[size_t(i)])]) - log_z));
+}
+
+}  // namespace
 
 Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions options, Metrics* metrics)
     : model_(std::move(model)), options_(options), metrics_(metrics) {
@@ -55,12 +87,27 @@ Scheduler::~Scheduler() {
   shutdown();
 }
 
+const std::shared_ptr<const grammar::TokenIndex>& Scheduler::token_index() {
+  // Built once, on the scheduler thread, when the first constrained request arrives (~0.1 s for a
+  // 151k-token vocabulary), and shared by every sequence after.
+  if (!token_index_) {
+    check(model_->tokenizer() != nullptr, "constrained decoding needs the model's tokenizer");
+    token_index_ = grammar::TokenIndex::build(*model_->tokenizer());
+  }
+  return token_index_;
+}
+
 void Scheduler::submit(GenRequest request) {
+  if (request.n < 1 || request.n > options_.parallel)
+    throw ApiError(400,
+                   "`n` must be between 1 and the server's --parallel (" +
+                       std::to_string(options_.parallel) + "), got " + std::to_string(request.n),
+                   "n");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
     // Requests that can start right away do not count against the queue bound.
-    const int free_slots = std::max(0, options_.parallel - active_count_);
+    const int free_slots = std::max(0, options_.parallel - active_count_) / request.n;
     if (int(queue_.size()) >= options_.max_queue + free_slots)
       throw ApiError(429,
                      "the server is busy: " + std::to_string(queue_.size()) +
@@ -119,27 +166,30 @@ void Scheduler::loop() {
       });
       stopping = stopping_;
       jobs.swap(jobs_);
+      // Sequences: a request of n choices takes n slots (its first choice clones the rest).
+      int sequences = 0;
+      for (const auto& a : active_) sequences += 1 + a->choices_left;
       if (!stopping)
-        while (!queue_.empty() && int(active_.size() + admitted.size()) < options_.parallel) {
+        while (!queue_.empty() && sequences + queue_.front().n <= options_.parallel) {
+          sequences += queue_.front().n;
           admitted.push_back(std::move(queue_.front()));
           queue_.pop_front();
         }
       // Counted as active from here, so submit() never sees a free slot that is already taken.
-      active_count_ = int(active_.size() + admitted.size());
+      active_count_ = sequences;
     }
     for (auto& job : jobs) job();
     if (stopping) break;
     for (auto& r : admitted) admit(std::move(r));
     step();
     std::lock_guard<std::mutex> lock(mu_);
-    active_count_ = int(active_.size());
+    active_count_ = 0;
+    for (const auto& a : active_) active_count_ += 1 + a->choices_left;
   }
   // Shutting down: whoever is still waiting hears so.
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& a : active_)
-    a->req.stream->push({GenEvent::Kind::Error, 0, 0, 0, "the server is shutting down"});
-  for (auto& r : queue_)
-    r.stream->push({GenEvent::Kind::Error, 0, 0, 0, "the server is shutting down"});
+  for (auto& a : active_) a->req.stream->push(GenEvent::error("the server is shutting down"));
+  for (auto& r : queue_) r.stream->push(GenEvent::error("the server is shutting down"));
   for (auto& job : jobs_) job();  // they see stopping_ = true only via their own checks
   active_.clear();
   queue_.clear();
@@ -157,6 +207,8 @@ void Scheduler::admit(GenRequest r) {
   // (and a lent session goes back to its owner).
   try {
     Sampler sampler(r.sampling);
+    std::optional<grammar::GrammarMatcher> matcher;
+    if (r.grammar) matcher.emplace(r.grammar, token_index(), r.stop_ids);
     std::optional<Session> owned;
     int reused = 0;
     if (!r.session) {
@@ -166,7 +218,7 @@ void Scheduler::admit(GenRequest r) {
     }
     auto a = std::make_unique<Active>();
     active_.reserve(active_.size() + 1);
-    r.stream->push({GenEvent::Kind::Started, 0, r.session ? 0 : int(r.prompt.size()), reused, ""});
+    r.stream->push(GenEvent::started(r.session ? 0 : int(r.prompt.size()), reused));
     a->req = std::move(r);
     if (owned) {
       a->owned.emplace(std::move(*owned));
@@ -175,6 +227,9 @@ void Scheduler::admit(GenRequest r) {
       a->session = a->req.session;  // a caller's session: decoding starts at the next step
     }
     a->sampler = std::move(sampler);
+    a->choices_left = a->req.n - 1;
+    a->matcher = std::move(matcher);
+    a->constrained = a->matcher && !a->req.grammar_after;
     active_.push_back(std::move(a));
   } catch (const std::exception& e) {
     if (r.on_finish) {
@@ -183,25 +238,31 @@ void Scheduler::admit(GenRequest r) {
       } catch (const std::exception&) {
       }
     }
-    r.stream->push({GenEvent::Kind::Error, 0, 0, 0, e.what()});
+    r.stream->push(GenEvent::error(e.what()));
   }
 }
 
 void Scheduler::finish(Active& a, const std::string& reason) {
   a.done = true;
   if (metrics_) metrics_->add_generated(a.generated);
+  if (a.choices_left > 0) {
+    // Ended before its prompt was read (cancelled, or an error): the choices it would have
+    // cloned end with it.
+    for (int i = 1; i <= a.choices_left; ++i) a.req.stream->push(GenEvent::done(reason, i));
+    a.choices_left = 0;
+  }
   if (a.req.on_finish) {
     // A caller's session goes back to its owner before the reply is released.
     try {
       a.req.on_finish(reason, a.last);
     } catch (const std::exception& e) {
-      a.req.stream->push({GenEvent::Kind::Error, 0, 0, 0, e.what()});
+      a.req.stream->push(GenEvent::error(e.what()));
       return;
     }
-    a.req.stream->push({GenEvent::Kind::Done, 0, 0, 0, reason});
+    a.req.stream->push(GenEvent::done(reason, a.index));
     return;
   }
-  a.req.stream->push({GenEvent::Kind::Done, 0, 0, 0, reason});
+  a.req.stream->push(GenEvent::done(reason, a.index));
   // The conversation so far, offered to the cache: an agent resending this history next turn
   // (prompt + this reply) starts from these blocks.
   try {
@@ -216,7 +277,38 @@ void Scheduler::finish(Active& a, const std::string& reason) {
 // all, oldest request first), so a long prompt never stalls the others' decoding for its whole
 // prefill. Chunking changes nothing in the results: each position is computed the same way
 // whatever the batch (ops/matmul.h).
+void Scheduler::spawn_choices() {
+  std::vector<std::unique_ptr<Active>> spawned;
+  for (auto& ap : active_) {
+    Active& a = *ap;
+    if (a.choices_left == 0 || a.prefilling() || !a.session->has_logits() ||
+        a.req.stream->cancelled())
+      continue;
+    for (int i = 1; i <= a.choices_left; ++i) {
+      auto c = std::make_unique<Active>();
+      c->req = a.req;  // on_finish is empty: a caller's session has one choice
+      c->owned.emplace(a.session->clone());
+      c->session = &*c->owned;
+      SamplingOptions o = a.req.sampling;
+      o.seed += uint64_t(i);
+      c->sampler = Sampler(o);
+      c->index = i;
+      if (a.matcher) c->matcher.emplace(*a.matcher);  // nothing generated yet: the start state
+      c->constrained = a.constrained;
+      spawned.push_back(std::move(c));
+    }
+    a.choices_left = 0;
+  }
+  for (auto& c : spawned) active_.push_back(std::move(c));
+}
+
+// One forward call for every active sequence: a sampled token for each one that is decoding, and
+// a chunk of the prompt for those still prefilling (at most prefill_chunk prompt tokens per step in
+// all, oldest request first), so a long prompt never stalls the others' decoding for its whole
+// prefill. Chunking changes nothing in the results: each position is computed the same way
+// whatever the batch (ops/matmul.h).
 void Scheduler::step() {
+  spawn_choices();
   std::vector<Session*> batch;
   std::vector<std::span<const int32_t>> spans;
   std::vector<int32_t> sampled;
@@ -225,8 +317,8 @@ void Scheduler::step() {
   int prefill_budget = options_.prefill_chunk;
   for (auto& ap : active_) {
     Active& a = *ap;
-    if (a.req.stream->cancelled()) {
-      if (metrics_ && a.req.stream->client_gone()) metrics_->add_cancelled();
+    if (a.req.stream->cancelled() || a.req.stream->choice_cancelled(a.index)) {
+      if (metrics_ && a.req.stream->client_gone() && a.index == 0) metrics_->add_cancelled();
       finish(a, "cancelled");
       continue;
     }
@@ -238,20 +330,44 @@ void Scheduler::step() {
       batch.push_back(a.session);
       spans.emplace_back(a.req.prompt.data() + a.session->size(), size_t(n));
       members.push_back(&a);
+      // Streams show the reading of a long prompt (keep-alives that say how far it is).
+      a.req.stream->push(GenEvent::progress(int(a.req.prompt.size()), a.session->size() + n));
       continue;
     }
     // Only ids the tokenizer can decode: padded embedding rows never come back as tokens.
-    const int32_t next = a.sampler.sample(a.session->sampleable_logits(), a.session->tokens());
+    const std::span<const float> logits = a.session->sampleable_logits();
+    std::span<const float> choose_from = logits;
+    if (a.constrained) {
+      a.matcher->allowed_tokens(a.mask);
+      a.masked.assign(logits.begin(), logits.end());
+      grammar::apply_token_mask(a.masked, a.mask);
+      choose_from = a.masked;
+    }
+    const int32_t next = a.sampler.sample(choose_from, a.session->tokens());
+    if (a.matcher) {
+      if (a.constrained)
+        a.matcher->advance_token(next);
+      else if (a.req.grammar_after && next == *a.req.grammar_after)
+        a.constrained = true;  // the constraint starts with the next token
+    }
     if (std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), next) != a.req.stop_ids.end()) {
       finish(a, "stop");
       continue;
     }
-    if (a.generated == 0 && metrics_)
+    if (a.generated == 0 && a.index == 0 && metrics_)
       metrics_->observe_ttft(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - a.req.arrived).count());
-    a.req.stream->push({GenEvent::Kind::Token, next, 0, 0, ""});
+    GenEvent token = GenEvent::token_of(next, a.index);
+    if (a.req.top_logprobs >= 0) fill_logprobs(logits, next, a.req.top_logprobs, token);
+    a.req.stream->push(std::move(token));
     ++a.generated;
     a.last = next;
+    // A grammar that is complete and admits nothing more ends the choice (with no stop id to
+    // sample, e.g. under ignore_eos, the mask would be empty).
+    if (a.constrained && a.matcher->is_complete() && !a.matcher->can_continue()) {
+      finish(a, "stop");
+      continue;
+    }
     if (a.generated >= a.req.max_tokens || a.session->size() + 1 > ctx_) {
       finish(a, "length");
       continue;
@@ -274,7 +390,7 @@ void Scheduler::step() {
           } catch (const std::exception&) {
           }
         }
-        a->req.stream->push({GenEvent::Kind::Error, 0, 0, 0, e.what()});
+        a->req.stream->push(GenEvent::error(e.what(), a->index));
       }
     }
   }

@@ -17,10 +17,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -29,11 +31,45 @@
 namespace fak::server {
 
 struct GenEvent {
-  enum class Kind { Started, Token, Done, Error };
+  enum class Kind { Started, Progress, Token, Done, Error };
   Kind kind = Kind::Token;
   int32_t token = 0;
-  int prompt_tokens = 0, cached_tokens = 0;  // Started
+  int prompt_tokens = 0, cached_tokens = 0;  // Started; Progress: prompt tokens read so far
   std::string text;                          // Done: finish reason; Error: message
+  int index = 0;                             // Token, Done: which choice (GenRequest::n)
+  // Token, when GenRequest::top_logprobs >= 0: the token's log-probability under the model's
+  // distribution, and the most likely alternatives (id, logprob), most likely first.
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+
+  static GenEvent started(int prompt_tokens, int cached_tokens) {
+    return make(Kind::Started, prompt_tokens, cached_tokens, "", 0);
+  }
+  static GenEvent progress(int prompt_tokens, int read) {
+    return make(Kind::Progress, prompt_tokens, read, "", 0);
+  }
+  static GenEvent token_of(int32_t id, int index) {
+    GenEvent e = make(Kind::Token, 0, 0, "", index);
+    e.token = id;
+    return e;
+  }
+  static GenEvent done(std::string reason, int index) {
+    return make(Kind::Done, 0, 0, std::move(reason), index);
+  }
+  static GenEvent error(std::string message, int index = 0) {
+    return make(Kind::Error, 0, 0, std::move(message), index);
+  }
+
+ private:
+  static GenEvent make(Kind kind, int prompt, int cached, std::string text, int index) {
+    GenEvent e;
+    e.kind = kind;
+    e.prompt_tokens = prompt;
+    e.cached_tokens = cached;
+    e.text = std::move(text);
+    e.index = index;
+    return e;
+  }
 };
 
 // Scheduler -> HTTP thread. The consumer may cancel at any time; the scheduler notices at its
@@ -46,16 +82,27 @@ class GenStream {
   // client_gone: the client left (counted in metrics); otherwise the consumer has all it wants
   // (a stop string matched).
   void cancel(bool client_gone = true) {
-    client_gone_ = client_gone;
+    if (client_gone) client_gone_ = true;  // a later cancel for another cause keeps it
     cancelled_ = true;
   }
   bool cancelled() const { return cancelled_; }
   bool client_gone() const { return client_gone_; }
+  // One choice of several is over for the consumer (its stop string matched): only it ends.
+  void cancel_choice(int index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size_t(index) >= cancelled_choices_.size()) cancelled_choices_.resize(size_t(index) + 1);
+    cancelled_choices_[size_t(index)] = true;
+  }
+  bool choice_cancelled(int index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return size_t(index) < cancelled_choices_.size() && cancelled_choices_[size_t(index)];
+  }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<GenEvent> events_;
+  std::vector<bool> cancelled_choices_;
   std::atomic<bool> cancelled_{false}, client_gone_{false};
 };
 
@@ -73,6 +120,15 @@ struct GenRequest {
   // and the last token sampled (-1 if none) — exactly once, whatever happens.
   Session* session = nullptr;
   std::function<void(const std::string& reason, int32_t last)> on_finish;
+  // Choices: the prompt is read once, then its session is cloned (blocks shared, copy-on-write)
+  // into n sequences sampled with seeds seed, seed + 1, ... Each takes a batch slot.
+  int n = 1;
+  int top_logprobs = -1;  // -1: none; 0: the sampled token's; k: and the k most likely
+  // Constrained decoding: every choice's tokens follow this grammar (the stop ids end it once it
+  // is complete). With grammar_after, the constraint starts after the model samples that token
+  // (a reasoning block's closing tag), so a thinking model thinks freely first.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::optional<int32_t> grammar_after;
 };
 
 struct SchedulerOptions {
@@ -88,7 +144,8 @@ class Scheduler {
   Scheduler(std::shared_ptr<const Model> model, SchedulerOptions options, Metrics* metrics);
   ~Scheduler();
 
-  // Queues a generation. Throws ApiError 429 when the queue is full, 503 when shutting down.
+  // Queues a generation. Throws ApiError 429 when the queue is full, 503 when shutting down, 400
+  // when it asks for more choices than --parallel.
   void submit(GenRequest request);
   // Runs fn on the scheduler thread between steps and waits; rethrows what fn throws.
   void run_job(std::function<void()> fn);
@@ -106,11 +163,16 @@ class Scheduler {
   struct Active;
   void loop();
   void admit(GenRequest request);
+  // A request's first choice clones the rest once its prompt is read: one prefill for n choices.
+  void spawn_choices();
   void step();
   void finish(Active& a, const std::string& reason);
 
+  const std::shared_ptr<const grammar::TokenIndex>& token_index();
+
   std::shared_ptr<const Model> model_;
   SchedulerOptions options_;
+  std::shared_ptr<const grammar::TokenIndex> token_index_;  // built at the first grammar
   Metrics* metrics_;
   int ctx_;
   std::shared_ptr<KvCache> cache_;
@@ -121,7 +183,7 @@ class Scheduler {
   std::deque<GenRequest> queue_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
-  int active_count_ = 0;  // mirror of active_.size() for gauges()
+  int active_count_ = 0;  // sequences running or admitted (choices count one each)
 
   std::vector<std::unique_ptr<Active>> active_;  // scheduler thread only
   std::thread thread_;

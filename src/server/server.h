@@ -29,6 +29,10 @@ struct ServerOptions {
   double body_timeout_s = 60;
   double write_timeout_s = 30;
   bool log_requests = false;  // one line per request on stderr
+  // A stream with nothing to send for this long gets an SSE comment, so proxies and clients see
+  // a live connection; while a long prompt is read, the comment says how far (at most once per
+  // keep-alive interval, and never more than once a second).
+  double sse_keepalive_s = 10;
 };
 
 // The application without a transport: the model's context, the scheduler and every route. serve()

@@ -1,0 +1,104 @@
+// One generation as every API front end (OpenAI chat and completions, Anthropic messages, OpenAI
+// responses) hands it to the scheduler, and its output as they read it back. Per choice the
+// tokens become text (UTF-8-safe), reasoning is split from content, stop strings are held back and
+// cut, tool-call blocks are captured, and each token's logprobs are kept. The front ends differ
+// only in how they parse a request into a GenerationSpec and how they format what comes out, so
+// streaming and whole replies, and the different APIs, cannot drift apart.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "server/openai_format.h"
+#include "server/reasoning.h"
+#include "server/scheduler.h"
+#include "server/stop_filter.h"
+#include "server/tool_calls.h"
+
+namespace fak::server {
+
+struct ServerContext;
+struct HttpRequest;
+
+struct GenerationSpec {
+  std::string partition;  // prefix-cache tenant
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;  // stop strings (in the content)
+  std::vector<int32_t> stop_ids;  // end-of-turn tokens
+  int n = 1;
+  int top_logprobs = -1;  // -1: none; 0: the chosen token's; k: and k alternatives
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::optional<int32_t> grammar_after;
+  bool capture_tool_calls = false;  // <tool_call> blocks become tool calls, not content
+  bool split_reasoning = false;     // <think> blocks become reasoning, not content
+  bool reasoning_open = false;      // the prompt leaves the reply inside a <think> block
+};
+
+// What one poll released for one choice.
+struct ChoiceDelta {
+  int index = 0;
+  std::string reasoning, content;
+  std::vector<TokenLogprob> logprobs;
+};
+
+class Generation {
+ public:
+  struct Choice {
+    std::string reasoning, content;  // everything released so far
+    std::string finish_reason;       // set when done: "stop", "length", "tool_calls"
+    std::vector<TokenLogprob> logprobs;
+    double sum_logprob = 0;  // over the choice's tokens (best_of ranks by it)
+    int tokens = 0;
+    bool done = false;
+    ExtractedToolCalls tool_calls;  // filled when done, if the spec captures them
+  };
+
+  // Queues the generation; throws ApiError as Scheduler::submit does.
+  Generation(ServerContext& ctx, GenerationSpec spec);
+  ~Generation();  // cancels what is still running
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // Waits up to `timeout` for the scheduler, then returns what each choice released (choices with
+  // nothing new are left out). A choice that finished in this poll has done set.
+  std::vector<ChoiceDelta> poll(std::chrono::milliseconds timeout);
+  // Blocks until every choice is done; a client that leaves cancels it (ApiError 499). Errors
+  // from the scheduler become ApiError 500, or 503 while shutting down.
+  void wait(const HttpRequest& req);
+  void cancel(bool client_gone = true) { stream_->cancel(client_gone); }
+
+  bool finished() const { return finished_; }
+  const std::string& error() const { return error_; }
+  const std::vector<Choice>& choices() const { return choices_; }
+  const Usage& usage() const { return usage_; }
+  // Prompt tokens read so far (Progress events), for keep-alives that say how far it is.
+  int prompt_read() const { return prompt_read_; }
+  int prompt_size() const { return int(prompt_size_); }
+  bool started() const { return started_; }
+
+ private:
+  struct Text;  // per choice: decoder, reasoning splitter, stop filter
+  void on_event(const GenEvent& e, std::vector<ChoiceDelta>& out);
+  ChoiceDelta& delta_for(int index, std::vector<ChoiceDelta>& out);
+  void close_choice(int index, const std::string& reason, std::vector<ChoiceDelta>& out);
+
+  ServerContext& ctx_;
+  std::shared_ptr<GenStream> stream_;
+  size_t prompt_size_ = 0;
+  bool capture_tool_calls_ = false;
+  bool wants_logprobs_ = false;
+  std::vector<Choice> choices_;
+  std::vector<std::unique_ptr<Text>> text_;
+  Usage usage_;
+  std::string error_;
+  bool finished_ = false, started_ = false;
+  int prompt_read_ = 0;
+};
+
+}  // namespace fak::server

@@ -1,0 +1,35 @@
+// Prompt tokens for a request, as every API front end needs them: a completion's text or ids, or
+// a conversation rendered with the model's chat template (tools always kept in it, so the prefix
+// of an agent's conversation stays the same whatever tool_choice says), and the context check
+// with OpenAI's wording.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/openai_request.h"
+
+namespace fak::server {
+
+struct ServerContext;
+
+struct BuiltPrompt {
+  std::vector<int32_t> ids;
+  // Chat prompts of thinking models: the generation prompt opened a <think> block (the reply
+  // starts as reasoning), or closed one (thinking turned off: the reply is all answer).
+  bool opens_reasoning = false;
+  bool closes_reasoning = false;
+};
+
+// Throws ApiError 400 for ids outside the vocabulary, invalid UTF-8 or a model without tokenizer.
+BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r);
+// Conversations from other APIs (Anthropic messages, OpenAI responses), already normalised to
+// OpenAI chat messages.
+BuiltPrompt build_chat_prompt(ServerContext& ctx, const ojson& messages, const ojson& tools,
+                              const ojson& template_kwargs);
+
+// 400 context_length_exceeded when the prompt leaves no room to generate; param names the field.
+void check_prompt_fits(const std::vector<int32_t>& ids, int n_ctx, const std::string& param);
+
+}  // namespace fak::server
