@@ -531,6 +531,7 @@ TEST(ServerQueue, FullQueueIs429) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");  // clients back off instead of hammering
   c1.stop();
   long_one.join();
 }
