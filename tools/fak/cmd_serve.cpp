@@ -86,6 +86,10 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   c->add_flag("--log-requests", a->o.log_requests, "print one line per request on stderr");
+  c->add_option("--sse-keepalive", a->o.sse_keepalive_s,
+                "seconds of silence before a stream gets a keep-alive comment")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 3600.0));
   c->add_option("-t,--threads", a->threads, "threads for the forward pass (default: all cores)");
   c->callback([a] { serve(*a); });
 }
