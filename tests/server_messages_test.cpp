@@ -317,6 +317,14 @@ TEST_F(ServerMessages, AssistantPrefillIsContinued) {
   const std::string text = r.j()["content"][0]["text"];
   EXPECT_NE(text.rfind("def reverse(s):", 0), 0u) << text;
   EXPECT_NE(text, free.j()["content"][0]["text"]);
+  // A conversation that is only the prefill (with tools, which the bundled template gets written
+  // into a system message) is served too.
+  ojson only = user_says("", 4);
+  only["messages"] = ojson::parse(R"([{"role": "assistant", "content": "def f"}])");
+  only["tools"] = kWeatherTools;
+  const HttpReply alone_prefill = messages(only);
+  ASSERT_EQ(alone_prefill.status, 200) << alone_prefill.body;
+  EXPECT_EQ(alone_prefill.j()["usage"]["output_tokens"], 4);
 }
 
 TEST_F(ServerMessages, ThinkingIsAcceptedByAModelThatDoesNotThink) {
