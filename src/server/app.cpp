@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "runtime/generation_config.h"
+#include "server/anthropic_format.h"
 #include "server/api_error.h"
 #include "server/context.h"
 #include "server/http_server.h"
@@ -24,7 +25,7 @@ std::string tenant_of(const HttpRequest& req) {
   const std::string prefix = "Bearer ";
   if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0)
     return auth.substr(prefix.size());
-  return "";
+  return req.header("x-api-key");  // Anthropic clients send the key this way
 }
 
 void reply_json(HttpResponse& res, int status, const ojson& body) {
@@ -81,8 +82,8 @@ std::string route_label(const std::string& path) {
     return "/v1/fak/sessions/:id/" + path.substr(path.rfind('/') + 1);
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/:id";
-  for (const char* known :
-       {"/v1/models", "/v1/completions", "/v1/chat/completions", "/health", "/metrics"})
+  for (const char* known : {"/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
+                            "/v1/messages/count_tokens", "/v1/responses", "/health", "/metrics"})
     if (path == known) return path;
   return "other";
 }
@@ -169,8 +170,13 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
     const auto& keys = ctx.options.api_keys;
     if (keys.empty() || req.path == "/health" || req.path == "/metrics") return false;
     if (keys.count(tenant_of(req))) return false;
-    reply_error(res, 401, "missing or unknown API key: send Authorization: Bearer <key>",
-                "authentication_error", "", "invalid_api_key");
+    const std::string message =
+        "missing or unknown API key: send Authorization: Bearer <key> (or x-api-key: <key>)";
+    // Each API's clients read errors in their own shape.
+    if (req.path.rfind("/v1/messages", 0) == 0)
+      reply_anthropic_error(res, 401, message);
+    else
+      reply_error(res, 401, message, "authentication_error", "", "invalid_api_key");
     return true;
   };
   const bool log = options.log_requests;
@@ -183,6 +189,8 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   add_basic_routes(router, ctx);
   add_openai_routes(router, ctx);
   add_fak_routes(router, ctx);
+  add_anthropic_routes(router, ctx);
+  add_responses_routes(router, ctx);
 
   HttpServerOptions& h = impl_->http;
   h.host = options.host;

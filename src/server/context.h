@@ -29,7 +29,8 @@ struct ServerContext {
   std::unique_ptr<SessionStore> sessions;  // touched only inside scheduler jobs
 };
 
-// The bearer token (empty without one): the tenant for prefix-cache partitions and sessions.
+// The API key (empty without one): the bearer token, or Anthropic's x-api-key header. The tenant
+// for prefix-cache partitions and sessions.
 std::string tenant_of(const HttpRequest& req);
 void reply_json(HttpResponse& res, int status, const ojson& body);
 void reply_error(HttpResponse& res, int status, const std::string& message, const std::string& type,
@@ -40,5 +41,7 @@ HttpHandler guarded(HttpHandler fn);
 
 void add_openai_routes(Router& router, ServerContext& ctx);
 void add_fak_routes(Router& router, ServerContext& ctx);
+void add_anthropic_routes(Router& router, ServerContext& ctx);  // /v1/messages
+void add_responses_routes(Router& router, ServerContext& ctx);  // /v1/responses
 
 }  // namespace fak::server

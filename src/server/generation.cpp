@@ -65,6 +65,7 @@ void Generation::close_choice(int index, const std::string& reason, std::vector<
   tail.content += last.content;
   std::string content = t.filter.stopped() ? "" : t.filter.push(tail.content);
   if (!t.filter.stopped()) content += t.filter.finish();
+  if (t.filter.stopped() && c.stop_sequence.empty()) c.stop_sequence = t.filter.matched();
   d.reasoning += tail.reasoning;
   d.content += content;
   c.reasoning += tail.reasoning;
@@ -116,6 +117,7 @@ void Generation::on_event(const GenEvent& e, std::vector<ChoiceDelta>& out) {
       d.content += shown;
       c.content += shown;
       if (t.filter.stopped()) {
+        c.stop_sequence = t.filter.matched();
         // The client has all it asked for from this choice: free its slot now.
         stream_->cancel_choice(e.index);
         close_choice(e.index, "stop", out);

@@ -52,6 +52,7 @@ class Generation {
   struct Choice {
     std::string reasoning, content;  // everything released so far
     std::string finish_reason;       // set when done: "stop", "length", "tool_calls"
+    std::string stop_sequence;       // the stop string that ended it, if one did
     std::vector<TokenLogprob> logprobs;
     double sum_logprob = 0;  // over the choice's tokens (best_of ranks by it)
     int tokens = 0;

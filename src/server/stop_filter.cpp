@@ -34,7 +34,10 @@ std::string StopFilter::push(std::string_view text) {
     size_t from = searched_from >= s.size() ? searched_from - s.size() + 1 : 0;
     size_t at = buf.find(s, from);
     if (at == std::string::npos) continue;
+    // note: each later match found is earlier in the text (the buffer was cut at the one before),
+    // so the last one recorded is the one the text stops at.
     buf.resize(at);
+    matched_ = s;
     stopped_ = true;
   }
   if (stopped_) {

@@ -20,6 +20,8 @@ class StopFilter {
   // End of generation: returns the held text that turned out not to be a stop string.
   std::string finish();
   bool stopped() const { return stopped_; }
+  // The stop string that matched (empty until one did): Anthropic reports it as stop_sequence.
+  const std::string& matched() const { return matched_; }
   // Text from the capture marker on (empty when the marker never appeared).
   const std::string& captured() const { return captured_; }
 
@@ -30,6 +32,7 @@ class StopFilter {
   std::string marker_;
   std::string held_;
   std::string captured_;
+  std::string matched_;
   bool capturing_ = false;
   bool stopped_ = false;
 };

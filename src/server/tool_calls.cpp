@@ -85,8 +85,9 @@ ojson messages_for_plain_template(const ojson& messages, const ojson& tools) {
       out.push_back({{"role", "system"}, {"content", preamble}});
     }
   }
-  for (size_t i = out.empty() ? 0 : (messages[0]["role"] == "system" ? 1 : 0); i < messages.size();
-       ++i) {
+  // note: messages may be empty (a conversation that is only an assistant prefill).
+  const bool merged_system = !out.empty() && !messages.empty() && messages[0]["role"] == "system";
+  for (size_t i = merged_system ? 1 : 0; i < messages.size(); ++i) {
     ojson m = messages[i];
     if (m.contains("tool_calls")) {
       std::string text = m["content"].get<std::string>();

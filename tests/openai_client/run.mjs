@@ -1,5 +1,7 @@
 // Drives a real `fak serve` with the official openai npm client, as an agent would: chat
-// (non-stream + stream), tools, completions and multi-turn prefix caching.
+// (non-stream + stream), tools, completions and multi-turn prefix caching; and the Responses API
+// as Codex-style agents use it (create, streamed events, the stream helper, function calls and a
+// function_call_output turn, text.format json_schema through the SDK's parse helper).
 // Usage: node run.mjs /path/to/fak   (ctest passes the built binary). Exits non-zero on failure;
 // a missing `openai` package is a failure, not a skip (run .ci/install-deps).
 import { spawn } from "node:child_process";
@@ -137,6 +139,106 @@ await check("errors are OpenAI errors", async () => {
                        (e) => e.status === 400 && e.param === "messages");
   const bad = new OpenAI({ baseURL: url + "/v1", apiKey: "sk-wrong", maxRetries: 0 });
   await assert.rejects(bad.models.list(), (e) => e.status === 401);
+});
+
+const weatherTool = {
+  type: "function", name: "get_weather", description: "The weather in a city",
+  parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } },
+                required: ["city"], additionalProperties: false },
+  strict: true,
+};
+
+await check("responses.create", async () => {
+  const r = await client.responses.create({
+    model: "pycoder-6m", instructions: system, input: "add two numbers", max_output_tokens: 12, temperature: 0,
+  });
+  assert.equal(r.object, "response");
+  assert.match(r.id, /^resp_/);
+  assert.ok(["completed", "incomplete"].includes(r.status), r.status);
+  assert.equal(r.output[0].type, "message");
+  assert.equal(r.output[0].content[0].type, "output_text");
+  assert.equal(r.output_text, r.output[0].content[0].text);  // the SDK's convenience field
+  assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+});
+
+await check("responses stream: events equal the whole response (greedy)", async () => {
+  const req = { model: "pycoder-6m", input: "print hello world", max_output_tokens: 16, temperature: 0 };
+  const whole = await client.responses.create(req);
+  const stream = await client.responses.create({ ...req, stream: true });
+  let text = "", last = null, seq = -1;
+  const types = [];
+  for await (const e of stream) {
+    types.push(e.type);
+    assert.equal(e.sequence_number, seq + 1);
+    seq = e.sequence_number;
+    if (e.type === "response.output_text.delta") text += e.delta;
+    last = e;
+  }
+  assert.deepEqual(types.slice(0, 4), ["response.created", "response.in_progress", "response.output_item.added",
+                                       "response.content_part.added"]);
+  assert.ok(types.includes("response.output_text.done") && types.includes("response.output_item.done"), types.join());
+  assert.equal(text, whole.output_text);
+  assert.ok(["response.completed", "response.incomplete"].includes(last.type), last.type);
+  assert.equal(last.response.output[0].content[0].text, whole.output_text);
+  // The SDK's stream helper accumulates the same.
+  const helper = client.responses.stream(req);
+  let helped = "";
+  helper.on("response.output_text.delta", (e) => { helped += e.delta; });
+  await helper.done();
+  assert.equal(helped, whole.output_text);
+});
+
+await check("responses function call and function_call_output turn", async () => {
+  const input = [{ role: "user", content: "What is the weather in Paris? Use the tool." }];
+  const first = await client.responses.create({
+    model: "pycoder-6m", instructions: system, input, tools: [weatherTool], tool_choice: "required",
+    parallel_tool_calls: false, max_output_tokens: 60,
+  });
+  const call = first.output.find((o) => o.type === "function_call");
+  assert.ok(call, JSON.stringify(first.output));
+  assert.equal(call.name, "get_weather");
+  assert.match(call.call_id, /^call_/);
+  const args = JSON.parse(call.arguments);
+  assert.deepEqual(Object.keys(args), ["city"]);
+  assert.ok(typeof args.city === "string" && args.city.length <= 12);
+  input.push(call, { type: "function_call_output", call_id: call.call_id, output: "21 degrees, sunny" });
+  const second = await client.responses.create({
+    model: "pycoder-6m", instructions: system, input, tools: [weatherTool], max_output_tokens: 8,
+  });
+  assert.ok(second.usage.input_tokens_details.cached_tokens > 0, JSON.stringify(second.usage));
+  // Streamed, a forced call arrives as function_call_arguments events.
+  const stream = await client.responses.create({
+    model: "pycoder-6m", input: "Weather in Oslo?", tools: [weatherTool],
+    tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 60, stream: true,
+  });
+  let argsDelta = "", argsDone = null;
+  for await (const e of stream) {
+    if (e.type === "response.function_call_arguments.delta") argsDelta += e.delta;
+    if (e.type === "response.function_call_arguments.done") argsDone = e.arguments;
+  }
+  assert.equal(argsDelta, argsDone);
+  assert.equal(typeof JSON.parse(argsDone).city, "string");
+});
+
+await check("responses.parse with text.format json_schema", async () => {
+  const schema = { type: "object", properties: { name: { type: "string", maxLength: 10 }, count: { type: "integer" } },
+                   required: ["name", "count"], additionalProperties: false };
+  const r = await client.responses.parse({
+    model: "pycoder-6m", input: "Describe the list as JSON.", max_output_tokens: 300,
+    text: { format: { type: "json_schema", name: "summary", schema, strict: true } },
+  });
+  assert.equal(r.status, "completed");
+  assert.equal(typeof r.output_parsed.name, "string");
+  assert.ok(Number.isInteger(r.output_parsed.count));
+  assert.deepEqual(Object.keys(r.output_parsed).sort(), ["count", "name"]);
+});
+
+await check("responses errors: stored state and other tools are refused", async () => {
+  await assert.rejects(client.responses.create({ model: "pycoder-6m", input: "x", previous_response_id: "resp_1" }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === "previous_response_id");
+  await assert.rejects(client.responses.create({ model: "pycoder-6m", input: "x", tools: [{ type: "web_search" }] }),
+                       (e) => e.status === 400 && e.param === "tools[0].type");
 });
 
 proc.kill("SIGTERM");

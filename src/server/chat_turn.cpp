@@ -1,0 +1,117 @@
+#include "server/chat_turn.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+#include "server/api_error.h"
+#include "server/context.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fak::server {
+
+namespace {
+
+// The same constraint rules as grammar_for in openai_routes.cpp, over a ChatTurn.
+std::shared_ptr<const grammar::Grammar> turn_grammar(const ChatTurn& t) {
+  const bool forced_tool = t.tool_choice == "required" || t.tool_choice == "function";
+  if (forced_tool && !t.response_format.is_null())
+    bad_request("a JSON output format and a forced tool choice cannot be combined",
+                t.response_format_param);
+  try {
+    if (!t.response_format.is_null()) return grammar::compile_response_format(t.response_format);
+    if (forced_tool) {
+      if (!t.tools.is_array() || t.tools.empty())
+        bad_request("a forced tool choice needs `tools`", "tool_choice");
+      grammar::ToolCallOptions o;
+      o.only_function = t.tool_choice_name;
+      o.max_calls = t.tool_choice == "required" ? std::max(1, t.max_tool_calls) : 1;
+      o.schema.ignore_unsupported_keywords = !t.strict_tool_schemas;
+      return grammar::compile_tool_calls(t.tools, o);
+    }
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    bad_request(e.what(), t.response_format.is_null() ? "tools" : t.response_format_param);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn) {
+  BuiltPrompt built = build_chat_prompt(ctx, turn.messages, turn.tools, turn.template_kwargs);
+  if (!turn.prefill.empty()) {
+    const std::vector<int32_t> more = ctx.model->tokenizer()->encode(turn.prefill);
+    built.ids.insert(built.ids.end(), more.begin(), more.end());
+    // The reply continues the given answer text: nothing of it is reasoning, and a constraint
+    // applies from its first token.
+    built.opens_reasoning = false;
+    built.closes_reasoning = true;
+  }
+  return built;
+}
+
+GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
+                                    const BuiltPrompt& prompt, std::string partition) {
+  const int n_ctx = ctx.scheduler->ctx();
+  GenerationSpec spec;
+  spec.partition = std::move(partition);
+  spec.prompt = prompt.ids;
+  spec.max_tokens = std::min(turn.max_tokens.value_or(n_ctx), n_ctx - int(prompt.ids.size()));
+  spec.sampling = turn.sampling;
+  spec.stop = turn.stop;
+  spec.stop_ids = ctx.chat->stop_ids();
+  spec.grammar = turn_grammar(turn);
+  spec.capture_tool_calls =
+      turn.tools.is_array() && !turn.tools.empty() && turn.tool_choice != "none";
+  spec.split_reasoning = ctx.chat->think_close_id().has_value();
+  spec.reasoning_open = spec.split_reasoning && prompt.opens_reasoning;
+  // A thinking model thinks first; the constraint starts once the block is closed.
+  if (spec.grammar && spec.split_reasoning && !prompt.closes_reasoning)
+    spec.grammar_after = ctx.chat->think_close_id();
+  return spec;
+}
+
+void merge_leading_system(ojson& messages) {
+  size_t n = 0;
+  while (n < messages.size() && messages[n]["role"] == "system") ++n;
+  if (n < 2) return;
+  std::string text;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string part = messages[i]["content"].get<std::string>();
+    if (part.empty()) continue;
+    text += (text.empty() ? "" : "\n\n") + part;
+  }
+  ojson merged = ojson::array();
+  merged.push_back({{"role", "system"}, {"content", text}});
+  for (size_t i = n; i < messages.size(); ++i) merged.push_back(std::move(messages[i]));
+  messages = std::move(merged);
+}
+
+std::string new_object_id(std::string_view prefix) {
+  // Unique in the process (the counter) and unlikely to repeat across restarts (the seed): ids
+  // name tool calls an agent sends back, so two replies must never share one.
+  static const uint64_t seed = [] {
+    std::random_device rd;
+    return (uint64_t(rd()) << 32) ^ rd() ^
+           uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t k = ++counter;
+  uint64_t x = seed + 0x9e3779b97f4a7c15ull * k;
+  // splitmix64: the ids look random, so no client comes to depend on their order.
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx%08llx", (unsigned long long)x,
+                (unsigned long long)(k & 0xffffffffull));
+  return std::string(prefix) + buf;
+}
+
+}  // namespace fak::server
