@@ -21,8 +21,10 @@ ServerProcess::ServerProcess(const std::string& extra_args, const ServerSetup& s
   if (setup.before_start) setup.before_start(dir_);
   const std::string log = (dir_ / "serve.log").string();
   ::setenv("FAK_TEST_KEYS", "key-a,key-b", 1);
-  const std::string cmd = setup.shell_prefix + " exec " + FAK_BINARY +
-                          " serve --port 0 -t 1 --ctx 512 --api-key-env FAK_TEST_KEYS "
+  const std::string ctx = setup.ctx > 0 ? " --ctx " + std::to_string(setup.ctx) : "";
+  const std::string cmd = setup.shell_prefix + " exec " + FAK_BINARY + " serve --port 0 -t 1" +
+                          ctx +
+                          " --api-key-env FAK_TEST_KEYS "
                           "--session-dir " +
                           (dir_ / "sessions").string() + " " + extra_args + " 2>" + log;
   const pid_t parent = ::getpid();

@@ -16,6 +16,7 @@ struct ServerSetup {
   // Runs after the temp directory exists and before the server starts (e.g. to plant files in
   // dir / "sessions").
   std::function<void(const std::filesystem::path& dir)> before_start;
+  int ctx = 512;  // --ctx; 0 = the model's
 };
 
 class ServerProcess {

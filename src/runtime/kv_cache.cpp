@@ -1,6 +1,7 @@
 #include "runtime/kv_cache.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -13,6 +14,26 @@ DType parse_kv_type(const std::string& name) {
   if (name == "bf16") return DType::BF16;
   fail("KV type '" + name + "' is not supported (f32, f16, bf16)");
 }
+
+const char* kv_type_name(DType dtype) {
+  return dtype == DType::F16 ? "f16" : dtype == DType::BF16 ? "bf16" : "f32";
+}
+
+size_t kv_bytes_per_token(int n_attention_layers, int n_kv_heads, int head_dim, DType dtype,
+                          bool keep_kraw) {
+  return size_t(n_attention_layers) * size_t(keep_kraw ? 3 : 2) * size_t(n_kv_heads) *
+         size_t(head_dim) * dtype_size(dtype);
+}
+
+namespace {
+
+std::string mib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", double(bytes) / double(1 << 20));
+  return buf;
+}
+
+}  // namespace
 
 KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions options)
     : n_layers_(n_layers),
@@ -32,7 +53,35 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
   block_bytes_ = size_t(n_layers_) * size_t(planes()) * size_t(block_size_) * row_bytes_;
   blocks_per_slab_ = int(std::clamp<size_t>(options.slab_bytes / std::max<size_t>(block_bytes_, 1),
                                             1, size_t(kMaxBlocksPerSlab)));
+  if (max_bytes_ > 0 && block_bytes_ > 0) {
+    const size_t fit = max_bytes_ / block_bytes_;
+    if (fit == 0)
+      fail("KV budget of " + mib(max_bytes_) + " is less than one block (" +
+           std::to_string(block_size_) + " tokens = " + mib(block_bytes_) + ")");
+    // Whole slabs of equal size must fit the budget: as many slabs as the largest allowed size
+    // needs, each then as large as the budget lets them be, so at most one block per slab of the
+    // budget goes unused (a 300 MiB budget of 0.56 MiB blocks maps 9 slabs of 59, not 8 of 64).
+    const size_t largest = std::min<size_t>(size_t(blocks_per_slab_), fit);
+    const size_t n_slabs = (fit + largest - 1) / largest;
+    blocks_per_slab_ = int(fit / n_slabs);
+    capacity_blocks_ = n_slabs * size_t(blocks_per_slab_);
+  }
   head_stride_ = size_t(blocks_per_slab_) * size_t(block_size_) * head_bytes_;
+}
+
+size_t KvCache::capacity_tokens() const {
+  return capacity_blocks_ == SIZE_MAX ? SIZE_MAX : capacity_blocks_ * size_t(block_size_);
+}
+
+void KvCache::set_reclaimer(const void* owner, Reclaimer reclaimer) {
+  reclaimer_owner_ = owner;
+  reclaimer_ = std::move(reclaimer);
+}
+
+void KvCache::clear_reclaimer(const void* owner) {
+  if (reclaimer_owner_ != owner) return;
+  reclaimer_owner_ = nullptr;
+  reclaimer_ = nullptr;
 }
 
 uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
@@ -114,20 +163,30 @@ void KvCache::move_row(int32_t dst_block, int dst_slot, int32_t src_block, int s
     std::memmove(dst + size_t(h) * head_stride_, src + size_t(h) * head_stride_, head_bytes_);
 }
 
+void KvCache::fail_budget() const {
+  throw KvBudgetError("KV memory budget spent: all " + std::to_string(capacity_tokens()) +
+                      " tokens (" + std::to_string(capacity_blocks_) + " blocks of " +
+                      std::to_string(block_size_) + ") that its " + mib(max_bytes_) +
+                      " hold are in use by sequences and sessions");
+}
+
 int32_t KvCache::allocate() {
-  if (max_bytes_ && (in_use_ + 1) * block_bytes() > max_bytes_)
-    fail("KV cache is full: " + std::to_string(max_bytes_ >> 20) + " MiB budget (" +
-         std::to_string(in_use_) + " blocks of " + std::to_string(block_size_) + " tokens in use)");
+  if (free_.empty() && (slabs_.size() + 1) * size_t(blocks_per_slab_) > capacity_blocks_) {
+    // note: the reclaimer releases blocks through release(), which refills free_.
+    if (reclaimer_) reclaimer_(1);
+    if (free_.empty()) fail_budget();
+  }
   if (free_.empty()) {
     int32_t first = int32_t(refcounts_.size());
-    slabs_.emplace_back(size_t(blocks_per_slab_) * block_bytes_, "KV cache");
+    slabs_.emplace_back(slab_bytes(), "KV cache");
+    mapped_slabs_.store(slabs_.size(), std::memory_order_relaxed);
     refcounts_.resize(refcounts_.size() + size_t(blocks_per_slab_), 0);
     for (int i = blocks_per_slab_ - 1; i >= 0; --i) free_.push_back(first + i);
   }
   int32_t b = free_.back();
   free_.pop_back();
   refcounts_[size_t(b)] = 1;
-  ++in_use_;
+  in_use_.fetch_add(1, std::memory_order_relaxed);
   return b;
 }
 
@@ -140,7 +199,7 @@ void KvCache::release(int32_t block) {
   check(rc > 0, "KvCache: release of a free block");
   if (--rc == 0) {
     free_.push_back(block);
-    --in_use_;
+    in_use_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

@@ -16,16 +16,24 @@
 // barely follow: a cloned prefix's blocks are now one run. So a token's row is not contiguous:
 // row() is its head-0 part, head h is head_stride() bytes further, and store_row / load_row /
 // read_rows / write_rows convert to and from whole [kv_dim] rows.
+//
+// Budget: with max_bytes set, the cache never maps more than max_bytes of slabs (what a slab maps
+// becomes resident as its blocks are written, so mapped bytes are what the budget counts, not
+// blocks in use). When every block it may map is taken, allocate() first asks the reclaimer (the
+// prefix cache, which gives back blocks no sequence holds) and only then throws KvBudgetError.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/anon_memory.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "runtime/kv_cells.h"
 
 namespace fak {
@@ -33,7 +41,7 @@ namespace fak {
 struct KvCacheOptions {
   int block_size = 32;
   bool keep_kraw = true;     // drop to save a third of the memory when shift-eviction is not needed
-  size_t max_bytes = 0;      // 0 = no limit
+  size_t max_bytes = 0;      // the most the cache maps, slabs included (0 = no limit)
   DType dtype = DType::F32;  // F32, F16 or BF16
   // The most a slab (the unit the cache maps memory in) may take: it holds at least one block and
   // at most 64 (see blocks_per_slab()).
@@ -44,12 +52,26 @@ enum class KvPlane : uint8_t { K, V, Kraw };
 
 // "f32" / "f16" / "bf16" -> DType; throws fak::Error naming the accepted values.
 DType parse_kv_type(const std::string& name);
+const char* kv_type_name(DType dtype);
+
+// One token's KV in every attention layer: K + V (+ Kraw) rows of n_kv_heads * head_dim elements.
+size_t kv_bytes_per_token(int n_attention_layers, int n_kv_heads, int head_dim, DType dtype,
+                          bool keep_kraw);
+
+// The KV memory budget is spent: every block the budget allows is held by a sequence or session.
+// The server answers 503 (retry later), not 400: the request itself may be fine.
+class KvBudgetError : public Error {
+ public:
+  using Error::Error;
+};
 
 class KvCache : public BlockPool {
  public:
   KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions options = {});
 
-  int32_t allocate() override;  // refcount 1; throws fak::Error when the memory budget is spent
+  // Refcount 1. When the budget is spent, asks the reclaimer for a block first; throws
+  // KvBudgetError when it has none to give.
+  int32_t allocate() override;
   void retain(int32_t block) override;
   void release(int32_t block) override;  // frees at refcount 0
   int refcount(int32_t block) const override { return refcounts_[size_t(block)]; }
@@ -84,16 +106,33 @@ class KvCache : public BlockPool {
   size_t row_bytes() const { return row_bytes_; }  // one token's row, all heads
   bool keeps_kraw() const { return keep_kraw_; }
   size_t block_bytes() const { return block_bytes_; }
-  size_t blocks_in_use() const { return in_use_; }
-  size_t bytes_in_use() const { return in_use_ * block_bytes(); }
+  // Safe to read from any thread (metrics), like mapped_bytes().
+  size_t blocks_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  size_t bytes_in_use() const { return blocks_in_use() * block_bytes(); }
   size_t max_bytes() const { return max_bytes_; }
+  // Blocks the budget allows (whole slabs within max_bytes); SIZE_MAX without a budget.
+  size_t capacity_blocks() const { return capacity_blocks_; }
+  size_t capacity_tokens() const;
+  size_t slab_bytes() const { return size_t(blocks_per_slab_) * block_bytes_; }
+  size_t mapped_bytes() const {
+    return mapped_slabs_.load(std::memory_order_relaxed) * slab_bytes();
+  }
+
+  // Gives back up to n unreferenced blocks held elsewhere (the prefix cache) when the budget is
+  // spent; returns how many it freed. One at a time: `owner` names who set it, so a reclaimer
+  // that goes away clears only its own. It runs inside allocate(), on the allocating thread.
+  using Reclaimer = std::function<size_t(size_t n)>;
+  void set_reclaimer(const void* owner, Reclaimer reclaimer);
+  void clear_reclaimer(const void* owner);
 
  private:
   int planes() const { return keep_kraw_ ? 3 : 2; }
+  [[noreturn]] void fail_budget() const;
 
   int n_layers_, n_kv_heads_, head_dim_, kv_dim_, block_size_;
   bool keep_kraw_;
   size_t max_bytes_;
+  size_t capacity_blocks_ = SIZE_MAX;
   DType dtype_;
   size_t row_bytes_, block_bytes_, head_bytes_, head_stride_;
   // Up to 64 blocks (2048 tokens of 32-token blocks), fewer where that would pass slab_bytes. A
@@ -103,12 +142,16 @@ class KvCache : public BlockPool {
   // token, and gets 23 blocks (126 MiB). Fewer blocks per slab cut a cloned prefix's runs of
   // contiguous rows (5-agent decode steps at 16 blocks: up to 16% slower at the 0.5B shape), which
   // the largest models, whose steps are mostly weight reads, feel least.
+  // With a budget, slabs are made a little smaller where that lets whole slabs fill it (see the
+  // constructor), so what the budget allows is what gets mapped.
   static constexpr int kMaxBlocksPerSlab = 64;
   int blocks_per_slab_;
   std::vector<AnonMemory> slabs_;  // huge-page advised: a step reads them all
   std::vector<int> refcounts_;
   std::vector<int32_t> free_;
-  size_t in_use_ = 0;
+  std::atomic<size_t> in_use_{0}, mapped_slabs_{0};
+  const void* reclaimer_owner_ = nullptr;
+  Reclaimer reclaimer_;
 };
 
 }  // namespace fak

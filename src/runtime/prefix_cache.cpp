@@ -1,10 +1,29 @@
 #include "runtime/prefix_cache.h"
 
 #include <algorithm>
+#include <queue>
 
 #include "core/error.h"
 
 namespace fak {
+
+namespace {
+
+constexpr int kMaxUses = 4;  // see the eviction policy in prefix_cache.h
+
+// P0: the position at which a token's attention (4 FLOPs per query dim per position, QK and AV, in
+// every attention layer) costs as much as its matmuls (2 per weight: every layer's projections and
+// MLP, and the lm_head). DeltaNet layers are counted as attention-sized projections: close enough
+// to rank blocks.
+double attention_crossover(const ModelConfig& c, int n_attention_layers) {
+  const double d = c.dim, q = c.q_dim(), kv = c.kv_dim();
+  const double per_layer = d * q * 2 + d * kv * 2 + 3 * d * c.hidden_dim;
+  const double weights = per_layer * c.n_layers + d * c.vocab;
+  const double attention = 2.0 * std::max(1, n_attention_layers) * std::max(1.0, q);
+  return std::max(1.0, weights / attention);
+}
+
+}  // namespace
 
 // One node per cached block: the edge from its parent is the block's block_size token ids.
 struct PrefixCache::Node {
@@ -12,6 +31,9 @@ struct PrefixCache::Node {
   int32_t block = -1;  // -1 at the root
   int depth = 0;       // blocks from the root: the node's block ends at position depth * block_size
   uint64_t last_used = 0;
+  int uses = 0;         // requests that started from the block (at most kMaxUses)
+  double priority = 0;  // GreedyDual: L + uses x cost when last used
+  bool queued = false;  // in the eviction heap
   std::shared_ptr<const StateCheckpoint> checkpoint;  // hybrid: the state at the end of the block
   std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
 };
@@ -20,9 +42,12 @@ PrefixCache::PrefixCache(std::shared_ptr<const Model> model, std::shared_ptr<KvC
                          size_t max_bytes)
     : model_(std::move(model)), cache_(std::move(cache)), max_bytes_(max_bytes) {
   stats_.max_bytes = max_bytes;
+  crossover_ = attention_crossover(model_->config(), model_->n_attention_layers());
+  cache_->set_reclaimer(this, [this](size_t n) { return reclaim(n); });
 }
 
 PrefixCache::~PrefixCache() {
+  cache_->clear_reclaimer(this);
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Node*> stack;
   for (auto& [_, root] : roots_) stack.push_back(root.get());
@@ -61,7 +86,7 @@ Session PrefixCache::acquire(const std::string& partition, std::span<const int32
     }
     const uint64_t now = ++clock_;
     for (Node* n : path) {
-      n->last_used = now;
+      touch(n, now, /*hit=*/true);
       cache_->retain(n->block);  // the session's reference
       blocks.push_back(n->block);
     }
@@ -118,8 +143,10 @@ void PrefixCache::insert_locked(const std::string& partition, const Session& ses
       child->block = session.blocks()[i];
       cache_->retain(child->block);
       ++stats_.blocks;
+      touch(child.get(), now, /*hit=*/true);  // its first use
+    } else {
+      touch(child.get(), now, /*hit=*/false);  // the acquire that matched it counted the use
     }
-    child->last_used = now;
     node = child.get();
     auto cp = cps.find(i + 1);
     if (cp != cps.end() && !node->checkpoint) {
@@ -129,6 +156,17 @@ void PrefixCache::insert_locked(const std::string& partition, const Session& ses
     }
   }
   evict_to_budget();
+}
+
+double PrefixCache::cost(int depth) const {
+  // Mean position of the block's tokens, over the crossover (see prefix_cache.h).
+  return 1.0 + (double(depth) - 0.5) * double(cache_->block_size()) / crossover_;
+}
+
+void PrefixCache::touch(Node* node, uint64_t now, bool hit) {
+  if (hit) node->uses = std::min(node->uses + 1, kMaxUses);
+  node->last_used = now;
+  node->priority = inflation_ + double(node->uses) * cost(node->depth);
 }
 
 void PrefixCache::remove_leaf(Node* leaf) {
@@ -143,48 +181,90 @@ void PrefixCache::remove_leaf(Node* leaf) {
     }
 }
 
-// Dense: the least recently used leaf that no session holds goes first. Hybrid: a leaf without a
-// checkpoint cannot be restarted from, so those go first (whole chains of them); then the least
-// recently used checkpoint (of equal age, the shallower: the deeper one saves more prefill).
-void PrefixCache::evict_to_budget() {
+void PrefixCache::drop_checkpoint(Node* node) {
+  stats_.checkpoint_bytes -= node->checkpoint->bytes();
+  --stats_.checkpoints;
+  ++stats_.checkpoints_evicted;
+  node->checkpoint.reset();
+}
+
+size_t PrefixCache::evict(const std::function<bool(size_t freed)>& done, bool blocks_only) {
   const bool hybrid = model_->config().is_hybrid();
-  const size_t block_bytes = cache_->block_bytes();
-  while (stats_.blocks * block_bytes + stats_.checkpoint_bytes > max_bytes_) {
-    Node* leaf = nullptr;    // LRU removable leaf (hybrid: only checkpoint-less ones)
-    Node* holder = nullptr;  // hybrid: LRU checkpoint
-    std::vector<Node*> stack;
-    for (auto& [_, root] : roots_) stack.push_back(root.get());
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      for (auto& [_, c] : n->children) stack.push_back(c.get());
-      if (n->block < 0) continue;
-      if (n->checkpoint && (!holder || n->last_used < holder->last_used ||
-                            (n->last_used == holder->last_used && n->depth < holder->depth)))
-        holder = n;
-      if (n->children.empty() && cache_->refcount(n->block) == 1 && !(hybrid && n->checkpoint) &&
-          (!leaf || n->last_used < leaf->last_used))
-        leaf = n;
+  // An unreferenced leaf frees its block; with blocks_only false a hybrid checkpoint can also go
+  // alone (it is bytes of the cache's own cap, not a KV block).
+  auto removable = [&](const Node* n) {
+    return n->children.empty() && cache_->refcount(n->block) == 1;
+  };
+  struct Candidate {
+    int rank;  // 0: a hybrid leaf without a checkpoint (useless: nothing restarts from it)
+    double priority;
+    uint64_t last_used;
+    int depth;
+    Node* node;
+    bool operator>(const Candidate& o) const {
+      if (rank != o.rank) return rank > o.rank;
+      if (priority != o.priority) return priority > o.priority;
+      if (last_used != o.last_used) return last_used > o.last_used;
+      return depth > o.depth;
     }
-    if (leaf) {
-      remove_leaf(leaf);
-    } else if (holder) {
-      stats_.checkpoint_bytes -= holder->checkpoint->bytes();
-      --stats_.checkpoints;
-      ++stats_.checkpoints_evicted;
-      holder->checkpoint.reset();
-    } else {
-      return;  // everything left is in use
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](Node* n) {
+    if (n->queued || n->block < 0) return;
+    const bool leaf = removable(n);
+    if (!leaf && !(hybrid && n->checkpoint && !blocks_only)) return;
+    n->queued = true;
+    heap.push({leaf && hybrid && !n->checkpoint ? 0 : 1, n->priority, n->last_used, n->depth, n});
+  };
+  std::vector<Node*> stack;
+  for (auto& [_, root] : roots_) stack.push_back(root.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& [_, c] : n->children) stack.push_back(c.get());
+    push(n);
+  }
+  size_t freed = 0;
+  while (!heap.empty() && !done(freed)) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Node* n = c.node;
+    n->queued = false;
+    if (c.rank == 1) inflation_ = std::max(inflation_, c.priority);
+    if (removable(n)) {
+      if (n->checkpoint) drop_checkpoint(n);
+      Node* parent = n->parent;
+      remove_leaf(n);  // n is gone
+      ++freed;
+      push(parent);  // it may be a leaf now
+    } else if (n->checkpoint) {
+      drop_checkpoint(n);
     }
   }
+  while (!heap.empty()) {
+    heap.top().node->queued = false;
+    heap.pop();
+  }
+  return freed;
+}
+
+void PrefixCache::evict_to_budget() {
+  if (max_bytes_ == 0) return;
+  const size_t block_bytes = cache_->block_bytes();
+  evict([&](size_t) { return stats_.blocks * block_bytes + stats_.checkpoint_bytes <= max_bytes_; },
+        /*blocks_only=*/false);
+}
+
+size_t PrefixCache::reclaim(size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t freed = evict([n](size_t freed) { return freed >= n; }, /*blocks_only=*/true);
+  stats_.blocks_reclaimed += int64_t(freed);
+  return freed;
 }
 
 void PrefixCache::clear() {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t saved = max_bytes_;
-  max_bytes_ = 0;
-  evict_to_budget();
-  max_bytes_ = saved;
+  evict([](size_t) { return false; }, /*blocks_only=*/false);
 }
 
 PrefixCacheStats PrefixCache::stats() const {

@@ -9,11 +9,33 @@
 // up to a checkpoint are kept (a block past the last one cannot be restarted from).
 //
 // Partitioned: each partition (tenant: API key or cache_salt) has its own tree, so one tenant's
-// prefix never serves another. Unreferenced blocks and checkpoints are evicted least-recently-used
-// when the cache holds more than its byte budget (KV blocks + checkpoints).
+// prefix never serves another.
+//
+// Memory: the tree shares the KV cache's budget with every live sequence. It keeps what it is
+// given as long as there is room, and gives blocks back when the KV cache needs them (it registers
+// as the cache's reclaimer), so nothing is evicted while the budget holds everything. max_bytes
+// adds a cap of its own on KV blocks + hybrid checkpoints (0: none; checkpoints are not KV blocks,
+// so a server caps them this way).
+//
+// Eviction: only what no session holds, and only leaves (deeper blocks need their ancestors). Which
+// leaf: GreedyDual-Size-Frequency. A node's priority is L + uses x cost, the lowest goes first:
+//  - cost: recomputing the block's tokens where they sit. A token at position p costs the matmuls
+//    plus attention over p positions, 1 + p / P0 in units of a token at position 0, where P0 is the
+//    depth at which attention costs as much as the matmuls (from the config: ~2k tokens for
+//    pycoder-6m, ~11k for Qwen2.5-0.5B, ~35k for Qwen2.5-7B). note: per byte, the tail of a long
+//    prompt is the dearest block to recompute, not the cheapest: its tokens attend over the most.
+//  - uses: how many requests started from the block (1 when inserted, +1 per hit, at most 4), so a
+//    prefix an agent resends every turn outlasts one-off prompts of the same age; the cap keeps a
+//    once-hot prefix from staying for ever.
+//  - L rises to the priority of each block evicted, so what is not touched again ages out.
+// A short side request (shallow, used once) therefore goes before the tail of a long conversation
+// that has served turns, and between equals the least recently used goes. Hybrid: a leaf without a
+// checkpoint cannot be restarted from, so those go first; checkpoints go by the same priority (of
+// equal age, the shallower: the deeper one saves more prefill).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,18 +53,22 @@ struct PrefixCacheStats {
   int64_t tokens_reused = 0;    // prompt tokens taken from the cache
   int64_t tokens_computed = 0;  // prompt tokens prefilled
   int64_t blocks_evicted = 0;
+  int64_t blocks_reclaimed = 0;  // of those, given back because the KV cache's budget was spent
   int64_t checkpoints_evicted = 0;
   size_t blocks = 0;       // blocks held by the tree
   size_t checkpoints = 0;  // hybrid models: recurrent-state checkpoints held by the tree
   size_t checkpoint_bytes = 0;
-  size_t bytes = 0;  // KV blocks + checkpoints
-  size_t max_bytes = 0;
+  size_t bytes = 0;      // KV blocks + checkpoints
+  size_t max_bytes = 0;  // the cache's own cap (0: only the KV cache's budget)
 };
 
 class PrefixCache {
  public:
+  // Registers as the KV cache's reclaimer (see above); max_bytes: the cache's own cap, 0 = none.
   PrefixCache(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache, size_t max_bytes);
   ~PrefixCache();
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
 
   // A session holding `tokens`: the longest cached prefix (whole blocks, at most tokens.size() - 1
   // tokens so the last one is computed and logits are fresh) plus a prefill of the rest.
@@ -57,14 +83,25 @@ class PrefixCache {
   void insert(const std::string& partition, const Session& session);
   // Drops everything not in use by a session.
   void clear();
+  // Frees up to n KV blocks that no session holds, lowest priority first; returns how many. The KV
+  // cache calls it when its budget is spent. note: takes the cache's lock, so it must not run
+  // from inside a PrefixCache call (none allocates while holding it).
+  size_t reclaim(size_t n);
 
   PrefixCacheStats stats() const;
 
  private:
   struct Node;
   void insert_locked(const std::string& partition, const Session& session);
+  // Evicts, lowest priority first, until done(blocks freed so far) or nothing more can go;
+  // blocks_only: only what frees a KV block (no checkpoint dropped alone). Returns the blocks
+  // freed. Caller holds mu_.
+  size_t evict(const std::function<bool(size_t freed)>& done, bool blocks_only);
   void evict_to_budget();  // caller holds mu_
   void remove_leaf(Node* leaf);
+  void drop_checkpoint(Node* node);
+  void touch(Node* node, uint64_t now, bool hit);  // a request used the node
+  double cost(int depth) const;
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;
@@ -73,6 +110,8 @@ class PrefixCache {
   std::map<std::string, std::unique_ptr<Node>> roots_;
   PrefixCacheStats stats_;
   uint64_t clock_ = 0;
+  double inflation_ = 0;  // L: the priority of the last block evicted
+  double crossover_ = 0;  // P0, in tokens
 };
 
 }  // namespace fak

@@ -47,6 +47,12 @@ HttpHandler guarded(HttpHandler fn) {
       res.stream.reset();
       reply_error(res, e.status, e.what(), e.type, e.param, e.code);
       if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
+    } catch (const KvBudgetError& e) {
+      // The server's memory, not the request, is at fault, and it frees up as others finish.
+      res.stream.reset();
+      reply_error(res, 503, std::string(e.what()) + "; retry later", "server_error", "",
+                  "kv_budget_exhausted");
+      res.set_header("Retry-After", "1");
     } catch (const StorageError& e) {
       // The server's disk, not the request, is at fault.
       res.stream.reset();
@@ -107,6 +113,30 @@ ojson model_object(ServerContext& ctx) {
   return m;
 }
 
+// The KV budget's gauges (runtime/kv_budget.h). The cache's counters are atomics, so reading them
+// here, off the scheduler thread, is safe.
+std::string kv_metrics(ServerContext& ctx) {
+  const KvCache& kv = *ctx.scheduler->kv_cache();
+  const PrefixCacheStats c = ctx.scheduler->cache_stats();
+  std::string out;
+  auto gauge = [&](const char* name, const char* type, const char* help, size_t value) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(value) + "\n";
+  };
+  gauge("fak_kv_budget_bytes", "gauge", "the hard KV memory budget (--kv-mem)", kv.max_bytes());
+  gauge("fak_kv_capacity_tokens", "gauge", "tokens the budget holds", kv.capacity_tokens());
+  gauge("fak_kv_mapped_bytes", "gauge", "KV memory mapped so far (whole slabs)", kv.mapped_bytes());
+  gauge("fak_kv_used_bytes", "gauge", "KV blocks held by sequences, sessions and the prefix cache",
+        kv.bytes_in_use());
+  gauge("fak_kv_bytes_per_token", "gauge", "K + V (+ Kraw) of one token in every layer",
+        ctx.scheduler->kv_budget().bytes_per_token);
+  gauge("fak_prefix_cache_evicted_blocks_total", "counter", "blocks the prefix cache let go",
+        size_t(c.blocks_evicted));
+  gauge("fak_prefix_cache_reclaimed_blocks_total", "counter",
+        "of those, given back because the KV budget was spent", size_t(c.blocks_reclaimed));
+  return out;
+}
+
 void add_basic_routes(Router& router, ServerContext& ctx) {
   // Inline: answered on the I/O thread, so a load balancer's probe is never stuck behind work.
   router.add("GET", "/health", guarded([&](const HttpRequest&, HttpResponse& res) {
@@ -129,6 +159,7 @@ void add_basic_routes(Router& router, ServerContext& ctx) {
   router.add("GET", "/metrics", guarded([&](const HttpRequest&, HttpResponse& res) {
                res.content_type = "text/plain; version=0.0.4";
                res.body = ctx.metrics.render(ctx.scheduler->gauges(), ctx.scheduler->cache_stats());
+               res.body += kv_metrics(ctx);
              }),
              true);
 }
@@ -152,7 +183,10 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   SchedulerOptions so;
   so.parallel = options.parallel;
   so.max_queue = options.max_queue;
+  so.kv_bytes = options.kv_mib << 20;
   so.cache_bytes = options.cache_mib << 20;
+  so.kv_type = options.kv_type;
+  so.keep_kraw = options.kv_kraw;
   so.ctx = options.ctx;
   so.prefill_chunk = options.prefill_chunk;
   ctx.scheduler = std::make_unique<Scheduler>(model, so, &ctx.metrics);
@@ -214,6 +248,49 @@ std::string ServerApp::handle_raw(std::string_view request_bytes) {
   return serve_raw_request(impl_->router, impl_->http, request_bytes);
 }
 
+namespace {
+
+std::string mib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.0f MiB", double(bytes) / double(1 << 20));
+  return buf;
+}
+
+std::string contexts(double n) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", n);
+  return buf;
+}
+
+// The startup lines on KV memory: bytes per token, the budget and where it came from, the tokens
+// it holds.
+std::string kv_summary(const Model& model, const ServerOptions& options, const Scheduler& s) {
+  const KvBudget& b = s.kv_budget();
+  const KvCache& kv = *s.kv_cache();
+  std::string out =
+      "fak serve: KV " + describe_bytes_per_token(model, options.kv_type, options.kv_kraw) + "\n";
+  std::string why;
+  if (b.explicit_total) {
+    why = "--kv-mem";
+    if (b.over_machine)
+      why += "; note: above the " + mib(b.machine_bound) + " this machine can spare";
+  } else {
+    why = "ctx " + std::to_string(b.ctx) + " x parallel " + std::to_string(b.parallel) + " = " +
+          mib(b.sequences) + " + prefix cache room " + mib(b.cache_room);
+    if (b.bounded_by_machine) why += ", cut to what this machine can spare";
+  }
+  out += "fak serve: KV budget " + mib(b.bytes) + " (" + why + "; " + s.memory_info().describe() +
+         ") holds " + std::to_string(kv.capacity_tokens()) + " tokens (" +
+         contexts(double(kv.capacity_tokens()) / double(std::max(1, s.ctx()))) + " contexts of " +
+         std::to_string(s.ctx()) + ")\n";
+  if (s.ctx() < b.ctx)
+    out += "fak serve: note: context cut from " + std::to_string(b.ctx) + " to " +
+           std::to_string(s.ctx()) + " tokens: the KV budget holds no more\n";
+  return out;
+}
+
+}  // namespace
+
 void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   // Block the stop signals before any thread starts so they all inherit the mask; one thread
   // waits for them and stops the server cleanly.
@@ -229,6 +306,8 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   ServerApp::Impl& m = *app.impl_;
   HttpServer http(m.router, m.http);
   const int port = http.listen();
+  const std::string kv = kv_summary(*m.ctx.model, options, *m.ctx.scheduler);
+  std::fprintf(stderr, "%s", kv.c_str());
   std::fprintf(stderr, "fak serve: %s (ctx %d, parallel %d) listening on http://%s:%d\n",
                m.ctx.model_id.c_str(), m.ctx.scheduler->ctx(), options.parallel,
                options.host.c_str(), port);

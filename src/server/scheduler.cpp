@@ -77,9 +77,29 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   options_.parallel = std::max(1, options_.parallel);
   options_.max_queue = std::max(0, options_.max_queue);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
+  memory_ = read_memory_info();
+  KvBudgetOptions bo;
+  bo.dtype = options_.kv_type;
+  bo.keep_kraw = options_.keep_kraw;
+  bo.ctx = ctx_;
+  bo.parallel = options_.parallel;
+  bo.total_bytes = options_.kv_bytes;
+  bo.cache_bytes = options_.cache_bytes;
+  bo.available = options_.available_memory ? options_.available_memory : memory_.available();
+  bo.weights_bytes = options_.available_memory ? 0 : mapped_weight_bytes(*model_);
+  budget_ = plan_kv_budget(*model_, bo);
+  KvCacheOptions ko;
+  ko.keep_kraw = options_.keep_kraw;
+  ko.dtype = options_.kv_type;
+  ko.max_bytes = budget_.bytes;
   cache_ = std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().n_kv_heads,
-                                     model_->config().head_dim);
-  prefix_ = std::make_unique<PrefixCache>(model_, cache_, options_.cache_bytes);
+                                     model_->config().head_dim, ko);
+  // No sequence can hold more than the budget: a prompt that could never fit is refused up front
+  // (400 context_length_exceeded) instead of failing half-way through its prefill.
+  ctx_ = int(std::min<size_t>(size_t(ctx_), cache_->capacity_tokens()));
+  // The prefix cache gives blocks back whenever a sequence needs one (it is the KV cache's
+  // reclaimer); its own cap only bounds hybrid models' state checkpoints, which are not KV blocks.
+  prefix_ = std::make_unique<PrefixCache>(model_, cache_, budget_.bytes);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -377,6 +397,7 @@ void Scheduler::step() {
     spans.emplace_back(&sampled.back(), 1);
     members.push_back(&a);
   }
+  reserve_kv(batch, spans, members);
   if (!batch.empty()) {
     try {
       append_batch(batch, spans);
@@ -395,6 +416,78 @@ void Scheduler::step() {
     }
   }
   std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->done; });
+}
+
+void Scheduler::stop_for_kv(Active& a, const std::string& message) {
+  a.done = true;
+  if (a.req.on_finish) {
+    try {
+      a.req.on_finish("error", -1);
+    } catch (const std::exception&) {
+    }
+  }
+  a.req.stream->push({GenEvent::Kind::Error, 0, 0, 0, message});
+  // Its blocks go back now, for the sequences still in this step.
+  a.session = nullptr;
+  a.owned.reset();
+}
+
+// Each sequence of the batch gets the KV blocks its tokens need before the forward call, oldest
+// first, so running out fails one sequence rather than the whole batch (append_batch would). The
+// KV cache has already taken back what the prefix cache could give when it throws KvBudgetError;
+// then the blocks of sequences that finished this step go, and then the newest sequence that owns
+// its blocks is stopped to free them: an older request has the most work invested, and a new one
+// fails at once instead of starving those before it. A sequence with nothing newer to take from
+// fails itself.
+void Scheduler::reserve_kv(std::vector<Session*>& batch,
+                           std::vector<std::span<const int32_t>>& spans,
+                           std::vector<Active*>& members) {
+  const std::string flag = " (--kv-mem " + std::to_string(budget_.bytes >> 20) + " MiB)";
+  for (size_t i = 0; i < members.size(); ++i) {
+    Active& a = *members[i];
+    if (a.done) continue;
+    for (;;) {
+      try {
+        a.session->reserve_for_append(int(spans[i].size()));
+        break;
+      } catch (const KvBudgetError& e) {
+        bool released = false;
+        for (auto& other : active_)
+          if (other->done && other->owned) {
+            other->session = nullptr;
+            other->owned.reset();
+            released = true;
+          }
+        if (released) continue;
+        Active* victim = nullptr;
+        for (auto it = active_.rbegin(); it != active_.rend() && it->get() != &a; ++it)
+          if (!(*it)->done && (*it)->owned) {
+            victim = it->get();
+            break;
+          }
+        if (!victim) {
+          stop_for_kv(a, e.what() + flag + "; retry later");
+          break;
+        }
+        stop_for_kv(*victim, std::string("stopped to free KV memory for an older request: ") +
+                                 e.what() + flag + "; retry later");
+      } catch (const std::exception& e) {
+        stop_for_kv(a, e.what());
+        break;
+      }
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (!members[i]->done) {
+      batch[kept] = batch[i];
+      spans[kept] = spans[i];
+      members[kept] = members[i];
+      ++kept;
+    }
+  batch.resize(kept);
+  spans.resize(kept);
+  members.resize(kept);
 }
 
 }  // namespace fak::server

@@ -22,7 +22,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/memory_info.h"
 #include "grammar/grammar.h"
+#include "runtime/kv_budget.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -132,10 +134,18 @@ struct GenRequest {
 };
 
 struct SchedulerOptions {
-  int parallel = 4;                        // active sequences at most
-  int max_queue = 64;                      // waiting requests at most; more get 429
-  size_t cache_bytes = size_t(256) << 20;  // prefix-cache budget
-  int ctx = 0;                             // context limit (0 = the model's)
+  int parallel = 4;    // active sequences at most
+  int max_queue = 64;  // waiting requests at most; more get 429
+  // KV memory (runtime/kv_budget.h): one hard budget for every sequence, the prefix cache and the
+  // /v1/fak/ sessions. kv_bytes 0 = the default, sized from ctx x parallel + cache_bytes (0 = one
+  // context, at least 256 MiB) and bounded by the machine's memory (available_memory, 0 = read it
+  // from the system).
+  size_t kv_bytes = 0;
+  size_t cache_bytes = 0;
+  size_t available_memory = 0;
+  DType kv_type = DType::F32;
+  bool keep_kraw = true;
+  int ctx = 0;              // context limit (0 = the model's; never more than the budget holds)
   int prefill_chunk = 256;  // prompt tokens prefilled per step, all requests together
 };
 
@@ -153,6 +163,8 @@ class Scheduler {
   void shutdown();
 
   int ctx() const { return ctx_; }
+  const KvBudget& kv_budget() const { return budget_; }
+  const MemoryInfo& memory_info() const { return memory_; }
   SchedulerGauges gauges() const;
   PrefixCacheStats cache_stats() const { return prefix_->stats(); }
   // For jobs (scheduler thread only): the shared KV cache and prefix cache.
@@ -167,6 +179,10 @@ class Scheduler {
   void spawn_choices();
   void step();
   void finish(Active& a, const std::string& reason);
+  // KV for this step's batch before its forward call (see scheduler.cpp); drops who cannot have it.
+  void reserve_kv(std::vector<Session*>& batch, std::vector<std::span<const int32_t>>& spans,
+                  std::vector<Active*>& members);
+  void stop_for_kv(Active& a, const std::string& message);
 
   const std::shared_ptr<const grammar::TokenIndex>& token_index();
 
@@ -175,6 +191,8 @@ class Scheduler {
   std::shared_ptr<const grammar::TokenIndex> token_index_;  // built at the first grammar
   Metrics* metrics_;
   int ctx_;
+  MemoryInfo memory_;
+  KvBudget budget_;
   std::shared_ptr<KvCache> cache_;
   std::unique_ptr<PrefixCache> prefix_;
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/dtype.h"
 #include "models/model.h"
 
 namespace fak::server {
@@ -17,7 +18,13 @@ struct ServerOptions {
   std::set<std::string> api_keys;  // empty = no authentication
   int parallel = 4;
   int max_queue = 64;
-  size_t cache_mib = 256;
+  // KV memory (runtime/kv_budget.h): kv_mib is the hard budget for every KV block (sequences,
+  // prefix cache, sessions); 0 = sized from ctx x parallel + cache_mib (0 = one context, >= 256)
+  // and the machine's free memory. Printed at startup.
+  size_t kv_mib = 0;
+  size_t cache_mib = 0;
+  DType kv_type = DType::F32;
+  bool kv_kraw = true;      // keep pre-RoPE keys (shift-mode quarantine needs them)
   int prefill_chunk = 256;  // prompt tokens prefilled per scheduler step
   int ctx = 0;              // 0 = the model's context
   std::string session_dir;  // where /v1/fak/ save/load may write; empty = off

@@ -13,11 +13,14 @@ struct ServeArgs {
   std::string model, api_key_env;
   int threads = 0;
   size_t max_body_mib = 8;
+  KvFlags kv;
   server::ServerOptions o;
 };
 
 void serve(ServeArgs& a) {
   set_threads(a.threads);
+  a.o.kv_type = parse_kv_type(a.kv.type);
+  a.o.kv_kraw = !a.kv.no_kraw;
   if (!a.api_key_env.empty()) {
     const char* v = std::getenv(a.api_key_env.c_str());
     if (!v || !*v)
@@ -56,7 +59,20 @@ void register_serve(CLI::App& app) {
   c->add_option("--max-queue", a->o.max_queue, "requests waiting beyond --parallel before 429")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
-  c->add_option("--cache-mem", a->o.cache_mib, "prefix-cache budget in MiB")->capture_default_str();
+  // One hard budget for all KV (runtime/kv_budget.h). --cache-mem keeps its old name but now only
+  // sizes the default budget, so it cannot be given with an explicit --kv-mem.
+  auto* kv_mem = c->add_option("--kv-mem", a->o.kv_mib,
+                               "hard KV memory budget in MiB for all sequences, the prefix cache "
+                               "and sessions (default: ctx x parallel + --cache-mem, bounded by "
+                               "the machine's free memory)")
+                     ->check(CLI::Range(size_t(1), size_t(1) << 30));
+  c->add_option("--cache-mem", a->o.cache_mib,
+                "room in MiB for cached prefixes on top of ctx x parallel in the default "
+                "--kv-mem (default: one context, at least 256)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 30))
+      ->excludes(kv_mem);
+  a->kv.add_to(c);
+  add_load_flags(c);
   c->add_option("--prefill-chunk", a->o.prefill_chunk,
                 "prompt tokens prefilled per step (smaller: steadier decoding for others while a "
                 "long prompt is read)")

@@ -1,0 +1,75 @@
+#include "runtime/kv_budget.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "runtime/kv_cache.h"
+
+namespace fak {
+
+namespace {
+
+constexpr size_t kMinMargin = size_t(256) << 20;
+// The default room for cached prefixes is at least what the prefix cache had before it shared one
+// budget with the sequences (--cache-mem 256), so small contexts keep as much cached as they did.
+constexpr size_t kMinCacheRoom = size_t(256) << 20;
+
+}  // namespace
+
+KvBudget plan_kv_budget(const Model& model, const KvBudgetOptions& o) {
+  KvBudget b;
+  const ModelConfig& c = model.config();
+  b.bytes_per_token = kv_bytes_per_token(model.n_attention_layers(), c.n_kv_heads, c.head_dim,
+                                         o.dtype, o.keep_kraw);
+  b.ctx = std::max(o.ctx, 1);
+  b.parallel = std::max(o.parallel, 1);
+  const size_t ctx = size_t(b.ctx);
+  b.sequences = ctx * size_t(b.parallel) * b.bytes_per_token;
+  b.cache_room = o.cache_bytes ? o.cache_bytes : std::max(kMinCacheRoom, ctx * b.bytes_per_token);
+  if (o.available > 0) {
+    // Leave the rest of the process (activations, logits, sessions' state) and the system a
+    // margin; weights mapped from their files are page cache that MemAvailable counts as free.
+    const size_t spare = o.available - std::min(o.available, o.weights_bytes);
+    const size_t margin = std::max(kMinMargin, spare / 8);
+    b.machine_bound = spare - std::min(spare, margin);
+  }
+  if (o.total_bytes > 0) {
+    b.explicit_total = true;
+    b.bytes = o.total_bytes;
+    b.over_machine = o.available > 0 && b.bytes > b.machine_bound;
+  } else {
+    b.bytes = b.sequences + b.cache_room;
+    if (o.available > 0 && b.bytes > b.machine_bound) {
+      b.bytes = b.machine_bound;
+      b.bounded_by_machine = true;
+    }
+  }
+  return b;
+}
+
+size_t mapped_weight_bytes(const Model& model) {
+  if (std::string(model.weights_memory()) != "mmap") return 0;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path& p = model.path();
+  if (fs::is_regular_file(p, ec)) return size_t(fs::file_size(p, ec));
+  size_t total = 0;
+  for (const auto& e : fs::directory_iterator(p, ec)) {
+    const auto ext = e.path().extension();
+    if (e.is_regular_file(ec) && (ext == ".safetensors" || ext == ".gguf"))
+      total += size_t(e.file_size(ec));
+  }
+  return total;
+}
+
+std::string describe_bytes_per_token(const Model& model, DType dtype, bool keep_kraw) {
+  const ModelConfig& c = model.config();
+  const size_t bpt =
+      kv_bytes_per_token(model.n_attention_layers(), c.n_kv_heads, c.head_dim, dtype, keep_kraw);
+  return std::to_string(bpt) + " bytes/token (" + std::to_string(model.n_attention_layers()) +
+         " attention layers x (K + V" + (keep_kraw ? " + Kraw" : "") + ") x " +
+         std::to_string(c.n_kv_heads) + " KV heads x " + std::to_string(c.head_dim) + " dims x " +
+         std::to_string(dtype_size(dtype)) + " bytes, " + kv_type_name(dtype) + ")";
+}
+
+}  // namespace fak
