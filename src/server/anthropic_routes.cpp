@@ -65,8 +65,7 @@ struct MessageStream final : ReplyBlocks::Sink {
   }
 };
 
-std::string error_event(const std::string& message) {
-  const int status = message.find("shutting down") != std::string::npos ? 503 : 500;
+std::string error_event(const std::string& message, int status) {
   return sse_event("error", anthropic_error_body(anthropic_error_type(status), message));
 }
 
@@ -90,7 +89,7 @@ bool next_events(MessageStream& s, std::string& out) {
     for (const ChoiceDelta& d : deltas) s.blocks.push(d.reasoning, d.content);
     if (s.gen->finished()) {
       if (failed) {
-        out += error_event(s.gen->error());
+        out += error_event(s.gen->error(), s.gen->error_status());
         return false;
       }
       const Generation::Choice& c = s.gen->choices()[0];
@@ -115,7 +114,7 @@ bool next_events(MessageStream& s, std::string& out) {
   } catch (const std::exception& e) {
     // The status line is already sent: whatever goes wrong reaches the client as an error event.
     s.gen->cancel(/*client_gone=*/false);
-    out += error_event(std::string("internal error: ") + e.what());
+    out += error_event(std::string("internal error: ") + e.what(), 500);
     return false;
   }
 }

@@ -58,18 +58,21 @@ ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::st
   }
   std::vector<int32_t> ids;
   std::string reason, error;
+  int error_status = 500;
   for (bool done = false; !done;) {
     // A client that left frees its place in the batch; the session keeps what was generated.
     if (req.client_gone()) stream->cancel();
     for (const GenEvent& e : stream->wait(std::chrono::milliseconds(200))) {
       if (e.kind == GenEvent::Kind::Token) ids.push_back(e.token);
       if (e.kind == GenEvent::Kind::Done) reason = e.text;
-      if (e.kind == GenEvent::Kind::Error) error = e.text;
+      if (e.kind == GenEvent::Kind::Error) {
+        error = e.text;
+        error_status = e.status;
+      }
       done = done || e.kind == GenEvent::Kind::Done || e.kind == GenEvent::Kind::Error;
     }
   }
-  if (!error.empty())
-    throw ApiError(error.find("shutting down") != std::string::npos ? 503 : 500, error);
+  if (!error.empty()) throw ApiError(error_status, error);
   ojson j;
   j["id"] = id;
   j["ids"] = ids;

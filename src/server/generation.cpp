@@ -129,6 +129,7 @@ void Generation::on_event(const GenEvent& e, std::vector<ChoiceDelta>& out) {
       return;
     case GenEvent::Kind::Error:
       error_ = e.text;
+      error_status_ = e.status;
       finished_ = true;
       return;
   }
@@ -151,7 +152,7 @@ void Generation::wait(const HttpRequest& req) {
     poll(std::chrono::milliseconds(200));
   }
   if (!error_.empty())
-    throw ApiError(error_.find("shutting down") != std::string::npos ? 503 : 500, error_);
+    throw ApiError(error_status_, error_, "", error_status_ == 503 ? "unavailable" : "");
 }
 
 }  // namespace fak::server

@@ -76,6 +76,7 @@ class Generation {
 
   bool finished() const { return finished_; }
   const std::string& error() const { return error_; }
+  int error_status() const { return error_status_; }  // 503: retry later (out of KV, stopping)
   const std::vector<Choice>& choices() const { return choices_; }
   const Usage& usage() const { return usage_; }
   // Prompt tokens read so far (Progress events), for keep-alives that say how far it is.
@@ -98,6 +99,7 @@ class Generation {
   std::vector<std::unique_ptr<Text>> text_;
   Usage usage_;
   std::string error_;
+  int error_status_ = 500;
   bool finished_ = false, started_ = false;
   int prompt_read_ = 0;
 };

@@ -208,8 +208,9 @@ void Scheduler::loop() {
   }
   // Shutting down: whoever is still waiting hears so.
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& a : active_) a->req.stream->push(GenEvent::error("the server is shutting down"));
-  for (auto& r : queue_) r.stream->push(GenEvent::error("the server is shutting down"));
+  for (auto& a : active_)
+    a->req.stream->push(GenEvent::error("the server is shutting down", a->index, 503));
+  for (auto& r : queue_) r.stream->push(GenEvent::error("the server is shutting down", 0, 503));
   for (auto& job : jobs_) job();  // they see stopping_ = true only via their own checks
   active_.clear();
   queue_.clear();
@@ -426,7 +427,7 @@ void Scheduler::stop_for_kv(Active& a, const std::string& message) {
     } catch (const std::exception&) {
     }
   }
-  a.req.stream->push({GenEvent::Kind::Error, 0, 0, 0, message});
+  a.req.stream->push(GenEvent::error(message, a.index, 503));
   // Its blocks go back now, for the sequences still in this step.
   a.session = nullptr;
   a.owned.reset();

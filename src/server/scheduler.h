@@ -43,6 +43,9 @@ struct GenEvent {
   // distribution, and the most likely alternatives (id, logprob), most likely first.
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;
+  // Error: the HTTP status it deserves (503 when the server is out of KV memory or shutting
+  // down: retry later; 500 otherwise).
+  int status = 500;
 
   static GenEvent started(int prompt_tokens, int cached_tokens) {
     return make(Kind::Started, prompt_tokens, cached_tokens, "", 0);
@@ -58,8 +61,10 @@ struct GenEvent {
   static GenEvent done(std::string reason, int index) {
     return make(Kind::Done, 0, 0, std::move(reason), index);
   }
-  static GenEvent error(std::string message, int index = 0) {
-    return make(Kind::Error, 0, 0, std::move(message), index);
+  static GenEvent error(std::string message, int index = 0, int status = 500) {
+    GenEvent e = make(Kind::Error, 0, 0, std::move(message), index);
+    e.status = status;
+    return e;
   }
 
  private:
