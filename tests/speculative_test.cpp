@@ -326,8 +326,7 @@ TEST_P(Speculative, RejectedTokensLeaveTheSessionAsIfNeverSeen) {
 // Near the end of the context a draft is cut to fit, so verifying fails only where plain decoding
 // would (appending the sampled token itself).
 TEST_P(Speculative, DraftsAreCutAtTheContext) {
-  const int ctx = model->config().max_seq_len;
-  if (ctx > 1024) GTEST_SKIP() << "context too long to fill in a quick test";
+  const int ctx = model->config().max_seq_len;  // 512 on the fixtures, 4096 on pycoder-6m
   const auto prompt = random_ids(ctx - 3, vocab, 12);
   Session s = prompted(prompt);
   Sampler greedy;
