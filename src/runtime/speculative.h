@@ -36,7 +36,12 @@
 //
 // A batched scheduler verifies several sequences in one forward call with verify_drafts: each
 // appends 1 + k_i tokens through append_batch (which returns every position's logits per session
-// when asked), and each sequence's result is bit-identical to verifying it alone.
+// when asked), and each sequence's result is bit-identical to verifying it alone. A sequence with
+// no draft takes part with k_i = 0, which is its plain decode step. Stop strings, and any other
+// reason to end inside the accepted tokens, are the scheduler's: Session::truncate drops the
+// tokens after the end exactly (one forward call, once per request). Note: a batch of B sequences
+// computes B x (1 + k) rows per call, so the step stops being bound by weight reads sooner than
+// plain batched decode; a scheduler should shrink k as the batch grows.
 #pragma once
 
 #include <cstdint>
