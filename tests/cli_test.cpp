@@ -249,9 +249,76 @@ TEST(Cli, PresenceAndFrequencyPenaltiesApplyToGreedy) {
   EXPECT_GT(distinct(ids), distinct(greedy));
 }
 
+// --draft ngram: speculative decoding gives plain greedy's ids in fewer forward calls, with the
+// counts in --json; a hybrid model decodes plainly and says why; bad draft flags get one line.
+TEST(Cli, RunDraftNgramEqualsPlainGreedy) {
+  auto dir = test::temp_dir();
+  const std::string text = test::read_file(test::source_path("models/pycoder-6m/eval.txt"));
+  const std::string code = text.substr(text.find("\ndef ") + 1, 900);
+  test::write_file(dir / "edit.txt", code + "\n# The same code again:\n" + code.substr(0, 80));
+  const std::string run =
+      "run -f " + (dir / "edit.txt").string() + " -n 96 --ignore-eos --json -t 1";
+  auto plain = test::run_fak(run);
+  auto spec = test::run_fak(run + " --draft ngram --draft-max 6 --draft-ngram 2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  const auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(p["ids"], s["ids"]);
+  EXPECT_EQ(p["ids"].size(), 96u);
+  EXPECT_EQ(p["draft"], "none");
+  EXPECT_FALSE(p.contains("spec_steps"));
+  EXPECT_EQ(s["draft"], "ngram");
+  EXPECT_GT(s["spec_steps"].get<int>(), 0);
+  EXPECT_GT(s["spec_accepted"].get<int>(), 0);
+  EXPECT_LE(s["spec_accepted"].get<int>(), s["spec_drafted"].get<int>());
+  EXPECT_LT(s["forward_calls"].get<int>(), p["forward_calls"].get<int>());
+  EXPECT_GT(s["tokens_per_step"].get<double>(), 1.5);
+  // Streaming prints the same text and the acceptance on stderr.
+  auto streamed = test::run_fak("run -f " + (dir / "edit.txt").string() +
+                                " -n 96 --ignore-eos -t 1 --draft ngram");
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_EQ(streamed.out, p["text"].get<std::string>() + "\n");
+  EXPECT_NE(streamed.err.find("accepted"), std::string::npos) << streamed.err;
+
+  const std::string hybrid = "run -m " + test::data_path("oracle/qwen35-hybrid-tiny").string() +
+                             " --ids 5,6,7,5,6 -n 12 --json";
+  auto h_plain = test::run_fak(hybrid);
+  auto h_spec = test::run_fak(hybrid + " --draft ngram");
+  ASSERT_EQ(h_spec.exit_code, 0) << h_spec.err;
+  const auto hj = nlohmann::json::parse(h_spec.out);
+  EXPECT_EQ(hj["ids"], nlohmann::json::parse(h_plain.out)["ids"]);
+  EXPECT_EQ(hj["draft"], "none");
+  EXPECT_NE(hj["draft_off"].get<std::string>().find("hybrid"), std::string::npos);
+  EXPECT_NE(h_spec.err.find("fak: note: speculative decoding is off"), std::string::npos)
+      << h_spec.err;
+
+  auto bad_len = test::run_fak("run -p hi --draft ngram --draft-max 0");
+  EXPECT_EQ(bad_len.exit_code, 1);
+  EXPECT_EQ(bad_len.err, "fak: error: draft length must be 1 to 64, got 0\n");
+  auto bad_kind = test::run_fak("run -p hi --draft eagle");
+  EXPECT_NE(bad_kind.exit_code, 0);
+  EXPECT_NE(bad_kind.err.find("--draft"), std::string::npos) << bad_kind.err;
+}
+
+// The benchmark's arms all decode plain greedy's tokens and report what they measured.
+TEST(Cli, SpecbenchArmsAgreeAndReportAcceptance) {
+  auto r = test::run_fak("specbench -n 24 -r 1 --draft-max 4 --oracle --json -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["identical"].get<bool>());
+  ASSERT_EQ(j["arms"].size(), 3u);
+  EXPECT_EQ(j["arms"][0]["draft"], "none");
+  EXPECT_EQ(j["arms"][1]["draft"], "ngram");
+  const auto& oracle = j["arms"][2];
+  EXPECT_EQ(oracle["draft"], "oracle");
+  EXPECT_EQ(oracle["spec_accepted"], oracle["spec_drafted"]);
+  EXPECT_GT(oracle["tokens_per_step"].get<double>(), 3.0);
+  for (const auto& arm : j["arms"]) EXPECT_GT(arm["tok_s"].get<double>(), 0);
+}
+
 TEST(Cli, EverySubcommandHasHelp) {
   for (const char* cmd : {"run", "tokenize", "parity", "perplexity", "bench", "evict-check",
-                          "agentbench", "convert", "quantize", "synth"}) {
+                          "agentbench", "convert", "quantize", "synth", "specbench"}) {
     auto r = test::run_fak(std::string(cmd) + " --help");
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << cmd;

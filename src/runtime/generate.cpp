@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak {
@@ -11,8 +12,14 @@ namespace fak {
 GenerateResult generate(Session& session, const GenerateOptions& o,
                         const std::function<bool(int32_t)>& on_token) {
   check(session.has_logits(), "generate: the session is empty; append a prompt first");
+  std::string spec_off;
+  if (o.drafter) {
+    spec_off = speculation_unsupported(session.model());
+    if (spec_off.empty()) return generate_speculative(session, o, on_token);
+  }
   Sampler sampler(o.sampling);
   GenerateResult r;
+  r.spec_off = spec_off;
   r.finish_reason = "length";
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < o.max_tokens; ++i) {
@@ -26,7 +33,10 @@ GenerateResult generate(Session& session, const GenerateOptions& o,
       r.finish_reason = "callback";
       break;
     }
-    if (i + 1 < o.max_tokens || o.append_last) session.append({&next, 1});
+    if (i + 1 < o.max_tokens || o.append_last) {
+      session.append({&next, 1});
+      ++r.forward_calls;
+    }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

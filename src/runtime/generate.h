@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,11 @@
 
 namespace fak {
 
+// Proposes up to max_tokens tokens to follow `history` (speculative decoding:
+// runtime/speculative.h; ngram_drafter is the one fak ships).
+using Drafter =
+    std::function<std::vector<int32_t>(std::span<const int32_t> history, int max_tokens)>;
+
 struct GenerateOptions {
   int max_tokens = 64;
   SamplingOptions sampling;
@@ -19,12 +25,19 @@ struct GenerateOptions {
   // Append the final sampled token to the session too (so it holds the whole text). Benchmarks
   // turn it off: that last forward produces logits nobody reads.
   bool append_last = true;
+  // Speculative decoding (runtime/speculative.h): same output, fewer forward calls. Empty = off;
+  // on models where it would not be exact, generate() decodes plainly and says why in spec_off.
+  Drafter drafter;
 };
 
 struct GenerateResult {
   std::vector<int32_t> ids;
   std::string finish_reason;  // "length", "stop" (end token), "callback"
   double seconds = 0;
+  int forward_calls = 0;  // decode forward calls (plain: one per appended token)
+  // Speculative decoding: steps that verified a draft, tokens drafted, drafted tokens accepted.
+  int spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
+  std::string spec_off;  // why a drafter was set but not used ("" otherwise)
 };
 
 // on_token returns false to stop (the token it saw is kept). An end token is not appended.

@@ -133,4 +133,15 @@ void Session::truncate(int n) {
   }
 }
 
+void Session::truncate(int n, std::span<const float> logits) {
+  check(!hybrid(), "truncate with logits: not possible on hybrid models (use truncate(n))");
+  check(n >= 1 && n <= size(),
+        "truncate: " + std::to_string(n) + " is outside 1.." + std::to_string(size()));
+  check(logits.size() == size_t(model_->config().vocab),
+        "truncate: the logits are not one row of the vocabulary");
+  cells_.truncate(n);
+  logits_.assign(logits.begin(), logits.end());
+  logits_valid_ = true;
+}
+
 }  // namespace fak

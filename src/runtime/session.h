@@ -63,6 +63,11 @@ class Session {
   Session clone() const;
   // Keeps the first n tokens; logits() becomes the next-token logits after token n - 1.
   void truncate(int n);
+  // Dense models: truncate(n) without its forward call, for a caller that already holds the
+  // next-token logits after token n - 1 (a row of append's all_logits: speculative decoding drops
+  // rejected draft tokens this way). By the forward's determinism the result is bit-identical to
+  // truncate(n). Throws on hybrid models, whose recurrent state cannot be cut.
+  void truncate(int n, std::span<const float> logits);
   // Removes tokens [begin, end). Exact: keeps [0, begin), recomputes the suffix at its new
   // positions. Shift: moves the suffix rows down and re-rotates K from Kraw (needs keep_kraw).
   void evict(int begin, int end, EvictMode mode);
@@ -137,8 +142,11 @@ void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> t
 // One forward call appending tokens[i] to sessions[i] (prefill of several sequences at once: the
 // weights are read once for all of them and matmuls see more rows). Each session's KV and logits
 // are bit-identical to appending its tokens alone. Multi-token appends to hybrid sessions run one
-// by one (their recurrent-state checkpoints are taken per append).
+// by one (their recurrent-state checkpoints are taken per append). all_logits: empty, or one per
+// session, each null or receiving [tokens[i].size()][vocab] as Session::append's does (speculative
+// verification of several sequences in one call).
 void append_batch(std::span<Session* const> sessions,
-                  std::span<const std::span<const int32_t>> tokens);
+                  std::span<const std::span<const int32_t>> tokens,
+                  std::span<std::vector<float>* const> all_logits = {});
 
 }  // namespace fak

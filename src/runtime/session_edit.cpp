@@ -69,8 +69,11 @@ void Session::evict(int begin, int end, EvictMode mode) {
 }
 
 void append_batch(std::span<Session* const> sessions,
-                  std::span<const std::span<const int32_t>> tokens) {
+                  std::span<const std::span<const int32_t>> tokens,
+                  std::span<std::vector<float>* const> all_logits) {
   check(sessions.size() == tokens.size(), "append_batch: one token span per session");
+  check(all_logits.empty() || all_logits.size() == sessions.size(),
+        "append_batch: all_logits must be empty or one per session");
   if (sessions.empty()) return;
   KvCache& cache = sessions[0]->cache();
   const Model& model = sessions[0]->model();
@@ -81,10 +84,11 @@ void append_batch(std::span<Session* const> sessions,
     check(&s.cache() == &cache && &s.model() == &model,
           "append_batch: sessions must share model and cache");
     if (tokens[i].empty()) continue;
+    std::vector<float>* all = all_logits.empty() ? nullptr : all_logits[i];
     // Hybrid appends take recurrent-state checkpoints as they go: keep their own path (a
     // multi-token append of a hybrid session is per session; single tokens batch like dense ones).
     if (s.recurrent_state() && tokens[i].size() > 1) {
-      s.append(tokens[i]);
+      s.append(tokens[i], all);
       continue;
     }
     s.reserve_for_append(int(tokens[i].size()));
@@ -96,12 +100,24 @@ void append_batch(std::span<Session* const> sessions,
     it.n_tokens = int(tokens[i].size());
     it.start_pos = s.size();
     it.logits = s.mutable_logits().data();
+    if (all) {
+      all->resize(tokens[i].size() * size_t(model.config().vocab));
+      it.logits = all->data();
+      it.all_logits = true;
+    }
     items.push_back(it);
     in_batch.push_back(i);
   }
   if (items.empty()) return;
   model.forward(items, cache);
-  for (size_t i : in_batch) sessions[i]->commit_append(tokens[i]);
+  const size_t vocab = size_t(model.config().vocab);
+  for (size_t i : in_batch) {
+    if (std::vector<float>* all = all_logits.empty() ? nullptr : all_logits[i]) {
+      const float* last = all->data() + (tokens[i].size() - 1) * vocab;
+      sessions[i]->mutable_logits().assign(last, last + vocab);
+    }
+    sessions[i]->commit_append(tokens[i]);
+  }
 }
 
 void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) {

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak::cli {
@@ -14,10 +15,11 @@ namespace fak::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, file, ids, session;
+  std::string model, prompt, file, ids, session, draft = "none";
   int n = 64;
   int threads = 0;
   SamplingOptions sampling;
+  DraftOptions draft_options;
   bool json = false, ignore_eos = false;
   KvFlags kv;
 };
@@ -25,6 +27,7 @@ struct RunArgs {
 void run(const RunArgs& a) {
   // Before the model loads: a bad flag is one error line at once, not after seconds of loading.
   a.sampling.validate();
+  if (a.draft != "none") a.draft_options.validate();
   set_threads(a.threads);
   const int sources = !a.prompt.empty() + !a.file.empty() + !a.ids.empty();
   if (sources != 1 && a.session.empty()) fail("give exactly one of -p TEXT, -f FILE, --ids 1,2,3");
@@ -55,6 +58,7 @@ void run(const RunArgs& a) {
   g.sampling = a.sampling;
   if (!a.ignore_eos) g.stop_ids = model_stop_ids(*model);
   g.append_last = !a.session.empty();
+  if (a.draft == "ngram") g.drafter = ngram_drafter(a.draft_options);
 
   std::unique_ptr<StreamDecoder> stream;
   if (tok) stream = std::make_unique<StreamDecoder>(*tok);
@@ -67,10 +71,15 @@ void run(const RunArgs& a) {
     return true;
   };
   GenerateResult r = generate(session, g, on_token);
+  if (!r.spec_off.empty()) std::fprintf(stderr, "fak: note: %s\n", r.spec_off.c_str());
   if (!a.session.empty()) session.save(a.session);
 
   const double prefill_tok_s = prompt.empty() ? 0 : double(prompt.size()) / prefill_s;
   const double decode_tok_s = r.ids.size() > 1 ? double(r.ids.size()) / r.seconds : 0;
+  const bool spec = g.drafter && r.spec_off.empty();
+  // Generated tokens per decode forward call (plain decoding: 1, or a little more when the last
+  // token is not appended).
+  const double tokens_per_step = r.forward_calls > 0 ? double(r.ids.size()) / r.forward_calls : 0;
   if (a.json) {
     nlohmann::json j;
     j["prompt_ids"] = prompt;
@@ -84,6 +93,15 @@ void run(const RunArgs& a) {
     j["prefill_seconds"] = prefill_s;
     j["decode_seconds"] = r.seconds;
     j["model"] = model->path().string();
+    j["draft"] = spec ? a.draft : "none";
+    if (!r.spec_off.empty()) j["draft_off"] = r.spec_off;
+    j["forward_calls"] = r.forward_calls;
+    j["tokens_per_step"] = tokens_per_step;
+    if (spec) {
+      j["spec_steps"] = r.spec_steps;
+      j["spec_drafted"] = r.spec_drafted;
+      j["spec_accepted"] = r.spec_accepted;
+    }
     std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     if (stream) {
@@ -91,8 +109,12 @@ void run(const RunArgs& a) {
       std::fwrite(rest.data(), 1, rest.size(), stdout);
     }
     std::printf("\n");
-    std::fprintf(stderr, "[prefill %zu tok, %.1f tok/s | decode %zu tok, %.1f tok/s]\n",
-                 prompt.size(), prefill_tok_s, r.ids.size(), decode_tok_s);
+    std::fprintf(stderr, "[prefill %zu tok, %.1f tok/s | decode %zu tok, %.1f tok/s", prompt.size(),
+                 prefill_tok_s, r.ids.size(), decode_tok_s);
+    if (spec)
+      std::fprintf(stderr, " | draft: %d of %d accepted, %.2f tok/step", r.spec_accepted,
+                   r.spec_drafted, tokens_per_step);
+    std::fprintf(stderr, "]\n");
   }
 }
 
@@ -122,6 +144,13 @@ void register_run(CLI::App& app) {
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_option("--session", a->session, "resume from / save to this session file");
   c->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text");
+  c->add_option("--draft", a->draft,
+                "speculative decoding: ngram (prompt lookup; same output, fewer forward calls) "
+                "or none")
+      ->check(CLI::IsMember({"none", "ngram"}));
+  c->add_option("--draft-max", a->draft_options.max_draft, "tokens drafted per step, 1 to 64");
+  c->add_option("--draft-ngram", a->draft_options.max_ngram,
+                "longest context suffix looked up for a draft, 1 to 16 (down to 1)");
   c->add_flag("--json", a->json, "print one JSON object instead of streaming");
   add_load_flags(c);
   a->kv.add_to(c);

@@ -45,5 +45,6 @@ void register_quantize(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_chat(CLI::App& app);
+void register_specbench(CLI::App& app);
 
 }  // namespace fak::cli

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   fak::cli::register_bench(app);
   fak::cli::register_evict_check(app);
   fak::cli::register_agentbench(app);
+  fak::cli::register_specbench(app);
   fak::cli::register_convert(app);
   fak::cli::register_quantize(app);
   fak::cli::register_synth(app);

@@ -1,0 +1,108 @@
+// Speculative decoding with prompt-lookup (n-gram) drafts. Decode at batch 1 is bound by memory
+// bandwidth: each step reads every weight once for one token. Verifying k drafted tokens in one
+// forward call of k + 1 positions reads them once for up to k + 1 tokens. Agents editing code
+// repeat long spans of their context (a file they read, rewritten with a small change), and
+// looking up the context's last few tokens earlier in the context drafts those spans well.
+//
+// The API, per sequence (what generate() does, and what a scheduler would do for each sequence):
+//
+//   int32_t next = sampler.sample(session.sampleable_logits(), session.tokens());
+//   loop:
+//     history = session.tokens() + [next]
+//     draft = ngram_draft(history, options, budget)       // up to k tokens, maybe none
+//     Verified v = verify_draft({&session, next, draft, &sampler, stop_ids});
+//     emit next, then v.accepted...                        // all now in the session
+//     next = v.next                                        // the target's own token, not appended
+//
+// verify_draft appends [next] + draft in ONE forward call with the logits of every position,
+// samples each position with the caller's Sampler and accepts draft[i] while the sample equals it;
+// the sample at the first disagreement (or after the whole draft) is v.next. Rejected positions are
+// dropped without another forward call (Session::truncate with the kept row's logits).
+//
+// Why it is exact: fak's forward computes a position's logits with the same floating-point
+// operations whatever the batch or chunking (src/ops/matmul.h), so row i of the verify call is
+// bit-identical to the logits plain decoding sees at that step, and the Sampler is called with the
+// same logits and history in the same order as plain decoding calls it. Greedy output is therefore
+// token-for-token that of plain greedy decoding, and so is seeded sampling at temperature > 0: the
+// sampler draws one random number per call, in the same order. (For a deterministic drafter this
+// "sample, then compare" rule is standard speculative sampling: with the draft distribution a point
+// mass on d, min(1, p(d)/q(d)) = p(d) is the chance the sample equals d, and a rejected sample is
+// distributed as p without d, which is the residual max(0, p - q) normalised.)
+//
+// Hybrid (Gated DeltaNet) models are refused (speculation_unsupported says why): the DeltaNet runs
+// a call of several tokens in its chunked form, which rounds differently from one-token steps, and
+// its recurrent state cannot drop rejected tokens except by restoring a checkpoint and replaying
+// (up to 128 tokens). generate() falls back to plain decoding there and says so.
+//
+// A batched scheduler verifies several sequences in one forward call with verify_drafts: each
+// appends 1 + k_i tokens through append_batch (which returns every position's logits per session
+// when asked), and each sequence's result is bit-identical to verifying it alone. A sequence with
+// no draft takes part with k_i = 0, which is its plain decode step. Stop strings, and any other
+// reason to end inside the accepted tokens, are the scheduler's: Session::truncate drops the
+// tokens after the end exactly (one forward call, once per request). Note: a batch of B sequences
+// computes B x (1 + k) rows per call, so the step stops being bound by weight reads sooner than
+// plain batched decode; a scheduler should shrink k as the batch grows.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+namespace fak {
+
+struct DraftOptions {
+  int max_draft = 8;  // k: tokens proposed per step
+  int max_ngram = 3;  // the longest suffix of the history looked up ...
+  int min_ngram = 1;  // ... down to this one
+  // Throws fak::Error naming the field (max_draft 1..64, 1 <= min_ngram <= max_ngram <= 16).
+  void validate() const;
+};
+
+// Prompt lookup: for n from max_ngram down to min_ngram, the most recent earlier occurrence of the
+// history's last n tokens; returns the tokens that followed it, at most min(max_draft, limit) and
+// never past the end of the history. Empty when no suffix occurs earlier. O(history * n).
+std::vector<int32_t> ngram_draft(std::span<const int32_t> history, const DraftOptions& options,
+                                 int limit = 1 << 30);
+
+// A Drafter for GenerateOptions::drafter that calls ngram_draft.
+Drafter ngram_drafter(const DraftOptions& options);
+
+// "" when speculative decoding gives the same output as plain decoding on this model, else why not.
+std::string speculation_unsupported(const Model& model);
+
+struct VerifyRequest {
+  Session* session = nullptr;
+  int32_t last = 0;                   // the token sampled from session->logits(), not yet appended
+  std::span<const int32_t> draft;     // proposed continuation after it; cut to fit the context
+  Sampler* sampler = nullptr;         // the sequence's sampler (greedy: temperature 0)
+  std::span<const int32_t> stop_ids;  // a drafted stop token is never accepted: it becomes next
+};
+
+struct Verified {
+  std::vector<int32_t> accepted;  // the draft's agreed prefix, appended after `last`
+  int32_t next = 0;               // the target's token after them; not appended (may be a stop id)
+  int drafted = 0;                // draft tokens verified (after cutting to the context)
+};
+
+// Appends [last] + draft and accepts as above. Afterwards the session holds its tokens before,
+// `last` and `accepted`, with logits() after the last of them: bit-identical to a session that
+// appended them one by one. Throws fak::Error on hybrid models (see speculation_unsupported).
+Verified verify_draft(const VerifyRequest& request);
+
+// The same for many sequences in one forward call (they must share model and cache); result i is
+// bit-identical to verify_draft(requests[i]) alone.
+std::vector<Verified> verify_drafts(std::span<const VerifyRequest> requests);
+
+// generate() with drafts from options.drafter (it calls this when the drafter is set and the model
+// is supported): the same ids, finish_reason and final session as plain decoding, in fewer forward
+// calls. Drafts are cut so that max_tokens is never overshot and nothing is appended that plain
+// decoding would not append.
+GenerateResult generate_speculative(Session& session, const GenerateOptions& options,
+                                    const std::function<bool(int32_t)>& on_token = {});
+
+}  // namespace fak
