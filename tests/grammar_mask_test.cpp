@@ -1,6 +1,7 @@
 // Token masks on the real Qwen vocabulary (151k tokens), against independent references:
 // - exactness: the trie-walk mask equals a brute-force mask (every token's bytes tried on a copy
-//   of the state) for states inside strings, escapes, UTF-8 characters, keys, numbers, tool calls;
+//   of the state) for states inside strings, escapes, UTF-8 characters, keys, numbers, tool calls,
+//   bounded numbers and strings with a pattern;
 // - random generation: tokens sampled uniformly (seeded) among the allowed ones until a stop id,
 //   and the text must parse as JSON (nlohmann) and pass the separate validator
 //   (schema_validate.h) in strict mode, keys in schema order; sampled forbidden tokens must
@@ -103,6 +104,17 @@ const char* kPersonSchema = R"({"type":"object","properties":{
     "nick":{"type":"string","minLength":2,"maxLength":4},
     "kind":{"enum":["a","ab","b",12,null]}},"required":["name","age","kind"]})";
 
+// Bounds and patterns, as zod writes them (uuid and email are zod 4's regexes).
+const char* kBoundedSchema = R"({"type":"object","properties":{
+    "n":{"type":"integer","minimum":1,"maximum":100},
+    "x":{"type":"number","minimum":0,"exclusiveMaximum":1},
+    "t":{"type":"number","minimum":-2.5,"maximum":12.75},
+    "id":{"type":"string","format":"uuid","pattern":"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000)$"},
+    "email":{"type":"string","format":"email","maxLength":40,"pattern":"^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"},
+    "code":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},
+    "note":{"type":"string","pattern":"o\"k","minLength":3,"maxLength":8}},
+    "required":["n","x","id","email"]})";
+
 TEST(GrammarMask, TrieWalkEqualsBruteForce) {
   auto person = compile_json_schema_text(kPersonSchema);
   for (const char* prefix : {"",
@@ -151,6 +163,48 @@ TEST(GrammarMask, TrieWalkEqualsBruteForce) {
 
   // A number at the root: complete (stop id allowed) and continuable at once.
   expect_exact_mask(compile_json_schema_text(R"({"type":"number"})"), "12");
+}
+
+TEST(GrammarMask, BoundedNumbersAndPatternsEqualBruteForce) {
+  auto bounded = compile_json_schema_text(kBoundedSchema);
+  const std::string uuid = "{\"n\":7,\"x\":0.5,\"id\":\"";
+  const std::string email = uuid + "123e4567-e89b-12d3-a456-426614174000\",\"email\":\"";
+  const std::string rest = email + "ada@example.com\",";
+  for (const std::string& prefix : {std::string("{\"n\":"),
+                                    std::string("{\"n\":1"),
+                                    std::string("{\"n\":10"),
+                                    std::string("{\"n\":100"),
+                                    std::string("{\"n\":5,\"x\":"),
+                                    std::string("{\"n\":5,\"x\":0."),
+                                    std::string("{\"n\":5,\"x\":0.99"),
+                                    std::string("{\"n\":5,\"x\":0.5,\"t\":-"),
+                                    std::string("{\"n\":5,\"x\":0.5,\"t\":12.7"),
+                                    std::string("{\"n\":5,\"x\":0.5,\"t\":-2.5"),
+                                    uuid,
+                                    uuid + "123e4567-e8",
+                                    uuid + "123e4567-e89b-12d3-a456-42661417400",
+                                    email,
+                                    email + "ada",
+                                    email + "ada@ex",
+                                    email + "ada@example.c",
+                                    rest + "\"code\":\"A",
+                                    rest + "\"code\":\"AB-12",
+                                    rest + "\"note\":\"",
+                                    rest + "\"note\":\"o\\\"",
+                                    rest + "\"note\":\"xo\\\"k"})
+    expect_exact_mask(bounded, prefix);
+  // Another grammar with the same pattern and bounds at other nodes: it shares the automata, and
+  // the parts the first one cached (keyed by automaton, not by node) must fit it as well.
+  auto other = compile_json_schema_text(R"({"type":"object","properties":{"pad":{"type":"null"},
+      "id":{"type":"string","pattern":"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000)$"},
+      "k":{"type":"array","items":{"type":"integer","minimum":1,"maximum":100}}}})");
+  for (const std::string& prefix :
+       {std::string("{\"pad\":null,\"id\":\"123e4567-e8"), std::string("{\"k\":[1"),
+        std::string("{\"k\":[10"), std::string("{\"k\":[100")})
+    expect_exact_mask(other, prefix);
+  // At the root: a bounded integer that may end or go on.
+  expect_exact_mask(compile_json_schema_text(R"({"type":"integer","minimum":-50,"maximum":5000})"),
+                    "-4");
 }
 
 // Fields of schemas with "properties" must come in schema order (the grammar's policy).
@@ -234,6 +288,15 @@ const char* kSchemas[] = {
         "opt3":{"type":"object","additionalProperties":{"type":"integer"}}}})",
     R"({"oneOf":[{"type":"number"},{"type":"string","maxLength":4},{"type":"array","maxItems":2,
         "items":{"type":"string","minLength":1,"maxLength":2}}]})",
+    kBoundedSchema,
+    // zod: z.object({ page: z.number().int().positive(), size: z.number().int().min(1).max(50),
+    //   ratio: z.number().nonnegative().lte(1), tag: z.string().regex(/^[a-z]+(-[a-z]+)*$/) })
+    R"({"type":"object","properties":{
+        "page":{"type":"integer","exclusiveMinimum":0,"maximum":9007199254740991},
+        "size":{"type":"integer","minimum":1,"maximum":50},
+        "ratio":{"type":"number","minimum":0,"maximum":1},
+        "tag":{"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","maxLength":12}},
+        "required":["page","size","ratio","tag"],"additionalProperties":false})",
 };
 
 TEST(GrammarMask, RandomGenerationsAreValidJson) {
@@ -255,7 +318,7 @@ TEST(GrammarMask, RandomGenerationsAreValidJson) {
       ++generations;
     }
   }
-  EXPECT_EQ(generations, 80);
+  EXPECT_EQ(generations, int(10 * std::size(kSchemas)));
 }
 
 TEST(GrammarMask, RandomJsonObjects) {

@@ -44,9 +44,10 @@ namespace fak::grammar {
 class Grammar;  // compiled, immutable; see nodes.h for what is inside
 
 struct SchemaOptions {
-  // Off (the default), a keyword the grammar cannot enforce (pattern, minimum, ...) or does not
-  // know is an error. On, it is skipped: the output then honours everything else in the schema
-  // but may break that keyword. For tool schemas written for models that were never constrained.
+  // Off (the default), a keyword the grammar cannot enforce (multipleOf, uniqueItems, a pattern
+  // with a backreference, ...) or does not know is an error. On, it is skipped: the output then
+  // honours everything else in the schema but may break that keyword. For tool schemas written
+  // for models that were never constrained.
   bool ignore_unsupported_keywords = false;
 };
 

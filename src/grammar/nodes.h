@@ -1,6 +1,6 @@
 // What a compiled grammar is made of: a graph of typed nodes (string, number, object, array,
-// literal set, alternatives, fixed sequence), plus the Frame, the per-node matching state that a
-// pushdown stack holds. Internal to src/grammar; grammar.h is the public face.
+// literal set, alternatives, fixed sequence, byte automaton), plus the Frame, the per-node matching
+// state that a pushdown stack holds. Internal to src/grammar; grammar.h is the public face.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,8 @@
 #include <vector>
 
 namespace fak::grammar {
+
+struct ByteDfa;  // automaton.h
 
 inline constexpr uint32_t kNoNode = std::numeric_limits<uint32_t>::max();
 inline constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
@@ -33,8 +35,9 @@ enum class NodeKind : uint8_t {
   kLiterals,  // a fixed set of byte strings: enum, const, true/false, null, a tool's name
   kObject,
   kArray,
-  kAnyOf,     // never on a stack: expanded into its alternatives when pushed
-  kSequence,  // literal bytes and nodes in order, optionally repeated with a separator
+  kAnyOf,      // never on a stack: expanded into its alternatives when pushed
+  kSequence,   // literal bytes and nodes in order, optionally repeated with a separator
+  kAutomaton,  // a value read by a byte automaton: a number with bounds, a string with a pattern
 };
 
 // A small byte trie for literal sets and property keys.
@@ -87,6 +90,8 @@ struct Node {
   std::vector<SequenceItem> sequence;
   uint32_t max_repeat = 1;
   std::string separator;
+  // kAutomaton (shared: the same table may serve several nodes)
+  std::shared_ptr<const ByteDfa> automaton;
 };
 
 class PartCache;
@@ -119,7 +124,8 @@ class Grammar {
 
 // One stack entry: which node, and where inside it. 16 bytes with no padding, compared and hashed
 // as bytes. String and number frames carry everything they need (remaining lengths, digit counts)
-// so their masks do not depend on the grammar they came from.
+// so their masks do not depend on the grammar they came from; automaton frames need only their
+// automaton, which grammars share (automaton.h).
 struct Frame {
   uint32_t node = 0;
   NodeKind kind = NodeKind::kString;
@@ -127,7 +133,8 @@ struct Frame {
   uint8_t aux = 0;  // whitespace run (containers), UTF-8/escape state (strings), repeats (seq)
   uint8_t depth = 0;
   uint32_t a = 0;  // string: chars still needed; number: digits in this part; object: next
-                   // property index; array: items so far; literals/sequence: position
+                   // property index; array: items so far; literals/sequence: position;
+                   // automaton: its state
   uint32_t b = 0;  // string: chars of room left; object: key trie state, then property index;
                    // sequence: offset in the current literal
 };

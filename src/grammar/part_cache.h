@@ -1,7 +1,7 @@
 // Mask parts (what one frame decides about the vocabulary on its own) and the bounded, locked
 // cache that holds them. Two caches exist: the TokenIndex's, for frames that never read their
-// grammar (strings, numbers), shared by every grammar; and each Grammar's own, for its frames,
-// freed with the grammar.
+// grammar (strings, numbers, shared automata), shared by every grammar; and each Grammar's own,
+// for its frames, freed with the grammar.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +36,8 @@ struct MaskPart {
 };
 
 struct MaskKey {
-  uint64_t scope;  // in a grammar's cache: the TokenIndex's uid; in the index's cache: 0
+  uint64_t scope;  // in a grammar's cache: the TokenIndex's uid; in the index's cache: 0, or
+                   // an automaton's uid with the top bit set
   Frame frame;
   bool operator==(const MaskKey& other) const;
 };

@@ -4,15 +4,19 @@
 // - Supported: type (a name or a list), properties, required, additionalProperties, items,
 //   minItems, maxItems, minLength, maxLength (code points), enum, const, anyOf, oneOf, allOf with
 //   one subschema, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed, up to
-//   kMaxDepth nesting), boolean schemas.
+//   kMaxDepth nesting), boolean schemas; minimum, maximum, exclusiveMinimum, exclusiveMaximum
+//   (numbers, or draft 4's booleans next to minimum/maximum), exact for any decimal bound, see
+//   number_bounds.h; pattern (ECMA-262, the subset in regex.h), with minLength/maxLength too.
 // - Ignored as annotations: title, description, default, examples, example, format (an annotation
 //   in JSON Schema 2019-09 and later), $schema, $id, $comment, deprecated, readOnly, writeOnly,
 //   contentMediaType, contentEncoding, and $defs/definitions themselves.
 // - Refused (fak::Error naming the keyword and where it is), unless
-//   SchemaOptions::ignore_unsupported_keywords: every other keyword, e.g. pattern, minimum,
-//   maximum, multipleOf, uniqueItems, patternProperties, prefixItems, not, if/then/else; allOf
-//   with several subschemas; items as a list; $ref or enum/const next to other validation
-//   keywords (type aside for enum/const).
+//   SchemaOptions::ignore_unsupported_keywords: every other keyword, e.g. multipleOf,
+//   uniqueItems, patternProperties, prefixItems, not, if/then/else; allOf with several
+//   subschemas; items as a list; $ref or enum/const next to other validation keywords (type
+//   aside for enum/const; bounds and pattern next to enum/const drop the values that break them);
+//   patterns with what regex.h refuses (backreferences, lookbehinds, ...). Bounds or a pattern
+//   that nothing can satisfy ("no integer satisfies minimum 5 and maximum 3") are refused always.
 // - Objects with `properties`: only the listed properties, in the schema's order (the order the
 //   caller wrote, so pass ordered_json). Required ones always appear; an optional one may appear
 //   or be skipped, at most once, and still in order. This holds with or without "strict" and
@@ -24,9 +28,12 @@
 //   JSON value.
 // - oneOf is compiled as anyOf: with overlapping alternatives the output can match several.
 // - Numbers are JSON number syntax (integer: no fraction or exponent), at most kMaxIntDigits /
-//   kMaxFracDigits / kMaxExpDigits digits per part. Strings: any valid UTF-8 except control
-//   characters, `"` and `\` unescaped; escapes \" \\ \/ \b \f \n \r \t \uXXXX (surrogates only in
-//   pairs). Keys and enum/const values are written in one canonical way (nlohmann's compact dump).
+//   kMaxFracDigits / kMaxExpDigits digits per part; with bounds, no exponent and at most 15
+//   significant digits (number_bounds.h), and bounds beyond what that can write leave their side
+//   free (integer bounds of +-2^53 - 1, as zod writes for .int(), constrain nothing). Strings: any
+//   valid UTF-8 except control characters, `"` and `\` unescaped; escapes \" \\ \/ \b \f \n \r \t
+//   \uXXXX (surrogates only in pairs); with a pattern, each character in one spelling (regex.h).
+//   Keys and enum/const values are written in one canonical way (nlohmann's compact dump).
 // - Whitespace: see kMaxIndent in nodes.h (none, one space, or a newline and up to 20 spaces/tabs
 //   between tokens); none before the root value or after it.
 #include "grammar/schema_compile.h"
@@ -35,6 +42,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "grammar/automaton.h"
+#include "grammar/number_bounds.h"
+#include "grammar/regex.h"
 
 namespace fak::grammar {
 
@@ -64,18 +74,30 @@ bool is_annotation(const std::string& key) {
   return std::find(std::begin(kAnnotations), std::end(kAnnotations), key) != std::end(kAnnotations);
 }
 
+// Keywords on a value of one type that enum/const values are checked against, and that lenient
+// mode skips where they cannot be enforced (next to $ref, anyOf, allOf), as it did before they
+// were supported.
+bool is_value_keyword(const std::string& key) {
+  return key == "minimum" || key == "maximum" || key == "exclusiveMinimum" ||
+         key == "exclusiveMaximum" || key == "pattern";
+}
+
 bool is_supported(const std::string& key) {
   static const char* const kSupported[] = {
       "type",     "enum",      "const",     "anyOf",      "oneOf",
       "allOf",    "$ref",      "required",  "items",      "minItems",
       "maxItems", "minLength", "maxLength", "properties", "additionalProperties"};
-  return std::find(std::begin(kSupported), std::end(kSupported), key) != std::end(kSupported);
+  return is_value_keyword(key) ||
+         std::find(std::begin(kSupported), std::end(kSupported), key) != std::end(kSupported);
 }
 
 const char* type_family(const std::string& key) {
   if (key == "properties" || key == "required" || key == "additionalProperties") return "object";
   if (key == "items" || key == "minItems" || key == "maxItems") return "array";
-  if (key == "minLength" || key == "maxLength") return "string";
+  if (key == "minLength" || key == "maxLength" || key == "pattern") return "string";
+  if (key == "minimum" || key == "maximum" || key == "exclusiveMinimum" ||
+      key == "exclusiveMaximum")
+    return "number";
   return nullptr;
 }
 
@@ -245,10 +267,12 @@ uint32_t SchemaCompiler::compile(const ojson& schema, const std::string& where, 
     return std::find(validation.begin(), validation.end(), key) != validation.end();
   };
   const auto only = [&](std::initializer_list<const char*> allowed, const char* main) {
-    for (const auto& key : validation)
+    for (const auto& key : validation) {
+      if (options_.ignore_unsupported_keywords && is_value_keyword(key)) continue;
       if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; }) ==
           allowed.end())
         fail_at(where, std::string("'") + main + "' together with '" + key + "' is not supported");
+    }
   };
 
   if (has("$ref")) {
@@ -313,9 +337,14 @@ uint32_t SchemaCompiler::compile_literals(const ojson& schema, const std::string
   const bool is_const = schema.contains("const");
   if (is_const && schema.contains("enum")) fail_at(where, "'enum' together with 'const'");
   for (const auto& [key, value] : schema.items())
-    if (is_supported(key) && key != "enum" && key != "const" && key != "type")
+    if (is_supported(key) && key != "enum" && key != "const" && key != "type" &&
+        !is_value_keyword(key))
       fail_at(where, std::string("'") + (is_const ? "const" : "enum") + "' together with '" + key +
                          "' is not supported");
+  std::string bounds_text;
+  const NumberBounds bounds = number_bounds(schema, where, bounds_text);
+  std::shared_ptr<const ByteDfa> pattern;
+  if (schema.contains("pattern")) pattern = pattern_automaton(schema, 0, kUnbounded, where);
   std::vector<std::string> types;
   if (auto it = schema.find("type"); it != schema.end()) {
     if (it->is_string()) {
@@ -328,13 +357,22 @@ uint32_t SchemaCompiler::compile_literals(const ojson& schema, const std::string
   ojson values = is_const ? ojson::array({schema["const"]}) : schema["enum"];
   if (!values.is_array() || values.empty()) fail_at(where, "'enum' must be a non-empty array");
   std::vector<std::string> literals;
+  bool typed_any = false;
   for (const auto& value : values) {
     const bool typed = types.empty() || std::any_of(types.begin(), types.end(), [&](auto& t) {
                          return value_has_type(value, t);
                        });
-    if (typed) literals.push_back(json_text(value));
+    if (!typed) continue;
+    typed_any = true;
+    if (value.is_number() && !within(bounds, Decimal::from_json(value))) continue;
+    const std::string text = json_text(value);
+    // nlohmann's dump spells strings the way pattern automata read them (regex.h)
+    if (value.is_string() && pattern && !dfa_matches(*pattern, text)) continue;
+    literals.push_back(text);
   }
-  if (literals.empty()) fail_at(where, "no enum/const value has the schema's type");
+  if (!typed_any) fail_at(where, "no enum/const value has the schema's type");
+  if (literals.empty())
+    fail_at(where, "no enum/const value satisfies the schema's bounds or pattern");
   return literals_node(grammar_, literals);
 }
 
@@ -346,11 +384,28 @@ uint32_t SchemaCompiler::compile_type(const ojson& schema, const std::string& ty
     node.min_length = count_keyword(schema, "minLength", 0, where);
     node.max_length = count_keyword(schema, "maxLength", kUnbounded, where);
     if (node.min_length > node.max_length) fail_at(where, "minLength is above maxLength");
+    if (schema.contains("pattern")) {
+      node.automaton = pattern_automaton(schema, node.min_length, node.max_length, where);
+      if (node.automaton) node.kind = NodeKind::kAutomaton;  // else lenient: pattern skipped
+    }
     return grammar_.add(std::move(node));
   }
   if (type == "number" || type == "integer") {
+    const bool integer = type == "integer";
     Node node;
-    node.kind = type == "number" ? NodeKind::kNumber : NodeKind::kInteger;
+    node.kind = integer ? NodeKind::kInteger : NodeKind::kNumber;
+    std::string bounds_text;
+    const NumberBounds bounds = number_bounds(schema, where, bounds_text);
+    if ((!bounds.lower && !bounds.upper) || bounds_vacuous(bounds, integer))
+      return grammar_.add(std::move(node));
+    node.automaton = shared_automaton(type + " " + bounds_text,
+                                      [&] { return bounded_number_automaton(bounds, integer); });
+    if (!node.automaton)
+      fail_at(where, integer ? "no integer satisfies " + bounds_text + " (with at most " +
+                                   std::to_string(kMaxIntDigits) + " digits)"
+                             : "no number satisfies " + bounds_text +
+                                   " (with at most 15 significant digits, no exponent)");
+    node.kind = NodeKind::kAutomaton;
     return grammar_.add(std::move(node));
   }
   if (type == "boolean") return literals_node(grammar_, {"true", "false"});
@@ -358,6 +413,64 @@ uint32_t SchemaCompiler::compile_type(const ojson& schema, const std::string& ty
   if (type == "object") return compile_object(schema, where, depth);
   if (type == "array") return compile_array(schema, where, depth);
   fail_at(where, "unknown type '" + type + "'");
+}
+
+NumberBounds SchemaCompiler::number_bounds(const ojson& schema, const std::string& where,
+                                           std::string& text) const {
+  NumberBounds bounds;
+  text.clear();
+  const auto add = [&](std::optional<NumberBound>& slot, NumberBound bound, bool lower,
+                       const std::string& said) {
+    text += (text.empty() ? "" : " and ") + said;
+    if (slot) {  // both minimum and exclusiveMinimum: the stricter one counts
+      int c = compare(bound.value, slot->value);
+      if (!lower) c = -c;
+      if (c < 0 || (c == 0 && !bound.exclusive)) return;
+    }
+    slot = std::move(bound);
+  };
+  for (const bool lower : {true, false}) {
+    const std::string key = lower ? "minimum" : "maximum";
+    const std::string exclusive_key = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    auto& slot = lower ? bounds.lower : bounds.upper;
+    const auto inclusive = schema.find(key), exclusive = schema.find(exclusive_key);
+    // Draft 4: a boolean exclusiveMinimum says whether minimum itself is excluded.
+    bool draft4_exclusive = false;
+    if (exclusive != schema.end() && exclusive->is_boolean()) {
+      draft4_exclusive = exclusive->get<bool>();
+      if (draft4_exclusive && inclusive == schema.end())
+        fail_at(where, "'" + exclusive_key + "': true needs '" + key + "' next to it");
+    }
+    if (inclusive != schema.end()) {
+      if (!inclusive->is_number()) fail_at(where, "'" + key + "' must be a number");
+      add(slot, {Decimal::from_json(*inclusive), draft4_exclusive}, lower,
+          (draft4_exclusive ? exclusive_key + " " : key + " ") + inclusive->dump());
+    }
+    if (exclusive != schema.end() && !exclusive->is_boolean()) {
+      if (!exclusive->is_number())
+        fail_at(where, "'" + exclusive_key + "' must be a number (or, in draft 4, a boolean)");
+      add(slot, {Decimal::from_json(*exclusive), true}, lower,
+          exclusive_key + " " + exclusive->dump());
+    }
+  }
+  return bounds;
+}
+
+std::shared_ptr<const ByteDfa> SchemaCompiler::pattern_automaton(const ojson& schema,
+                                                                 uint32_t min_length,
+                                                                 uint32_t max_length,
+                                                                 const std::string& where) const {
+  const ojson& pattern = schema["pattern"];
+  if (!pattern.is_string()) fail_at(where, "'pattern' must be a string");
+  const std::string text = pattern.get<std::string>();
+  try {
+    return shared_automaton(
+        "pattern " + std::to_string(min_length) + " " + std::to_string(max_length) + " " + text,
+        [&] { return pattern_string_automaton(text, min_length, max_length); });
+  } catch (const Error& e) {
+    if (options_.ignore_unsupported_keywords) return nullptr;  // lenient: the pattern is skipped
+    fail_at(where, e.what());
+  }
 }
 
 uint32_t SchemaCompiler::compile_object(const ojson& schema, const std::string& where, int depth) {

@@ -10,6 +10,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/nodes.h"
+#include "grammar/number_bounds.h"
 
 namespace fak::grammar {
 
@@ -31,6 +32,13 @@ class SchemaCompiler {
   uint32_t resolve_ref(const std::string& ref, const std::string& where, int depth);
   uint32_t count_keyword(const nlohmann::ordered_json& schema, const char* keyword,
                          uint32_t fallback, const std::string& where) const;
+  // The numeric bounds present; `text` says them as written ("minimum 0 and maximum 10").
+  NumberBounds number_bounds(const nlohmann::ordered_json& schema, const std::string& where,
+                             std::string& text) const;
+  // The schema's pattern as a string automaton; nullptr when lenient mode skips a refused one.
+  std::shared_ptr<const ByteDfa> pattern_automaton(const nlohmann::ordered_json& schema,
+                                                   uint32_t min_length, uint32_t max_length,
+                                                   const std::string& where) const;
   [[noreturn]] void fail_at(const std::string& where, const std::string& what) const;
 
   Grammar& grammar_;

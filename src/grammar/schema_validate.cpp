@@ -1,13 +1,148 @@
 // JSON-schema validation of a value, by the keywords' definitions; see schema_validate.h.
+// Patterns run on PCRE2 after a rewrite of what ECMA-262 means differently (ecma_to_pcre2).
 #include "grammar/schema_validate.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <cmath>
+#include <map>
+#include <memory>
 
 namespace fak::grammar {
 
 using ojson = nlohmann::ordered_json;
 
 namespace {
+
+// ECMA-262's \s: WhiteSpace and LineTerminator, as the inside of a PCRE2 class.
+constexpr const char* kEcmaSpace =
+    "\\t-\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+    "\\x{feff}";
+
+bool hex_digit(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// An ECMA-262 pattern (read with the "u" flag) rewritten for PCRE2 in UTF mode with
+// PCRE2_DOLLAR_ENDONLY, where these differ: `.` (ECMA: not \n \r U+2028 U+2029), \s and \S
+// (ECMA's Unicode set; PCRE2's is ASCII), \v (a character, not a class), \u escapes (joined
+// surrogate pairs), \0, and classes ([] matches nothing, [^] anything, '[' inside is literal).
+std::string ecma_to_pcre2(const std::string& p) {
+  std::string out;
+  // After a backslash at p[i]: the escape's PCRE2 spelling; i moves to its last character.
+  const auto escape = [&](size_t& i) -> std::string {
+    const char c = p[++i];
+    if (c == 'v') return "\\x{0b}";
+    if (c == '0') return "\\x{0}";
+    if (c == 'u') {
+      const auto hex_run = [&](size_t at, size_t n) {
+        if (at + n > p.size()) return false;
+        for (size_t k = 0; k < n; ++k)
+          if (!hex_digit(p[at + k])) return false;
+        return true;
+      };
+      if (i + 1 < p.size() && p[i + 1] == '{') {
+        const size_t close = p.find('}', i);
+        if (close == std::string::npos) return "\\u";  // PCRE2 refuses it too
+        const std::string hex = p.substr(i + 2, close - i - 2);
+        i = close;
+        return "\\x{" + hex + "}";
+      }
+      if (hex_run(i + 1, 4)) {
+        unsigned v = unsigned(std::stoul(p.substr(i + 1, 4), nullptr, 16));
+        i += 4;
+        if (v >= 0xD800 && v <= 0xDBFF && i + 2 < p.size() && p[i + 1] == '\\' && p[i + 2] == 'u' &&
+            hex_run(i + 3, 4)) {
+          const unsigned low = unsigned(std::stoul(p.substr(i + 3, 4), nullptr, 16));
+          if (low >= 0xDC00 && low <= 0xDFFF) {
+            v = 0x10000 + ((v - 0xD800) << 10) + (low - 0xDC00);
+            i += 6;
+          }
+        }
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "\\x{%x}", v);
+        return buf;
+      }
+    }
+    return std::string("\\") + c;
+  };
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      if (p[i + 1] == 's') {
+        out += std::string("[") + kEcmaSpace + "]";
+        ++i;
+      } else if (p[i + 1] == 'S') {
+        out += std::string("[^") + kEcmaSpace + "]";
+        ++i;
+      } else {
+        out += escape(i);
+      }
+      continue;
+    }
+    if (c == '.') {
+      out += "[^\\n\\r\\x{2028}\\x{2029}]";
+      continue;
+    }
+    if (c != '[') {
+      out += c;
+      continue;
+    }
+    // A class: its items in PCRE2 spelling; a \S among them cannot go inside PCRE2's brackets.
+    size_t j = i + 1;
+    const bool negate = j < p.size() && p[j] == '^';
+    if (negate) ++j;
+    std::string items;
+    bool non_space = false;
+    for (; j < p.size() && p[j] != ']'; ++j) {
+      if (p[j] == '\\' && j + 1 < p.size()) {
+        if (p[j + 1] == 's') {
+          items += kEcmaSpace;
+          ++j;
+        } else if (p[j + 1] == 'S') {
+          non_space = true;
+          ++j;
+        } else if (p[j + 1] == 'b') {
+          items += "\\x{8}";
+          ++j;
+        } else {
+          items += escape(j);
+        }
+      } else if (p[j] == '[') {
+        items += "\\[";
+      } else {
+        items += p[j];
+      }
+    }
+    i = j;  // on the closing ']'
+    const std::string set = items.empty() ? "(?!)" : "[" + items + "]";
+    const std::string space = std::string("[") + kEcmaSpace + "]";
+    if (!negate) {
+      out += non_space ? "(?:" + set + "|[^" + kEcmaSpace + "])" : set;
+    } else if (!non_space) {
+      out += items.empty() ? "(?s:.)" : "[^" + items + "]";
+    } else {
+      out += items.empty() ? space : "(?:(?!" + set + ")" + space + ")";
+    }
+  }
+  return out;
+}
+
+// -1, 0, 1. long double holds every int64, uint64 and double exactly (x86-64's 64-bit mantissa).
+int compare_numbers(const ojson& a, const ojson& b) {
+  const auto wide = [](const ojson& x) -> long double {
+    if (x.is_number_unsigned()) return static_cast<long double>(x.get<uint64_t>());
+    if (x.is_number_integer()) return static_cast<long double>(x.get<int64_t>());
+    return static_cast<long double>(x.get<double>());
+  };
+  const long double x = wide(a), y = wide(b);
+  return (x > y) - (x < y);
+}
+
+struct Pcre2Deleter {
+  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+};
 
 class Validator {
  public:
@@ -55,6 +190,7 @@ class Validator {
       }
       if (!ok) return path + ": wrong type, expected " + type->dump();
     }
+    if (value.is_number()) return check_number(value, schema, path);
     if (value.is_string()) return check_string(value.get<std::string>(), schema, path);
     if (value.is_array()) return check_array(value, schema, path, depth);
     if (value.is_object()) return check_object(value, schema, path, depth);
@@ -78,16 +214,70 @@ class Validator {
     return false;
   }
 
-  // JSON Schema lengths are in code points: count the bytes that start a UTF-8 character.
-  static std::string check_string(const std::string& s, const ojson& schema,
+  // minimum / maximum, exclusive or not; draft 4's boolean exclusiveMinimum / exclusiveMaximum
+  // make minimum / maximum exclusive.
+  static std::string check_number(const ojson& value, const ojson& schema,
                                   const std::string& path) {
+    for (const bool lower : {true, false}) {
+      const char* key = lower ? "minimum" : "maximum";
+      const char* exclusive_key = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+      const auto inclusive = schema.find(key), exclusive = schema.find(exclusive_key);
+      const bool draft4 =
+          exclusive != schema.end() && exclusive->is_boolean() && exclusive->get<bool>();
+      const auto breaks = [&](const ojson& bound, bool strict) {
+        const int c = compare_numbers(value, bound) * (lower ? 1 : -1);
+        return c < 0 || (c == 0 && strict);
+      };
+      if (inclusive != schema.end() && inclusive->is_number() && breaks(*inclusive, draft4))
+        return path + ": " + (lower ? "below " : "above ") + (draft4 ? exclusive_key : key) + " " +
+               inclusive->dump();
+      if (exclusive != schema.end() && exclusive->is_number() && breaks(*exclusive, true))
+        return path + ": not " + (lower ? "above " : "below ") + exclusive_key + " " +
+               exclusive->dump();
+    }
+    return "";
+  }
+
+  // JSON Schema lengths are in code points: count the bytes that start a UTF-8 character.
+  std::string check_string(const std::string& s, const ojson& schema,
+                           const std::string& path) const {
     size_t length = 0;
     for (unsigned char c : s) length += (c & 0xC0) != 0x80;
     if (auto min = schema.find("minLength"); min != schema.end() && length < min->get<size_t>())
       return path + ": shorter than minLength";
     if (auto max = schema.find("maxLength"); max != schema.end() && length > max->get<size_t>())
       return path + ": longer than maxLength";
+    if (auto pattern = schema.find("pattern"); pattern != schema.end() && pattern->is_string())
+      return check_pattern(s, pattern->get<std::string>(), path);
     return "";
+  }
+
+  // ECMA-262 search semantics: the pattern may match anywhere unless it anchors itself.
+  std::string check_pattern(const std::string& s, const std::string& pattern,
+                            const std::string& path) const {
+    auto& code = patterns_[pattern];
+    if (!code) {
+      int error = 0;
+      PCRE2_SIZE offset = 0;
+      const std::string translated = ecma_to_pcre2(pattern);
+      code.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                               PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &error, &offset, nullptr));
+      if (!code) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(error, message, sizeof message);
+        return path + ": pattern " + ojson(pattern).dump() + " does not compile (" +
+               reinterpret_cast<const char*>(message) + ")";
+      }
+    }
+    pcre2_match_data* match = pcre2_match_data_create_from_pattern(code.get(), nullptr);
+    const int rc = pcre2_match(code.get(), reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0,
+                               match, nullptr);
+    pcre2_match_data_free(match);
+    if (rc >= 0) return "";
+    if (rc == PCRE2_ERROR_NOMATCH)
+      return path + ": does not match pattern " + ojson(pattern).dump();
+    return path + ": pattern " + ojson(pattern).dump() + " could not be run (PCRE2 error " +
+           std::to_string(rc) + ")";
   }
 
   std::string check_array(const ojson& value, const ojson& schema, const std::string& path,
@@ -135,6 +325,7 @@ class Validator {
 
   const ojson& root_;
   ValidateOptions options_;
+  mutable std::map<std::string, std::unique_ptr<pcre2_code, Pcre2Deleter>> patterns_;
 };
 
 }  // namespace

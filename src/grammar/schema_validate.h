@@ -1,6 +1,7 @@
 // A JSON-schema validator that checks a parsed value against a schema directly, written apart
 // from the grammar compiler (it shares no code with it) so that tests can use it as a referee,
-// and the server as a last check on unconstrained output. Same keyword subset as the compiler;
+// and the server as a last check on unconstrained output. Same keyword subset as the compiler
+// (numeric bounds by exact comparison, pattern on PCRE2, not on the compiler's automata);
 // anything else is ignored here.
 #pragma once
 

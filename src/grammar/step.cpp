@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "grammar/automaton.h"
+
 namespace fak::grammar {
 
 namespace {
@@ -249,6 +251,21 @@ StepResult step_literals(const Node& node, Frame& f, int byte) {
   return there.value >= 0 && there.next.empty() ? consume_pop() : consume();
 }
 
+// ---- byte automata ---------------------------------------------------------------------------
+
+// Like a literal set: a byte with a way on is taken; an accepting state leaves any other byte to
+// the parent (a number ends), and a state with no way on at all ends the value (a closing quote).
+StepResult step_automaton(const ByteDfa& dfa, Frame& f, int byte) {
+  if (byte != kEndOfInput) {
+    const uint32_t next = dfa.step(f.a, uint8_t(byte));
+    if (next != ByteDfa::kNone) {
+      f.a = next;
+      return dfa.ends[next] ? consume_pop() : consume();
+    }
+  }
+  return dfa.accepting[f.a] ? pass() : reject();
+}
+
 // ---- objects ---------------------------------------------------------------------------------
 
 enum ObjectPhase : uint8_t {
@@ -451,6 +468,8 @@ StepResult step_frame(const Grammar& grammar, Frame& frame, int byte) {
       return step_array(grammar, grammar.nodes[frame.node], frame, byte);
     case NodeKind::kSequence:
       return step_sequence(grammar.nodes[frame.node], frame, byte);
+    case NodeKind::kAutomaton:
+      return step_automaton(*grammar.nodes[frame.node].automaton, frame, byte);
     case NodeKind::kAnyOf:
       break;
   }

@@ -32,8 +32,9 @@ struct TokenIndex::Impl {
 
   uint64_t uid = 0;  // unique per index: scopes grammars' cached parts
 
-  // Parts of grammar-independent frames (strings, numbers), for every grammar. Limited strings
-  // make one part per (characters needed, room left) pair, hence a budget.
+  // Parts of grammar-independent frames (strings, numbers, shared automata), for every grammar.
+  // Limited strings make one part per (characters needed, room left) pair, and automata one per
+  // state, hence a budget.
   PartCache shared_parts{size_t(96) << 20};
 };
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "grammar/automaton.h"
+
 namespace fak::grammar {
 
 MaskBuilder::MaskBuilder(const Grammar& grammar, const TokenIndex::Impl& index)
@@ -22,10 +24,12 @@ void MaskBuilder::allow_tokens_of(uint32_t node, std::vector<uint32_t>& mask) co
 // Strings and numbers never read their grammar node, so their parts are keyed by the frame alone
 // and shared across grammars in the index. A string's lengths only matter up to the longest token
 // (one token cannot add more characters than it has bytes), so they are clamped there: a string
-// with 10 or 10000 characters of room left is the same frame for masking.
+// with 10 or 10000 characters of room left is the same frame for masking. An automaton frame reads
+// only its automaton, which grammars share when their schemas ask for the same one
+// (shared_automaton): keyed by the automaton's uid, its parts serve them all.
 bool MaskBuilder::grammar_independent(const Frame& frame) {
   return frame.kind == NodeKind::kString || frame.kind == NodeKind::kNumber ||
-         frame.kind == NodeKind::kInteger;
+         frame.kind == NodeKind::kInteger || frame.kind == NodeKind::kAutomaton;
 }
 
 MaskKey MaskBuilder::key_for(const Frame& top) const {
@@ -39,20 +43,30 @@ MaskKey MaskBuilder::key_for(const Frame& top) const {
       key.frame.a = std::min(key.frame.a, cap);
       key.frame.b = std::min(key.frame.b, cap);
     }
+    if (top.kind == NodeKind::kAutomaton)  // top bit: never 0, the strings' and numbers' scope
+      key.scope = grammar_.nodes[top.node].automaton->uid | uint64_t(1) << 63;
   }
   return key;
+}
+
+// The frame a part is computed from: as keyed, but an automaton frame keeps its node (the key's
+// uid names the automaton; the walk needs the node that holds it).
+Frame MaskBuilder::part_frame(const Frame& top, const MaskKey& key) {
+  Frame frame = key.frame;
+  if (top.kind == NodeKind::kAutomaton) frame.node = top.node;
+  return frame;
 }
 
 std::shared_ptr<const MaskPart> MaskBuilder::part_for(const Frame& top) {
   const MaskKey key = key_for(top);
   const PartCache& cache = grammar_independent(top) ? index_.shared_parts : *grammar_.mask_parts;
   if (auto part = cache.find(key)) return part;
-  return cache.store(key, make_part(key.frame));
+  return cache.store(key, make_part(part_frame(top, key)));
 }
 
 void MaskBuilder::pin_part(const Frame& top) {
   const MaskKey key = key_for(top);
-  MaskPart part = make_part(key.frame);
+  MaskPart part = make_part(part_frame(top, key));
   part.pinned = true;
   (grammar_independent(top) ? index_.shared_parts : *grammar_.mask_parts)
       .store(key, std::move(part));
@@ -82,7 +96,43 @@ void MaskBuilder::finish_part(std::vector<uint32_t>& accepted, int32_t vocab, Ma
   }
 }
 
+// The walk of compute_part for an automaton frame, by table lookups instead of the stack machine
+// (7x faster: a pattern such as an email's local part accepts tens of thousands of tokens). Same
+// outcome per trie node as step_automaton gives there: a byte with a way on goes on (or ends the
+// value: a closing quote, accepted, the rest is the parent's), a byte without one passes to the
+// parent when the state is accepting.
+MaskPart MaskBuilder::compute_automaton_part(const Frame& bottom) {
+  std::vector<uint32_t> accepted(mask_words(index_.vocab), 0);
+  MaskPart part;
+  const ByteDfa& dfa = *grammar_.nodes[bottom.node].automaton;
+  std::vector<uint32_t>& at = automaton_levels_;
+  at.assign(size_t(index_.longest_token) + 1, 0);
+  at[0] = bottom.a;
+  const auto& nodes = index_.nodes;
+  for (uint32_t i = 0; i < nodes.size();) {
+    const TrieNode& node = nodes[i];
+    const uint32_t state = at[node.depth - 1];
+    const uint32_t next = dfa.step(state, node.byte);
+    if (next == ByteDfa::kNone) {
+      if (dfa.accepting[state]) part.frontier.push_back(i << 1 | 1);
+      i = node.end;
+      continue;
+    }
+    allow_tokens_of(i, accepted);
+    if (dfa.ends[next]) {
+      part.frontier.push_back(i << 1);
+      i = node.end;
+      continue;
+    }
+    at[node.depth] = next;
+    ++i;
+  }
+  finish_part(accepted, index_.vocab, part);
+  return part;
+}
+
 MaskPart MaskBuilder::compute_part(const Frame& bottom) {
+  if (bottom.kind == NodeKind::kAutomaton) return compute_automaton_part(bottom);
   std::vector<uint32_t> accepted(mask_words(index_.vocab), 0);
   MaskPart part;
   // A string frame (only ever walked here without limits in reach) also records how many
@@ -170,7 +220,8 @@ void MaskBuilder::fill(const StackSet& state, std::vector<uint32_t>& mask, bool 
     const Frame* stack = state.stack(k);
     const std::shared_ptr<const MaskPart> part =
         use_cache ? part_for(stack[depth - 1])
-                  : std::make_shared<const MaskPart>(make_part(key_for(stack[depth - 1]).frame));
+                  : std::make_shared<const MaskPart>(
+                        make_part(part_frame(stack[depth - 1], key_for(stack[depth - 1]))));
     if (!part->dense.empty()) {
       for (size_t w = 0; w < mask.size(); ++w) mask[w] |= part->dense[w];
     }

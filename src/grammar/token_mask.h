@@ -32,8 +32,10 @@ class MaskBuilder {
  private:
   static bool grammar_independent(const Frame& frame);
   MaskKey key_for(const Frame& top) const;
-  MaskPart make_part(const Frame& frame);  // frame as keyed (key_for)
+  static Frame part_frame(const Frame& top, const MaskKey& key);
+  MaskPart make_part(const Frame& frame);  // frame as keyed (key_for), see part_frame
   MaskPart compute_part(const Frame& bottom);
+  MaskPart compute_automaton_part(const Frame& bottom);
   // A length-limited string's part, from the unlimited one by character counts.
   MaskPart limited_string_part(const MaskPart& unlimited, uint32_t need, uint32_t room) const;
   static void finish_part(std::vector<uint32_t>& accepted, int32_t vocab, MaskPart& part);
@@ -45,7 +47,8 @@ class MaskBuilder {
   const Grammar& grammar_;
   const TokenIndex::Impl& index_;
   Machine machine_;
-  std::vector<StackSet> levels_;  // state after the trie path down to each depth
+  std::vector<StackSet> levels_;            // state after the trie path down to each depth
+  std::vector<uint32_t> automaton_levels_;  // the same, for an automaton frame alone
   StackSet parent_, passed_;
 };
 
