@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -94,7 +95,7 @@ const json kWeatherTools = json::parse(R"([
 
 class ServerAgent : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess("--parallel 4 --sse-keepalive 0.05"); }
+  static void SetUpTestSuite() { server_ = new ServerProcess("--parallel 4"); }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
@@ -135,8 +136,8 @@ TEST_F(ServerAgent, JsonSchemaResponseFormatIsValidOutput) {
   }
   // Unconstrained, the same model writes Python, not this JSON: the grammar did the work.
   const Reply free = post(port(), "/v1/chat/completions", chat("Describe the list as JSON.", 60));
-  const json loose = json::parse(free.j()["choices"][0]["message"]["content"].get<std::string>(),
-                                 nullptr, false);
+  const json loose =
+      json::parse(free.j()["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
   EXPECT_TRUE(loose.is_discarded() || grammar::schema_violation(loose, schema) != "");
 }
 
@@ -154,10 +155,11 @@ TEST_F(ServerAgent, JsonObjectResponseFormatParses) {
   } else {
     EXPECT_EQ(c["finish_reason"], "length");  // an object still open at max_tokens
   }
-  // A schema with a keyword the grammar cannot enforce is a 400 naming it, not ignored.
+  // A schema with a construct the grammar cannot enforce (a backreference) is a 400 naming it,
+  // not ignored.
   req["response_format"] = {
       {"type", "json_schema"},
-      {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
+      {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^(a)\\1$"}}}}}};
   const Reply bad = post(port(), "/v1/chat/completions", req);
   EXPECT_EQ(bad.status, 400) << bad.body;
   EXPECT_NE(bad.body.find("pattern"), std::string::npos);
@@ -342,22 +344,36 @@ TEST_F(ServerAgent, ModelObjectAndContextErrorsSpeakOpenAi) {
   EXPECT_EQ(long_prompt.j()["error"]["code"], "context_length_exceeded");
 }
 
-TEST_F(ServerAgent, StreamsSendKeepAlivesWhileTheyWait) {
-  // Four long generations fill the batch; a fifth waits in the queue and its stream, silent for
-  // a while, gets SSE comments (--sse-keepalive 0.05).
-  std::vector<std::thread> busy;
-  for (int i = 0; i < 4; ++i)
-    busy.emplace_back([] {
-      json r = {{"model", "pycoder-6m"},
-                {"prompt", "def f():"},
-                {"max_tokens", 300},
-                {"ignore_eos", true}};
-      post(port(), "/v1/completions", r);
-    });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+TEST(ServerAgentKeepAlive, StreamsSendKeepAlivesWhileTheyWait) {
+  // One batch slot, taken by a long generation that is already streaming: a second request waits
+  // in the queue for hundreds of steps, and its stream gets SSE comments meanwhile.
+  ServerProcess server("--parallel 1 --sse-keepalive 0.05");
+  ASSERT_NE(server.port(), 0);
+  std::atomic<bool> streaming{false};
+  std::thread busy([&] {
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(120, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{
+        {"model", "pycoder-6m"},
+        {"prompt", "def f():"},
+        {"max_tokens", 480},
+        {"ignore_eos", true},
+        {"stream",
+         true}}.dump();
+    req.set_header("Authorization", "Bearer key-a");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      streaming = true;
+      return true;
+    };
+    c.send(req);
+  });
+  while (!streaming) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   json req = {{"model", "pycoder-6m"}, {"prompt", "x = 1"}, {"max_tokens", 2}, {"stream", true}};
-  const std::string raw = stream_raw(port(), "/v1/completions", req);
-  for (auto& t : busy) t.join();
+  const std::string raw = stream_raw(server.port(), "/v1/completions", req);
+  busy.join();
   EXPECT_NE(raw.find(": keep-alive\n\n"), std::string::npos) << raw.substr(0, 300);
   EXPECT_NE(raw.find("data: [DONE]"), std::string::npos);
 }
@@ -421,6 +437,58 @@ TEST(ReasoningSplit, ThinkBlocksComeApartAcrossPieces) {
   EXPECT_EQ(run(false, {"<thin"}), std::make_pair(std::string(""), std::string("<thin")));
   ReasoningSplitter off(false, false);
   EXPECT_EQ(off.push("<think>x</think>").content, "<think>x</think>");
+}
+
+}  // namespace
+}  // namespace fak::test
+
+namespace fak::test {
+namespace {
+
+// fak serve --draft ngram: every reply is the one plain decoding gives (greedy, seeded sampling,
+// several choices, stop strings, max_tokens at every length), and drafts are accepted on a
+// prompt that repeats itself.
+TEST(ServerSpeculative, RepliesEqualPlainDecodingAndDraftsAreAccepted) {
+  ServerProcess plain("--parallel 4");
+  ServerProcess spec("--parallel 4 --draft ngram --draft-max 8");
+  ASSERT_NE(plain.port(), 0);
+  ASSERT_NE(spec.port(), 0);
+  // A file, then the start of the same file again: the continuation repeats it.
+  const std::string code =
+      "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+      "def mul(a, b):\n    return a * b\n\n\n";
+  std::vector<json> requests;
+  for (int max_tokens : {1, 2, 3, 7, 40}) {
+    requests.push_back({{"model", "pycoder-6m"},
+                        {"prompt", code + "# again\n" + code.substr(0, 20)},
+                        {"max_tokens", max_tokens},
+                        {"ignore_eos", true}});
+  }
+  json sampled = requests.back();
+  sampled["temperature"] = 0.9;
+  sampled["seed"] = 11;
+  sampled["n"] = 2;
+  requests.push_back(sampled);
+  json stopped = requests.back();
+  stopped["stop"] = {"mul"};
+  requests.push_back(stopped);
+  json chat = {{"model", "pycoder-6m"},
+               {"max_tokens", 30},
+               {"messages", {{{"role", "user"}, {"content", code}}}}};
+  requests.push_back(chat);
+  for (const json& req : requests) {
+    const std::string path = req.contains("messages") ? "/v1/chat/completions" : "/v1/completions";
+    const Reply a = post(plain.port(), path, req), b = post(spec.port(), path, req);
+    ASSERT_EQ(a.status, 200) << a.body;
+    ASSERT_EQ(b.status, 200) << b.body;
+    EXPECT_EQ(a.j()["choices"], b.j()["choices"]) << req.dump();
+    EXPECT_EQ(a.j()["usage"]["completion_tokens"], b.j()["usage"]["completion_tokens"]);
+  }
+  httplib::Client c("127.0.0.1", spec.port());
+  const std::string metrics = c.Get("/metrics")->body;
+  const size_t at = metrics.find("\nfak_spec_accepted_tokens_total ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::atol(metrics.c_str() + at + 32), 10) << metrics;
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // prefix cache seen in cache_read_input_tokens, errors in Anthropic's shape, x-api-key auth, and
 // thinking blocks from a model that thinks. In-process checks of the request translation too.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
+#include <atomic>
 #include <thread>
 
 #include "grammar/schema_validate.h"
@@ -433,19 +435,32 @@ TEST_F(ServerMessages, KeysAreAcceptedEitherWay) {
 }
 
 TEST(ServerMessagesKeepAlive, StreamsPingWhileTheyWait) {
-  // note: --sse-keepalive comes with tools/fak/cmd_serve.cpp's own changes; without it the
-  // default of 10 s makes this test too slow to run.
-  if (run_fak("serve --help").out.find("--sse-keepalive") == std::string::npos)
-    GTEST_SKIP() << "this fak serve has no --sse-keepalive";
   ServerProcess server("--parallel 1 --sse-keepalive 0.05");
   ASSERT_NE(server.port(), 0);
-  // A long generation fills the batch; a second request waits, then pings once it has started.
+  // A long generation, already streaming, fills the batch; a second request waits hundreds of
+  // steps in the queue, then pings once it has started.
+  std::atomic<bool> streaming{false};
   std::thread busy([&] {
-    ojson r = {
-        {"model", "pycoder-6m"}, {"prompt", "def f():"}, {"max_tokens", 300}, {"ignore_eos", true}};
-    post_json(server.port(), "/v1/completions", r);
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(120, 0);
+    httplib::Request r;
+    r.method = "POST";
+    r.path = "/v1/completions";
+    r.body = ojson{
+        {"model", "pycoder-6m"},
+        {"prompt", "def f():"},
+        {"max_tokens", 480},
+        {"ignore_eos", true},
+        {"stream",
+         true}}.dump();
+    r.set_header("Authorization", "Bearer key-a");
+    r.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      streaming = true;
+      return true;
+    };
+    c.send(r);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!streaming) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ojson req = user_says("x = 1", 60);
   req["stream"] = true;
   const std::string raw = post_stream(server.port(), "/v1/messages", req, kKeyA);

@@ -125,6 +125,12 @@ std::vector<Verified> verify_drafts(std::span<const VerifyRequest> requests) {
   return out;
 }
 
+Verified accept_draft(const VerifyRequest& request, int base, const std::vector<float>& rows) {
+  check(rows.size() == (1 + request.draft.size()) * size_t(request.session->model().config().vocab),
+        "accept_draft: one row of logits per appended token");
+  return accept(request, base, request.draft, rows);
+}
+
 Verified verify_draft(const VerifyRequest& request) {
   return verify_drafts({&request, 1})[0];
 }

@@ -98,6 +98,12 @@ Verified verify_draft(const VerifyRequest& request);
 // bit-identical to verify_draft(requests[i]) alone.
 std::vector<Verified> verify_drafts(std::span<const VerifyRequest> requests);
 
+// The acceptance half of verify_drafts, for a caller that runs the forward call itself (a
+// scheduler batching verifies with other sequences' prompt chunks in one append_batch): the
+// session has just appended [request.last] + request.draft from position `base`, with every
+// position's logits in rows ([1 + draft][vocab]). The draft must fit the context (cut it first).
+Verified accept_draft(const VerifyRequest& request, int base, const std::vector<float>& rows);
+
 // generate() with drafts from options.drafter (it calls this when the drafter is set and the model
 // is supported): the same ids, finish_reason and final session as plain decoding, in fewer forward
 // calls. Drafts are cut so that max_tokens is never overshot and nothing is appended that plain

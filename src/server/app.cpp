@@ -189,6 +189,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   so.keep_kraw = options.kv_kraw;
   so.ctx = options.ctx;
   so.prefill_chunk = options.prefill_chunk;
+  so.draft = options.draft;
   ctx.scheduler = std::make_unique<Scheduler>(model, so, &ctx.metrics);
   ctx.sessions = std::make_unique<SessionStore>(model, ctx.scheduler->kv_cache(), ctx.chat.get(),
                                                 options.session_dir, ctx.scheduler->ctx());

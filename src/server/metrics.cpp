@@ -43,6 +43,12 @@ std::string Metrics::render(const SchedulerGauges& g, const PrefixCacheStats& c)
   add("fak_cached_prompt_tokens_total %lld\n", (long long)cached_.load());
   metric("fak_generated_tokens_total", "counter", "tokens generated");
   add("fak_generated_tokens_total %lld\n", (long long)generated_.load());
+  metric("fak_spec_drafted_tokens_total", "counter",
+         "tokens proposed by speculative drafts (fak serve --draft)");
+  add("fak_spec_drafted_tokens_total %lld\n", (long long)spec_drafted_.load());
+  metric("fak_spec_accepted_tokens_total", "counter",
+         "drafted tokens the model agreed with (each saved a decode step)");
+  add("fak_spec_accepted_tokens_total %lld\n", (long long)spec_accepted_.load());
   metric("fak_requests_cancelled_total", "counter", "generations stopped because the client left");
   add("fak_requests_cancelled_total %lld\n", (long long)cancelled_.load());
   metric("fak_queue_depth", "gauge", "requests waiting for a sequence slot");

@@ -28,6 +28,10 @@ class Metrics {
   void add_prompt(int prompt_tokens, int cached_tokens);
   void add_generated(int tokens) { generated_ += tokens; }
   void add_cancelled() { ++cancelled_; }
+  void add_speculation(int drafted, int accepted) {
+    spec_drafted_ += drafted;
+    spec_accepted_ += accepted;
+  }
   void observe_ttft(double seconds);
 
   std::string render(const SchedulerGauges& g, const PrefixCacheStats& cache) const;
@@ -41,6 +45,7 @@ class Metrics {
   int64_t ttft_n_ = 0;
   double ttft_sum_ = 0;
   std::atomic<int64_t> prompt_{0}, cached_{0}, generated_{0}, cancelled_{0};
+  std::atomic<int64_t> spec_drafted_{0}, spec_accepted_{0};
 };
 
 }  // namespace fak::server

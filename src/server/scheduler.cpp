@@ -42,6 +42,14 @@ struct Scheduler::Active {
   bool constrained = false;  // the matcher applies (false until grammar_after is sampled)
   std::vector<uint32_t> mask;
   std::vector<float> masked;  // the logits with the mask applied
+  // Speculative decoding: whether this sequence drafts, the token a verify call sampled after the
+  // accepted draft (not appended yet: emitted next step, as plain decoding would), and this
+  // step's verify ([last] + draft from position verify_base, every position's logits).
+  bool speculates = false;
+  std::optional<int32_t> pending;
+  std::vector<int32_t> verify_input;
+  std::vector<float> verify_rows;
+  int verify_base = -1;  // -1: not verifying this step
   // Dense models prefill the uncached part of the prompt in chunks, inside decode steps.
   bool prefilling() const { return session->size() < int(req.prompt.size()); }
 };
@@ -251,6 +259,8 @@ void Scheduler::admit(GenRequest r) {
     a->choices_left = a->req.n - 1;
     a->matcher = std::move(matcher);
     a->constrained = a->matcher && !a->req.grammar_after;
+    a->speculates = options_.draft && !a->req.session && !a->matcher && a->req.top_logprobs < 0 &&
+                    speculation_unsupported(*model_).empty();
     active_.push_back(std::move(a));
   } catch (const std::exception& e) {
     if (r.on_finish) {
@@ -316,6 +326,7 @@ void Scheduler::spawn_choices() {
       c->index = i;
       if (a.matcher) c->matcher.emplace(*a.matcher);  // nothing generated yet: the start state
       c->constrained = a.constrained;
+      c->speculates = a.speculates;
       spawned.push_back(std::move(c));
     }
     a.choices_left = 0;
@@ -336,8 +347,15 @@ void Scheduler::step() {
   std::vector<Active*> members;
   sampled.reserve(active_.size());  // spans point into it
   int prefill_budget = options_.prefill_chunk;
+  // Draft length this step: the weights are read once per step whatever the batch, so drafting
+  // pays while the step is bound by that read; a full batch is compute-bound already.
+  int decoding = 0;
+  for (const auto& ap : active_) decoding += !ap->done && !ap->prefilling();
+  const int draft_len = options_.draft ? options_.draft->max_draft / std::max(1, decoding) : 0;
+  std::vector<int32_t> history;
   for (auto& ap : active_) {
     Active& a = *ap;
+    a.verify_base = -1;
     if (a.req.stream->cancelled() || a.req.stream->choice_cancelled(a.index)) {
       if (metrics_ && a.req.stream->client_gone() && a.index == 0) metrics_->add_cancelled();
       finish(a, "cancelled");
@@ -364,7 +382,10 @@ void Scheduler::step() {
       grammar::apply_token_mask(a.masked, a.mask);
       choose_from = a.masked;
     }
-    const int32_t next = a.sampler.sample(choose_from, a.session->tokens());
+    // After a verify the next token is already sampled (from the same logits and history).
+    const int32_t next =
+        a.pending ? *a.pending : a.sampler.sample(choose_from, a.session->tokens());
+    a.pending.reset();
     if (a.matcher) {
       if (a.constrained)
         a.matcher->advance_token(next);
@@ -393,6 +414,26 @@ void Scheduler::step() {
       finish(a, "length");
       continue;
     }
+    if (a.speculates && draft_len > 0) {
+      // The draft leaves room for one more sampled token under max_tokens and the context, so
+      // the last token is emitted without being appended, as plain decoding does.
+      const int room = std::min(a.req.max_tokens - a.generated - 1, ctx_ - a.session->size() - 2);
+      if (room > 0) {
+        history.assign(a.session->tokens().begin(), a.session->tokens().end());
+        history.push_back(next);
+        const std::vector<int32_t> draft =
+            ngram_draft(history, *options_.draft, std::min(room, draft_len));
+        if (!draft.empty()) {
+          a.verify_input.assign(1, next);
+          a.verify_input.insert(a.verify_input.end(), draft.begin(), draft.end());
+          a.verify_base = a.session->size();
+          batch.push_back(a.session);
+          spans.emplace_back(a.verify_input);
+          members.push_back(&a);
+          continue;
+        }
+      }
+    }
     sampled.push_back(next);
     batch.push_back(a.session);
     spans.emplace_back(&sampled.back(), 1);
@@ -401,7 +442,11 @@ void Scheduler::step() {
   reserve_kv(batch, spans, members);
   if (!batch.empty()) {
     try {
-      append_batch(batch, spans);
+      std::vector<std::vector<float>*> rows;
+      for (Active* a : members) rows.push_back(a->verify_base >= 0 ? &a->verify_rows : nullptr);
+      append_batch(batch, spans, rows);
+      for (Active* a : members)
+        if (a->verify_base >= 0) accept_verified(*a);
     } catch (const std::exception& e) {
       // E.g. the KV memory budget is spent: these sequences end, the server goes on.
       for (Active* a : members) {
@@ -417,6 +462,22 @@ void Scheduler::step() {
     }
   }
   std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->done; });
+}
+
+// The tokens a verify call confirmed go out as plain decoding would have sent them; the token
+// sampled after them is kept for the next step.
+void Scheduler::accept_verified(Active& a) {
+  const VerifyRequest request{a.session, a.verify_input[0],
+                              std::span<const int32_t>(a.verify_input).subspan(1), &a.sampler,
+                              a.req.stop_ids};
+  const Verified v = accept_draft(request, a.verify_base, a.verify_rows);
+  if (metrics_) metrics_->add_speculation(v.drafted, int(v.accepted.size()));
+  for (int32_t t : v.accepted) {
+    a.req.stream->push(GenEvent::token_of(t, a.index));
+    ++a.generated;
+    a.last = t;
+  }
+  a.pending = v.next;
 }
 
 void Scheduler::stop_for_kv(Active& a, const std::string& message) {

@@ -28,6 +28,7 @@
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "server/metrics.h"
 
 namespace fak::server {
@@ -152,6 +153,11 @@ struct SchedulerOptions {
   bool keep_kraw = true;
   int ctx = 0;              // context limit (0 = the model's; never more than the budget holds)
   int prefill_chunk = 256;  // prompt tokens prefilled per step, all requests together
+  // Speculative decoding with prompt-lookup drafts (runtime/speculative.h), for sequences that
+  // sample freely (no grammar, no logprobs, not a /v1/fak/ session) on models where it is exact.
+  // Each step a sequence drafts up to max_draft / (decoding sequences) tokens, so a full batch
+  // (already past the weight-bandwidth bound) drafts few or none. nullopt: off.
+  std::optional<DraftOptions> draft;
 };
 
 class Scheduler {
@@ -183,6 +189,7 @@ class Scheduler {
   // A request's first choice clones the rest once its prompt is read: one prefill for n choices.
   void spawn_choices();
   void step();
+  void accept_verified(Active& a);
   void finish(Active& a, const std::string& reason);
   // KV for this step's batch before its forward call (see scheduler.cpp); drops who cannot have it.
   void reserve_kv(std::vector<Session*>& batch, std::vector<std::span<const int32_t>>& spans,

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
 #include "core/dtype.h"
 #include "models/model.h"
+#include "runtime/speculative.h"
 
 namespace fak::server {
 
@@ -24,10 +26,11 @@ struct ServerOptions {
   size_t kv_mib = 0;
   size_t cache_mib = 0;
   DType kv_type = DType::F32;
-  bool kv_kraw = true;      // keep pre-RoPE keys (shift-mode quarantine needs them)
-  int prefill_chunk = 256;  // prompt tokens prefilled per scheduler step
-  int ctx = 0;              // 0 = the model's context
-  std::string session_dir;  // where /v1/fak/ save/load may write; empty = off
+  bool kv_kraw = true;                // keep pre-RoPE keys (shift-mode quarantine needs them)
+  int prefill_chunk = 256;            // prompt tokens prefilled per scheduler step
+  std::optional<DraftOptions> draft;  // speculative decoding (prompt lookup); nullopt = off
+  int ctx = 0;                        // 0 = the model's context
+  std::string session_dir;            // where /v1/fak/ save/load may write; empty = off
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_id;  // name in /v1/models; empty = the model directory's name
   // The transport's limits (server/http_server.h says what each guards against).

@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "core/error.h"
+#include "runtime/speculative.h"
 #include "server/server.h"
 
 namespace fak::cli {
@@ -10,7 +11,8 @@ namespace fak::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, api_key_env;
+  std::string model, api_key_env, draft = "none";
+  DraftOptions draft_options;
   int threads = 0;
   size_t max_body_mib = 8;
   KvFlags kv;
@@ -36,6 +38,10 @@ void serve(ServeArgs& a) {
     }
   }
   a.o.max_body_bytes = a.max_body_mib << 20;
+  if (a.draft == "ngram") {
+    a.draft_options.validate();
+    a.o.draft = a.draft_options;
+  }
   server::serve(load_model(a.model), a.o);
 }
 
@@ -102,6 +108,17 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   c->add_flag("--log-requests", a->o.log_requests, "print one line per request on stderr");
+  c->add_option("--draft", a->draft,
+                "speculative decoding for sequences that sample freely: ngram (prompt lookup; the "
+                "same output in fewer forward calls) or none")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "ngram"}));
+  c->add_option("--draft-max", a->draft_options.max_draft,
+                "tokens drafted per step by a lone sequence (shared out across the batch), 1 to 64")
+      ->capture_default_str();
+  c->add_option("--draft-ngram", a->draft_options.max_ngram,
+                "longest context suffix looked up for a draft, 1 to 16")
+      ->capture_default_str();
   c->add_option("--sse-keepalive", a->o.sse_keepalive_s,
                 "seconds of silence before a stream gets a keep-alive comment")
       ->capture_default_str()
