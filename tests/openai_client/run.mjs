@@ -241,6 +241,63 @@ await check("responses errors: stored state and other tools are refused", async 
                        (e) => e.status === 400 && e.param === "tools[0].type");
 });
 
+await check("models.retrieve", async () => {
+  const m = await client.models.retrieve("pycoder-6m");
+  assert.equal(m.id, "pycoder-6m");
+  assert.equal(m.context_length, 1024);
+  await assert.rejects(client.models.retrieve("gpt-4o"), (e) => e instanceof OpenAI.NotFoundError);
+});
+
+await check("chat response_format json_schema (strict), parsed by the client", async () => {
+  const schema = { type: "object", additionalProperties: false, required: ["language", "lines"],
+                   properties: { language: { enum: ["python", "c"] }, lines: { type: "integer", minimum: 1, maximum: 400 } } };
+  const r = await client.chat.completions.parse({
+    model: "pycoder-6m", max_tokens: 200, messages: [{ role: "user", content: "Summarise the file." }],
+    response_format: { type: "json_schema", json_schema: { name: "summary", schema, strict: true } },
+  });
+  const v = r.choices[0].message.parsed;
+  assert.ok(["python", "c"].includes(v.language));
+  assert.ok(Number.isInteger(v.lines) && v.lines >= 1 && v.lines <= 400);
+});
+
+await check("chat tool_choice required and a named function", async () => {
+  const tools = [
+    { type: "function", function: { name: "get_weather", parameters: { type: "object", required: ["city"], properties: { city: { type: "string", maxLength: 12 } } } } },
+    { type: "function", function: { name: "get_time", parameters: { type: "object", required: ["zone"], properties: { zone: { type: "integer", minimum: -12, maximum: 14 } } } } },
+  ];
+  const r = await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 80, tools, tool_choice: "required",
+                                                   parallel_tool_calls: false, messages: [{ role: "user", content: "Weather?" }] });
+  assert.equal(r.choices[0].finish_reason, "tool_calls");
+  const call = r.choices[0].message.tool_calls[0];
+  assert.ok(["get_weather", "get_time"].includes(call.function.name));
+  JSON.parse(call.function.arguments);
+  const named = await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 80, tools,
+    tool_choice: { type: "function", function: { name: "get_time" } }, messages: [{ role: "user", content: "Time?" }] });
+  const args = JSON.parse(named.choices[0].message.tool_calls[0].function.arguments);
+  assert.equal(named.choices[0].message.tool_calls[0].function.name, "get_time");
+  assert.ok(Number.isInteger(args.zone) && args.zone >= -12 && args.zone <= 14);
+});
+
+await check("chat n, logprobs and top_logprobs", async () => {
+  const r = await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 8, n: 2, temperature: 1, seed: 3,
+                                                   logprobs: true, top_logprobs: 2, messages: [{ role: "user", content: "hi" }] });
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  for (const c of r.choices) {
+    assert.ok(c.logprobs.content.length > 0);
+    for (const t of c.logprobs.content) {
+      assert.ok(t.logprob <= 0);
+      assert.equal(t.top_logprobs.length, 2);
+    }
+  }
+});
+
+await check("more choices than batch slots is a 400 naming n", async () => {
+  const e = await client.chat.completions.create({ model: "pycoder-6m", messages: [{ role: "user", content: "x" }], n: 99 })
+    .then(() => null, (err) => err);
+  assert.ok(e instanceof OpenAI.BadRequestError && e.param === "n", String(e));
+});
+
 proc.kill("SIGTERM");
 console.log(failed ? `${failed} check(s) failed` : "all checks passed");
 process.exit(failed ? 1 : 0);
