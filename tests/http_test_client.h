@@ -1,6 +1,6 @@
-// A small HTTP client for the end-to-end server tests of the block-structured APIs (Anthropic
-// messages, OpenAI responses): JSON posts with any headers, and streams read whole and split into
-// named server-sent events, comments kept apart so tests can see keep-alives.
+// A small HTTP client for the end-to-end server tests: JSON posts and gets with any headers, and
+// streams read whole and split into named server-sent events, comments kept apart so tests can see
+// keep-alives.
 #pragma once
 
 #include <httplib.h>
@@ -40,6 +40,17 @@ inline HttpReply post_json(int port, const std::string& path, const std::string&
 inline HttpReply post_json(int port, const std::string& path, const ojson& body,
                            const Headers& headers = bearer("key-a")) {
   return post_json(port, path, body.dump(), headers);
+}
+
+inline HttpReply get_json(int port, const std::string& path,
+                          const Headers& headers = bearer("key-a")) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  httplib::Headers h;
+  for (const auto& [k, v] : headers) h.emplace(k, v);
+  auto r = c.Get(path.c_str(), h);
+  if (!r) return {0, "connection failed"};
+  return {r->status, r->body};
 }
 
 // The raw bytes of a streamed reply.

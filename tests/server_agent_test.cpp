@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "grammar/schema_validate.h"
+#include "http_test_client.h"
 #include "server/reasoning.h"
 #include "server_process.h"
 #include "test_util.h"
@@ -23,48 +24,19 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-struct Reply {
-  int status = 0;
-  std::string body;
-  json j() const { return json::parse(body); }
-};
+using Reply = HttpReply;
 
 Reply post(int port, const std::string& path, const json& body, const std::string& key = "key-a") {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(120, 0);
-  c.set_bearer_token_auth(key.c_str());
-  auto r = c.Post(path.c_str(), body.dump(), "application/json");
-  if (!r) return {0, "connection failed"};
-  return {r->status, r->body};
+  return post_json(port, path, body, bearer(key));
 }
-
 Reply get(int port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_bearer_token_auth("key-a");
-  auto r = c.Get(path.c_str());
-  if (!r) return {0, "connection failed"};
-  return {r->status, r->body};
+  return get_json(port, path);
 }
-
-// The raw text of a streamed response, comments included.
 std::string stream_raw(int port, const std::string& path, const json& body) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(120, 0);
-  std::string raw;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = path;
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  req.set_header("Authorization", "Bearer key-a");
-  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-    raw.append(d, n);
-    return true;
-  };
-  c.send(req);
-  return raw;
+  return post_stream(port, path, body);
 }
 
+// The data payloads of an OpenAI stream, [DONE] left out.
 std::vector<json> data_events(const std::string& raw) {
   std::vector<json> out;
   size_t at = 0;

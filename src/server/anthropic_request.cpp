@@ -3,27 +3,12 @@
 #include <set>
 
 #include "server/api_error.h"
+#include "server/json_fields.h"
 #include "server/openai_request.h"
 
 namespace fak::server {
 
 namespace {
-
-std::string kind_of(const ojson& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
-const std::string& string_at(const ojson& obj, const char* key, const std::string& p) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string())
-    bad_request("`" + p + "." + key + "` must be a string", p + "." + key);
-  return it->get_ref<const std::string&>();
-}
 
 // What fak cannot take is refused by name, never dropped: a model that silently misses an image
 // or a server tool's result answers as if it had seen it.
@@ -36,7 +21,7 @@ const std::string& string_at(const ojson& obj, const char* key, const std::strin
 
 std::string block_type(const ojson& block, const std::string& p) {
   if (!block.is_object()) bad_request("`" + p + "` must be a content block object", p);
-  return string_at(block, "type", p);
+  return required_string(block, "type", p);
 }
 
 // Separate text blocks are separate paragraphs (Claude Code sends a reminder block beside the
@@ -57,7 +42,7 @@ std::string tool_result_text(const ojson& block, const std::string& p) {
     const std::string q = p + ".content[" + std::to_string(k) + "]";
     const std::string type = block_type((*it)[k], q);
     if (type != "text") refuse_block(type, q);
-    join(text, string_at((*it)[k], "text", q));
+    join(text, required_string((*it)[k], "text", q));
   }
   return text;
 }
@@ -65,13 +50,14 @@ std::string tool_result_text(const ojson& block, const std::string& p) {
 std::string system_text(const ojson& v, const std::string& p) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array())
-    bad_request("`" + p + "` must be a string or an array of text blocks, not " + kind_of(v), p);
+    bad_request("`" + p + "` must be a string or an array of text blocks, not " + json_type_name(v),
+                p);
   std::string text;
   for (size_t k = 0; k < v.size(); ++k) {
     const std::string q = p + "[" + std::to_string(k) + "]";
     const std::string type = block_type(v[k], q);
     if (type != "text") refuse_block(type, q);
-    join(text, string_at(v[k], "text", q));
+    join(text, required_string(v[k], "text", q));
   }
   return text;
 }
@@ -80,7 +66,7 @@ std::string system_text(const ojson& v, const std::string& p) {
 void convert_message(const ojson& m, size_t i, ojson& out) {
   const std::string p = "messages[" + std::to_string(i) + "]";
   if (!m.is_object()) bad_request("`" + p + "` must be an object", p);
-  const std::string role = string_at(m, "role", p);
+  const std::string role = required_string(m, "role", p);
   if (role != "user" && role != "assistant" && role != "system")
     bad_request("`" + p + ".role` must be user or assistant, not '" + role + "'", p + ".role");
   auto content = m.find("content");
@@ -95,7 +81,7 @@ void convert_message(const ojson& m, size_t i, ojson& out) {
   }
   if (!content->is_array())
     bad_request("`" + p + ".content` must be a string or an array of content blocks, not " +
-                    kind_of(*content),
+                    json_type_name(*content),
                 p + ".content");
   std::string text, reasoning;
   ojson calls = ojson::array();
@@ -104,7 +90,7 @@ void convert_message(const ojson& m, size_t i, ojson& out) {
     const std::string q = p + ".content[" + std::to_string(k) + "]";
     const std::string type = block_type(block, q);
     if (type == "text") {
-      join(text, string_at(block, "text", q));
+      join(text, required_string(block, "text", q));
     } else if (role == "user" && type == "tool_result") {
       // The template wants tool results as tool messages, after the call and before the user's
       // next words: text that came before the results goes first, as its own user message.
@@ -118,20 +104,20 @@ void convert_message(const ojson& m, size_t i, ojson& out) {
         if (e->get<bool>()) result = "Error: " + result;
       }
       out.push_back({{"role", "tool"},
-                     {"tool_call_id", string_at(block, "tool_use_id", q)},
+                     {"tool_call_id", required_string(block, "tool_use_id", q)},
                      {"content", result}});
     } else if (role == "assistant" && type == "tool_use") {
       auto input = block.find("input");
       if (input == block.end() || !input->is_object())
         bad_request("`" + q + ".input` must be an object", q + ".input");
       ojson call;
-      call["id"] = string_at(block, "id", q);
+      call["id"] = required_string(block, "id", q);
       call["type"] = "function";
       // Arguments as an object: HF templates render them with tojson.
-      call["function"] = {{"name", string_at(block, "name", q)}, {"arguments", *input}};
+      call["function"] = {{"name", required_string(block, "name", q)}, {"arguments", *input}};
       calls.push_back(std::move(call));
     } else if (role == "assistant" && type == "thinking") {
-      reasoning += string_at(block, "thinking", q);
+      reasoning += required_string(block, "thinking", q);
     } else if (role == "assistant" && type == "redacted_thinking") {
       // Encrypted reasoning from another model: nothing fak's model can read.
     } else {
@@ -166,7 +152,7 @@ void parse_tools(const ojson& j, ChatTurn& t) {
                       "), which fak does not run: give client tools as {name, description, "
                       "input_schema}",
                   p + ".type");
-    const std::string& name = string_at(tool, "name", p);
+    const std::string& name = required_string(tool, "name", p);
     if (name.empty()) bad_request("`" + p + ".name` must not be empty", p + ".name");
     if (!names.insert(name).second)
       bad_request("`" + p + ".name`: tool names must be unique ('" + name + "' is repeated)",
@@ -214,7 +200,7 @@ void parse_tool_choice(const ojson& j, ChatTurn& t) {
     t.max_tool_calls = parallel ? 8 : 1;
     return;
   }
-  const std::string& name = string_at(*it, "name", "tool_choice");
+  const std::string& name = required_string(*it, "name", "tool_choice");
   bool listed = false;
   for (const ojson& tool : t.tools) listed = listed || tool["function"]["name"] == name;
   if (!listed)
@@ -282,7 +268,7 @@ MessagesRequest parse_messages_request(const std::string& body, const SamplingOp
   auto messages = j.find("messages");
   if (messages == j.end()) bad_request("`messages` is required", "messages");
   if (!messages->is_array())
-    bad_request("`messages` must be an array, not " + kind_of(*messages), "messages");
+    bad_request("`messages` must be an array, not " + json_type_name(*messages), "messages");
   if (messages->empty()) bad_request("`messages` must not be empty", "messages");
   for (size_t i = 0; i < messages->size(); ++i) convert_message((*messages)[i], i, t.messages);
   merge_leading_system(t.messages);

@@ -11,15 +11,6 @@ namespace fak::server {
 
 namespace {
 
-std::string type_name(const ojson& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
 // Message content: a string, null, or an array of {type: "text", text} parts (joined).
 std::string content_text(const ojson& m, size_t index, bool allow_null) {
   const std::string param = "messages[" + std::to_string(index) + "].content";
@@ -39,8 +30,9 @@ std::string content_text(const ojson& m, size_t index, bool allow_null) {
     }
     return text;
   }
-  bad_request("`" + param + "` must be a string or an array of text parts, not " + type_name(*it),
-              param);
+  bad_request(
+      "`" + param + "` must be a string or an array of text parts, not " + json_type_name(*it),
+      param);
 }
 
 ojson parse_tool_calls(const ojson& calls, size_t index) {
@@ -83,7 +75,7 @@ ojson parse_messages(const ojson& body) {
   auto it = body.find("messages");
   if (it == body.end()) bad_request("`messages` is required", "messages");
   if (!it->is_array())
-    bad_request("`messages` must be an array, not " + type_name(*it), "messages");
+    bad_request("`messages` must be an array, not " + json_type_name(*it), "messages");
   if (it->empty()) bad_request("`messages` must not be empty", "messages");
   ojson out = ojson::array();
   for (size_t i = 0; i < it->size(); ++i) {
@@ -183,32 +175,11 @@ void parse_prompt(const ojson& body, CompletionRequest& r) {
     r.prompt_ids = std::move(ids);
     return;
   }
-  bad_request("`prompt` must be a string or an array of token ids, not " + type_name(*it),
+  bad_request("`prompt` must be a string or an array of token ids, not " + json_type_name(*it),
               "prompt");
 }
 
 }  // namespace
-
-int json_depth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults) {
   SamplingOptions o = defaults;
@@ -232,71 +203,6 @@ SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults) 
     bad_request(message, message.substr(0, message.find(' ')));
   }
   return o;
-}
-
-ojson parse_json_object(const std::string& body) {
-  if (json_depth(body) > kMaxJsonDepth)
-    bad_request("the request body nests arrays and objects deeper than " +
-                std::to_string(kMaxJsonDepth) + " levels");
-  ojson j;
-  try {
-    j = ojson::parse(body);
-  } catch (const ojson::exception& e) {
-    // nlohmann rejects ill-formed UTF-8 inside strings here too, with a message that says so; a
-    // number too large for a double is out_of_range, not parse_error (found by the fuzzer).
-    bad_request(std::string("the request body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) bad_request("the request body must be a JSON object, not " + type_name(j));
-  return j;
-}
-
-std::optional<int64_t> get_int(const ojson& j, const char* name, int64_t lo, int64_t hi) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  // note: 5.0 is accepted as 5 (JS clients send numbers); 5.5 is not.
-  int64_t v = 0;
-  if (it->is_number_integer()) {
-    v = it->get<int64_t>();
-  } else if (it->is_number_float() && it->get<double>() == double(int64_t(it->get<double>())) &&
-             std::abs(it->get<double>()) < 9e15) {
-    v = int64_t(it->get<double>());
-  } else {
-    bad_request(std::string("`") + name + "` must be an integer, not " + type_name(*it), name);
-  }
-  if (v < lo || v > hi)
-    bad_request(std::string("`") + name + "` must be in [" + std::to_string(lo) + ", " +
-                    std::to_string(hi) + "], got " + std::to_string(v),
-                name);
-  return v;
-}
-
-std::optional<double> get_number(const ojson& j, const char* name, double lo, double hi) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number())
-    bad_request(std::string("`") + name + "` must be a number, not " + type_name(*it), name);
-  const double v = it->get<double>();
-  if (!(v >= lo && v <= hi))
-    bad_request(std::string("`") + name + "` must be in [" + std::to_string(lo) + ", " +
-                    std::to_string(hi) + "]",
-                name);
-  return v;
-}
-
-std::optional<std::string> get_string(const ojson& j, const char* name) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string())
-    bad_request(std::string("`") + name + "` must be a string, not " + type_name(*it), name);
-  return it->get<std::string>();
-}
-
-std::optional<bool> get_bool(const ojson& j, const char* name) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean())
-    bad_request(std::string("`") + name + "` must be a boolean, not " + type_name(*it), name);
-  return it->get<bool>();
 }
 
 CompletionRequest parse_completion_request(const std::string& body, bool chat,

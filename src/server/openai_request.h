@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/sampler.h"
+#include "server/json_fields.h"
 
 namespace fak::server {
 
@@ -49,23 +50,8 @@ struct CompletionRequest {
 CompletionRequest parse_completion_request(const std::string& body, bool chat,
                                            const SamplingOptions& defaults = {});
 
-// Deepest nesting of arrays and objects a request body may have (tool schemas need a dozen): a
-// body nested thousands deep parses, but copying or walking it recursively overflows the stack.
-inline constexpr int kMaxJsonDepth = 128;
-// How deeply arrays and objects nest in JSON text, counted without parsing it.
-int json_depth(std::string_view text);
-
 // The sampling fields of a request body (temperature, top_p, top_k, min_p, repetition_penalty,
 // presence_penalty, frequency_penalty, seed), typed, ranged and validated as the Sampler needs.
 SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults = {});
-
-// Parses a JSON object body with the same error reporting (for the /v1/fak/ routes).
-ojson parse_json_object(const std::string& body);
-
-// Typed field access that reports "`name` must be ..." as a 400.
-std::optional<int64_t> get_int(const ojson& j, const char* name, int64_t lo, int64_t hi);
-std::optional<double> get_number(const ojson& j, const char* name, double lo, double hi);
-std::optional<std::string> get_string(const ojson& j, const char* name);
-std::optional<bool> get_bool(const ojson& j, const char* name);
 
 }  // namespace fak::server

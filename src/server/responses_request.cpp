@@ -3,27 +3,12 @@
 #include <set>
 
 #include "server/api_error.h"
+#include "server/json_fields.h"
 #include "server/openai_request.h"
 
 namespace fak::server {
 
 namespace {
-
-std::string kind_of(const ojson& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
-const std::string& string_at(const ojson& obj, const char* key, const std::string& p) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string())
-    bad_request("`" + p + "." + key + "` must be a string", p + "." + key);
-  return it->get_ref<const std::string&>();
-}
 
 // Message content: a string, or text parts (input_text, output_text; a refusal is text too).
 // Images, files and audio are refused: fak serves text-only models.
@@ -31,17 +16,18 @@ std::string content_text(const ojson& content, const std::string& p) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array())
     bad_request(
-        "`" + p + "` must be a string or an array of content parts, not " + kind_of(content), p);
+        "`" + p + "` must be a string or an array of content parts, not " + json_type_name(content),
+        p);
   std::string text;
   for (size_t k = 0; k < content.size(); ++k) {
     const std::string q = p + "[" + std::to_string(k) + "]";
     const ojson& part = content[k];
     if (!part.is_object()) bad_request("`" + q + "` must be an object", q);
-    const std::string& type = string_at(part, "type", q);
+    const std::string& type = required_string(part, "type", q);
     if (type == "input_text" || type == "output_text" || type == "text")
-      text += string_at(part, "text", q);
+      text += required_string(part, "text", q);
     else if (type == "refusal")
-      text += string_at(part, "refusal", q);
+      text += required_string(part, "refusal", q);
     else if (type == "input_image" || type == "input_file" || type == "input_audio")
       bad_request("`" + q + "` is an " + type + " part: fak serves text-only models", q + ".type");
     else
@@ -59,7 +45,8 @@ void convert_input(const ojson& input, ojson& out) {
     return;
   }
   if (!input.is_array())
-    bad_request("`input` must be a string or an array of items, not " + kind_of(input), "input");
+    bad_request("`input` must be a string or an array of items, not " + json_type_name(input),
+                "input");
   std::string reasoning;
   auto assistant = [&]() -> ojson& {
     if (!reasoning.empty() || out.empty() || out.back()["role"] != "assistant") {
@@ -75,9 +62,9 @@ void convert_input(const ojson& input, ojson& out) {
     if (!item.is_object()) bad_request("`" + p + "` must be an object", p);
     std::string type = "message";  // an item with a role and no type is a message
     if (auto t = item.find("type"); t != item.end() && !t->is_null())
-      type = string_at(item, "type", p);
+      type = required_string(item, "type", p);
     if (type == "message") {
-      std::string role = string_at(item, "role", p);
+      std::string role = required_string(item, "role", p);
       if (role == "developer") role = "system";
       if (role != "user" && role != "system" && role != "assistant")
         bad_request(
@@ -95,7 +82,7 @@ void convert_input(const ojson& input, ojson& out) {
         out.push_back({{"role", role}, {"content", text}});
       }
     } else if (type == "function_call") {
-      const std::string& args = string_at(item, "arguments", p);
+      const std::string& args = required_string(item, "arguments", p);
       if (json_depth(args) > kMaxJsonDepth)
         bad_request(
             "`" + p + ".arguments` nests deeper than " + std::to_string(kMaxJsonDepth) + " levels",
@@ -103,9 +90,9 @@ void convert_input(const ojson& input, ojson& out) {
       // Templates render arguments with tojson: an object, not the JSON text as a string.
       ojson parsed = ojson::parse(args, nullptr, false);
       ojson call;
-      call["id"] = string_at(item, "call_id", p);
+      call["id"] = required_string(item, "call_id", p);
       call["type"] = "function";
-      call["function"] = {{"name", string_at(item, "name", p)},
+      call["function"] = {{"name", required_string(item, "name", p)},
                           {"arguments", parsed.is_discarded() ? ojson(args) : parsed}};
       ojson& msg = assistant();
       if (!msg.contains("tool_calls")) msg["tool_calls"] = ojson::array();
@@ -114,7 +101,7 @@ void convert_input(const ojson& input, ojson& out) {
       auto output = item.find("output");
       if (output == item.end()) bad_request("`" + p + ".output` is required", p + ".output");
       out.push_back({{"role", "tool"},
-                     {"tool_call_id", string_at(item, "call_id", p)},
+                     {"tool_call_id", required_string(item, "call_id", p)},
                      {"content", content_text(*output, p + ".output")}});
     } else if (type == "reasoning") {
       // The text fak gave (reasoning_text content) or, from elsewhere, its summary; encrypted
@@ -155,12 +142,12 @@ ojson parse_tools(const ojson& j, ChatTurn& t) {
     const ojson& tool = (*it)[i];
     const std::string p = "tools[" + std::to_string(i) + "]";
     if (!tool.is_object()) bad_request("`" + p + "` must be an object", p);
-    const std::string& type = string_at(tool, "type", p);
+    const std::string& type = required_string(tool, "type", p);
     if (type != "function")
       bad_request("`" + p + ".type` '" + type +
                       "' is not supported: fak runs no tools itself; give function tools",
                   p + ".type");
-    const std::string& name = string_at(tool, "name", p);
+    const std::string& name = required_string(tool, "name", p);
     if (!names.insert(name).second)
       bad_request("`" + p + ".name`: tool names must be unique ('" + name + "' is repeated)",
                   p + ".name");
@@ -211,7 +198,7 @@ ojson parse_tool_choice(const ojson& j, ChatTurn& t) {
         "`tool_choice` must be auto, none, required or {\"type\": \"function\", \"name\": "
         "...}; other tool types are not supported",
         "tool_choice");
-  const std::string& name = string_at(*it, "name", "tool_choice");
+  const std::string& name = required_string(*it, "name", "tool_choice");
   bool listed = false;
   if (t.tools.is_array())
     for (const ojson& tool : t.tools) listed = listed || tool["function"]["name"] == name;

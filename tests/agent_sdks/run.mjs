@@ -6,7 +6,7 @@
 // by the SDK itself (zod), so a server that answered 200 while ignoring a field fails here.
 // Usage: node run.mjs /path/to/fak (ctest passes the built binary). Exits non-zero on failure; a
 // missing package is a failure, not a skip (run .ci/install-deps).
-import { spawn } from "node:child_process";
+import { startServer, makeChecker } from "../lib/fak_server.mjs";
 import assert from "node:assert/strict";
 
 let ai, compat, z, lcOpenAI, lcTools;
@@ -27,37 +27,10 @@ if (!fak) {
   process.exit(2);
 }
 
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const env = { ...process.env, FAK_SDK_TEST_KEY: "sk-sdk", OMP_WAIT_POLICY: "PASSIVE" };
-    const proc = spawn(fak, ["serve", "--port", "0", "-t", "1", "--ctx", "2048", "--parallel", "4",
-                             "--api-key-env", "FAK_SDK_TEST_KEY"],
-                       { env, stdio: ["ignore", "inherit", "pipe"] });
-    let err = "";
-    const timer = setTimeout(() => reject(new Error("fak serve did not start: " + err)), 20000);
-    proc.stderr.on("data", (d) => {
-      err += d.toString();
-      const m = err.match(/listening on (http:\/\/[0-9.]+:\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, url: m[1] });
-      }
-    });
-    proc.on("exit", (code) => reject(new Error(`fak serve exited with ${code}: ${err}`)));
-  });
-}
 
-const { proc, url } = await startServer();
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log("ok   " + name);
-  } catch (e) {
-    failed++;
-    console.log("FAIL " + name + ": " + (e.stack || e));
-  }
-}
+const { proc, url } = await startServer(fak, "sk-sdk", ["--ctx", "2048", "--parallel", "4"]);
+const checker = makeChecker();
+const check = checker.check;
 
 const MODEL = "pycoder-6m";
 const weatherSchema = z.object({ city: z.string().max(12), unit: z.enum(["celsius", "fahrenheit"]) });
@@ -161,5 +134,5 @@ await check("langchain bindTools with tool_choice", async () => {
 });
 
 proc.kill("SIGTERM");
-console.log(failed ? `${failed} failed` : "all passed");
-process.exit(failed ? 1 : 0);
+console.log(checker.failed ? `${checker.failed} failed` : "all passed");
+process.exit(checker.failed ? 1 : 0);

@@ -4,7 +4,7 @@
 // as the SDK's own typed errors.
 // Usage: node run.mjs /path/to/fak   (ctest passes the built binary). Exits non-zero on failure;
 // a missing package is a failure, not a skip (run .ci/install-deps).
-import { spawn } from "node:child_process";
+import { startServer, makeChecker } from "../lib/fak_server.mjs";
 import assert from "node:assert/strict";
 
 let Anthropic;
@@ -21,40 +21,13 @@ if (!fak) {
   process.exit(2);
 }
 
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const env = { ...process.env, FAK_ANTHROPIC_TEST_KEY: "sk-ant-one,sk-ant-two", OMP_WAIT_POLICY: "PASSIVE" };
-    const proc = spawn(fak, ["serve", "--port", "0", "-t", "1", "--ctx", "1024", "--api-key-env", "FAK_ANTHROPIC_TEST_KEY"],
-                       { env, stdio: ["ignore", "inherit", "pipe"] });
-    let err = "";
-    const timer = setTimeout(() => reject(new Error("fak serve did not start: " + err)), 20000);
-    proc.stderr.on("data", (d) => {
-      err += d.toString();
-      const m = err.match(/listening on (http:\/\/[0-9.]+:\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, url: m[1] });
-      }
-    });
-    proc.on("exit", (code) => reject(new Error(`fak serve exited with ${code}: ${err}`)));
-  });
-}
 
-const { proc, url } = await startServer();
+const { proc, url } = await startServer(fak, "sk-ant-one,sk-ant-two", ["--ctx", "1024"]);
 // The SDK sends the key as x-api-key, Anthropic's way.
 const client = new Anthropic({ baseURL: url, apiKey: "sk-ant-one", maxRetries: 0 });
 const other = new Anthropic({ baseURL: url, apiKey: "sk-ant-two", maxRetries: 0 });
-let failed = 0;
-
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log("ok   " + name);
-  } catch (e) {
-    failed++;
-    console.log("FAIL " + name + ": " + (e.stack || e));
-  }
-}
+const checker = makeChecker();
+const check = checker.check;
 
 const model = "pycoder-6m";
 const system = "You are a careful Python assistant. Reply with short code only. " +
@@ -188,5 +161,5 @@ await check("errors are the SDK's typed errors", async () => {
 });
 
 proc.kill("SIGTERM");
-console.log(failed ? `${failed} check(s) failed` : "all checks passed");
-process.exit(failed ? 1 : 0);
+console.log(checker.failed ? `${checker.failed} check(s) failed` : "all checks passed");
+process.exit(checker.failed ? 1 : 0);
