@@ -146,14 +146,7 @@ void handle_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
     return;
   }
   auto state = std::make_shared<MessageStream>(ctx, id, r.model, std::move(gen));
-  res.content_type = "text/event-stream";
-  res.set_header("Cache-Control", "no-cache");
-  res.stream = HttpStream{[state](std::string& out) { return next_events(*state, out); },
-                          // A client that left (or a failed write) cancels, so the scheduler frees
-                          // the sequence at its next step.
-                          [state](bool complete) {
-                            if (!complete || !state->gen->finished()) state->gen->cancel();
-                          }};
+  stream_events(res, state, &next_events);
 }
 
 void handle_count_tokens(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/generate.h"
+#include "server/http_message.h"
 #include "server/openai_format.h"
 #include "server/reasoning.h"
 #include "server/scheduler.h"
@@ -22,7 +23,6 @@
 namespace fak::server {
 
 struct ServerContext;
-struct HttpRequest;
 
 struct GenerationSpec {
   std::string partition;  // prefix-cache tenant
@@ -103,5 +103,20 @@ class Generation {
   bool finished_ = false, started_ = false;
   int prompt_read_ = 0;
 };
+
+// Turns a response into a server-sent-event stream of one generation: next(state, out) is polled
+// (it waits briefly on the generation and appends what is ready, false at the end); a client that
+// leaves, or a failed write, cancels the generation so the scheduler frees its sequences at the
+// next step. State holds the generation as `gen`.
+template <typename State>
+void stream_events(HttpResponse& res, std::shared_ptr<State> state,
+                   bool (*next)(State&, std::string&)) {
+  res.content_type = "text/event-stream";
+  res.set_header("Cache-Control", "no-cache");
+  res.stream = HttpStream{[state, next](std::string& out) { return next(*state, out); },
+                          [state](bool complete) {
+                            if (!complete || !state->gen->finished()) state->gen->cancel();
+                          }};
+}
 
 }  // namespace fak::server

@@ -224,14 +224,7 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   }
   auto state = std::make_shared<StreamState>(ctx, r, meta, std::move(gen));
   state->choice_closed.assign(state->gen->choices().size(), false);
-  res.content_type = "text/event-stream";
-  res.set_header("Cache-Control", "no-cache");
-  res.stream = HttpStream{[state](std::string& out) { return next_events(*state, out); },
-                          // A client that left (or a failed write) cancels, so the scheduler frees
-                          // the sequences at its next step.
-                          [state](bool complete) {
-                            if (!complete || !state->gen->finished()) state->gen->cancel();
-                          }};
+  stream_events(res, state, &next_events);
 }
 
 }  // namespace

@@ -191,14 +191,7 @@ void handle_responses(ServerContext& ctx, const HttpRequest& req, HttpResponse& 
     return;
   }
   auto state = std::make_shared<ResponseStream>(ctx, std::move(head), std::move(gen));
-  res.content_type = "text/event-stream";
-  res.set_header("Cache-Control", "no-cache");
-  res.stream = HttpStream{[state](std::string& out) { return next_events(*state, out); },
-                          // A client that left (or a failed write) cancels, so the scheduler frees
-                          // the sequence at its next step.
-                          [state](bool complete) {
-                            if (!complete || !state->gen->finished()) state->gen->cancel();
-                          }};
+  stream_events(res, state, &next_events);
 }
 
 }  // namespace
