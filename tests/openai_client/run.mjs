@@ -271,6 +271,65 @@ await check("more choices than batch slots is a 400 naming n", async () => {
   assert.ok(e instanceof OpenAI.BadRequestError && e.param === "n", String(e));
 });
 
+await check("an agent's long prefix survives a side request (cached_tokens)", async () => {
+  const longSystem = system + "\n" + Array.from({ length: 60 }, (_, i) => `# rule ${i}: keep functions short and pure.`).join("\n");
+  const turn = [{ role: "system", content: longSystem }, { role: "user", content: "write a parser" }];
+  const first = await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 8, messages: turn });
+  await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 8, messages: [{ role: "user", content: "a side question" }] });
+  turn.push({ role: "assistant", content: first.choices[0].message.content }, { role: "user", content: "and a test" });
+  const second = await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 8, messages: turn });
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 32,
+            JSON.stringify([first.usage, second.usage]));  // all of turn 1 but its last partial block
+});
+
+await check("completions best_of returns the most likely of its choices", async () => {
+  const req = { model: "pycoder-6m", prompt: "class Tree:", max_tokens: 10, temperature: 1.2, seed: 7 };
+  const all = await client.completions.create({ ...req, n: 3, logprobs: 0 });
+  const sums = all.choices.map((c) => c.logprobs.token_logprobs.reduce((a, b) => a + b, 0));
+  const best = all.choices[sums.indexOf(Math.max(...sums))].text;
+  const r = await client.completions.create({ ...req, best_of: 3 });
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].text, best);
+});
+
+// A second server with one batch slot and no queue: a 429 the client sees with Retry-After, and a
+// stream that waits (SSE keep-alive comments) parses cleanly.
+await check("a full queue is a RateLimitError with Retry-After", async () => {
+  const small = await startServer(fak, "sk-test-one", ["--ctx", "512", "--parallel", "1", "--max-queue", "0"]);
+  try {
+    const c = new OpenAI({ baseURL: small.url + "/v1", apiKey: "sk-test-one", maxRetries: 0 });
+    const long = await c.completions.create({ model: "pycoder-6m", prompt: "def f():", max_tokens: 400,
+                                              ignore_eos: true, stream: true });
+    const it = long[Symbol.asyncIterator]();
+    await it.next();  // the slot is taken
+    const e = await c.completions.create({ model: "pycoder-6m", prompt: "x", max_tokens: 2 }).then(() => null, (err) => err);
+    assert.ok(e instanceof OpenAI.RateLimitError, String(e));
+    assert.equal(e.headers.get("retry-after"), "1");
+    long.controller.abort();
+  } finally {
+    small.proc.kill("SIGTERM");
+  }
+});
+
+await check("a stream waiting in the queue (keep-alive comments) parses cleanly", async () => {
+  const small = await startServer(fak, "sk-test-one", ["--ctx", "512", "--parallel", "1", "--sse-keepalive", "0.05"]);
+  try {
+    const c = new OpenAI({ baseURL: small.url + "/v1", apiKey: "sk-test-one", maxRetries: 0 });
+    const long = await c.completions.create({ model: "pycoder-6m", prompt: "def f():", max_tokens: 400,
+                                              ignore_eos: true, stream: true });
+    const it = long[Symbol.asyncIterator]();
+    await it.next();
+    const waiting = await c.chat.completions.create({ model: "pycoder-6m", max_tokens: 4, stream: true,
+                                                      messages: [{ role: "user", content: "hi" }] });
+    let chunks = 0;
+    for await (const chunk of waiting) chunks += chunk.choices.length;
+    assert.ok(chunks >= 2);
+    for (let r = await it.next(); !r.done; r = await it.next()) {}
+  } finally {
+    small.proc.kill("SIGTERM");
+  }
+});
+
 proc.kill("SIGTERM");
 console.log(checker.failed ? `${checker.failed} check(s) failed` : "all checks passed");
 process.exit(checker.failed ? 1 : 0);
