@@ -9,7 +9,8 @@
 // raw request. Otherwise the rest is a JSON body sent to one of the routes below (byte % routes),
 // with a Content-Length, or chunked when bit 6 is set, and a tenant's key when bit 5 is set (the
 // app runs with keys "k1" and "k2", so unauthenticated raw requests exercise the 401 path too).
-// Session routes address "s1", which initialisation creates with some text in it.
+// Session routes address "s1", which initialisation creates with some text in it. The server runs
+// with speculative decoding on (--draft ngram), as the request path is then at its most complex.
 //
 // Seeds: fuzz/corpus/server_request. CI replays them, plus seeded mutations (fuzz/replay_main.cpp).
 #include <unistd.h>
@@ -36,6 +37,7 @@ fak::server::ServerApp& app() {
     o.max_queue = 4;
     o.ctx = 96;  // bounds the work any one input can ask for
     o.cache_mib = 16;
+    o.draft = fak::DraftOptions{};  // speculative decoding on: its paths are fuzzed too
     o.session_dir =
         (std::filesystem::temp_directory_path() / ("fak_server_fuzz_" + std::to_string(getpid())))
             .string();
@@ -60,6 +62,9 @@ const char* kRoutes[] = {
     "POST /v1/fak/sessions/load",
     "GET /v1/fak/sessions/s1",
     "DELETE /v1/fak/sessions/s1",
+    "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
+    "POST /v1/responses",
 };
 
 std::string framed(uint8_t selector, const std::string& body) {
