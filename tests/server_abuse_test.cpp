@@ -404,3 +404,45 @@ TEST(ServerAbuseDisk, PlantedLinksAreNotFollowedAndStaleTempFilesGo) {
 
 }  // namespace
 }  // namespace fak::test
+
+namespace fak::test {
+namespace {
+
+TEST(ServerAbuseQuota, OneTenantsSessionsCannotTakeEveryonesKvMemory) {
+  // 8 MiB of KV holds 1,820 tokens of the bundled model: sessions may hold half of that, one key's
+  // a quarter (but always one 512-token context).
+  ServerProcess server("--parallel 2 --kv-mem 8");
+  ASSERT_NE(server.port(), 0);
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "x" + std::to_string(i) + " = " + std::to_string(i) + "\n";
+  const auto create = [&](const std::string& id, const std::string& key) {
+    return exchange(server.port(),
+                    post_request("/v1/fak/sessions", json{{"id", id}, {"text", text}}.dump(), key));
+  };
+  const std::string first = create("a1", "key-a");
+  ASSERT_EQ(status_of(first), 201) << first;
+  const int size = body_of(first)["size"];
+  ASSERT_GT(size, 256);
+  ASSERT_LE(size, 512);
+  const std::string second = create("a2", "key-a");
+  EXPECT_EQ(status_of(second), 429) << second;
+  EXPECT_EQ(body_of(second)["error"]["code"], "session_quota_exceeded");
+  const std::string clone =
+      exchange(server.port(), post_request("/v1/fak/sessions/a1/clone", json{{"id", "a3"}}.dump()));
+  EXPECT_EQ(status_of(clone), 429) << clone;
+  // The other tenant is not held back by the first one's sessions.
+  EXPECT_EQ(status_of(create("b1", "key-b")), 201);
+  const std::string reply = exchange(
+      server.port(), post_request("/v1/completions", completion("def f(x):", 8).dump(), "key-b"));
+  EXPECT_EQ(status_of(reply), 200) << reply;
+  // Deleting frees the quota.
+  EXPECT_EQ(status_of(exchange(server.port(),
+                               "DELETE /v1/fak/sessions/a1 HTTP/1.1\r\nHost: t\r\n"
+                               "Connection: close\r\nAuthorization: Bearer "
+                               "key-a\r\n\r\n")),
+            200);
+  EXPECT_EQ(status_of(create("a2", "key-a")), 201);
+}
+
+}  // namespace
+}  // namespace fak::test

@@ -191,8 +191,12 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   so.prefill_chunk = options.prefill_chunk;
   so.draft = options.draft;
   ctx.scheduler = std::make_unique<Scheduler>(model, so, &ctx.metrics);
-  ctx.sessions = std::make_unique<SessionStore>(model, ctx.scheduler->kv_cache(), ctx.chat.get(),
-                                                options.session_dir, ctx.scheduler->ctx());
+  const KvBudget& budget = ctx.scheduler->kv_budget();
+  const int64_t kv_tokens =
+      budget.bytes_per_token ? int64_t(budget.bytes / budget.bytes_per_token) : INT64_MAX;
+  ctx.sessions = std::make_unique<SessionStore>(
+      model, ctx.scheduler->kv_cache(), ctx.chat.get(), options.session_dir, ctx.scheduler->ctx(),
+      default_session_quota(kv_tokens, ctx.scheduler->ctx()));
 
   Router& router = impl_->router;
   router.error = [](HttpResponse& res, int status, const std::string& message,

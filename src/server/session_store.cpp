@@ -39,15 +39,22 @@ std::vector<int32_t> ids_of(const ojson& v, int vocab) {
 
 }  // namespace
 
+SessionQuota default_session_quota(int64_t kv_capacity_tokens, int ctx) {
+  SessionQuota q;
+  q.max_tokens = std::max<int64_t>(kv_capacity_tokens / 2, ctx);
+  q.max_tokens_per_tenant = std::max<int64_t>(kv_capacity_tokens / 4, ctx);
+  return q;
+}
+
 SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
                            const ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
-                           size_t max_sessions)
+                           SessionQuota quota)
     : model_(std::move(model)),
       cache_(std::move(cache)),
       chat_(chat),
       dir_(std::move(session_dir)),
       ctx_(ctx),
-      max_sessions_(max_sessions) {
+      quota_(quota) {
   if (dir_.empty()) return;
   std::filesystem::create_directories(dir_);
   // Writers killed mid-save leave their temp files behind; nothing else of this server is
@@ -75,10 +82,43 @@ const SessionStore::Entry& SessionStore::get(const std::string& tenant,
   return const_cast<SessionStore*>(this)->get(tenant, id);
 }
 
-std::string SessionStore::new_id(const std::string& tenant, const std::string& wanted) {
-  if (sessions_.size() >= max_sessions_)
+int64_t SessionStore::tokens_of(const std::string& tenant) const {
+  int64_t n = 0;
+  for (const auto& [key, e] : sessions_)
+    if (tenant.empty() || key.first == tenant) n += e.session.size();
+  return n;
+}
+
+void SessionStore::check_tokens(const std::string& tenant, int64_t more) const {
+  if (more <= 0) return;
+  const int64_t mine = tokens_of(tenant), all = tokens_of("");
+  if (mine + more > quota_.max_tokens_per_tenant)
     throw ApiError(429,
-                   "too many sessions (" + std::to_string(max_sessions_) + "); delete some first",
+                   "your sessions would hold " + std::to_string(mine + more) +
+                       " tokens, more than a tenant's quota of " +
+                       std::to_string(quota_.max_tokens_per_tenant) +
+                       " (a share of the KV budget); delete or quarantine some first",
+                   "", "session_quota_exceeded");
+  if (all + more > quota_.max_tokens)
+    throw ApiError(429,
+                   "the server's sessions would hold " + std::to_string(all + more) +
+                       " tokens, more than their quota of " + std::to_string(quota_.max_tokens) +
+                       " (half the KV budget); retry later",
+                   "", "session_quota_exceeded");
+}
+
+std::string SessionStore::new_id(const std::string& tenant, const std::string& wanted) {
+  size_t mine = 0;
+  for (const auto& [key, e] : sessions_) mine += key.first == tenant;
+  if (sessions_.size() >= quota_.max_sessions)
+    throw ApiError(429,
+                   "too many sessions (" + std::to_string(quota_.max_sessions) +
+                       " on this server); delete some first",
+                   "", "too_many_sessions");
+  if (mine >= quota_.max_sessions_per_tenant)
+    throw ApiError(429,
+                   "too many sessions (" + std::to_string(quota_.max_sessions_per_tenant) +
+                       " per API key); delete some first",
                    "", "too_many_sessions");
   std::string id = wanted;
   if (id.empty()) {
@@ -135,6 +175,7 @@ ojson SessionStore::describe(const std::string& tenant, const std::string& id) c
 
 void SessionStore::add(Entry& e, const std::vector<int32_t>& ids, const std::string& kind) {
   if (ids.empty()) return;
+  check_tokens(e.tenant, int64_t(ids.size()));
   if (e.session.size() + int(ids.size()) > ctx_)
     bad_request("the session would hold " + std::to_string(e.session.size() + ids.size()) +
                 " tokens, more than the context of " + std::to_string(ctx_));
@@ -181,6 +222,7 @@ ojson SessionStore::append(const std::string& tenant, const std::string& id, con
       const std::string with = chat_->render(last, ojson(), true);
       if (with.size() > without.size() && with.compare(0, without.size(), without) == 0) {
         std::vector<int32_t> ids = tok->encode(with.substr(without.size()));
+        check_tokens(e.tenant, int64_t(ids.size()));
         e.session.append(ids);
         // The generation prompt belongs to the last message's segment.
         e.segments.back().end = e.session.size();
@@ -202,6 +244,11 @@ Session* SessionStore::begin_generate(const std::string& tenant, const std::stri
   o.max_tokens = std::min(o.max_tokens, ctx_ - e.session.size());
   if (o.max_tokens < 1)
     bad_request("the session fills the context of " + std::to_string(ctx_) + " tokens");
+  // What it may generate stays inside the quota too (a reply cut there ends on "length").
+  const int64_t room =
+      std::min(quota_.max_tokens_per_tenant - tokens_of(tenant), quota_.max_tokens - tokens_of(""));
+  if (room < 1) check_tokens(tenant, 1);  // throws the quota's 429
+  o.max_tokens = int(std::min<int64_t>(o.max_tokens, room));
   e.busy = true;
   *begin = e.session.size();
   return &e.session;
@@ -221,9 +268,10 @@ int SessionStore::end_generate(const std::string& tenant, const std::string& id,
 std::string SessionStore::clone(const std::string& tenant, const std::string& id,
                                 const std::string& wanted) {
   const Entry& src = get(tenant, id);
+  check_tokens(tenant, src.session.size());
+  std::string nid = new_id(tenant, wanted);
   Session copy = src.session.clone();
   std::vector<Segment> segments = src.segments;
-  std::string nid = new_id(tenant, wanted);
   sessions_.emplace(std::make_pair(tenant, nid),
                     Entry{tenant, std::move(copy), std::move(segments)});
   return nid;
@@ -329,6 +377,7 @@ std::string SessionStore::load(const std::string& tenant, const std::string& nam
     throw ApiError(404, "no saved session '" + name + "'", "name", "session_file_not_found");
   nlohmann::json meta;
   Session s = Session::load(path, model_, cache_, &meta);
+  check_tokens(tenant, s.size());
   std::vector<Segment> segments;
   if (meta.is_array())
     for (const auto& x : meta) {

@@ -7,6 +7,7 @@
 // cache these sessions live in.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -33,11 +34,25 @@ struct EvictReport {
   int size = 0;               // tokens left
 };
 
+// What sessions may hold, so that kept contexts never starve live requests nor one tenant the
+// others: a session's KV comes out of the server's one KV budget. Tokens count whole sessions
+// (a clone counts as much as its original, though they share blocks: conservative).
+struct SessionQuota {
+  size_t max_sessions = 256;  // all tenants together
+  size_t max_sessions_per_tenant = 64;
+  int64_t max_tokens = INT64_MAX;             // all sessions together
+  int64_t max_tokens_per_tenant = INT64_MAX;  // one tenant's sessions
+};
+
+// The default: sessions together hold at most half of what the KV budget holds (the rest stays
+// for requests and the prefix cache), one tenant's at most a quarter, and always one context.
+SessionQuota default_session_quota(int64_t kv_capacity_tokens, int ctx);
+
 class SessionStore {
  public:
   SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
                const ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
-               size_t max_sessions = 256);
+               SessionQuota quota = {});
 
   // Each call names the tenant; a session is visible only to the tenant that made it.
   std::string create(const std::string& tenant, const std::string& id);
@@ -76,6 +91,9 @@ class SessionStore {
   Entry& get(const std::string& tenant, const std::string& id);
   const Entry& get(const std::string& tenant, const std::string& id) const;
   std::string new_id(const std::string& tenant, const std::string& wanted);
+  // 429 when `tenant`'s sessions would hold more than the quota with `more` tokens added.
+  void check_tokens(const std::string& tenant, int64_t more) const;
+  int64_t tokens_of(const std::string& tenant) const;  // "" = every tenant's
   std::filesystem::path file_for(const std::string& tenant, const std::string& name,
                                  bool create_dir) const;
   void add(Entry& e, const std::vector<int32_t>& ids, const std::string& kind);
@@ -85,7 +103,7 @@ class SessionStore {
   const ChatPrompt* chat_;
   std::filesystem::path dir_;
   int ctx_;
-  size_t max_sessions_;
+  SessionQuota quota_;
   uint64_t counter_ = 0;
   std::map<std::pair<std::string, std::string>, Entry> sessions_;  // (tenant, id)
 };
