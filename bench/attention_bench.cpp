@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ops/attention.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace fak {
 namespace {

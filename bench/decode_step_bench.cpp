@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "models/model.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/session.h"
 
 namespace fak {

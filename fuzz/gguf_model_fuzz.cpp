@@ -19,7 +19,7 @@
 
 #include "core/error.h"
 #include "models/model.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/session.h"
 
 namespace {

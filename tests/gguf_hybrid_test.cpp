@@ -18,7 +18,7 @@
 #include "models/gguf_export.h"
 #include "models/model.h"
 #include "models/qwen35_gguf.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/session.h"
 #include "test_util.h"
 

@@ -21,7 +21,7 @@
 #include "models/model.h"
 #include "models/quant_policy.h"
 #include "ops/matmul_kernels.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/parity.h"
 #include "runtime/session.h"
 #include "test_util.h"

@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "models/model.h"
-#include "models/recurrent_state.h"
-#include "runtime/kv_cache.h"
+#include "memory/recurrent_state.h"
+#include "memory/kv_cache.h"
 #include "runtime/parity.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -101,7 +101,7 @@ TEST_F(Hybrid, HiddenStatesMatchReferencePerLayer) {
   std::vector<int32_t> blocks;
   while (blocks.size() * size_t(cache->block_size()) < ids.size())
     blocks.push_back(cache->allocate());
-  RecurrentState state(model->config());
+  RecurrentState state(model->config().recurrent_shape());
   const int n_layers = model->config().n_layers, dim = model->config().dim;
   int checked = 0;
   HiddenHook hook = [&](int index, const float* h, int T) {
@@ -141,7 +141,7 @@ TEST_F(Hybrid, ChunkedPrefillMatchesRecurrentDecode) {
     std::vector<int32_t> blocks;
     while (blocks.size() * size_t(cache->block_size()) < ids.size())
       blocks.push_back(cache->allocate());
-    RecurrentState chunked(model->config());
+    RecurrentState chunked(model->config().recurrent_shape());
     std::vector<float> prefill(size_t(n) * size_t(vocab));
     BatchItem it;
     it.blocks = &blocks;
@@ -179,7 +179,7 @@ TEST_F(Hybrid, LongAppendSplitsWithoutChangingTheResult) {
   std::vector<int32_t> blocks;
   while (blocks.size() * size_t(cache->block_size()) < ids.size())
     blocks.push_back(cache->allocate());
-  RecurrentState state(model->config());
+  RecurrentState state(model->config().recurrent_shape());
   std::vector<float> logits(static_cast<size_t>(vocab));
   BatchItem it{&blocks, &state, ids.data(), int(ids.size()), 0, logits.data(), false};
   model->forward({&it, 1}, *cache);
@@ -330,7 +330,7 @@ TEST_F(Hybrid, BatchedDecodeEqualsAlone) {
 
 TEST_F(Hybrid, CheckpointsAreBounded) {
   Session s = cold({random_ids(300, vocab, 71)});
-  const size_t one = RecurrentState(model->config()).bytes() + size_t(vocab) * sizeof(float);
+  const size_t one = RecurrentState(model->config().recurrent_shape()).bytes() + size_t(vocab) * sizeof(float);
   EXPECT_EQ(s.n_checkpoints(), 3);  // 128, 256, 300
   EXPECT_EQ(s.checkpoint_bytes(), 3 * one);
   for (int i = 0; i < 12; ++i) s.append(random_ids(2, vocab, 80 + uint32_t(i)));

@@ -1,6 +1,6 @@
 // KvCells alone: cell bookkeeping over a pool that holds no KV, only reference counts and a log of
 // copies, so ownership, copy-on-write, truncation and span removal are checked without a model.
-#include "runtime/kv_cells.h"
+#include "memory/kv_cells.h"
 
 #include <gtest/gtest.h>
 

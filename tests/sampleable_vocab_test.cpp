@@ -9,7 +9,7 @@
 
 #include "models/model.h"
 #include "runtime/generate.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/session.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"

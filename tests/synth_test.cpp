@@ -10,7 +10,7 @@
 
 #include "io/safetensors.h"
 #include "models/model.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/session.h"
 #include "test_util.h"
 

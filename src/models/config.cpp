@@ -37,6 +37,19 @@ void check_derived_sizes(const ModelConfig& c, const std::string& label) {
   }
 }
 
+RecurrentShape ModelConfig::recurrent_shape() const {
+  RecurrentShape shape;
+  if (!is_hybrid()) return shape;
+  const size_t key_dim = size_t(linear_num_key_heads) * size_t(linear_key_head_dim);
+  const size_t value_dim = size_t(linear_num_value_heads) * size_t(linear_value_head_dim);
+  shape.conv_floats = (2 * key_dim + value_dim) * size_t(linear_conv_kernel - 1);
+  shape.ssm_floats =
+      size_t(linear_num_value_heads) * size_t(linear_key_head_dim) * size_t(linear_value_head_dim);
+  for (int l = 0; l < n_layers; ++l)
+    shape.linear_layers.push_back(layer_kinds[size_t(l)] == LayerKind::LinearAttention);
+  return shape;
+}
+
 std::string arch_name(Arch a) {
   switch (a) {
     case Arch::Llama:

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "memory/recurrent_state.h"
+
 namespace fak {
 
 // Limits on the sizes a model file may declare, checked (config.json and GGUF alike) before
@@ -62,6 +64,8 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
   int q_dim() const { return n_heads * head_dim; }
   bool is_hybrid() const { return arch == Arch::Qwen35; }
+  // Sizes of a session's Gated DeltaNet state; no linear layers (an empty state) for dense models.
+  RecurrentShape recurrent_shape() const;
 };
 
 // Parses a Hugging Face config.json (already read into JSON). `label` names the file in errors.

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/recurrent_state.h"
+#include "memory/recurrent_state.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
 

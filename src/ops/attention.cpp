@@ -8,7 +8,7 @@
 #include "ops/attention_kernels.h"
 #include "ops/matmul_kernels.h"
 #include "ops/vec.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace fak {
 

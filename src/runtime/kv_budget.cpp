@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace fak {
 

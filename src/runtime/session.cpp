@@ -11,7 +11,7 @@ Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> ca
     : model_(std::move(model)),
       cache_(std::move(cache)),
       cells_(cache_.get()),
-      state_(model_->config()) {
+      state_(model_->config().recurrent_shape()) {
   check(cache_->n_layers() == model_->n_attention_layers() &&
             cache_->n_kv_heads() == model_->config().n_kv_heads &&
             cache_->head_dim() == model_->config().head_dim,

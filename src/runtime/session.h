@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "models/model.h"
-#include "models/recurrent_state.h"
-#include "runtime/kv_cache.h"
-#include "runtime/kv_cells.h"
+#include "memory/recurrent_state.h"
+#include "memory/kv_cache.h"
+#include "memory/kv_cells.h"
 
 namespace fak {
 
@@ -123,7 +123,7 @@ class Session {
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;
-  KvCells cells_;  // token ids and the KV cells holding them (runtime/kv_cells.h)
+  KvCells cells_;  // token ids and the KV cells holding them (memory/kv_cells.h)
   std::vector<float> logits_;
   bool logits_valid_ = false;
   RecurrentState state_;

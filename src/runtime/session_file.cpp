@@ -164,7 +164,7 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
     fail(label + " holds " + h.kv_dtype + " KV rows but this cache stores " +
          kv_dtype_name(cache->dtype()) + " (use the same --kv-type)");
   const int64_t n_starts = h.n_starts;
-  const size_t state_bytes = RecurrentState(c).bytes();
+  const size_t state_bytes = RecurrentState(c.recurrent_shape()).bytes();
   if (n_starts < 0 || n_starts > n || h.recurrent_bytes != int64_t(state_bytes))
     fail(label + " has a recurrent state layout that does not match the model");
   const size_t row = cache->row_bytes();

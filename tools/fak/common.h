@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "models/model.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace fak::cli {
 

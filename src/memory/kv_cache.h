@@ -17,6 +17,11 @@
 // row() is its head-0 part, head h is head_stride() bytes further, and store_row / load_row /
 // read_rows / write_rows convert to and from whole [kv_dim] rows.
 //
+// Storage: the slabs live in a KvStorage (memory/kv_storage.h), host memory by default or a GPU's
+// for the CUDA forward; every byte the cache moves goes through it, so clone, evict, save and load
+// work on either. row() pointers point into the storage: the CPU dereferences them only where
+// storage().host_accessible().
+//
 // Budget: with max_bytes set, the cache never maps more than max_bytes of slabs (what a slab maps
 // becomes resident as its blocks are written, so mapped bytes are what the budget counts, not
 // blocks in use). When every block it may map is taken, allocate() first asks the reclaimer (the
@@ -31,10 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "core/anon_memory.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "runtime/kv_cells.h"
+#include "memory/kv_cells.h"
+#include "memory/kv_storage.h"
 
 namespace fak {
 
@@ -46,6 +51,8 @@ struct KvCacheOptions {
   // The most a slab (the unit the cache maps memory in) may take: it holds at least one block and
   // at most 64 (see blocks_per_slab()).
   size_t slab_bytes = size_t(128) << 20;
+  // Where the slabs live; null: host memory.
+  std::shared_ptr<KvStorage> storage = nullptr;
 };
 
 enum class KvPlane : uint8_t { K, V, Kraw };
@@ -68,6 +75,9 @@ class KvBudgetError : public Error {
 class KvCache : public BlockPool {
  public:
   KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions options = {});
+  ~KvCache() override;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   // Refcount 1. When the budget is spent, asks the reclaimer for a block first; throws
   // KvBudgetError when it has none to give.
@@ -93,6 +103,13 @@ class KvCache : public BlockPool {
   // Copies one row (every head) of a plane; the two may be in the same block.
   void move_row(int32_t dst_block, int dst_slot, int32_t src_block, int src_slot, int layer,
                 KvPlane plane);
+
+  KvStorage& storage() const { return *storage_; }
+  // Slab i's first byte in the storage (device kernels address rows from these, like row()).
+  uint8_t* slab(size_t i) const { return slabs_[i]; }
+  size_t n_slabs() const { return slabs_.size(); }
+  // Byte offset of head 0 of row `slot` of a block within its slab (row() = slab + this).
+  size_t row_offset(int32_t block, int layer, KvPlane plane, int slot) const;
 
   int block_size() const override { return block_size_; }
   int n_layers() const { return n_layers_; }
@@ -146,7 +163,8 @@ class KvCache : public BlockPool {
   // constructor), so what the budget allows is what gets mapped.
   static constexpr int kMaxBlocksPerSlab = 64;
   int blocks_per_slab_;
-  std::vector<AnonMemory> slabs_;  // huge-page advised: a step reads them all
+  std::shared_ptr<KvStorage> storage_;
+  std::vector<uint8_t*> slabs_;  // host: huge-page advised, a step reads them all
   std::vector<int> refcounts_;
   std::vector<int32_t> free_;
   std::atomic<size_t> in_use_{0}, mapped_slabs_{0};

@@ -1,4 +1,4 @@
-#include "models/recurrent_state.h"
+#include "memory/recurrent_state.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,17 +7,13 @@
 
 namespace fak {
 
-RecurrentState::RecurrentState(const ModelConfig& c) {
-  if (!c.is_hybrid()) return;
-  const size_t key_dim = size_t(c.linear_num_key_heads) * size_t(c.linear_key_head_dim);
-  const size_t value_dim = size_t(c.linear_num_value_heads) * size_t(c.linear_value_head_dim);
-  conv_floats = (2 * key_dim + value_dim) * size_t(c.linear_conv_kernel - 1);
-  ssm_floats = size_t(c.linear_num_value_heads) * size_t(c.linear_key_head_dim) *
-               size_t(c.linear_value_head_dim);
+RecurrentState::RecurrentState(const RecurrentShape& shape) {
+  conv_floats = shape.conv_floats;
+  ssm_floats = shape.ssm_floats;
   int n = 0;
-  slot.assign(size_t(c.n_layers), -1);
-  for (int l = 0; l < c.n_layers; ++l)
-    if (c.layer_kinds[size_t(l)] == LayerKind::LinearAttention) slot[size_t(l)] = n++;
+  slot.assign(shape.linear_layers.size(), -1);
+  for (size_t l = 0; l < shape.linear_layers.size(); ++l)
+    if (shape.linear_layers[l]) slot[l] = n++;
   data.assign(size_t(n) * (conv_floats + ssm_floats), 0.0f);
 }
 

@@ -1,8 +1,9 @@
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -43,7 +44,8 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
       block_size_(options.block_size),
       keep_kraw_(options.keep_kraw),
       max_bytes_(options.max_bytes),
-      dtype_(options.dtype) {
+      dtype_(options.dtype),
+      storage_(options.storage ? std::move(options.storage) : host_kv_storage()) {
   check(block_size_ > 0 && n_kv_heads_ > 0 && head_dim_ > 0 && n_layers_ >= 0,
         "KvCache: invalid shape");
   check(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16,
@@ -69,6 +71,10 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
   head_stride_ = size_t(blocks_per_slab_) * size_t(block_size_) * head_bytes_;
 }
 
+KvCache::~KvCache() {
+  for (uint8_t* slab : slabs_) storage_->unmap_slab(slab, slab_bytes());
+}
+
 size_t KvCache::capacity_tokens() const {
   return capacity_blocks_ == SIZE_MAX ? SIZE_MAX : capacity_blocks_ * size_t(block_size_);
 }
@@ -84,14 +90,17 @@ void KvCache::clear_reclaimer(const void* owner) {
   reclaimer_ = nullptr;
 }
 
-uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
-  if (plane == KvPlane::Kraw && !keep_kraw_) return nullptr;
-  uint8_t* slab = slabs_[size_t(block / blocks_per_slab_)].data();
+size_t KvCache::row_offset(int32_t block, int layer, KvPlane plane, int slot) const {
   // A slab is [layer][plane][head][block][slot][head_dim]: one head's rows of all its blocks are
   // contiguous (see kv_cache.h).
   const size_t region = size_t(n_kv_heads_) * head_stride_;  // one (layer, plane) of the slab
-  return slab + (size_t(layer) * size_t(planes()) + size_t(plane)) * region +
+  return (size_t(layer) * size_t(planes()) + size_t(plane)) * region +
          (size_t(block % blocks_per_slab_) * size_t(block_size_) + size_t(slot)) * head_bytes_;
+}
+
+uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
+  if (plane == KvPlane::Kraw && !keep_kraw_) return nullptr;
+  return slabs_[size_t(block / blocks_per_slab_)] + row_offset(block, layer, plane, slot);
 }
 
 namespace {
@@ -125,42 +134,59 @@ void decode(DType dt, const uint8_t* in, int n, float* y) {
 void KvCache::store_row(int32_t block, int layer, KvPlane plane, int slot, const float* src) {
   uint8_t* row0 = row(block, layer, plane, slot);
   if (!row0) return;
-  for (int h = 0; h < n_kv_heads_; ++h)
-    encode(dtype_, src + size_t(h) * size_t(head_dim_), head_dim_, row0 + size_t(h) * head_stride_);
+  if (storage_->host_accessible()) {  // the CPU forward's path: no staging
+    for (int h = 0; h < n_kv_heads_; ++h)
+      encode(dtype_, src + size_t(h) * size_t(head_dim_), head_dim_,
+             row0 + size_t(h) * head_stride_);
+    return;
+  }
+  std::vector<uint8_t> staged(row_bytes_);
+  encode(dtype_, src, kv_dim_, staged.data());
+  storage_->copy_2d(CopyKind::FromHost, row0, head_stride_, staged.data(), head_bytes_, head_bytes_,
+                    size_t(n_kv_heads_));
 }
 
 void KvCache::load_row(int32_t block, int layer, KvPlane plane, int slot, float* dst) const {
   const uint8_t* row0 = row(block, layer, plane, slot);
   check(row0 != nullptr, "KvCache: this cache keeps no Kraw");
-  for (int h = 0; h < n_kv_heads_; ++h)
-    decode(dtype_, row0 + size_t(h) * head_stride_, head_dim_, dst + size_t(h) * size_t(head_dim_));
+  if (storage_->host_accessible()) {
+    for (int h = 0; h < n_kv_heads_; ++h)
+      decode(dtype_, row0 + size_t(h) * head_stride_, head_dim_,
+             dst + size_t(h) * size_t(head_dim_));
+    return;
+  }
+  std::vector<uint8_t> staged(row_bytes_);
+  storage_->copy_2d(CopyKind::ToHost, staged.data(), head_bytes_, row0, head_stride_, head_bytes_,
+                    size_t(n_kv_heads_));
+  decode(dtype_, staged.data(), kv_dim_, dst);
 }
 
 void KvCache::read_rows(int32_t block, int layer, KvPlane plane, int n, uint8_t* out) const {
   const uint8_t* base = row(block, layer, plane, 0);
   check(base != nullptr, "KvCache: this cache keeps no Kraw");
-  for (int j = 0; j < n; ++j)
-    for (int h = 0; h < n_kv_heads_; ++h)
-      std::memcpy(out + size_t(j) * row_bytes_ + size_t(h) * head_bytes_,
-                  base + size_t(h) * head_stride_ + size_t(j) * head_bytes_, head_bytes_);
+  if (n <= 0) return;
+  // Per head: its n rows are one contiguous run in the block, a column of the token-major output.
+  for (int h = 0; h < n_kv_heads_; ++h)
+    storage_->copy_2d(CopyKind::ToHost, out + size_t(h) * head_bytes_, row_bytes_,
+                      base + size_t(h) * head_stride_, head_bytes_, head_bytes_, size_t(n));
 }
 
 void KvCache::write_rows(int32_t block, int layer, KvPlane plane, int n, const uint8_t* in) {
   uint8_t* base = row(block, layer, plane, 0);
-  if (!base) return;
-  for (int j = 0; j < n; ++j)
-    for (int h = 0; h < n_kv_heads_; ++h)
-      std::memcpy(base + size_t(h) * head_stride_ + size_t(j) * head_bytes_,
-                  in + size_t(j) * row_bytes_ + size_t(h) * head_bytes_, head_bytes_);
+  if (!base || n <= 0) return;
+  for (int h = 0; h < n_kv_heads_; ++h)
+    storage_->copy_2d(CopyKind::FromHost, base + size_t(h) * head_stride_, head_bytes_,
+                      in + size_t(h) * head_bytes_, row_bytes_, head_bytes_, size_t(n));
 }
 
 void KvCache::move_row(int32_t dst_block, int dst_slot, int32_t src_block, int src_slot, int layer,
                        KvPlane plane) {
   uint8_t* dst = row(dst_block, layer, plane, dst_slot);
   const uint8_t* src = row(src_block, layer, plane, src_slot);
-  if (!dst || !src) return;
-  for (int h = 0; h < n_kv_heads_; ++h)
-    std::memmove(dst + size_t(h) * head_stride_, src + size_t(h) * head_stride_, head_bytes_);
+  if (!dst || !src || dst == src) return;
+  // Every head's row, one run per head, head_stride_ apart in both.
+  storage_->copy_2d(CopyKind::Inside, dst, head_stride_, src, head_stride_, head_bytes_,
+                    size_t(n_kv_heads_));
 }
 
 void KvCache::fail_budget() const {
@@ -178,7 +204,7 @@ int32_t KvCache::allocate() {
   }
   if (free_.empty()) {
     int32_t first = int32_t(refcounts_.size());
-    slabs_.emplace_back(slab_bytes(), "KV cache");
+    slabs_.push_back(storage_->map_slab(slab_bytes(), "KV cache"));
     mapped_slabs_.store(slabs_.size(), std::memory_order_relaxed);
     refcounts_.resize(refcounts_.size() + size_t(blocks_per_slab_), 0);
     for (int i = blocks_per_slab_ - 1; i >= 0; --i) free_.push_back(first + i);
@@ -208,9 +234,8 @@ int32_t KvCache::copy_block(int32_t src, int n_rows) {
   for (int l = 0; l < n_layers_; ++l)
     for (KvPlane p : {KvPlane::K, KvPlane::V, KvPlane::Kraw})
       if (n_rows > 0 && (p != KvPlane::Kraw || keep_kraw_))
-        for (int h = 0; h < n_kv_heads_; ++h)
-          std::memcpy(row(dst, l, p, 0) + size_t(h) * head_stride_,
-                      row(src, l, p, 0) + size_t(h) * head_stride_, head_bytes_ * size_t(n_rows));
+        storage_->copy_2d(CopyKind::Inside, row(dst, l, p, 0), head_stride_, row(src, l, p, 0),
+                          head_stride_, head_bytes_ * size_t(n_rows), size_t(n_kv_heads_));
   return dst;
 }
 

@@ -14,13 +14,19 @@
 #include <string>
 #include <vector>
 
-#include "models/config.h"
-
 namespace fak {
+
+// The sizes a state is made of, derived from a model's config (ModelConfig::recurrent_shape()):
+// storage sits below the models, so it takes sizes, not the config.
+struct RecurrentShape {
+  std::vector<bool> linear_layers;  // per model layer: true for Gated DeltaNet layers
+  size_t conv_floats = 0;           // per linear layer: conv_dim * (kernel - 1)
+  size_t ssm_floats = 0;            // per linear layer: n_v_heads * k_head_dim * v_head_dim
+};
 
 struct RecurrentState {
   RecurrentState() = default;
-  explicit RecurrentState(const ModelConfig& config);
+  explicit RecurrentState(const RecurrentShape& shape);
 
   // `layer` is the model's layer index; it must be a linear-attention layer.
   float* conv(int layer) { return data.data() + offset(layer); }

@@ -1,4 +1,4 @@
-#include "runtime/kv_cells.h"
+#include "memory/kv_cells.h"
 
 #include <algorithm>
 #include <string>
