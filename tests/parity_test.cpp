@@ -5,7 +5,7 @@
 
 #include "io/safetensors.h"
 #include "models/model.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/parity.h"
 #include "test_util.h"
 
@@ -14,22 +14,39 @@ namespace fak {
 namespace {
 
 struct Fixture {
-  const char* name;
+  std::string name;
   std::string dir;
+  Device device = {};
 };
 
-std::vector<Fixture> fixtures() {
-  return {{"llama-tiny", test::data_path("oracle/llama-tiny")},
-          {"qwen2-tiny", test::data_path("oracle/qwen2-tiny")},
-          {"qwen3-tiny", test::data_path("oracle/qwen3-tiny")},
-          {"pycoder-6m", test::source_path("models/pycoder-6m")}};
+// In a CUDA build, every fixture again on the GPU: the same reference, the same tolerance.
+std::vector<Fixture> with_cuda(std::vector<Fixture> cpu) {
+  const size_t n = cpu.size();
+  if (cuda_compiled())
+    for (size_t i = 0; i < n; ++i)
+      cpu.push_back({cpu[i].name + "-cuda", cpu[i].dir, Device{DeviceKind::Cuda, 0}});
+  return cpu;
 }
 
 std::vector<Fixture> oracle_fixtures() {
-  auto all = fixtures();
-  all.pop_back();  // pycoder's reference has no hidden states
+  // pycoder's reference has no hidden states
+  return with_cuda({{"llama-tiny", test::data_path("oracle/llama-tiny")},
+                    {"qwen2-tiny", test::data_path("oracle/qwen2-tiny")},
+                    {"qwen3-tiny", test::data_path("oracle/qwen3-tiny")}});
+}
+
+std::vector<Fixture> fixtures() {
+  auto all = oracle_fixtures();
+  for (auto& f : with_cuda({{"pycoder-6m", test::source_path("models/pycoder-6m")}}))
+    all.push_back(f);
   return all;
 }
+
+// The model on the fixture's device, or a skip that says why the device is not here.
+#define LOAD_ON_DEVICE(model, f)                                                    \
+  if (const std::string why = device_unavailable_reason((f).device); !why.empty()) \
+    GTEST_SKIP() << why;                                                            \
+  auto model = Model::load((f).dir, {.load_tokenizer = false, .device = (f).device})
 
 }  // namespace
 
@@ -37,14 +54,14 @@ class Parity : public ::testing::TestWithParam<Fixture> {};
 
 TEST_P(Parity, LogitsArgmaxAndGreedyMatchReference) {
   const Fixture& f = GetParam();
-  auto model = Model::load(f.dir, {.load_tokenizer = false});
+  LOAD_ON_DEVICE(model, f);
   auto ref = TensorStore::open_file(std::filesystem::path(f.dir) / "reference.safetensors");
   ParityReport r = run_parity(model, ref, 1e-3);
   ASSERT_FALSE(r.cases.empty());
   for (const ParityCase& c : r.cases) {
     std::printf("%s %s: T=%d max|dlogit|=%.3g cos=%.8f argmax %d/%d (near-ties %zu) greedy-tf %d/%d "
                 "free-run %d/%d\n",
-                f.name, c.name.c_str(), c.n_tokens, c.max_abs_diff, c.min_cosine, c.argmax_agree,
+                f.name.c_str(), c.name.c_str(), c.n_tokens, c.max_abs_diff, c.min_cosine, c.argmax_agree,
                 c.argmax_total, c.near_ties.size(), c.teacher_forced_agree, c.greedy_total,
                 c.free_run_match, c.greedy_total);
     EXPECT_LE(c.max_abs_diff, 1e-3) << c.name;
@@ -63,10 +80,11 @@ class HiddenStates : public ::testing::TestWithParam<Fixture> {};
 TEST_P(HiddenStates, MatchReferencePerLayer) {
   const Fixture& f = GetParam();
   auto ref = TensorStore::open_file(std::filesystem::path(f.dir) / "reference.safetensors");
-  auto model = Model::load(f.dir, {.load_tokenizer = false});
+  LOAD_ON_DEVICE(model, f);
   auto ids64 = read_i64(ref.get("case0.input_ids"));
   std::vector<int32_t> ids(ids64.begin(), ids64.end());
-  KvCache cache(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim);
+  KvCache cache(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
+                {.storage = model->make_kv_storage()});
   std::vector<int32_t> blocks;
   while (blocks.size() * size_t(cache.block_size()) < ids.size()) blocks.push_back(cache.allocate());
   const int dim = model->config().dim;

@@ -8,11 +8,12 @@
 
 #include "core/error.h"
 #include "models/deltanet.h"
+#include "models/device_forward.h"
 #include "models/model.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace fak {
 
@@ -57,6 +58,12 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const Hidd
              std::to_string(c.vocab - 1) + ")");
     T += it.n_tokens;
   }
+  if (device_forward_) {
+    device_forward_->forward(batch, cache, hook);
+    return;
+  }
+  check(cache.storage().host_accessible(),
+        "forward: the model runs on the CPU but its KV cache lives in " + cache.storage().name());
   // note: a reference, not the thread_local itself, so OpenMP workers see the caller's buffers.
   thread_local Scratch tls_scratch;
   Scratch& s = tls_scratch;

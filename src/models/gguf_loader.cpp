@@ -456,7 +456,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool load_tokenizer) {
+GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool load_tokenizer,
+                          bool pack_panels) {
   auto storage = std::make_shared<Storage>();
   GgufModel out;
   if (use_mmap) {
@@ -538,7 +539,7 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
   // Read into memory of our own (not mapped): quantised matrices become the matmul kernel's
   // panels in place, once, after the identity has hashed the bytes as stored. A tied embedding is
   // packed once for both its uses (lookups read panels through dequantize_row).
-  if (!use_mmap) pack_weight_panels(w);
+  if (!use_mmap && pack_panels) pack_weight_panels(w);
   if (load_tokenizer && f.find("tokenizer.ggml.model")) {
     out.tokenizer = tokenizer_spec_from_gguf(f);
     if (c.bos_id && !out.tokenizer->bos_id) out.tokenizer->bos_id = c.bos_id;

@@ -25,7 +25,10 @@ struct GgufModel {
 
 // use_mmap: map the file (instant start, pages fault in on first use) or read it into anonymous
 // memory with MADV_HUGEPAGE (a full read at start, fewer TLB misses afterwards).
-GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool load_tokenizer);
+// pack_panels: rewrite quantised matrices into the CPU kernel's panels (read-in files only); a
+// device forward reads the rows as stored, so it loads without.
+GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool load_tokenizer,
+                          bool pack_panels = true);
 
 // Metadata -> config for llama, qwen2, qwen3 and qwen35 (the Qwen3.5 hybrid); throws for any
 // other general.architecture. Tensor presence decides biases, q/k norms and tied embeddings.

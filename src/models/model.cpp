@@ -8,9 +8,11 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "memory/kv_storage.h"
+#include "models/device_forward.h"
 #include "models/gguf_loader.h"
 #include "models/quant_policy.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak {
@@ -104,7 +106,8 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
     if (options.quant)
       fail(path.string() +
            ": --quant applies to Hugging Face directories; use fak quantize for GGUF files");
-    GgufModel g = load_gguf_model(path, options.mmap, options.load_tokenizer);
+    GgufModel g = load_gguf_model(path, options.mmap, options.load_tokenizer,
+                                  options.device.kind == DeviceKind::Cpu);
     m->config_ = std::move(g.config);
     m->weights_ = std::move(g.weights);
     m->extra_storage_ = std::move(g.storage);
@@ -113,6 +116,7 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
     if (g.tokenizer)
       m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_spec(std::move(*g.tokenizer)));
     m->init_derived();
+    m->place_on(options.device);
     return m;
   }
   if (!std::filesystem::is_directory(path))
@@ -138,7 +142,8 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
   }
   if (options.quant) {
     m->extra_storage_ = quantise_weights(m->weights_, m->config_, *options.quant);
-    pack_weight_panels(m->weights_);  // the quantised matrices are buffers of our own
+    // The quantised matrices are buffers of our own; a device reads rows as stored.
+    if (options.device.kind == DeviceKind::Cpu) pack_weight_panels(m->weights_);
     h.update("quant:" + std::string(quant_type_name(*options.quant)));
     m->weights_memory_ = "quantised";
   }
@@ -147,7 +152,20 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
   if (options.load_tokenizer && std::filesystem::exists(path / "tokenizer.json"))
     m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_dir(path));
   m->init_derived();
+  m->place_on(options.device);
   return m;
+}
+
+void Model::place_on(const Device& device) {
+  device_ = device;
+  if (device.kind == DeviceKind::Cpu) return;
+  const std::string problem = device_unavailable_reason(device);
+  if (!problem.empty()) fail("--device " + device.name() + ": " + problem);
+  device_forward_ = make_cuda_forward(*this, device.index);
+}
+
+std::shared_ptr<KvStorage> Model::make_kv_storage() const {
+  return device_forward_ ? device_forward_->kv_storage() : host_kv_storage();
 }
 
 int Model::sampleable_vocab() const {

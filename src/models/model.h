@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device.h"
 #include "io/safetensors.h"
 #include "models/config.h"
 #include "models/rope.h"
@@ -21,7 +22,9 @@
 
 namespace fak {
 
+class DeviceForward;
 class KvCache;
+class KvStorage;
 class Tokenizer;
 struct RecurrentState;
 
@@ -34,6 +37,9 @@ struct LoadOptions {
   bool mmap = false;
   // HF directories: quantise every matrix to this type at load (llama.cpp's rules for the mix).
   std::optional<QuantType> quant = std::nullopt;
+  // Where the forward pass runs. A device other than the CPU gets its own copy of the weights at
+  // load, and caches for the model must be made with make_kv_storage().
+  Device device = {};
 };
 
 // One sequence's part of a forward call. Its KV blocks must already cover positions
@@ -81,9 +87,15 @@ class Model {
   void forward(std::span<const BatchItem> batch, KvCache& cache,
                const HiddenHook* hook = nullptr) const;
 
+  const Device& device() const { return device_; }
+  // Where a KvCache for this model keeps its slabs (KvCacheOptions::storage): host memory for the
+  // CPU forward, device memory for a device's.
+  std::shared_ptr<KvStorage> make_kv_storage() const;
+
  private:
   Model();
   void init_derived();
+  void place_on(const Device& device);  // makes the device forward; throws when it cannot
 
   std::filesystem::path path_;
   ModelConfig config_;
@@ -96,6 +108,8 @@ class Model {
   std::string weights_memory_ = "mmap";
   int n_attention_layers_ = 0;
   std::vector<int> attention_index_;
+  Device device_;
+  std::unique_ptr<DeviceForward> device_forward_;  // null: the CPU forward
 };
 
 }  // namespace fak

@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/model_cache.h"
 
 namespace fak {
 
@@ -51,8 +52,7 @@ ParityCase run_case(const std::shared_ptr<const Model>& model, const TensorStore
   const std::vector<float> want = read_f32(logits_t);
   pc.n_tokens = int(ids.size());
 
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
-                                         model->config().head_dim);
+  auto cache = make_kv_cache(*model);
   Session s(model, cache);
   std::vector<float> got;
   s.append(ids, &got);

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "runtime/session.h"
+#include "runtime/model_cache.h"
 
 namespace fak {
 
@@ -17,8 +18,7 @@ PerplexityResult perplexity(std::shared_ptr<const Model> model, const std::vecto
   check(tokens.size() >= 2, "perplexity: need at least 2 tokens");
   const auto t0 = std::chrono::steady_clock::now();
   const int vocab = model->config().vocab;
-  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
-                                         model->config().head_dim);
+  auto cache = make_kv_cache(*model);
   PerplexityResult r;
   r.tokens = int64_t(tokens.size());
   const int64_t n = int64_t(tokens.size());

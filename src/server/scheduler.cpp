@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "runtime/model_cache.h"
 
 namespace fak::server {
 
@@ -100,8 +101,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   ko.keep_kraw = options_.keep_kraw;
   ko.dtype = options_.kv_type;
   ko.max_bytes = budget_.bytes;
-  cache_ = std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().n_kv_heads,
-                                     model_->config().head_dim, ko);
+  cache_ = make_kv_cache(*model_, ko);
   // No sequence can hold more than the budget: a prompt that could never fit is refused up front
   // (400 context_length_exceeded) instead of failing half-way through its prefill.
   ctx_ = int(std::min<size_t>(size_t(ctx_), cache_->capacity_tokens()));

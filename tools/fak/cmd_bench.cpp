@@ -113,7 +113,7 @@ void bench(const BenchArgs& a) {
   // the DeltaNet state, read and written once per token.
   const ModelWeights& w = model->weights();
   const double embed_gb = w.lm_head.data == w.embed.data ? 0.0 : double(w.embed.bytes()) / 1e9;
-  const double state_gb = double(RecurrentState(c).bytes()) / 1e9;
+  const double state_gb = double(RecurrentState(c.recurrent_shape()).bytes()) / 1e9;
   const double weight_gb = double(w.bytes) / 1e9 - embed_gb;
   nlohmann::json results = nlohmann::json::array();
   auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
@@ -149,8 +149,9 @@ void bench(const BenchArgs& a) {
                   state_gb * 1e9 / double(1 << 20));
     std::printf("GB/s: %.2f GB of weights per generated token%s\n", weight_gb,
                 embed_gb > 0 ? " (the untied embedding is not read)" : "");
-    std::printf("threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n", threads,
-                std::string(matmul_isa()).c_str(), model->weights_memory(), load_s);
+    std::printf("device: %s, threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n",
+                model->device().name().c_str(), threads, std::string(matmul_isa()).c_str(),
+                model->weights_memory(), load_s);
     std::printf(
         "| test               |              t/s       |  GB/s  "
         "|\n|--------------------|------------------------|--------|\n");
@@ -216,6 +217,7 @@ void bench(const BenchArgs& a) {
                      {"weights_memory", model->weights_memory()},
                      {"threads", threads},
                      {"kernels", std::string(matmul_isa())},
+                     {"device", model->device().name()},
                      {"load_seconds", load_s},
                      {"results", results}};
     std::printf("%s\n", j.dump(1).c_str());

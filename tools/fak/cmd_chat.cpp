@@ -15,6 +15,7 @@
 #include "runtime/session.h"
 #include "server/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
+#include "runtime/model_cache.h"
 
 namespace fak::cli {
 
@@ -41,8 +42,7 @@ class Chat {
       : a_(a),
         model_(load_model(a.model)),
         prompt_(*model_),
-        cache_(std::make_shared<KvCache>(model_->n_attention_layers(), model_->config().n_kv_heads,
-                                         model_->config().head_dim)),
+        cache_(make_kv_cache(*model_)),
         session_(model_, cache_) {
     reset();
   }

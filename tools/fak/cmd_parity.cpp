@@ -16,16 +16,19 @@ struct ParityArgs {
   double tolerance = 1e-3;
   bool json = false;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 int parity(const ParityArgs& a) {
   set_threads(a.threads);
-  auto model = Model::load(a.model.empty() ? default_model_dir() : a.model, {.load_tokenizer = false});
+  auto model = Model::load(a.model.empty() ? default_model_dir() : a.model,
+                           {.load_tokenizer = false, .device = parse_device(a.device)});
   TensorStore ref = TensorStore::open_file(a.reference);
   ParityReport r = run_parity(model, ref, a.tolerance);
   if (a.json) {
     nlohmann::json j;
     j["model"] = model->path().string();
+    j["device"] = model->device().name();
     j["tolerance"] = r.tolerance;
     j["pass"] = r.pass;
     for (auto& c : r.cases)
@@ -72,6 +75,7 @@ void register_parity(CLI::App& app) {
   c->add_option("--tolerance", a->tolerance, "max |logit difference| allowed");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");
+  c->add_option("--device", a->device, "where the forward pass runs: cpu, cuda or cuda:N");
   c->callback([a] {
     int rc = parity(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "tokenizer/utf8.h"
+#include "runtime/model_cache.h"
 
 namespace fak::cli {
 
@@ -29,10 +30,12 @@ std::string default_model_dir() {
 namespace {
 LoadOptions g_load_options;
 std::string g_quant;
+std::string g_device = "cpu";
 }  // namespace
 
 std::shared_ptr<const Model> load_model(const std::string& path) {
   LoadOptions o = g_load_options;
+  o.device = parse_device(g_device);
   if (!g_quant.empty()) {
     o.quant = quant_type_from_name(g_quant);
     if (!o.quant || *o.quant == QuantType::Q8_K)
@@ -45,6 +48,9 @@ void add_load_flags(CLI::App* c) {
   c->add_flag("--mmap,!--no-mmap", g_load_options.mmap,
               "GGUF: map the file (instant start) or read it into memory with huge pages (default, faster decode)");
   c->add_option("--quant", g_quant, "HF directory: quantise the weights at load (e.g. q8_0)");
+  c->add_option("--device", g_device,
+                "where the forward pass runs: cpu (default), cuda or cuda:N (a -DFAK_CUDA=ON build "
+                "on a machine with a GPU)");
 }
 
 void check_utf8(const std::string& s, const std::string& what) { fak::check_utf8(s, what); }
@@ -90,8 +96,7 @@ std::shared_ptr<KvCache> KvFlags::make_cache(const Model& model) const {
   KvCacheOptions o;
   o.dtype = parse_kv_type(type);
   o.keep_kraw = !no_kraw;
-  return std::make_shared<KvCache>(model.n_attention_layers(), model.config().n_kv_heads,
-                                   model.config().head_dim, o);
+  return make_kv_cache(model, o);
 }
 
 void set_threads(int threads) {
