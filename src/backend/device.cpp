@@ -5,7 +5,7 @@
 #include "core/error.h"
 
 #ifdef FAK_HAS_CUDA
-#include "cuda/cuda_device.h"
+#include "cuda/probe.h"
 #endif
 
 namespace fak {

@@ -1,0 +1,331 @@
+// The forward pass on a CUDA GPU for the dense families (llama, qwen2, qwen3): the same steps as
+// models/forward.cpp, each a kernel of cuda/kernels.h, over a KvCache whose slabs are in device
+// memory (cuda_kv_storage). Weights are copied to the device once at load: f32/f16/bf16 and q8_0
+// as stored (the kernels read them directly), other quantised types widened to f32 (no fused
+// kernel for them yet). Embedding lookups stay on the host (one row per token), so the device
+// holds no embedding table unless the output head is tied to it.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/cuda_device.h"
+#include "cuda/kernels.h"
+#include "memory/kv_cache.h"
+#include "models/device_forward.h"
+
+namespace fak {
+
+namespace {
+
+using cuda::DevMatrix;
+using cuda::DevWType;
+
+struct DeviceLayer {
+  DevMatrix wq, wk, wv, wo, gate, up, down;
+  DeviceBuffer attn_norm, mlp_norm, bq, bk, bv, bo, b_gate, b_up, b_down, q_norm, k_norm;
+};
+
+// A float vector on the device (empty stays empty: a null pointer means "none").
+DeviceBuffer upload_floats(const std::vector<float>& v, const char* what) {
+  DeviceBuffer b;
+  if (v.empty()) return b;
+  b.reserve(v.size() * sizeof(float), what);
+  b.upload(v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+const float* ptr(const DeviceBuffer& b) {
+  return b.as<const float>();
+}
+
+class CudaForward final : public DeviceForward {
+ public:
+  CudaForward(const Model& model, int index) : model_(model), index_(index) {
+    const ModelConfig& c = model.config();
+    if (c.is_hybrid())
+      fail("--device cuda: " + arch_name(c.arch) +
+           " has Gated DeltaNet layers, which have no CUDA kernels yet; run it with --device cpu");
+    if (c.attn_output_gate) fail("--device cuda: gated attention output has no CUDA kernel yet");
+    if (c.head_dim > 256) fail("--device cuda: head_dim " + std::to_string(c.head_dim) + " > 256");
+    check(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "--device cuda: heads not grouped");
+    cuda_use_device(index_);
+    storage_ = cuda_kv_storage(index_);
+    const ModelWeights& w = model.weights();
+    layers_.resize(size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerWeights& L = w.layers[size_t(l)];
+      DeviceLayer& D = layers_[size_t(l)];
+      D.wq = upload(L.attn.wq);
+      D.wk = upload(L.attn.wk);
+      D.wv = upload(L.attn.wv);
+      D.wo = upload(L.attn.wo);
+      D.gate = upload(L.mlp.gate);
+      D.up = upload(L.mlp.up);
+      D.down = upload(L.mlp.down);
+      D.attn_norm = upload_floats(L.attn_norm, "attention norm");
+      D.mlp_norm = upload_floats(L.mlp_norm, "MLP norm");
+      D.bq = upload_floats(L.attn.bq, "q bias");
+      D.bk = upload_floats(L.attn.bk, "k bias");
+      D.bv = upload_floats(L.attn.bv, "v bias");
+      D.bo = upload_floats(L.attn.bo, "o bias");
+      D.b_gate = upload_floats(L.mlp.b_gate, "gate bias");
+      D.b_up = upload_floats(L.mlp.b_up, "up bias");
+      D.b_down = upload_floats(L.mlp.b_down, "down bias");
+      D.q_norm = upload_floats(L.attn.q_norm, "q norm");
+      D.k_norm = upload_floats(L.attn.k_norm, "k norm");
+    }
+    lm_head_ = upload(w.lm_head);
+    final_norm_ = upload_floats(w.final_norm, "final norm");
+  }
+
+  std::string device_name() const override { return "cuda:" + std::to_string(index_); }
+  std::shared_ptr<KvStorage> kv_storage() const override { return storage_; }
+  size_t weight_bytes() const override { return weight_bytes_; }
+
+  void forward(std::span<const BatchItem> batch, KvCache& cache,
+               const HiddenHook* hook) const override {
+    check(&cache.storage() == storage_.get(),
+          "forward: the model runs on " + device_name() + " but its KV cache lives in " +
+              cache.storage().name() + " (make the cache with Model::make_kv_storage())");
+    std::lock_guard lock(mutex_);
+    cuda_use_device(index_);
+    const ModelConfig& c = model_.config();
+    const Rope& rope = model_.rope();
+    const cudaStream_t stream = nullptr;  // the legacy default stream: copies order with kernels
+    int T = 0;
+    for (const BatchItem& it : batch) T += it.n_tokens;
+    const size_t D = size_t(c.dim);
+    const int hd = c.head_dim, kv_dim = c.kv_dim(), q_dim = c.q_dim();
+    const int half = rope.rotary_dim() / 2;
+
+    // Host side: embeddings, RoPE angles, where each token's KV goes.
+    std::vector<float> x(size_t(T) * D), cos(size_t(T) * size_t(half)), sin(cos.size());
+    std::vector<int32_t> pos(static_cast<size_t>(T)), table_start(static_cast<size_t>(T)), tables;
+    {
+      int t = 0;
+      for (const BatchItem& it : batch) {
+        const int32_t start = int32_t(tables.size());
+        const size_t n_blocks =
+            size_t((it.start_pos + it.n_tokens + cache.block_size() - 1) / cache.block_size());
+        check(it.blocks && it.blocks->size() >= n_blocks, "forward: block table too short");
+        tables.insert(tables.end(), it.blocks->begin(), it.blocks->begin() + long(n_blocks));
+        for (int i = 0; i < it.n_tokens; ++i, ++t) {
+          dequantize_row(model_.weights().embed, it.tokens[i], &x[size_t(t) * D]);
+          rope.angles(it.start_pos + i, &cos[size_t(t) * size_t(half)],
+                      &sin[size_t(t) * size_t(half)]);
+          pos[size_t(t)] = it.start_pos + i;
+          table_start[size_t(t)] = start;
+        }
+      }
+    }
+    std::vector<uint8_t*> slabs(cache.n_slabs());
+    for (size_t i = 0; i < slabs.size(); ++i) slabs[i] = cache.slab(i);
+
+    auto grow = [&](DeviceBuffer& b, size_t floats, const char* what) {
+      b.reserve(std::max<size_t>(floats, 1) * sizeof(float), what);
+    };
+    const size_t q_rows = size_t(std::max(q_dim, c.dim));
+    grow(s_.x, size_t(T) * D, "activations");
+    grow(s_.xn, size_t(T) * D, "activations");
+    grow(s_.q, size_t(T) * q_rows, "queries");
+    grow(s_.k, size_t(T) * size_t(kv_dim), "keys");
+    grow(s_.v, size_t(T) * size_t(kv_dim), "values");
+    grow(s_.attn, size_t(T) * q_rows, "attention output");
+    grow(s_.proj, size_t(T) * D, "projections");
+    grow(s_.gate, size_t(T) * size_t(c.hidden_dim), "MLP gate");
+    grow(s_.up, size_t(T) * size_t(c.hidden_dim), "MLP up");
+    grow(s_.cos, cos.size(), "RoPE angles");
+    grow(s_.sin, sin.size(), "RoPE angles");
+    s_.pos.reserve(pos.size() * sizeof(int32_t), "positions");
+    s_.table_start.reserve(table_start.size() * sizeof(int32_t), "block tables");
+    s_.tables.reserve(std::max<size_t>(tables.size(), 1) * sizeof(int32_t), "block tables");
+    s_.slabs.reserve(std::max<size_t>(slabs.size(), 1) * sizeof(uint8_t*), "slab table");
+    s_.x.upload(x.data(), x.size() * sizeof(float));
+    s_.cos.upload(cos.data(), cos.size() * sizeof(float));
+    s_.sin.upload(sin.data(), sin.size() * sizeof(float));
+    s_.pos.upload(pos.data(), pos.size() * sizeof(int32_t));
+    s_.table_start.upload(table_start.data(), table_start.size() * sizeof(int32_t));
+    s_.tables.upload(tables.data(), tables.size() * sizeof(int32_t));
+    s_.slabs.upload(slabs.data(), slabs.size() * sizeof(uint8_t*));
+
+    cuda::KvLayout kv;
+    kv.slabs = s_.slabs.as<uint8_t* const>();
+    kv.blocks_per_slab = cache.blocks_per_slab();
+    kv.block_size = cache.block_size();
+    kv.n_kv_heads = c.n_kv_heads;
+    kv.head_dim = hd;
+    kv.planes = cache.keeps_kraw() ? 3 : 2;
+    kv.elem_bytes = int(dtype_size(cache.dtype()));
+    kv.is_bf16 = cache.dtype() == DType::BF16;
+    kv.head_bytes = cache.head_bytes();
+    kv.head_stride = cache.head_stride();
+    cuda::TokenPlaces places{s_.pos.as<int32_t>(), s_.table_start.as<int32_t>(),
+                             s_.tables.as<int32_t>()};
+
+    float* dx = s_.x.as<float>();
+    float* dxn = s_.xn.as<float>();
+    float* dq = s_.q.as<float>();
+    float* dk = s_.k.as<float>();
+    float* dv = s_.v.as<float>();
+    float* dattn = s_.attn.as<float>();
+    float* dproj = s_.proj.as<float>();
+    float* dgate = s_.gate.as<float>();
+    float* dup = s_.up.as<float>();
+    std::vector<float> host_rows;
+    auto call_hook = [&](int index, const float* device_rows) {
+      host_rows.resize(size_t(T) * D);
+      cuda_check(cudaMemcpy(host_rows.data(), device_rows, host_rows.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost),
+                 "cudaMemcpy (hidden states)");
+      (*hook)(index, host_rows.data(), T);
+    };
+    if (hook) call_hook(0, dx);
+
+    const float scale = float(1.0 / std::sqrt(double(hd)));
+    const float eps = c.rms_eps;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const DeviceLayer& L = layers_[size_t(l)];
+      const int al = model_.attention_index(l);
+      cuda::rmsnorm(dx, ptr(L.attn_norm), T, c.dim, eps, dxn, nullptr, stream);
+      cuda::matmul(L.wq, dxn, T, dq, stream);
+      cuda::matmul(L.wk, dxn, T, dk, stream);
+      cuda::matmul(L.wv, dxn, T, dv, stream);
+      if (L.bq.data()) cuda::add_bias(dq, ptr(L.bq), T, q_dim, stream);
+      if (L.bk.data()) cuda::add_bias(dk, ptr(L.bk), T, kv_dim, stream);
+      if (L.bv.data()) cuda::add_bias(dv, ptr(L.bv), T, kv_dim, stream);
+      if (c.qk_norm) {
+        cuda::rmsnorm(dq, ptr(L.q_norm), T * c.n_heads, hd, eps, dq, nullptr, stream);
+        cuda::rmsnorm(dk, ptr(L.k_norm), T * c.n_kv_heads, hd, eps, dk, nullptr, stream);
+      }
+      if (cache.keeps_kraw()) cuda::kv_store(kv, places, al, 2, dk, T, stream);
+      cuda::rope(dq, T, c.n_heads, hd, half, s_.cos.as<float>(), s_.sin.as<float>(), stream);
+      cuda::rope(dk, T, c.n_kv_heads, hd, half, s_.cos.as<float>(), s_.sin.as<float>(), stream);
+      cuda::kv_store(kv, places, al, 0, dk, T, stream);
+      cuda::kv_store(kv, places, al, 1, dv, T, stream);
+      cuda::attention(kv, places, al, dq, T, c.n_heads, scale, dattn, stream);
+      cuda::matmul(L.wo, dattn, T, dproj, stream);
+      if (L.bo.data()) cuda::add_bias(dproj, ptr(L.bo), T, c.dim, stream);
+      cuda::add_inplace(dx, dproj, size_t(T) * D, stream);
+
+      cuda::rmsnorm(dx, ptr(L.mlp_norm), T, c.dim, eps, dxn, nullptr, stream);
+      cuda::matmul(L.gate, dxn, T, dgate, stream);
+      cuda::matmul(L.up, dxn, T, dup, stream);
+      if (L.b_gate.data()) cuda::add_bias(dgate, ptr(L.b_gate), T, c.hidden_dim, stream);
+      if (L.b_up.data()) cuda::add_bias(dup, ptr(L.b_up), T, c.hidden_dim, stream);
+      cuda::silu_mul(dgate, dup, size_t(T) * size_t(c.hidden_dim), dgate, stream);
+      cuda::matmul(L.down, dgate, T, dproj, stream);
+      if (L.b_down.data()) cuda::add_bias(dproj, ptr(L.b_down), T, c.dim, stream);
+      cuda::add_inplace(dx, dproj, size_t(T) * D, stream);
+      if (hook) call_hook(l + 1, dx);
+    }
+
+    // Final norm and logits for the rows someone asked for (as the CPU forward picks them).
+    std::vector<int32_t> rows;
+    std::vector<float*> outs;
+    {
+      int t = 0;
+      for (const BatchItem& it : batch) {
+        if (it.logits) {
+          if (it.all_logits) {
+            for (int i = 0; i < it.n_tokens; ++i) {
+              rows.push_back(t + i);
+              outs.push_back(it.logits + size_t(i) * size_t(c.vocab));
+            }
+          } else {
+            rows.push_back(t + it.n_tokens - 1);
+            outs.push_back(it.logits);
+          }
+        }
+        t += it.n_tokens;
+      }
+    }
+    if (hook) {
+      cuda::rmsnorm(dx, ptr(final_norm_), T, c.dim, eps, dxn, nullptr, stream);
+      call_hook(c.n_layers + 1, dxn);
+    }
+    if (rows.empty()) {
+      cuda_check(cudaDeviceSynchronize(), "forward");
+      return;
+    }
+    const size_t R = rows.size();
+    s_.rows.reserve(R * sizeof(int32_t), "logit rows");
+    s_.rows.upload(rows.data(), R * sizeof(int32_t));
+    grow(s_.normed, R * D, "normed rows");
+    grow(s_.logits, R * size_t(c.vocab), "logits");
+    cuda::rmsnorm(dx, ptr(final_norm_), int(R), c.dim, eps, s_.normed.as<float>(),
+                  s_.rows.as<int32_t>(), stream);
+    cuda::matmul(lm_head_, s_.normed.as<float>(), int(R), s_.logits.as<float>(), stream);
+    std::vector<float> logits(R * size_t(c.vocab));
+    s_.logits.download(logits.data(), logits.size() * sizeof(float));
+    for (size_t i = 0; i < R; ++i)
+      std::memcpy(outs[i], &logits[i * size_t(c.vocab)], sizeof(float) * size_t(c.vocab));
+  }
+
+ private:
+  // A matrix in device memory, as stored where the kernels read that type, else widened to f32.
+  DevMatrix upload(const WeightMatrix& w) {
+    DevMatrix d;
+    d.rows = int(w.rows);
+    d.cols = int(w.cols);
+    DeviceBuffer& buffer = owned_.emplace_back();
+    const bool direct =
+        !w.panels && (w.type == WType::F32 || w.type == WType::F16 || w.type == WType::BF16 ||
+                      (w.type == WType::Q8_0 && w.cols % 32 == 0));
+    if (direct) {
+      d.type = w.type == WType::F32    ? DevWType::F32
+               : w.type == WType::F16  ? DevWType::F16
+               : w.type == WType::BF16 ? DevWType::BF16
+                                       : DevWType::Q8_0;
+      d.row_bytes = w.row_bytes;
+      buffer.reserve(w.bytes(), "weights");
+      buffer.upload(w.data, w.bytes());
+    } else {
+      d.type = DevWType::F32;
+      d.row_bytes = size_t(w.cols) * sizeof(float);
+      buffer.reserve(d.row_bytes * size_t(w.rows), "weights (widened to f32)");
+      // Widened in chunks of rows, so the host never holds a whole f32 copy.
+      const int64_t chunk = std::max<int64_t>(1, int64_t((64u << 20) / d.row_bytes));
+      std::vector<float> rows;
+      for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, w.rows - r0);
+        rows.resize(size_t(n) * size_t(w.cols));
+        for (int64_t r = 0; r < n; ++r)
+          dequantize_row(w, r0 + r, &rows[size_t(r) * size_t(w.cols)]);
+        cuda_check(cudaMemcpy(buffer.as<uint8_t>() + size_t(r0) * d.row_bytes, rows.data(),
+                              rows.size() * sizeof(float), cudaMemcpyHostToDevice),
+                   "cudaMemcpy (weights)");
+      }
+    }
+    d.data = buffer.data();
+    weight_bytes_ += buffer.bytes();
+    return d;
+  }
+
+  struct Scratch {
+    DeviceBuffer x, xn, q, k, v, attn, proj, gate, up, cos, sin, pos, table_start, tables, slabs,
+        rows, normed, logits;
+  };
+
+  const Model& model_;
+  int index_;
+  std::shared_ptr<KvStorage> storage_;
+  std::vector<DeviceLayer> layers_;
+  DevMatrix lm_head_;
+  DeviceBuffer final_norm_;
+  std::vector<DeviceBuffer> owned_;  // every matrix's memory
+  size_t weight_bytes_ = 0;
+  // One forward at a time per model: the scratch buffers are the model's.
+  mutable std::mutex mutex_;
+  mutable Scratch s_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceForward> make_cuda_forward(const Model& model, int index) {
+  return std::make_unique<CudaForward>(model, index);
+}
+
+}  // namespace fak
