@@ -19,11 +19,34 @@ ServerProcess::ServerProcess(const std::string& extra_args, const ServerSetup& s
   ::signal(SIGPIPE, SIG_IGN);
   dir_ = temp_dir();
   if (setup.before_start) setup.before_start(dir_);
+  start(extra_args, setup);
+}
+
+void ServerProcess::restart(const std::string& extra_args, const ServerSetup& setup) {
+  stop();
+  start(extra_args, setup);
+}
+
+int ServerProcess::stop() {
+  if (pid_ <= 0) return exit_code_;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return exit_code_;
+}
+
+void ServerProcess::start(const std::string& extra_args_in, const ServerSetup& setup) {
+  std::string extra_args = extra_args_in;
+  for (size_t at; (at = extra_args.find("{dir}")) != std::string::npos;)
+    extra_args.replace(at, 5, dir_.string());
+  port_ = 0;
   const std::string log = (dir_ / "serve.log").string();
-  ::setenv("FAK_TEST_KEYS", "key-a,key-b", 1);
+  ::setenv("FAK_TEST_KEYS", setup.api_keys.c_str(), 1);
   const std::string ctx = setup.ctx > 0 ? " --ctx " + std::to_string(setup.ctx) : "";
-  const std::string cmd = setup.shell_prefix + " exec " + FAK_BINARY + " serve --port 0 -t 1" +
-                          ctx +
+  const std::string cmd = setup.shell_prefix + " exec " + FAK_BINARY + " serve --port 0 -t " +
+                          std::to_string(setup.threads) + ctx +
                           " --api-key-env FAK_TEST_KEYS "
                           "--session-dir " +
                           (dir_ / "sessions").string() + " " + extra_args + " 2>" + log;
@@ -45,14 +68,17 @@ ServerProcess::ServerProcess(const std::string& extra_args, const ServerSetup& s
 }
 
 ServerProcess::~ServerProcess() {
-  ::kill(pid_, SIGTERM);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
+  stop();
   std::filesystem::remove_all(dir_);
 }
 
 bool ServerProcess::alive() {
-  return ::waitpid(pid_, nullptr, WNOHANG) == 0;
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) == 0) return true;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  pid_ = -1;  // reaped: stop() must not signal a pid that may be another process's by now
+  return false;
 }
 
 std::string ServerProcess::log() const {

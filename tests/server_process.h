@@ -1,6 +1,7 @@
 // A `fak serve` child process for end-to-end tests: the real binary on a free loopback port (read
 // from its "listening on" line), API keys "key-a" and "key-b", a session folder in a fresh temp
 // directory. It dies with the test process (PR_SET_PDEATHSIG), so a crashed test leaves no server.
+// It can be stopped and started again in the same directory, as a server is restarted.
 #pragma once
 
 #include <sys/types.h>
@@ -16,13 +17,23 @@ struct ServerSetup {
   // Runs after the temp directory exists and before the server starts (e.g. to plant files in
   // dir / "sessions").
   std::function<void(const std::filesystem::path& dir)> before_start;
-  int ctx = 512;  // --ctx; 0 = the model's
+  int ctx = 512;                         // --ctx; 0 = the model's
+  std::string api_keys = "key-a,key-b";  // the accepted keys, comma-separated
+  int threads = 1;                       // -t
 };
 
 class ServerProcess {
  public:
+  // "{dir}" in extra_args stands for dir() (e.g. "--cache-dir {dir}/cache").
   explicit ServerProcess(const std::string& extra_args, const ServerSetup& setup = {});
-  ~ServerProcess();
+  ~ServerProcess();  // stops the server if it runs, and removes dir()
+
+  // SIGTERM, as a user stops a server, and waits for it; returns its exit code (128 + the signal
+  // if a signal ended it; the earlier code if it had ended already). The log stays readable until
+  // the next start.
+  int stop();
+  // Stops it if it runs and starts it again in the same directory; before_start does not run.
+  void restart(const std::string& extra_args, const ServerSetup& setup = {});
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
@@ -35,7 +46,9 @@ class ServerProcess {
   long peak_rss_kib() const;
 
  private:
+  void start(const std::string& extra_args, const ServerSetup& setup);
   pid_t pid_ = -1;
+  int exit_code_ = -1;
   int port_ = 0;
   std::filesystem::path dir_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <utility>
 
 #include "core/error.h"
 
@@ -265,6 +266,73 @@ size_t PrefixCache::reclaim(size_t n) {
 void PrefixCache::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   evict([](size_t) { return false; }, /*blocks_only=*/false);
+}
+
+std::map<std::string, std::vector<PrefixCacheEntry>> PrefixCache::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::vector<PrefixCacheEntry>> out;
+  for (const auto& [partition, root] : roots_) {
+    std::vector<PrefixCacheEntry>& list = out[partition];
+    std::vector<std::pair<const Node*, int>> stack;  // node, its parent's index
+    for (const auto& [_, c] : root->children) stack.emplace_back(c.get(), -1);
+    while (!stack.empty()) {
+      const auto [n, parent] = stack.back();
+      stack.pop_back();
+      const auto& key =
+          std::find_if(n->parent->children.begin(), n->parent->children.end(), [n](const auto& kv) {
+            return kv.second.get() == n;
+          })->first;
+      cache_->retain(n->block);
+      list.push_back(
+          {parent, key, n->block, n->uses, n->priority - inflation_, n->last_used, n->checkpoint});
+      const int index = int(list.size()) - 1;
+      for (const auto& [_, c] : n->children) stack.emplace_back(c.get(), index);
+    }
+    if (list.empty()) out.erase(partition);
+  }
+  return out;
+}
+
+void PrefixCache::restore(const std::string& partition, std::vector<PrefixCacheEntry>& entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& root = roots_[partition];
+  if (!root) root = std::make_unique<Node>();
+  std::vector<Node*> nodes(entries.size(), nullptr);
+  // The entries' recency order, after everything this cache has seen so far.
+  const uint64_t base = clock_;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    PrefixCacheEntry& e = entries[i];
+    const int32_t block = std::exchange(e.block, -1);
+    Node* parent = e.parent < 0           ? root.get()
+                   : size_t(e.parent) < i ? nodes[size_t(e.parent)]
+                                          : nullptr;
+    if (!parent || int(e.tokens.size()) != cache_->block_size()) {
+      cache_->release(block);
+      continue;
+    }
+    auto& child = parent->children[e.tokens];
+    if (child) {
+      cache_->release(block);  // cached already: keep the one in use
+    } else {
+      child = std::make_unique<Node>();
+      child->parent = parent;
+      child->depth = parent->depth + 1;
+      child->block = block;
+      child->uses = std::clamp(e.uses, 1, kMaxUses);
+      child->priority = inflation_ + e.priority;
+      child->last_used = base + std::min<uint64_t>(e.last_used, UINT32_MAX);
+      clock_ = std::max(clock_, child->last_used);
+      ++stats_.blocks;
+    }
+    nodes[i] = child.get();
+    if (e.checkpoint && !child->checkpoint) {
+      child->checkpoint = e.checkpoint;
+      ++stats_.checkpoints;
+      stats_.checkpoint_bytes += e.checkpoint->bytes();
+    }
+  }
+  if (root->children.empty()) roots_.erase(partition);
+  evict_to_budget();
 }
 
 PrefixCacheStats PrefixCache::stats() const {

@@ -32,9 +32,14 @@
 // that has served turns, and between equals the least recently used goes. Hybrid: a leaf without a
 // checkpoint cannot be restarted from, so those go first; checkpoints go by the same priority (of
 // equal age, the shallower: the deeper one saves more prefill).
+//
+// On disk (runtime/prefix_cache_file.cpp): spill() writes each partition's tree to a file of its
+// own and reload() brings the files back into an empty cache, most valuable blocks first, as many
+// as the KV budget holds, so a restarted server does not prefill its tenants' prefixes again.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,6 +65,31 @@ struct PrefixCacheStats {
   size_t checkpoint_bytes = 0;
   size_t bytes = 0;      // KV blocks + checkpoints
   size_t max_bytes = 0;  // the cache's own cap (0: only the KV cache's budget)
+};
+
+// What PrefixCache::spill or reload did.
+struct PrefixCacheFileReport {
+  int files = 0;           // partitions written or reloaded, one file each
+  size_t blocks = 0;       // KV blocks written or reloaded
+  size_t checkpoints = 0;  // hybrid state checkpoints written or reloaded
+  size_t bytes = 0;        // file bytes written or read
+  // Blocks left out, lowest priority first: over spill's max_bytes, or what the KV budget could
+  // not hold at reload.
+  size_t dropped_blocks = 0;
+  int ignored = 0;  // reload: files of partitions `keep` refused (removed at the next spill)
+  // One line per file not written, not read or not removed, naming it and why.
+  std::vector<std::string> warnings;
+};
+
+// One cached block as the spill files carry it. In a partition's list parents come first.
+struct PrefixCacheEntry {
+  int parent = -1;              // index in the list; -1: a child of the root
+  std::vector<int32_t> tokens;  // the block's block_size tokens: the edge from the parent
+  int32_t block = -1;           // one reference to it is held by whoever has the entry
+  int uses = 0;
+  double priority = 0;  // GreedyDual priority less L, so that it carries across runs
+  uint64_t last_used = 0;
+  std::shared_ptr<const StateCheckpoint> checkpoint;  // hybrid: the state at the block's end
 };
 
 class PrefixCache {
@@ -90,6 +120,19 @@ class PrefixCache {
 
   PrefixCacheStats stats() const;
 
+  // Writes every partition's tree to dir/<hash of the partition>.fakprefix (atomically; the
+  // partition's name is in the file, in clear: callers hash anything secret) and removes the other
+  // .fakprefix files there. At most max_bytes of files (0: no cap): past it, what eviction would
+  // drop first is left out. A file that cannot be written (a full disk) is a warning, and the
+  // previous one, if any, stays. Safe while others use the cache: blocks are held while written.
+  PrefixCacheFileReport spill(const std::filesystem::path& dir, size_t max_bytes) const;
+  // Loads the .fakprefix files in dir of partitions `keep` accepts (null: all) into the cache:
+  // across all of them the most valuable blocks first, as many as the KV cache's free blocks and
+  // max_bytes hold. A file that is damaged, truncated or of another model or KV layout is skipped
+  // with a warning. Removes temp files that writers killed mid-write left in dir.
+  PrefixCacheFileReport reload(const std::filesystem::path& dir,
+                               const std::function<bool(const std::string&)>& keep = nullptr);
+
  private:
   struct Node;
   void insert_locked(const std::string& partition, const Session& session);
@@ -102,6 +145,11 @@ class PrefixCache {
   void drop_checkpoint(Node* node);
   void touch(Node* node, uint64_t now, bool hit);  // a request used the node
   double cost(int depth) const;
+  // Spill and reload (prefix_cache_file.cpp) go through these: every partition's blocks, parents
+  // first, each block retained for the caller; and the reverse, taking over each entry's block
+  // reference (released when the cache has the block already or its parent is missing).
+  std::map<std::string, std::vector<PrefixCacheEntry>> snapshot() const;
+  void restore(const std::string& partition, std::vector<PrefixCacheEntry>& entries);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;

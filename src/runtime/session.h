@@ -17,6 +17,10 @@
 
 namespace fak {
 
+// Hybrid models: a long append runs as forward calls of this many tokens (a multiple of the
+// DeltaNet chunk, 64), and a cold checkpoint sits at a multiple of it (runtime/session_state.cpp).
+constexpr int kStateCheckpointInterval = 128;
+
 // A hybrid session's DeltaNet state at a position, with the next-token logits there. Immutable once
 // taken: shared by clones and by the prefix cache.
 struct StateCheckpoint {

@@ -29,7 +29,7 @@ namespace fak {
 
 namespace {
 
-constexpr int kCheckpointInterval = 128;  // tokens; a multiple of the DeltaNet chunk (64)
+constexpr int kCheckpointInterval = kStateCheckpointInterval;
 constexpr size_t kMaxCheckpoints = 8;
 
 }  // namespace

@@ -2,7 +2,9 @@
 // with its hooks (auth, error bodies, per-route metrics, the request log) and the small routes
 // (/health, /v1/models, /metrics); serve() puts it behind the HTTP transport and runs until a
 // signal asks it to stop.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -164,6 +166,19 @@ void add_basic_routes(Router& router, ServerContext& ctx) {
              true);
 }
 
+// Which partitions saved under --cache-dir still belong to a tenant: with --api-key-env, those of
+// the keys configured now (a key taken away takes its cached prefixes with it); without, any
+// (every bearer token is a tenant of an open server).
+std::function<bool(const std::string&)> saved_partition_filter(const std::set<std::string>& keys) {
+  const auto well_formed = [](const std::string& p) { return p.size() == 65 && p[32] == '-'; };
+  if (keys.empty()) return well_formed;
+  std::set<std::string> hashes;
+  for (const auto& k : keys) hashes.insert(tenant_hash(k));
+  return [hashes, well_formed](const std::string& p) {
+    return well_formed(p) && hashes.count(p.substr(0, 32)) > 0;
+  };
+}
+
 }  // namespace
 
 struct ServerApp::Impl {
@@ -190,6 +205,13 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   so.ctx = options.ctx;
   so.prefill_chunk = options.prefill_chunk;
   so.draft = options.draft;
+  so.cache_dir = options.cache_dir;
+  so.cache_dir_bytes = options.cache_dir_mib << 20;
+  so.cache_dir_keep = saved_partition_filter(options.api_keys);
+  so.log = [](const std::string& line) {
+    std::fprintf(stderr, "fak serve: %s\n", line.c_str());
+    std::fflush(stderr);
+  };
   ctx.scheduler = std::make_unique<Scheduler>(model, so, &ctx.metrics);
   const KvBudget& budget = ctx.scheduler->kv_budget();
   const int64_t kv_tokens =
@@ -296,9 +318,35 @@ std::string kv_summary(const Model& model, const ServerOptions& options, const S
 
 }  // namespace
 
+namespace {
+
+// The stop signals' handler only writes to this pipe; the stopper thread reads it.
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int) {
+  const int saved = errno;
+  const char c = 1;
+  (void)!::write(g_stop_pipe[1], &c, 1);
+  errno = saved;
+}
+
+}  // namespace
+
 void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
-  // Block the stop signals before any thread starts so they all inherit the mask; one thread
-  // waits for them and stops the server cleanly.
+  // SIGINT / SIGTERM stop the server cleanly (and so save the prefix cache under --cache-dir).
+  // note: a handler, not only sigwait on a blocked mask: threads started before this point
+  // (OpenMP's, while the model loaded) do not have the mask, and the kernel hands a process's
+  // signal to any thread that does not block it, where the default action would end the process
+  // without the clean stop. The threads started from here on block the signals, so the handler
+  // runs on one of those early threads or on the stopper, never inside the server's own calls.
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) fail("fak serve: cannot create a pipe");
+  ::fcntl(g_stop_pipe[1], F_SETFL, O_NONBLOCK);  // a handler never blocks
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -324,13 +372,19 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   std::fflush(stderr);
 
   std::thread stopper([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+    char c = 0;
+    while (::read(g_stop_pipe[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    // A second signal ends the process at once, without saving: the way out of a slow stop.
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     http.stop();
   });
   http.run();
   // run returned: by a signal (stopper is done) or by itself; make sure stopper ends.
-  pthread_kill(stopper.native_handle(), SIGTERM);
+  const char wake = 0;
+  (void)!::write(g_stop_pipe[1], &wake, 1);
   stopper.join();
   m.ctx.scheduler->shutdown();
   std::fprintf(stderr, "fak serve: stopped\n");

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "models/model.h"
 #include "server/chat_prompt.h"
@@ -32,6 +33,13 @@ struct ServerContext {
 // The API key (empty without one): the bearer token, or Anthropic's x-api-key header. The tenant
 // for prefix-cache partitions and sessions.
 std::string tenant_of(const HttpRequest& req);
+// A tenant as the server's files and caches name it (server/tenant.cpp): 32 hex digits of SHA-256
+// of its API key, never the key itself.
+std::string tenant_hash(std::string_view key);
+// A request's prefix-cache partition: "<tenant_hash>-<32 hex digits of SHA-256 of key and salt>".
+// The tenant's half lets a restarted server tell which API keys a saved partition belongs to
+// (--cache-dir); the salt's (OpenAI's cache_salt) splits a tenant's cache further.
+std::string cache_partition(std::string_view tenant, std::string_view salt);
 void reply_json(HttpResponse& res, int status, const ojson& body);
 void reply_error(HttpResponse& res, int status, const std::string& message, const std::string& type,
                  const std::string& param = "", const std::string& code = "");

@@ -196,7 +196,7 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   check_prompt_fits(built.ids, n_ctx, chat ? "messages" : "prompt");
 
   GenerationSpec spec;
-  spec.partition = tenant_of(req) + '\x1f' + r.cache_salt;
+  spec.partition = cache_partition(tenant_of(req), r.cache_salt);
   spec.max_tokens = std::min(r.max_tokens.value_or(n_ctx), n_ctx - int(built.ids.size()));
   spec.prompt = built.ids;
   spec.sampling = r.sampling;

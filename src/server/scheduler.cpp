@@ -108,6 +108,10 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   // The prefix cache gives blocks back whenever a sequence needs one (it is the KV cache's
   // reclaimer); its own cap only bounds hybrid models' state checkpoints, which are not KV blocks.
   prefix_ = std::make_unique<PrefixCache>(model_, cache_, budget_.bytes);
+  if (!options_.cache_dir.empty()) {
+    cache_dir_ = std::make_unique<CacheDir>(options_.cache_dir, *model_, *cache_);
+    cache_dir_->reload(*prefix_, options_.cache_dir_keep, log());
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -174,6 +178,16 @@ void Scheduler::shutdown() {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+  // Every sequence is gone and no job runs any more: the cache is this thread's alone.
+  if (cache_dir_) {
+    cache_dir_->spill(*prefix_, options_.cache_dir_bytes, log());
+    cache_dir_.reset();
+  }
+}
+
+CacheDir::Log Scheduler::log() const {
+  if (options_.log) return options_.log;
+  return [](const std::string&) {};
 }
 
 SchedulerGauges Scheduler::gauges() const {
@@ -216,8 +230,17 @@ void Scheduler::loop() {
   }
   // Shutting down: whoever is still waiting hears so.
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& a : active_)
+  for (auto& a : active_) {
     a->req.stream->push(GenEvent::error("the server is shutting down", a->index, 503));
+    // With --cache-dir, what a sequence has read so far is saved too: the client that retries
+    // after the restart starts from it.
+    if (cache_dir_ && a->owned) {
+      try {
+        prefix_->insert(a->req.partition, *a->owned);
+      } catch (const std::exception&) {
+      }
+    }
+  }
   for (auto& r : queue_) r.stream->push(GenEvent::error("the server is shutting down", 0, 503));
   for (auto& job : jobs_) job();  // they see stopping_ = true only via their own checks
   active_.clear();

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,7 @@
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/speculative.h"
+#include "server/cache_dir.h"
 #include "server/metrics.h"
 
 namespace fak::server {
@@ -158,6 +160,14 @@ struct SchedulerOptions {
   // Each step a sequence drafts up to max_draft / (decoding sequences) tokens, so a full batch
   // (already past the weight-bandwidth bound) drafts few or none. nullopt: off.
   std::optional<DraftOptions> draft;
+  // --cache-dir (server/cache_dir.h): the prefix cache is reloaded from there at start and written
+  // there by shutdown(). Empty: off. cache_dir_bytes caps the files (0: what the cache holds);
+  // cache_dir_keep says which saved partitions still belong to a tenant (null: all); log prints
+  // the lines both say (null: silent).
+  std::filesystem::path cache_dir;
+  size_t cache_dir_bytes = 0;
+  std::function<bool(const std::string& partition)> cache_dir_keep;
+  std::function<void(const std::string& line)> log;
 };
 
 class Scheduler {
@@ -170,7 +180,8 @@ class Scheduler {
   void submit(GenRequest request);
   // Runs fn on the scheduler thread between steps and waits; rethrows what fn throws.
   void run_job(std::function<void()> fn);
-  // Stops admitting, ends queued and active generations with an error, joins the thread.
+  // Stops admitting, ends queued and active generations with an error, joins the thread; then
+  // writes the prefix cache to --cache-dir, once.
   void shutdown();
 
   int ctx() const { return ctx_; }
@@ -197,6 +208,7 @@ class Scheduler {
   void stop_for_kv(Active& a, const std::string& message);
 
   const std::shared_ptr<const grammar::TokenIndex>& token_index();
+  CacheDir::Log log() const;
 
   std::shared_ptr<const Model> model_;
   SchedulerOptions options_;
@@ -207,6 +219,7 @@ class Scheduler {
   KvBudget budget_;
   std::shared_ptr<KvCache> cache_;
   std::unique_ptr<PrefixCache> prefix_;
+  std::unique_ptr<CacheDir> cache_dir_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

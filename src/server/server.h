@@ -31,6 +31,11 @@ struct ServerOptions {
   std::optional<DraftOptions> draft;  // speculative decoding (prompt lookup); nullopt = off
   int ctx = 0;                        // 0 = the model's context
   std::string session_dir;            // where /v1/fak/ save/load may write; empty = off
+  // The prefix cache on disk (server/cache_dir.h): reloaded from here at start, written at a clean
+  // stop; empty = off. cache_dir_mib caps the files (0: what the cache holds, which --kv-mem
+  // bounds).
+  std::string cache_dir;
+  size_t cache_dir_mib = 0;
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_id;  // name in /v1/models; empty = the model directory's name
   // The transport's limits (server/http_server.h says what each guards against).

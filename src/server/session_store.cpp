@@ -1,6 +1,5 @@
 #include "server/session_store.h"
 
-#include <openssl/evp.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -8,6 +7,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "server/api_error.h"
+#include "server/context.h"
 #include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 
@@ -331,16 +331,7 @@ std::filesystem::path SessionStore::file_for(const std::string& tenant, const st
     throw ApiError(403, "saving and loading sessions is off: start the server with --session-dir",
                    "", "session_dir_unset");
   check_name(name, "name");
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(tenant.data(), tenant.size(), digest, &len, EVP_sha256(), nullptr) != 1)
-    throw std::runtime_error("SHA-256 is unavailable");
-  std::string hex = "tenant-";
-  for (unsigned i = 0; i < 16 && i < len; ++i) {
-    static const char* kDigits = "0123456789abcdef";
-    hex += kDigits[digest[i] >> 4];
-    hex += kDigits[digest[i] & 15];
-  }
+  const std::string hex = "tenant-" + tenant_hash(tenant);
   const std::filesystem::path dir = dir_ / hex;
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) {

@@ -88,6 +88,15 @@ void register_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   c->add_option("--session-dir", a->o.session_dir,
                 "directory for /v1/fak/ session save/load (off when unset)");
+  auto* cache_dir = c->add_option(
+      "--cache-dir", a->o.cache_dir,
+      "keep the prefix cache here across restarts: reloaded at start, written at a clean "
+      "stop (off when unset)");
+  c->add_option("--cache-dir-max", a->o.cache_dir_mib,
+                "most MiB the --cache-dir files of this model may take; the least valuable blocks "
+                "are left out first (default: all the cache holds)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 30))
+      ->needs(cache_dir);
   c->add_option("--max-body", a->max_body_mib, "largest request body in MiB")
       ->capture_default_str();
   c->add_option("--model-name", a->o.model_id,

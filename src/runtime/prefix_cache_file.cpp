@@ -1,0 +1,507 @@
+// Prefix cache files: one partition's radix tree of KV blocks (and a hybrid model's cold state
+// checkpoints), written by PrefixCache::spill when a server stops and read back by reload when it
+// starts again, so the prefixes it had cached do not cost a cold prefill after a restart.
+//
+// Why a file of its own and not one session file per cached path: a prefix shared by many
+// conversations (an agent's system prompt under each of its threads) would be on disk once per
+// path, a hybrid path has several restart points where a session file keeps one state, and the
+// tree's eviction priorities would be lost. A tree file holds each block once, with its priority,
+// and keeps the session file's conventions: a header naming the model and the KV layout, a
+// checksum, an atomic write (runtime/session_file.cpp).
+//
+// Layout (little-endian):
+//   magic "FAKPREFX" | u32 version | u32 header_len | header JSON
+//   | nodes[n]: i32 parent, i32 uses, f64 priority, u64 last_used   (parents before children)
+//   | i32 tokens[n][block_size]
+//   | checkpoints[m]: i32 node, i32 pos
+//   | per node: per attention layer: K, V, (Kraw) rows [block_size][kv_dim]  (KvCache::read_rows)
+//   | per checkpoint: f32 logits[vocab], f32 recurrent state (RecurrentState layout)
+//   | u64 fnv1a(all before)
+// The tables come before the rows so a reload decides what fits before it copies any KV.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <set>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "io/atomic_file.h"
+#include "io/mapped_file.h"
+#include "runtime/prefix_cache.h"
+
+namespace fak {
+
+namespace {
+
+constexpr char kMagic[8] = {'F', 'A', 'K', 'P', 'R', 'E', 'F', 'X'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kNodeRecord = 24, kCheckpointRecord = 8;
+constexpr const char* kSuffix = ".fakprefix";
+
+std::string file_name(const std::string& partition) {
+  Fnv1a h;
+  h.update(partition);
+  return h.hex() + kSuffix;
+}
+
+// What the trimming below needs of a block, in a spill or a reload alike.
+struct Meta {
+  int parent = -1;
+  int depth = 1;
+  int children = 0;
+  double priority = 0;
+  uint64_t last_used = 0;
+  bool checkpoint = false;
+  bool kept = true;
+};
+
+// Drops leaves in PrefixCache::evict's order (on hybrids a leaf without a checkpoint first: nothing
+// restarts from it; then the lowest priority, the least recently used, the shallower) until
+// fits(blocks kept, checkpoints kept); on hybrids the leaves without a checkpoint go whatever
+// fits says. Returns the blocks dropped.
+size_t trim(std::vector<std::vector<Meta>>& parts, bool hybrid,
+            const std::function<bool(size_t blocks, size_t checkpoints)>& fits) {
+  size_t blocks = 0, checkpoints = 0;
+  for (auto& p : parts)
+    for (Meta& m : p) {
+      if (!m.kept) continue;
+      ++blocks;
+      checkpoints += m.checkpoint;
+      if (m.parent >= 0) ++p[size_t(m.parent)].children;
+    }
+  struct Leaf {
+    int rank;
+    double priority;
+    uint64_t last_used;
+    int depth;
+    size_t part, index;
+    bool operator>(const Leaf& o) const {
+      if (rank != o.rank) return rank > o.rank;
+      if (priority != o.priority) return priority > o.priority;
+      if (last_used != o.last_used) return last_used > o.last_used;
+      return depth > o.depth;
+    }
+  };
+  std::priority_queue<Leaf, std::vector<Leaf>, std::greater<Leaf>> heap;
+  auto push = [&](size_t part, size_t index) {
+    const Meta& m = parts[part][index];
+    heap.push({hybrid && !m.checkpoint ? 0 : 1, m.priority, m.last_used, m.depth, part, index});
+  };
+  for (size_t p = 0; p < parts.size(); ++p)
+    for (size_t i = 0; i < parts[p].size(); ++i)
+      if (parts[p][i].kept && parts[p][i].children == 0) push(p, i);
+  size_t dropped = 0;
+  while (!heap.empty() && (heap.top().rank == 0 || !fits(blocks, checkpoints))) {
+    const Leaf l = heap.top();
+    heap.pop();
+    Meta& m = parts[l.part][l.index];
+    m.kept = false;
+    --blocks;
+    checkpoints -= m.checkpoint;
+    ++dropped;
+    if (m.parent >= 0 && --parts[l.part][size_t(m.parent)].children == 0)
+      push(l.part, size_t(m.parent));
+  }
+  return dropped;
+}
+
+// The layout fields every file carries, from the model and the cache it is written for.
+nlohmann::json layout_header(const Model& model, const KvCache& cache) {
+  const ModelConfig& c = model.config();
+  return {{"model", model.identity()},
+          {"model_type", c.model_type},
+          {"vocab", c.vocab},
+          {"attention_layers", model.n_attention_layers()},
+          {"kv_dim", c.kv_dim()},
+          {"kv_dtype", kv_type_name(cache.dtype())},
+          {"kraw", cache.keeps_kraw()},
+          {"block_size", cache.block_size()},
+          {"recurrent_bytes", RecurrentState(c).bytes()}};
+}
+
+// Streams a file through an AtomicFile, summing as it goes: a cache of gigabytes is never held
+// twice in memory.
+class FileWriter {
+ public:
+  explicit FileWriter(const std::filesystem::path& path) : file_(path) {}
+  void put(const void* data, size_t n) {
+    sum_.update(data, n);
+    buf_.append(static_cast<const char*>(data), n);
+    if (buf_.size() >= (size_t(4) << 20)) flush();
+  }
+  template <typename T>
+  void put(const T& v) {
+    put(&v, sizeof(T));
+  }
+  size_t finish() {
+    const uint64_t d = sum_.digest();
+    buf_.append(reinterpret_cast<const char*>(&d), 8);
+    flush();
+    file_.commit();
+    return written_;
+  }
+
+ private:
+  void flush() {
+    file_.write_all(buf_.data(), buf_.size());
+    written_ += buf_.size();
+    buf_.clear();
+  }
+  AtomicFile file_;
+  Fnv1a sum_;
+  std::string buf_;
+  size_t written_ = 0;
+};
+
+// One file, checked whole and mapped, before anything of it goes into the cache.
+struct ParsedFile {
+  std::filesystem::path path;
+  MappedFile map;
+  std::string partition;
+  size_t n = 0, m = 0;           // blocks, checkpoints
+  const char* nodes = nullptr;   // n records
+  const char* tokens = nullptr;  // [n][block_size]
+  const char* cps = nullptr;     // m records
+  const char* rows = nullptr;    // n x block_bytes
+  const char* states = nullptr;  // m x (logits + state)
+  std::vector<Meta> meta;
+  std::vector<int> checkpoint_of;  // per node: its index among checkpoints, or -1
+};
+
+template <typename T>
+T get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+ParsedFile parse(const std::filesystem::path& path, const Model& model, const KvCache& cache) {
+  const std::string label = "prefix cache file " + path.string();
+  ParsedFile f;
+  f.path = path;
+  f.map = MappedFile::open(path);
+  const std::string_view b = f.map.bytes();
+  if (b.size() < 16 || std::memcmp(b.data(), kMagic, 8) != 0)
+    fail(label + " is not a fak prefix cache file");
+  const uint32_t version = get<uint32_t>(b.data() + 8), header_len = get<uint32_t>(b.data() + 12);
+  if (version != kVersion)
+    fail(label + " has format version " + std::to_string(version) + "; this fak reads version " +
+         std::to_string(kVersion));
+  if (b.size() < 16 + size_t(header_len) + 8) fail(label + " is truncated");
+  Fnv1a sum;
+  sum.update(b.data(), b.size() - 8);
+  if (get<uint64_t>(b.data() + b.size() - 8) != sum.digest())
+    fail(label + " is corrupted or truncated (checksum mismatch)");
+
+  // Every field checked for its type: a crafted file gets the same one-line refusal.
+  const auto h = nlohmann::json::parse(b.substr(16, header_len), nullptr, false);
+  const auto bad = [&]() { fail(label + " has a corrupted header"); };
+  if (!h.is_object()) bad();
+  const nlohmann::json want = layout_header(model, cache);
+  for (const char* key : {"partition", "model", "model_type", "kv_dtype"})
+    if (!h.contains(key) || !h[key].is_string()) bad();
+  for (const char* key : {"vocab", "attention_layers", "kv_dim", "block_size", "recurrent_bytes",
+                          "blocks", "checkpoints"})
+    if (!h.contains(key) || !h[key].is_number_integer()) bad();
+  if (!h.contains("kraw") || !h["kraw"].is_boolean()) bad();
+  if (h["model"] != want["model"])
+    fail(label + " was saved with a different model (" + h["model_type"].get<std::string>() + " " +
+         h["model"].get<std::string>() + "), not " + model.path().string());
+  for (const char* key : {"vocab", "attention_layers", "kv_dim", "recurrent_bytes"})
+    if (h[key] != want[key]) fail(label + " has a KV layout that does not match the model");
+  if (h["kv_dtype"] != want["kv_dtype"] || h["kraw"] != want["kraw"])
+    fail(label + " holds " + h["kv_dtype"].get<std::string>() + " KV rows" +
+         (h["kraw"].get<bool>() ? " with" : " without") + " Kraw, but this cache stores " +
+         kv_type_name(cache.dtype()) + (cache.keeps_kraw() ? " with" : " without") + " Kraw");
+  if (h["block_size"] != want["block_size"])
+    fail(label + " has blocks of " + h["block_size"].dump() + " tokens, not " +
+         std::to_string(cache.block_size()));
+  f.partition = h["partition"].get<std::string>();
+
+  const ModelConfig& c = model.config();
+  const size_t bs = size_t(cache.block_size());
+  const size_t node_bytes = kNodeRecord + bs * 4 + cache.block_bytes();
+  const size_t state_bytes = RecurrentState(c).bytes();
+  const size_t cp_bytes = kCheckpointRecord + size_t(c.vocab) * 4 + state_bytes;
+  const size_t body = b.size() - 16 - header_len - 8;
+  // Counts are checked against the size before they are multiplied: no overflow from a header.
+  const auto count = [&](const char* key) {
+    const nlohmann::json& v = h[key];
+    if (!v.is_number_unsigned()) bad();  // negative
+    return v.get<uint64_t>();
+  };
+  const uint64_t n = count("blocks"), m = count("checkpoints");
+  if (n > body / node_bytes) fail(label + " is truncated");
+  if (m > n || (m > 0 && !c.is_hybrid())) bad();
+  f.n = size_t(n);
+  f.m = size_t(m);
+  if (body != f.n * node_bytes + f.m * cp_bytes)
+    fail(label + " is truncated or has trailing bytes");
+
+  const char* p = b.data() + 16 + header_len;
+  f.nodes = p;
+  f.tokens = f.nodes + f.n * kNodeRecord;
+  f.cps = f.tokens + f.n * bs * 4;
+  f.rows = f.cps + f.m * kCheckpointRecord;
+  f.states = f.rows + f.n * cache.block_bytes();
+  const auto corrupted = [&](const char* what) { fail(label + " has " + what); };
+  f.meta.resize(f.n);
+  for (size_t i = 0; i < f.n; ++i) {
+    const char* r = f.nodes + i * kNodeRecord;
+    Meta& e = f.meta[i];
+    e.parent = get<int32_t>(r);
+    const int32_t uses = get<int32_t>(r + 4);
+    e.priority = get<double>(r + 8);
+    e.last_used = get<uint64_t>(r + 16);
+    if (e.parent < -1 || e.parent >= int64_t(i))
+      corrupted("a corrupted tree (a parent after its child)");
+    if (uses < 0 || !std::isfinite(e.priority)) corrupted("a corrupted node record");
+    e.depth = e.parent < 0 ? 1 : f.meta[size_t(e.parent)].depth + 1;
+    for (size_t t = 0; t < bs; ++t) {
+      const int32_t id = get<int32_t>(f.tokens + (i * bs + t) * 4);
+      if (id < 0 || id >= c.vocab) corrupted("a token id outside the vocabulary");
+    }
+  }
+  f.checkpoint_of.assign(f.n, -1);
+  for (size_t j = 0; j < f.m; ++j) {
+    const int32_t node = get<int32_t>(f.cps + j * kCheckpointRecord);
+    const int32_t pos = get<int32_t>(f.cps + j * kCheckpointRecord + 4);
+    if (node < 0 || size_t(node) >= f.n || f.checkpoint_of[size_t(node)] >= 0 ||
+        int64_t(pos) != int64_t(f.meta[size_t(node)].depth) * int64_t(bs) ||
+        pos % kStateCheckpointInterval != 0)
+      corrupted("a corrupted checkpoint record");
+    f.checkpoint_of[size_t(node)] = int(j);
+    f.meta[size_t(node)].checkpoint = true;
+  }
+  return f;
+}
+
+}  // namespace
+
+PrefixCacheFileReport PrefixCache::spill(const std::filesystem::path& dir, size_t max_bytes) const {
+  PrefixCacheFileReport r;
+  const bool hybrid = model_->config().is_hybrid();
+  const int bs = cache_->block_size();
+  std::map<std::string, std::vector<PrefixCacheEntry>> parts = snapshot();
+  // The snapshot holds a reference on every block until the files are written.
+  struct Release {
+    const std::map<std::string, std::vector<PrefixCacheEntry>>& parts;
+    KvCache& cache;
+    ~Release() {
+      for (const auto& [_, list] : parts)
+        for (const PrefixCacheEntry& e : list) cache.release(e.block);
+    }
+  } release{parts, *cache_};
+
+  const nlohmann::json layout = layout_header(*model_, *cache_);
+  const size_t node_bytes = kNodeRecord + size_t(bs) * 4 + cache_->block_bytes();
+  const size_t cp_bytes = kCheckpointRecord + size_t(model_->config().vocab) * 4 +
+                          RecurrentState(model_->config()).bytes();
+  std::vector<std::vector<Meta>> metas;
+  for (const auto& [_, list] : parts) {
+    std::vector<Meta>& m = metas.emplace_back(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      const PrefixCacheEntry& e = list[i];
+      m[i] = {e.parent,    e.parent < 0 ? 1 : m[size_t(e.parent)].depth + 1,
+              0,           e.priority,
+              e.last_used, e.checkpoint != nullptr,
+              true};
+    }
+  }
+  // Headers are a few hundred bytes each: counted roughly, the cap is on the KV.
+  const size_t overhead = parts.size() * (512 + 16 + 8);
+  r.dropped_blocks = trim(metas, hybrid, [&](size_t blocks, size_t checkpoints) {
+    return max_bytes == 0 || overhead + blocks * node_bytes + checkpoints * cp_bytes <= max_bytes;
+  });
+
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::set<std::string> keep_files;  // written now, or left as they were because a write failed
+  size_t part_index = 0;
+  for (const auto& [partition, list] : parts) {
+    const std::vector<Meta>& meta = metas[part_index++];
+    std::vector<int> index(list.size(), -1);  // new index of each kept entry
+    std::vector<size_t> kept, cps;
+    for (size_t i = 0; i < list.size(); ++i)
+      if (meta[i].kept) {
+        index[i] = int(kept.size());
+        kept.push_back(i);
+        if (list[i].checkpoint) cps.push_back(i);
+      }
+    const std::string name = file_name(partition);
+    if (kept.empty()) continue;
+    const std::filesystem::path path = dir / name;
+    try {
+      nlohmann::json h = layout;
+      h["partition"] = partition;
+      h["blocks"] = kept.size();
+      h["checkpoints"] = cps.size();
+      const std::string header = h.dump();
+      FileWriter w(path);
+      w.put(kMagic, 8);
+      w.put(kVersion);
+      w.put(uint32_t(header.size()));
+      w.put(header.data(), header.size());
+      for (size_t i : kept) {
+        const PrefixCacheEntry& e = list[i];
+        w.put(int32_t(e.parent < 0 ? -1 : index[size_t(e.parent)]));
+        w.put(int32_t(e.uses));
+        w.put(e.priority);
+        w.put(e.last_used);
+      }
+      for (size_t i : kept) w.put(list[i].tokens.data(), list[i].tokens.size() * 4);
+      for (size_t i : cps) {
+        w.put(int32_t(index[i]));
+        w.put(int32_t(list[i].checkpoint->pos));
+      }
+      std::vector<uint8_t> rows(size_t(bs) * cache_->row_bytes());
+      for (size_t i : kept)
+        for (int l = 0; l < cache_->n_layers(); ++l)
+          for (int plane = 0; plane < (cache_->keeps_kraw() ? 3 : 2); ++plane) {
+            cache_->read_rows(list[i].block, l, KvPlane(plane), bs, rows.data());
+            w.put(rows.data(), rows.size());
+          }
+      std::string state;
+      for (size_t i : cps) {
+        const StateCheckpoint& cp = *list[i].checkpoint;
+        w.put(cp.logits.data(), cp.logits.size() * 4);
+        state.clear();
+        cp.state.write(state);
+        w.put(state.data(), state.size());
+      }
+      r.bytes += w.finish();
+      ++r.files;
+      r.blocks += kept.size();
+      r.checkpoints += cps.size();
+      keep_files.insert(name);
+    } catch (const std::exception& e) {
+      // A full disk loses this partition's newer blocks, not the stop of the server; whatever
+      // file it had before stays (still exact: a prefix's KV depends only on its tokens).
+      r.warnings.push_back(std::string(e.what()) + "; not saved");
+      r.dropped_blocks += kept.size();
+      keep_files.insert(name);
+    }
+  }
+  // What the cache no longer holds (evicted, left out, of keys no longer served) goes.
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= std::strlen(kSuffix) || !name.ends_with(kSuffix) || keep_files.count(name))
+      continue;
+    std::error_code rm;
+    if (!std::filesystem::remove(entry.path(), rm) && rm)
+      r.warnings.push_back("cannot remove " + entry.path().string() + ": " + rm.message());
+  }
+  return r;
+}
+
+PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
+                                          const std::function<bool(const std::string&)>& keep) {
+  PrefixCacheFileReport r;
+  std::error_code ec;
+  remove_stale_temp_files(dir);
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    struct stat st {};
+    // Only plain files: a link planted in the folder is not followed.
+    if (name.ends_with(kSuffix) && ::lstat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      paths.push_back(entry.path());
+  }
+  std::sort(paths.begin(), paths.end());
+
+  std::vector<ParsedFile> files;
+  std::set<std::string> partitions;
+  for (const auto& path : paths) {
+    try {
+      ParsedFile f = parse(path, *model_, *cache_);
+      if (keep && !keep(f.partition)) {
+        ++r.ignored;
+        continue;
+      }
+      if (!partitions.insert(f.partition).second)
+        fail("prefix cache file " + path.string() + " repeats a partition");
+      files.push_back(std::move(f));
+    } catch (const std::exception& e) {
+      r.warnings.push_back(std::string(e.what()) + "; skipped");
+    }
+  }
+
+  // Most valuable first, across every partition: what eviction would drop goes until the rest
+  // fits the KV cache's free blocks and this cache's own cap.
+  const bool hybrid = model_->config().is_hybrid();
+  const size_t cp_bytes =
+      size_t(model_->config().vocab) * 4 + RecurrentState(model_->config()).bytes();
+  const size_t capacity = cache_->capacity_blocks();
+  const size_t free_blocks =
+      capacity == SIZE_MAX ? SIZE_MAX : capacity - std::min(capacity, cache_->blocks_in_use());
+  const PrefixCacheStats now = stats();
+  std::vector<std::vector<Meta>> metas;
+  for (ParsedFile& f : files) metas.push_back(f.meta);
+  r.dropped_blocks = trim(metas, hybrid, [&](size_t blocks, size_t checkpoints) {
+    const size_t bytes = now.bytes + blocks * cache_->block_bytes() + checkpoints * cp_bytes;
+    return blocks <= free_blocks && (max_bytes_ == 0 || bytes <= max_bytes_);
+  });
+
+  const int bs = cache_->block_size();
+  const size_t planes = cache_->keeps_kraw() ? 3 : 2;
+  const size_t plane_bytes = size_t(bs) * cache_->row_bytes();
+  const size_t state_bytes = RecurrentState(model_->config()).bytes();
+  const size_t vocab = size_t(model_->config().vocab);
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    const ParsedFile& f = files[fi];
+    const std::vector<Meta>& meta = metas[fi];
+    std::vector<PrefixCacheEntry> entries;
+    std::vector<int> index(f.n, -1);
+    try {
+      for (size_t i = 0; i < f.n; ++i) {
+        if (!meta[i].kept) continue;
+        PrefixCacheEntry e;
+        e.parent = meta[i].parent < 0 ? -1 : index[size_t(meta[i].parent)];
+        const char* rec = f.nodes + i * kNodeRecord;
+        e.uses = get<int32_t>(rec + 4);
+        e.priority = meta[i].priority;
+        e.last_used = meta[i].last_used;
+        e.tokens.resize(size_t(bs));
+        std::memcpy(e.tokens.data(), f.tokens + i * size_t(bs) * 4, size_t(bs) * 4);
+        e.block = cache_->allocate();
+        index[i] = int(entries.size());
+        entries.push_back(std::move(e));
+        const char* p = f.rows + i * cache_->block_bytes();
+        for (int l = 0; l < cache_->n_layers(); ++l)
+          for (size_t plane = 0; plane < planes; ++plane, p += plane_bytes)
+            cache_->write_rows(entries.back().block, l, KvPlane(plane), bs,
+                               reinterpret_cast<const uint8_t*>(p));
+        if (const int j = f.checkpoint_of[i]; j >= 0) {
+          auto cp = std::make_shared<StateCheckpoint>();
+          cp->pos = meta[i].depth * bs;
+          cp->cold = true;
+          const char* s = f.states + size_t(j) * (vocab * 4 + state_bytes);
+          cp->logits.resize(vocab);
+          std::memcpy(cp->logits.data(), s, vocab * 4);
+          cp->state = RecurrentState(model_->config());
+          cp->state.read(s + vocab * 4, state_bytes);
+          entries.back().checkpoint = std::move(cp);
+        }
+      }
+    } catch (const std::exception& e) {
+      // Out of KV memory after all (something else took blocks): keep what is loaded so far, a
+      // prefix of the list and so a tree whose parents are all there.
+      r.warnings.push_back(f.path.string() + ": " + e.what() + "; loaded in part");
+    }
+    // Counted as the cache holds them: a file may repeat a block (restore keeps one).
+    const PrefixCacheStats before = stats();
+    restore(f.partition, entries);
+    const PrefixCacheStats after = stats();
+    r.blocks += after.blocks - before.blocks;
+    r.checkpoints += after.checkpoints - before.checkpoints;
+    r.bytes += f.map.size();
+    ++r.files;
+  }
+  return r;
+}
+
+}  // namespace fak

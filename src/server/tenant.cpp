@@ -1,0 +1,41 @@
+// Tenant names for what the server keeps: hashes of API keys, so that no key is ever written to
+// disk (session folders, prefix-cache files) or held in the prefix cache's partitions in clear.
+#include <openssl/evp.h>
+
+#include <stdexcept>
+
+#include "server/context.h"
+
+namespace fak::server {
+
+namespace {
+
+// The first 16 bytes of SHA-256, in hex: enough to never collide among a server's keys.
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("SHA-256 is unavailable");
+  static const char* kDigits = "0123456789abcdef";
+  std::string hex;
+  for (unsigned i = 0; i < 16 && i < len; ++i) {
+    hex += kDigits[digest[i] >> 4];
+    hex += kDigits[digest[i] & 15];
+  }
+  return hex;
+}
+
+}  // namespace
+
+std::string tenant_hash(std::string_view key) {
+  return sha256_hex(key);
+}
+
+std::string cache_partition(std::string_view tenant, std::string_view salt) {
+  std::string both(tenant);
+  both += '\x1f';
+  both += salt;
+  return tenant_hash(tenant) + "-" + sha256_hex(both);
+}
+
+}  // namespace fak::server
