@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "models/model.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/prefix_cache.h"
 
 namespace {

@@ -120,7 +120,7 @@ nlohmann::json layout_header(const Model& model, const KvCache& cache) {
           {"kv_dtype", kv_type_name(cache.dtype())},
           {"kraw", cache.keeps_kraw()},
           {"block_size", cache.block_size()},
-          {"recurrent_bytes", RecurrentState(c).bytes()}};
+          {"recurrent_bytes", RecurrentState(c.recurrent_shape()).bytes()}};
 }
 
 // Streams a file through an AtomicFile, summing as it goes: a cache of gigabytes is never held
@@ -225,7 +225,7 @@ ParsedFile parse(const std::filesystem::path& path, const Model& model, const Kv
   const ModelConfig& c = model.config();
   const size_t bs = size_t(cache.block_size());
   const size_t node_bytes = kNodeRecord + bs * 4 + cache.block_bytes();
-  const size_t state_bytes = RecurrentState(c).bytes();
+  const size_t state_bytes = RecurrentState(c.recurrent_shape()).bytes();
   const size_t cp_bytes = kCheckpointRecord + size_t(c.vocab) * 4 + state_bytes;
   const size_t body = b.size() - 16 - header_len - 8;
   // Counts are checked against the size before they are multiplied: no overflow from a header.
@@ -300,7 +300,7 @@ PrefixCacheFileReport PrefixCache::spill(const std::filesystem::path& dir, size_
   const nlohmann::json layout = layout_header(*model_, *cache_);
   const size_t node_bytes = kNodeRecord + size_t(bs) * 4 + cache_->block_bytes();
   const size_t cp_bytes = kCheckpointRecord + size_t(model_->config().vocab) * 4 +
-                          RecurrentState(model_->config()).bytes();
+                          RecurrentState(model_->config().recurrent_shape()).bytes();
   std::vector<std::vector<Meta>> metas;
   for (const auto& [_, list] : parts) {
     std::vector<Meta>& m = metas.emplace_back(list.size());
@@ -434,7 +434,7 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
   // fits the KV cache's free blocks and this cache's own cap.
   const bool hybrid = model_->config().is_hybrid();
   const size_t cp_bytes =
-      size_t(model_->config().vocab) * 4 + RecurrentState(model_->config()).bytes();
+      size_t(model_->config().vocab) * 4 + RecurrentState(model_->config().recurrent_shape()).bytes();
   const size_t capacity = cache_->capacity_blocks();
   const size_t free_blocks =
       capacity == SIZE_MAX ? SIZE_MAX : capacity - std::min(capacity, cache_->blocks_in_use());
@@ -449,7 +449,7 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
   const int bs = cache_->block_size();
   const size_t planes = cache_->keeps_kraw() ? 3 : 2;
   const size_t plane_bytes = size_t(bs) * cache_->row_bytes();
-  const size_t state_bytes = RecurrentState(model_->config()).bytes();
+  const size_t state_bytes = RecurrentState(model_->config().recurrent_shape()).bytes();
   const size_t vocab = size_t(model_->config().vocab);
   for (size_t fi = 0; fi < files.size(); ++fi) {
     const ParsedFile& f = files[fi];
@@ -482,7 +482,7 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
           const char* s = f.states + size_t(j) * (vocab * 4 + state_bytes);
           cp->logits.resize(vocab);
           std::memcpy(cp->logits.data(), s, vocab * 4);
-          cp->state = RecurrentState(model_->config());
+          cp->state = RecurrentState(model_->config().recurrent_shape());
           cp->state.read(s + vocab * 4, state_bytes);
           entries.back().checkpoint = std::move(cp);
         }
