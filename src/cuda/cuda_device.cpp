@@ -89,6 +89,16 @@ class CudaKvStorage final : public KvStorage {
   std::string name() const override { return "cuda:" + std::to_string(index_); }
   bool host_accessible() const override { return false; }
 
+  size_t available_bytes() const override {
+    cuda_use_device(index_);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return free;
+  }
+
   uint8_t* map_slab(size_t bytes, const char* what) override {
     cuda_use_device(index_);
     void* p = nullptr;

@@ -25,6 +25,9 @@ class KvStorage {
   virtual std::string name() const = 0;
   // Whether the CPU may dereference the storage's pointers (KvCache::row()).
   virtual bool host_accessible() const = 0;
+  // Bytes this storage could still map (a GPU's free memory); 0 = unknown (host memory: the
+  // machine's memory info answers that).
+  virtual size_t available_bytes() const { return 0; }
   // A zero-filled slab of `bytes`; throws fak::Error naming `what` when it cannot be had.
   virtual uint8_t* map_slab(size_t bytes, const char* what) = 0;
   virtual void unmap_slab(uint8_t* slab, size_t bytes) noexcept = 0;

@@ -96,8 +96,15 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   bo.cache_bytes = options_.cache_bytes;
   bo.available = options_.available_memory ? options_.available_memory : memory_.available();
   bo.weights_bytes = options_.available_memory ? 0 : mapped_weight_bytes(*model_);
+  std::shared_ptr<KvStorage> storage = model_->make_kv_storage();
+  if (!storage->host_accessible() && !options_.available_memory) {
+    // KV on a GPU: bounded by the device's free memory (its weights are already out of it).
+    bo.available = storage->available_bytes();
+    bo.weights_bytes = 0;
+  }
   budget_ = plan_kv_budget(*model_, bo);
   KvCacheOptions ko;
+  ko.storage = storage;
   ko.keep_kraw = options_.keep_kraw;
   ko.dtype = options_.kv_type;
   ko.max_bytes = budget_.bytes;
