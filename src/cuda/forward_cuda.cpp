@@ -223,25 +223,7 @@ class CudaForward final : public DeviceForward {
     }
 
     // Final norm and logits for the rows someone asked for (as the CPU forward picks them).
-    std::vector<int32_t> rows;
-    std::vector<float*> outs;
-    {
-      int t = 0;
-      for (const BatchItem& it : batch) {
-        if (it.logits) {
-          if (it.all_logits) {
-            for (int i = 0; i < it.n_tokens; ++i) {
-              rows.push_back(t + i);
-              outs.push_back(it.logits + size_t(i) * size_t(c.vocab));
-            }
-          } else {
-            rows.push_back(t + it.n_tokens - 1);
-            outs.push_back(it.logits);
-          }
-        }
-        t += it.n_tokens;
-      }
-    }
+    const auto [rows, outs] = logit_rows(batch, c.vocab);
     if (hook) {
       cuda::rmsnorm(dx, ptr(final_norm_), T, c.dim, eps, dxn, nullptr, stream);
       call_hook(c.n_layers + 1, dxn);

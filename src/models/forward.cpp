@@ -44,6 +44,26 @@ struct Scratch {
 
 }  // namespace
 
+LogitRows logit_rows(std::span<const BatchItem> batch, int vocab) {
+  LogitRows r;
+  int t = 0;
+  for (const BatchItem& it : batch) {
+    if (it.logits) {
+      if (it.all_logits) {
+        for (int i = 0; i < it.n_tokens; ++i) {
+          r.rows.push_back(t + i);
+          r.outs.push_back(it.logits + size_t(i) * size_t(vocab));
+        }
+      } else {
+        r.rows.push_back(t + it.n_tokens - 1);
+        r.outs.push_back(it.logits);
+      }
+    }
+    t += it.n_tokens;
+  }
+  return r;
+}
+
 void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const HiddenHook* hook) const {
   const ModelConfig& c = config_;
   int T = 0;
@@ -175,25 +195,7 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const Hidd
   }
 
   // Final norm + logits, only for the rows someone asked for.
-  std::vector<int> rows;
-  std::vector<float*> outs;
-  {
-    int t = 0;
-    for (const BatchItem& it : batch) {
-      if (it.logits) {
-        if (it.all_logits) {
-          for (int i = 0; i < it.n_tokens; ++i) {
-            rows.push_back(t + i);
-            outs.push_back(it.logits + size_t(i) * size_t(c.vocab));
-          }
-        } else {
-          rows.push_back(t + it.n_tokens - 1);
-          outs.push_back(it.logits);
-        }
-      }
-      t += it.n_tokens;
-    }
-  }
+  const auto [rows, outs] = logit_rows(batch, c.vocab);
   if (hook) {
     for (int t = 0; t < T; ++t)
       rmsnorm(&s.x[size_t(t) * D], weights_.final_norm.data(), c.dim, c.rms_eps, &s.xn[size_t(t) * D]);

@@ -55,6 +55,14 @@ struct BatchItem {
   bool all_logits = false;
 };
 
+// The batch rows whose logits someone asked for (token index within the batch: the last token of
+// an item, or all of its tokens with all_logits) and where each row's logits go.
+struct LogitRows {
+  std::vector<int32_t> rows;
+  std::vector<float*> outs;
+};
+LogitRows logit_rows(std::span<const BatchItem> batch, int vocab);
+
 // Per-layer hidden states, for localising a parity divergence: index 0 = embeddings, i = after
 // layer i, n_layers + 1 = after the final norm (HF's convention for the last entry).
 using HiddenHook = std::function<void(int index, const float* hidden, int n_tokens)>;

@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "io/atomic_file.h"
+#include "io/checked_file.h"
 #include "io/mapped_file.h"
 #include "runtime/prefix_cache.h"
 
@@ -184,21 +185,11 @@ ParsedFile parse(const std::filesystem::path& path, const Model& model, const Kv
   ParsedFile f;
   f.path = path;
   f.map = MappedFile::open(path);
-  const std::string_view b = f.map.bytes();
-  if (b.size() < 16 || std::memcmp(b.data(), kMagic, 8) != 0)
-    fail(label + " is not a fak prefix cache file");
-  const uint32_t version = get<uint32_t>(b.data() + 8), header_len = get<uint32_t>(b.data() + 12);
-  if (version != kVersion)
-    fail(label + " has format version " + std::to_string(version) + "; this fak reads version " +
-         std::to_string(kVersion));
-  if (b.size() < 16 + size_t(header_len) + 8) fail(label + " is truncated");
-  Fnv1a sum;
-  sum.update(b.data(), b.size() - 8);
-  if (get<uint64_t>(b.data() + b.size() - 8) != sum.digest())
-    fail(label + " is corrupted or truncated (checksum mismatch)");
+  const CheckedFileView v =
+      open_checked_file(f.map.bytes(), kMagic, kVersion, label, "prefix cache");
 
   // Every field checked for its type: a crafted file gets the same one-line refusal.
-  const auto h = nlohmann::json::parse(b.substr(16, header_len), nullptr, false);
+  const auto h = nlohmann::json::parse(v.header, nullptr, false);
   const auto bad = [&]() { fail(label + " has a corrupted header"); };
   if (!h.is_object()) bad();
   const nlohmann::json want = layout_header(model, cache);
@@ -227,7 +218,7 @@ ParsedFile parse(const std::filesystem::path& path, const Model& model, const Kv
   const size_t node_bytes = kNodeRecord + bs * 4 + cache.block_bytes();
   const size_t state_bytes = RecurrentState(c.recurrent_shape()).bytes();
   const size_t cp_bytes = kCheckpointRecord + size_t(c.vocab) * 4 + state_bytes;
-  const size_t body = b.size() - 16 - header_len - 8;
+  const size_t body = v.body.size();
   // Counts are checked against the size before they are multiplied: no overflow from a header.
   const auto count = [&](const char* key) {
     const nlohmann::json& v = h[key];
@@ -242,8 +233,7 @@ ParsedFile parse(const std::filesystem::path& path, const Model& model, const Kv
   if (body != f.n * node_bytes + f.m * cp_bytes)
     fail(label + " is truncated or has trailing bytes");
 
-  const char* p = b.data() + 16 + header_len;
-  f.nodes = p;
+  f.nodes = v.body.data();
   f.tokens = f.nodes + f.n * kNodeRecord;
   f.cps = f.tokens + f.n * bs * 4;
   f.rows = f.cps + f.m * kCheckpointRecord;

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "io/atomic_file.h"
+#include "io/checked_file.h"
 #include "io/mapped_file.h"
 #include "runtime/session.h"
 
@@ -135,22 +136,8 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
                       std::shared_ptr<KvCache> cache, nlohmann::json* meta) {
   const std::string label = "session file " + path.string();
   MappedFile f = MappedFile::open(path);
-  std::string_view b = f.bytes();
-  if (b.size() < 16 || std::memcmp(b.data(), kMagic, 8) != 0)
-    fail(label + " is not a fak session file");
-  uint32_t version, header_len;
-  std::memcpy(&version, b.data() + 8, 4);
-  std::memcpy(&header_len, b.data() + 12, 4);
-  if (version != kVersion)
-    fail(label + " has format version " + std::to_string(version) + "; this fak reads version " +
-         std::to_string(kVersion));
-  if (b.size() < 16 + size_t(header_len) + 8) fail(label + " is truncated");
-  Fnv1a sum;
-  sum.update(b.data(), b.size() - 8);
-  uint64_t stored;
-  std::memcpy(&stored, b.data() + b.size() - 8, 8);
-  if (stored != sum.digest()) fail(label + " is corrupted or truncated (checksum mismatch)");
-  const SessionHeader h = parse_header(b.substr(16, header_len), label);
+  const CheckedFileView v = open_checked_file(f.bytes(), kMagic, kVersion, label, "session");
+  const SessionHeader h = parse_header(v.header, label);
   const ModelConfig& c = model->config();
   if (h.model != model->identity())
     fail(label + " was saved with a different model (" + h.model_type + " " + h.model + "), not " +
@@ -168,13 +155,13 @@ Session Session::load(const std::filesystem::path& path, std::shared_ptr<const M
   if (n_starts < 0 || n_starts > n || h.recurrent_bytes != int64_t(state_bytes))
     fail(label + " has a recurrent state layout that does not match the model");
   const size_t row = cache->row_bytes();
-  const size_t expect = 16 + header_len + size_t(n) * 4 + (n > 0 ? size_t(c.vocab) * 4 : 0) +
+  const size_t expect = size_t(n) * 4 + (n > 0 ? size_t(c.vocab) * 4 : 0) +
                         size_t(model->n_attention_layers()) * (kraw ? 3 : 2) * size_t(n) * row +
-                        size_t(n_starts) * 4 + state_bytes + 8;
-  if (b.size() != expect) fail(label + " is truncated or has trailing bytes");
+                        size_t(n_starts) * 4 + state_bytes;
+  if (v.body.size() != expect) fail(label + " is truncated or has trailing bytes");
 
   Session s(std::move(model), std::move(cache));
-  const char* p = b.data() + 16 + header_len;
+  const char* p = v.body.data();
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   if (n > 0) std::memcpy(tokens.data(), p, size_t(n) * 4);
   p += size_t(n) * 4;
