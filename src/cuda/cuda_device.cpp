@@ -1,12 +1,14 @@
 #include "cuda/cuda_device.h"
 
 #include "core/error.h"
+#include "cuda/kernels.h"
 #include "memory/kv_cache.h"
 
 namespace fak {
 
 void cuda_check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
+  cudaGetLastError();  // or the next launch check would report this error again
   fail(std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
 }
 
@@ -22,13 +24,19 @@ std::string cuda_device_problem(int index) {
     return "no CUDA device " + std::to_string(index) + " (this machine has " +
            std::to_string(count) + ")";
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess)
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();
     return "CUDA device " + std::to_string(index) + " cannot be queried";
+  }
   // bf16 arithmetic and the warp shuffles the kernels use need compute capability 8.0 (Ampere).
   if (prop.major < 8)
     return std::string("CUDA device ") + prop.name + " has compute capability " +
            std::to_string(prop.major) + "." + std::to_string(prop.minor) + "; fak needs 8.0";
-  return "";
+  if (cudaSetDevice(index) != cudaSuccess) {
+    cudaGetLastError();
+    return "CUDA device " + std::to_string(index) + " cannot be selected";
+  }
+  return cuda::kernel_image_problem();
 }
 
 void cuda_use_device(int index) {
@@ -110,6 +118,7 @@ class CudaKvStorage final : public KvStorage {
                           cudaGetErrorString(status));
     }
     if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+      cudaGetLastError();
       cudaFree(p);
       fail(std::string("CUDA: cannot clear the ") + what);
     }

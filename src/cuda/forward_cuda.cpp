@@ -90,9 +90,12 @@ class CudaForward final : public DeviceForward {
     check(&cache.storage() == storage_.get(),
           "forward: the model runs on " + device_name() + " but its KV cache lives in " +
               cache.storage().name() + " (make the cache with Model::make_kv_storage())");
+    const ModelConfig& c = model_.config();
+    check(cache.n_layers() == model_.n_attention_layers() && cache.n_kv_heads() == c.n_kv_heads &&
+              cache.head_dim() == c.head_dim,
+          "forward: the KV cache's shape does not match the model");
     std::lock_guard lock(mutex_);
     cuda_use_device(index_);
-    const ModelConfig& c = model_.config();
     const Rope& rope = model_.rope();
     const cudaStream_t stream = nullptr;  // the legacy default stream: copies order with kernels
     int T = 0;

@@ -5,7 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/cuda_device.h"
 #include "cuda/kernels.h"
@@ -218,6 +221,7 @@ __global__ void attention_kernel(KvLayout kv, TokenPlaces places, int layer, con
   __shared__ float qs[kAttnThreads];
   __shared__ float p[kAttnThreads];
   __shared__ float red[kAttnThreads];
+  __shared__ const uint8_t* vrows[kAttnThreads];  // the tile's V rows, found once per key
   const float* qh = q + (size_t(t) * size_t(n_heads) + size_t(h)) * size_t(hd);
   if (tid < hd) qs[tid] = qh[tid];
   __syncthreads();
@@ -228,6 +232,7 @@ __global__ void attention_kernel(KvLayout kv, TokenPlaces places, int layer, con
     const int j = j0 + tid;
     float s = -INFINITY;
     if (j < n_keys) {
+      vrows[tid] = kv_row(kv, table, layer, 1, kvh, j);
       const uint8_t* krow = kv_row(kv, table, layer, 0, kvh, j);
       float dot = 0.0f;
       for (int d = 0; d < hd; ++d) dot += qs[d] * kv_load(kv, krow, d);
@@ -254,8 +259,7 @@ __global__ void attention_kernel(KvLayout kv, TokenPlaces places, int layer, con
     if (tid < hd) {
       const int n = min(kAttnThreads, n_keys - j0);
       float a = 0.0f;
-      for (int jj = 0; jj < n; ++jj)
-        a += p[jj] * kv_load(kv, kv_row(kv, table, layer, 1, kvh, j0 + jj), tid);
+      for (int jj = 0; jj < n; ++jj) a += p[jj] * kv_load(kv, vrows[jj], tid);
       acc = acc * corr + a;
     }
     m = m_new;
@@ -268,8 +272,16 @@ int elementwise_blocks(size_t n) {
   return int(std::min<size_t>((n + 255) / 256, 65535));
 }
 
+// FAK_CUDA_SYNC=1: wait for every kernel, so an asynchronous fault (an illegal address) is blamed
+// on the kernel that made it, not on the next copy. For bring-up and debugging; slow.
+const bool kSyncEveryLaunch = [] {
+  const char* v = std::getenv("FAK_CUDA_SYNC");
+  return v && *v && *v != '0';
+}();
+
 void check_launch(const char* what) {
   cuda_check(cudaGetLastError(), what);
+  if (kSyncEveryLaunch) cuda_check(cudaDeviceSynchronize(), what);
 }
 
 template <DevWType kType>
@@ -292,21 +304,38 @@ void launch_matmul(const DevMatrix& w, const float* x, int n_tokens, float* y, c
 void matmul(const DevMatrix& w, const float* x, int n_tokens, float* y, cudaStream_t stream) {
   if (n_tokens <= 0 || w.rows <= 0) return;
   const bool vector8 = w.cols % 8 == 0;
-  switch (w.type) {
-    case DevWType::F32:
-      launch_matmul<DevWType::F32>(w, x, n_tokens, y, stream, false);
-      break;
-    case DevWType::F16:
-      launch_matmul<DevWType::F16>(w, x, n_tokens, y, stream, vector8);
-      break;
-    case DevWType::BF16:
-      launch_matmul<DevWType::BF16>(w, x, n_tokens, y, stream, vector8);
-      break;
-    case DevWType::Q8_0:
-      launch_matmul<DevWType::Q8_0>(w, x, n_tokens, y, stream, false);
-      break;
+  // gridDim.y is at most 65535 tiles; chunks are whole tiles, so no token changes tile position.
+  constexpr int kChunk = 65535 * kTokenTile;
+  for (int t0 = 0; t0 < n_tokens; t0 += kChunk) {
+    const int n = std::min(kChunk, n_tokens - t0);
+    const float* xc = x + size_t(t0) * size_t(w.cols);
+    float* yc = y + size_t(t0) * size_t(w.rows);
+    switch (w.type) {
+      case DevWType::F32:
+        launch_matmul<DevWType::F32>(w, xc, n, yc, stream, false);
+        break;
+      case DevWType::F16:
+        launch_matmul<DevWType::F16>(w, xc, n, yc, stream, vector8);
+        break;
+      case DevWType::BF16:
+        launch_matmul<DevWType::BF16>(w, xc, n, yc, stream, vector8);
+        break;
+      case DevWType::Q8_0:
+        launch_matmul<DevWType::Q8_0>(w, xc, n, yc, stream, false);
+        break;
+    }
+    check_launch("matmul kernel");
   }
-  check_launch("matmul kernel");
+}
+
+std::string kernel_image_problem() {
+  cudaFuncAttributes attributes{};
+  const cudaError_t status = cudaFuncGetAttributes(&attributes, add_kernel);
+  if (status == cudaSuccess) return "";
+  cudaGetLastError();
+  return std::string("this fak's CUDA kernels do not run on this GPU (") +
+         cudaGetErrorString(status) +
+         "); rebuild with -DCMAKE_CUDA_ARCHITECTURES set to its compute capability";
 }
 
 void rmsnorm(const float* x, const float* weight, int rows, int width, float eps, float* out,

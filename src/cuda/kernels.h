@@ -12,8 +12,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace fak::cuda {
+
+// Empty when this build's kernels can run on the current device; else why not (a GPU whose compute
+// capability the build has neither code nor PTX for).
+std::string kernel_image_problem();
 
 // Weight element types the device kernels read directly; others are widened to F32 at load.
 enum class DevWType : uint8_t { F32, F16, BF16, Q8_0 };

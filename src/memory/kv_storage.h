@@ -13,7 +13,7 @@
 namespace fak {
 
 enum class CopyKind : uint8_t {
-  Inside,    // both pointers in this storage (the regions may overlap)
+  Inside,    // both pointers in this storage (the regions must not overlap: cudaMemcpy2D)
   ToHost,    // from this storage into host memory
   FromHost,  // from host memory into this storage
 };

@@ -162,6 +162,10 @@ void Model::place_on(const Device& device) {
   const std::string problem = device_unavailable_reason(device);
   if (!problem.empty()) fail("--device " + device.name() + ": " + problem);
   device_forward_ = make_cuda_forward(*this, device.index);
+  // A device computes other bits than the CPU: KV and logits saved from one (session files, the
+  // prefix cache on disk) must not be spliced into the other's runs, which would then differ from
+  // a cold run. The identity those files are checked against says where they were computed.
+  identity_ += "-cuda";
 }
 
 std::shared_ptr<KvStorage> Model::make_kv_storage() const {
