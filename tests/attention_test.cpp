@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
+#include "memory/kv_cache.h"
 #include "ops/attention_kernels.h"
 #include "ops/matmul_kernels.h"
-#include "memory/kv_cache.h"
 
 namespace fak {
 namespace {

@@ -15,10 +15,10 @@
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "io/safetensors.h"
+#include "memory/kv_cache.h"
 #include "models/gguf_export.h"
 #include "models/model.h"
 #include "models/qwen35_gguf.h"
-#include "memory/kv_cache.h"
 #include "runtime/session.h"
 #include "test_util.h"
 

@@ -10,9 +10,9 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "models/model.h"
-#include "memory/recurrent_state.h"
 #include "memory/kv_cache.h"
+#include "memory/recurrent_state.h"
+#include "models/model.h"
 #include "runtime/parity.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -330,7 +330,8 @@ TEST_F(Hybrid, BatchedDecodeEqualsAlone) {
 
 TEST_F(Hybrid, CheckpointsAreBounded) {
   Session s = cold({random_ids(300, vocab, 71)});
-  const size_t one = RecurrentState(model->config().recurrent_shape()).bytes() + size_t(vocab) * sizeof(float);
+  const size_t one =
+      RecurrentState(model->config().recurrent_shape()).bytes() + size_t(vocab) * sizeof(float);
   EXPECT_EQ(s.n_checkpoints(), 3);  // 128, 256, 300
   EXPECT_EQ(s.checkpoint_bytes(), 3 * one);
   for (int i = 0; i < 12; ++i) s.append(random_ids(2, vocab, 80 + uint32_t(i)));

@@ -1,12 +1,13 @@
 // Parity with HF transformers on every claimed architecture, through the library and the CLI.
+#include "runtime/parity.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "io/safetensors.h"
-#include "models/model.h"
 #include "memory/kv_cache.h"
-#include "runtime/parity.h"
+#include "models/model.h"
 #include "test_util.h"
 
 namespace fak {
@@ -43,9 +44,9 @@ std::vector<Fixture> fixtures() {
 }
 
 // The model on the fixture's device, or a skip that says why the device is not here.
-#define LOAD_ON_DEVICE(model, f)                                                    \
+#define LOAD_ON_DEVICE(model, f)                                                   \
   if (const std::string why = device_unavailable_reason((f).device); !why.empty()) \
-    GTEST_SKIP() << why;                                                            \
+    GTEST_SKIP() << why;                                                           \
   auto model = Model::load((f).dir, {.load_tokenizer = false, .device = (f).device})
 
 }  // namespace
@@ -59,11 +60,12 @@ TEST_P(Parity, LogitsArgmaxAndGreedyMatchReference) {
   ParityReport r = run_parity(model, ref, 1e-3);
   ASSERT_FALSE(r.cases.empty());
   for (const ParityCase& c : r.cases) {
-    std::printf("%s %s: T=%d max|dlogit|=%.3g cos=%.8f argmax %d/%d (near-ties %zu) greedy-tf %d/%d "
-                "free-run %d/%d\n",
-                f.name.c_str(), c.name.c_str(), c.n_tokens, c.max_abs_diff, c.min_cosine, c.argmax_agree,
-                c.argmax_total, c.near_ties.size(), c.teacher_forced_agree, c.greedy_total,
-                c.free_run_match, c.greedy_total);
+    std::printf(
+        "%s %s: T=%d max|dlogit|=%.3g cos=%.8f argmax %d/%d (near-ties %zu) greedy-tf %d/%d "
+        "free-run %d/%d\n",
+        f.name.c_str(), c.name.c_str(), c.n_tokens, c.max_abs_diff, c.min_cosine, c.argmax_agree,
+        c.argmax_total, c.near_ties.size(), c.teacher_forced_agree, c.greedy_total,
+        c.free_run_match, c.greedy_total);
     EXPECT_LE(c.max_abs_diff, 1e-3) << c.name;
     EXPECT_TRUE(c.argmax_mismatches.empty()) << c.name;
     EXPECT_TRUE(c.greedy_mismatches.empty()) << c.name;
@@ -86,7 +88,8 @@ TEST_P(HiddenStates, MatchReferencePerLayer) {
   KvCache cache(model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
                 {.storage = model->make_kv_storage()});
   std::vector<int32_t> blocks;
-  while (blocks.size() * size_t(cache.block_size()) < ids.size()) blocks.push_back(cache.allocate());
+  while (blocks.size() * size_t(cache.block_size()) < ids.size())
+    blocks.push_back(cache.allocate());
   const int dim = model->config().dim;
   int checked = 0;
   const int n_layers = model->config().n_layers;
@@ -119,8 +122,7 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, Parity, ::testing::ValuesIn(fixtures(
                            return n;
                          });
 
-INSTANTIATE_TEST_SUITE_P(OracleFixtures, HiddenStates,
-                         ::testing::ValuesIn(oracle_fixtures()),
+INSTANTIATE_TEST_SUITE_P(OracleFixtures, HiddenStates, ::testing::ValuesIn(oracle_fixtures()),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            for (auto& ch : n)
@@ -130,7 +132,8 @@ INSTANTIATE_TEST_SUITE_P(OracleFixtures, HiddenStates,
 
 TEST(ParityCli, PassesOnFixtureAndFailsOnWrongReference) {
   auto dir = test::data_path("oracle/qwen3-tiny");
-  auto ok = test::run_fak("parity -m " + dir.string() + " --reference " + (dir / "reference.safetensors").string() + " --json");
+  auto ok = test::run_fak("parity -m " + dir.string() + " --reference " +
+                          (dir / "reference.safetensors").string() + " --json");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("\"pass\": true"), std::string::npos) << ok.out;
   // The qwen2 fixture's reference against the qwen3 model: same vocab, different numbers -> fails.

@@ -42,7 +42,8 @@ class HybridPrefixCache : public ::testing::Test {
     EXPECT_TRUE(bit_equal(got.logits(), want.logits())) << what << ": logits differ";
   }
   size_t checkpoint_bytes() const {
-    return RecurrentState(model->config().recurrent_shape()).bytes() + size_t(vocab) * sizeof(float);
+    return RecurrentState(model->config().recurrent_shape()).bytes() +
+           size_t(vocab) * sizeof(float);
   }
   std::shared_ptr<const Model> model;
   std::shared_ptr<KvCache> cache;

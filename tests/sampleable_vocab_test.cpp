@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "memory/kv_cache.h"
 #include "models/model.h"
 #include "runtime/generate.h"
-#include "memory/kv_cache.h"
 #include "runtime/session.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -19,7 +19,9 @@ namespace {
 
 constexpr int kTokenizerIds = 300;  // llama-tiny's embedding has 512 rows
 
-std::filesystem::path padded_model() { return test::padded_vocab_model(kTokenizerIds); }
+std::filesystem::path padded_model() {
+  return test::padded_vocab_model(kTokenizerIds);
+}
 
 Session prompted(const std::shared_ptr<const Model>& model) {
   const ModelConfig& c = model->config();

@@ -566,8 +566,8 @@ TEST(KvCache, RefusesAnInvalidShape) {
   auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
   const ModelConfig& c = model->config();
   ASSERT_EQ(c.head_dim % 2, 0);
-  auto other = std::make_shared<KvCache>(model->n_attention_layers(), c.n_kv_heads * 2,
-                                         c.head_dim / 2);
+  auto other =
+      std::make_shared<KvCache>(model->n_attention_layers(), c.n_kv_heads * 2, c.head_dim / 2);
   try {
     Session s(model, other);
     FAIL() << "a cache of another head shape was accepted";

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
-#include "models/model.h"
 #include "memory/kv_cache.h"
+#include "models/model.h"
 #include "runtime/session.h"
 #include "test_util.h"
 

@@ -241,7 +241,8 @@ void deltanet_layer(const ModelConfig& c, const DeltaNetWeights& w, int layer,
     for (int h = 0; h < s.nv; ++h) {
       const size_t i = size_t(t) * nv + size_t(h);
       B.beta[i] = 1.0f / (1.0f + std::exp(-B.b[i]));
-      B.g[i] = float(double(w.ssm_a[size_t(h)]) * softplus(double(B.a[i]) + double(w.dt_bias[size_t(h)])));
+      B.g[i] = float(double(w.ssm_a[size_t(h)]) *
+                     softplus(double(B.a[i]) + double(w.dt_bias[size_t(h)])));
     }
   }
 

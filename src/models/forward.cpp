@@ -2,18 +2,18 @@
 // RMSNorm -> attention (GQA, RoPE, optional q/k norm and output gate) or Gated DeltaNet -> residual
 // -> RMSNorm -> SwiGLU MLP -> residual, then the final norm and the logits. Reads top to bottom
 // like the papers; matmuls see all tokens of all sequences at once so each weight is read once.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "memory/kv_cache.h"
 #include "models/deltanet.h"
 #include "models/device_forward.h"
 #include "models/model.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
-#include "memory/kv_cache.h"
 
 namespace fak {
 
@@ -64,7 +64,8 @@ LogitRows logit_rows(std::span<const BatchItem> batch, int vocab) {
   return r;
 }
 
-void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const HiddenHook* hook) const {
+void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
+                    const HiddenHook* hook) const {
   const ModelConfig& c = config_;
   int T = 0;
   for (const BatchItem& it : batch) {
@@ -97,13 +98,15 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const Hidd
     int t = 0;
     for (const BatchItem& it : batch)
       for (int i = 0; i < it.n_tokens; ++i, ++t)
-        rope_->angles(it.start_pos + i, &cos[size_t(t) * size_t(half)], &sin[size_t(t) * size_t(half)]);
+        rope_->angles(it.start_pos + i, &cos[size_t(t) * size_t(half)],
+                      &sin[size_t(t) * size_t(half)]);
   }
 
   {
     int t = 0;
     for (const BatchItem& it : batch)
-      for (int i = 0; i < it.n_tokens; ++i, ++t) dequantize_row(weights_.embed, it.tokens[i], &s.x[size_t(t) * D]);
+      for (int i = 0; i < it.n_tokens; ++i, ++t)
+        dequantize_row(weights_.embed, it.tokens[i], &s.x[size_t(t) * D]);
   }
   if (hook) (*hook)(0, s.x.data(), T);
 
@@ -133,8 +136,10 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const Hidd
         for (int t = 0; t < T; ++t)
           for (int h = 0; h < c.n_heads; ++h) {
             const float* src = &s.q[size_t(t) * size_t(q_rows) + size_t(h) * 2 * size_t(hd)];
-            std::memcpy(&s.attn[size_t(t) * size_t(c.q_dim()) + size_t(h) * size_t(hd)], src, sizeof(float) * size_t(hd));
-            std::memcpy(&s.gate[size_t(t) * size_t(c.q_dim()) + size_t(h) * size_t(hd)], src + hd, sizeof(float) * size_t(hd));
+            std::memcpy(&s.attn[size_t(t) * size_t(c.q_dim()) + size_t(h) * size_t(hd)], src,
+                        sizeof(float) * size_t(hd));
+            std::memcpy(&s.gate[size_t(t) * size_t(c.q_dim()) + size_t(h) * size_t(hd)], src + hd,
+                        sizeof(float) * size_t(hd));
           }
         std::memcpy(s.q.data(), s.attn.data(), sizeof(float) * size_t(T) * size_t(c.q_dim()));
       }
@@ -145,8 +150,10 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const Hidd
           float* qt = &s.q[size_t(t) * size_t(c.q_dim())];
           float* kt = &s.k[size_t(t) * size_t(kv_dim)];
           if (c.qk_norm) {
-            for (int h = 0; h < c.n_heads; ++h) rmsnorm(qt + h * hd, A.q_norm.data(), hd, c.rms_eps, qt + h * hd);
-            for (int h = 0; h < c.n_kv_heads; ++h) rmsnorm(kt + h * hd, A.k_norm.data(), hd, c.rms_eps, kt + h * hd);
+            for (int h = 0; h < c.n_heads; ++h)
+              rmsnorm(qt + h * hd, A.q_norm.data(), hd, c.rms_eps, qt + h * hd);
+            for (int h = 0; h < c.n_kv_heads; ++h)
+              rmsnorm(kt + h * hd, A.k_norm.data(), hd, c.rms_eps, kt + h * hd);
           }
           const int pos = it.start_pos + i;
           const int32_t block = (*it.blocks)[size_t(pos / bs)];
@@ -163,8 +170,9 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const Hidd
       std::vector<AttentionTask> tasks;
       t = 0;
       for (const BatchItem& it : batch) {
-        tasks.push_back({&s.q[size_t(t) * size_t(c.q_dim())], &s.attn[size_t(t) * size_t(c.q_dim())],
-                         it.blocks, it.n_tokens, it.start_pos});
+        tasks.push_back({&s.q[size_t(t) * size_t(c.q_dim())],
+                         &s.attn[size_t(t) * size_t(c.q_dim())], it.blocks, it.n_tokens,
+                         it.start_pos});
         t += it.n_tokens;
       }
       attention(tasks, cache, al, shape);
@@ -198,13 +206,15 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache, const Hidd
   const auto [rows, outs] = logit_rows(batch, c.vocab);
   if (hook) {
     for (int t = 0; t < T; ++t)
-      rmsnorm(&s.x[size_t(t) * D], weights_.final_norm.data(), c.dim, c.rms_eps, &s.xn[size_t(t) * D]);
+      rmsnorm(&s.x[size_t(t) * D], weights_.final_norm.data(), c.dim, c.rms_eps,
+              &s.xn[size_t(t) * D]);
     (*hook)(c.n_layers + 1, s.xn.data(), T);
   }
   if (rows.empty()) return;
   std::vector<float> normed(rows.size() * D);
   for (size_t i = 0; i < rows.size(); ++i)
-    rmsnorm(&s.x[size_t(rows[i]) * D], weights_.final_norm.data(), c.dim, c.rms_eps, &normed[i * D]);
+    rmsnorm(&s.x[size_t(rows[i]) * D], weights_.final_norm.data(), c.dim, c.rms_eps,
+            &normed[i * D]);
   // Logits of consecutive rows land in consecutive outputs only within an item; compute into a
   // temporary when outputs are scattered.
   std::vector<float> logits(rows.size() * size_t(c.vocab));

@@ -8,11 +8,11 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "memory/kv_cache.h"
 #include "memory/kv_storage.h"
 #include "models/device_forward.h"
 #include "models/gguf_loader.h"
 #include "models/quant_policy.h"
-#include "memory/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak {

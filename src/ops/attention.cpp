@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#include "memory/kv_cache.h"
 #include "ops/attention_kernels.h"
 #include "ops/matmul_kernels.h"
 #include "ops/vec.h"
-#include "memory/kv_cache.h"
 
 namespace fak {
 

@@ -6,9 +6,9 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "runtime/model_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
-#include "runtime/model_cache.h"
 
 namespace fak {
 

@@ -423,8 +423,8 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
   // Most valuable first, across every partition: what eviction would drop goes until the rest
   // fits the KV cache's free blocks and this cache's own cap.
   const bool hybrid = model_->config().is_hybrid();
-  const size_t cp_bytes =
-      size_t(model_->config().vocab) * 4 + RecurrentState(model_->config().recurrent_shape()).bytes();
+  const size_t cp_bytes = size_t(model_->config().vocab) * 4 +
+                          RecurrentState(model_->config().recurrent_shape()).bytes();
   const size_t capacity = cache_->capacity_blocks();
   const size_t free_blocks =
       capacity == SIZE_MAX ? SIZE_MAX : capacity - std::min(capacity, cache_->blocks_in_use());

@@ -10,10 +10,10 @@
 #include <span>
 #include <vector>
 
-#include "models/model.h"
-#include "memory/recurrent_state.h"
 #include "memory/kv_cache.h"
 #include "memory/kv_cells.h"
+#include "memory/recurrent_state.h"
+#include "models/model.h"
 
 namespace fak {
 

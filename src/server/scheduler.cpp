@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "core/error.h"
-#include "server/api_error.h"
 #include "runtime/model_cache.h"
+#include "server/api_error.h"
 
 namespace fak::server {
 

@@ -12,10 +12,10 @@
 #include "common.h"
 #include "core/error.h"
 #include "runtime/generate.h"
+#include "runtime/model_cache.h"
 #include "runtime/session.h"
 #include "server/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
-#include "runtime/model_cache.h"
 
 namespace fak::cli {
 

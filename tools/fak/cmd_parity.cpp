@@ -32,22 +32,29 @@ int parity(const ParityArgs& a) {
     j["tolerance"] = r.tolerance;
     j["pass"] = r.pass;
     for (auto& c : r.cases)
-      j["cases"].push_back({{"case", c.name}, {"tokens", c.n_tokens}, {"max_abs_diff", c.max_abs_diff},
-                            {"min_cosine", c.min_cosine}, {"argmax_agree", c.argmax_agree},
-                            {"argmax_total", c.argmax_total}, {"near_ties", c.near_ties},
-                            {"argmax_mismatches", c.argmax_mismatches}, {"greedy_total", c.greedy_total},
+      j["cases"].push_back({{"case", c.name},
+                            {"tokens", c.n_tokens},
+                            {"max_abs_diff", c.max_abs_diff},
+                            {"min_cosine", c.min_cosine},
+                            {"argmax_agree", c.argmax_agree},
+                            {"argmax_total", c.argmax_total},
+                            {"near_ties", c.near_ties},
+                            {"argmax_mismatches", c.argmax_mismatches},
+                            {"greedy_total", c.greedy_total},
                             {"teacher_forced_agree", c.teacher_forced_agree},
                             {"greedy_near_ties", c.greedy_near_ties},
                             {"greedy_mismatches", c.greedy_mismatches},
-                            {"free_run_match", c.free_run_match}, {"pass", c.pass}});
+                            {"free_run_match", c.free_run_match},
+                            {"pass", c.pass}});
     std::printf("%s\n", j.dump(1).c_str());
   } else {
     std::printf("%-8s %6s %12s %10s %9s %10s %10s  %s\n", "case", "tokens", "max|dlogit|", "cosine",
                 "argmax", "greedy-tf", "free-run", "result");
     for (auto& c : r.cases) {
-      std::printf("%-8s %6d %12.3g %10.7f %4d/%-4d %4d/%-5d %4d/%-5d  %s\n", c.name.c_str(), c.n_tokens,
-                  c.max_abs_diff, c.min_cosine, c.argmax_agree, c.argmax_total, c.teacher_forced_agree,
-                  c.greedy_total, c.free_run_match, c.greedy_total, c.pass ? "ok" : "FAIL");
+      std::printf("%-8s %6d %12.3g %10.7f %4d/%-4d %4d/%-5d %4d/%-5d  %s\n", c.name.c_str(),
+                  c.n_tokens, c.max_abs_diff, c.min_cosine, c.argmax_agree, c.argmax_total,
+                  c.teacher_forced_agree, c.greedy_total, c.free_run_match, c.greedy_total,
+                  c.pass ? "ok" : "FAIL");
       auto list = [](const char* what, const std::vector<int>& v) {
         if (v.empty()) return;
         std::printf("         %s:", what);
@@ -68,9 +75,11 @@ int parity(const ParityArgs& a) {
 
 void register_parity(CLI::App& app) {
   auto a = std::make_shared<ParityArgs>();
-  CLI::App* c = app.add_subcommand("parity", "compare logits and greedy tokens with an HF reference");
+  CLI::App* c =
+      app.add_subcommand("parity", "compare logits and greedy tokens with an HF reference");
   c->add_option("-m,--model", a->model, "model directory (default: the bundled pycoder-6m)");
-  c->add_option("--reference", a->reference, "reference safetensors (caseK.input_ids, caseK.logits, ...)")
+  c->add_option("--reference", a->reference,
+                "reference safetensors (caseK.input_ids, caseK.logits, ...)")
       ->required();
   c->add_option("--tolerance", a->tolerance, "max |logit difference| allowed");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");

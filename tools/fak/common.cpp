@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "tokenizer/utf8.h"
 #include "runtime/model_cache.h"
+#include "tokenizer/utf8.h"
 
 namespace fak::cli {
 
@@ -46,14 +46,17 @@ std::shared_ptr<const Model> load_model(const std::string& path) {
 
 void add_load_flags(CLI::App* c) {
   c->add_flag("--mmap,!--no-mmap", g_load_options.mmap,
-              "GGUF: map the file (instant start) or read it into memory with huge pages (default, faster decode)");
+              "GGUF: map the file (instant start) or read it into memory with huge pages (default, "
+              "faster decode)");
   c->add_option("--quant", g_quant, "HF directory: quantise the weights at load (e.g. q8_0)");
   c->add_option("--device", g_device,
                 "where the forward pass runs: cpu (default), cuda or cuda:N (a -DFAK_CUDA=ON build "
                 "on a machine with a GPU)");
 }
 
-void check_utf8(const std::string& s, const std::string& what) { fak::check_utf8(s, what); }
+void check_utf8(const std::string& s, const std::string& what) {
+  fak::check_utf8(s, what);
+}
 
 std::string read_text_file(const std::string& path, bool utf8) {
   if (!std::filesystem::exists(path)) fail("cannot open " + path + ": no such file");
@@ -80,7 +83,8 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
     } catch (...) {
       used = 0;
     }
-    if (used != item.size() || v < 0 || v > INT32_MAX) fail("--ids: '" + item + "' is not a token id");
+    if (used != item.size() || v < 0 || v > INT32_MAX)
+      fail("--ids: '" + item + "' is not a token id");
     ids.push_back(int32_t(v));
   }
   if (ids.empty()) fail("--ids: no token ids given");
@@ -88,8 +92,10 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
 }
 
 void KvFlags::add_to(CLI::App* app) {
-  app->add_option("--kv-type", type, "KV cache storage: f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  app->add_flag("--no-kraw", no_kraw, "do not keep pre-RoPE keys (saves a third of the KV; no shift eviction)");
+  app->add_option("--kv-type", type, "KV cache storage: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app->add_flag("--no-kraw", no_kraw,
+                "do not keep pre-RoPE keys (saves a third of the KV; no shift eviction)");
 }
 
 std::shared_ptr<KvCache> KvFlags::make_cache(const Model& model) const {
