@@ -20,6 +20,10 @@ struct Fixture {
   Device device = {};
 };
 
+void PrintTo(const Fixture& f, std::ostream* os) {
+  *os << f.name;
+}
+
 // In a CUDA build, every fixture again on the GPU: the same reference, the same tolerance.
 std::vector<Fixture> with_cuda(std::vector<Fixture> cpu) {
   const size_t n = cpu.size();

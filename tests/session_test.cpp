@@ -27,6 +27,11 @@ struct ModelCase {
   Device device = {};
 };
 
+// gtest prints a parameter's bytes unless told how: the case's name reads better in test lists.
+void PrintTo(const ModelCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 // Every model on the CPU; in a CUDA build the dense ones again on the GPU, where the same
 // guarantees must hold bit for bit on the device's own bits (skipped, saying why, without a GPU).
 std::vector<ModelCase> models() {
