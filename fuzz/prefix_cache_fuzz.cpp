@@ -17,21 +17,14 @@
 #include <memory>
 #include <string>
 
+#include "cache_file_input.h"
 #include "core/error.h"
 #include "core/hash.h"
-#include "models/model.h"
 #include "memory/kv_cache.h"
+#include "models/model.h"
 #include "runtime/prefix_cache.h"
 
 namespace {
-
-std::shared_ptr<const fak::Model> model(bool hybrid) {
-  static const auto dense =
-      fak::Model::load(FAK_SOURCE_DIR "/tests/data/oracle/qwen2-tiny", {.load_tokenizer = false});
-  static const auto recurrent = fak::Model::load(
-      FAK_SOURCE_DIR "/tests/data/oracle/qwen35-hybrid-tiny", {.load_tokenizer = false});
-  return hybrid ? recurrent : dense;
-}
 
 std::filesystem::path scratch(const char* name) {
   const auto p = std::filesystem::temp_directory_path() /
@@ -43,28 +36,13 @@ std::filesystem::path scratch(const char* name) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 1) return 0;
-  const uint8_t sel = data[0];
-  const bool add_checksum = sel & 1, hybrid = sel & 2, keep_kraw = sel & 4;
-  const fak::DType kv = (sel >> 3) % 3 == 0   ? fak::DType::F32
-                        : (sel >> 3) % 3 == 1 ? fak::DType::F16
-                                              : fak::DType::BF16;
-  std::string file(reinterpret_cast<const char*>(data + 1), size - 1);
-  if (add_checksum) {
-    fak::Fnv1a sum;
-    sum.update(file);
-    const uint64_t d = sum.digest();
-    file.append(reinterpret_cast<const char*>(&d), sizeof(d));
-  }
+  const auto input = fuzz::decode_input(data, size);
+  if (!input) return 0;
   const auto in = scratch("in"), out = scratch("out");
-  if (FILE* f = std::fopen((in / "input.fakprefix").c_str(), "wb")) {
-    const bool ok = std::fwrite(file.data(), 1, file.size(), f) == file.size();
-    std::fclose(f);
-    if (!ok) __builtin_trap();
-  }
-  auto m = model(hybrid);
+  fuzz::write_or_trap(in / "input.fakprefix", input->file);
+  auto m = fuzz::oracle_model(input->hybrid);
   const fak::ModelConfig& c = m->config();
-  const fak::KvCacheOptions o{.keep_kraw = keep_kraw, .dtype = kv};
+  const fak::KvCacheOptions o = input->cache;
   auto cache = std::make_shared<fak::KvCache>(m->n_attention_layers(), c.n_kv_heads, c.head_dim, o);
   {
     fak::PrefixCache pc(m, cache, 0);

@@ -18,21 +18,14 @@
 #include <memory>
 #include <string>
 
+#include "cache_file_input.h"
 #include "core/error.h"
 #include "core/hash.h"
-#include "models/model.h"
 #include "memory/kv_cache.h"
+#include "models/model.h"
 #include "runtime/session.h"
 
 namespace {
-
-std::shared_ptr<const fak::Model> model(bool hybrid) {
-  static const auto dense =
-      fak::Model::load(FAK_SOURCE_DIR "/tests/data/oracle/qwen2-tiny", {.load_tokenizer = false});
-  static const auto recurrent = fak::Model::load(
-      FAK_SOURCE_DIR "/tests/data/oracle/qwen35-hybrid-tiny", {.load_tokenizer = false});
-  return hybrid ? recurrent : dense;
-}
 
 const std::filesystem::path& scratch_file() {
   static const std::filesystem::path p = std::filesystem::temp_directory_path() /
@@ -43,29 +36,13 @@ const std::filesystem::path& scratch_file() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 1) return 0;
-  const uint8_t sel = data[0];
-  const bool add_checksum = sel & 1, hybrid = sel & 2, keep_kraw = sel & 4;
-  const fak::DType kv = (sel >> 3) % 3 == 0   ? fak::DType::F32
-                        : (sel >> 3) % 3 == 1 ? fak::DType::F16
-                                              : fak::DType::BF16;
-  std::string file(reinterpret_cast<const char*>(data + 1), size - 1);
-  if (add_checksum) {
-    fak::Fnv1a sum;
-    sum.update(file);
-    const uint64_t d = sum.digest();
-    file.append(reinterpret_cast<const char*>(&d), sizeof(d));
-  }
-  if (FILE* f = std::fopen(scratch_file().c_str(), "wb")) {
-    const bool ok = std::fwrite(file.data(), 1, file.size(), f) == file.size();
-    std::fclose(f);
-    if (!ok) __builtin_trap();
-  }
-  auto m = model(hybrid);
+  const auto in = fuzz::decode_input(data, size);
+  if (!in) return 0;
+  fuzz::write_or_trap(scratch_file(), in->file);
+  auto m = fuzz::oracle_model(in->hybrid);
   const fak::ModelConfig& c = m->config();
   auto cache =
-      std::make_shared<fak::KvCache>(m->n_attention_layers(), c.n_kv_heads, c.head_dim,
-                                     fak::KvCacheOptions{.keep_kraw = keep_kraw, .dtype = kv});
+      std::make_shared<fak::KvCache>(m->n_attention_layers(), c.n_kv_heads, c.head_dim, in->cache);
   try {
     fak::Session s = fak::Session::load(scratch_file(), m, cache);
     if (s.size() < c.max_seq_len) s.append(std::vector<int32_t>{1});
