@@ -5,8 +5,11 @@
 
 #include <httplib.h>
 
+#include <atomic>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -72,6 +75,53 @@ inline std::string post_stream(int port, const std::string& path, const ojson& b
   c.send(req);
   return raw;
 }
+
+// A streamed completion of max_tokens tokens (ignore_eos) on the bundled model that holds a batch
+// slot: the constructor returns once its first bytes arrived (or it failed); join() waits for its
+// end, stop() cuts it off (so does the destructor).
+class LongStream {
+ public:
+  LongStream(int port, int max_tokens) : client_("127.0.0.1", port) {
+    client_.set_read_timeout(120, 0);
+    thread_ = std::thread([this, max_tokens] {
+      httplib::Request r;
+      r.method = "POST";
+      r.path = "/v1/completions";
+      r.body = ojson{
+          {"model", "pycoder-6m"},
+          {"prompt", "def f():"},
+          {"max_tokens", max_tokens},
+          {"ignore_eos", true},
+          {"stream",
+           true}}.dump();
+      r.set_header("Authorization", "Bearer key-a");
+      r.content_receiver = [this](const char*, size_t, uint64_t, uint64_t) {
+        started_ = true;
+        return true;
+      };
+      client_.send(r);
+      ended_ = true;
+    });
+    while (!started_ && !ended_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ~LongStream() { stop(); }
+  LongStream(const LongStream&) = delete;
+  LongStream& operator=(const LongStream&) = delete;
+
+  bool started() const { return started_; }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  void stop() {
+    client_.stop();
+    join();
+  }
+
+ private:
+  httplib::Client client_;
+  std::atomic<bool> started_{false}, ended_{false};
+  std::thread thread_;
+};
 
 struct SseEvent {
   std::string name;  // the `event:` line; empty for a comment

@@ -321,28 +321,8 @@ TEST(ServerAgentKeepAlive, StreamsSendKeepAlivesWhileTheyWait) {
   // in the queue for hundreds of steps, and its stream gets SSE comments meanwhile.
   ServerProcess server("--parallel 1 --sse-keepalive 0.05");
   ASSERT_NE(server.port(), 0);
-  std::atomic<bool> streaming{false};
-  std::thread busy([&] {
-    httplib::Client c("127.0.0.1", server.port());
-    c.set_read_timeout(120, 0);
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = json{
-        {"model", "pycoder-6m"},
-        {"prompt", "def f():"},
-        {"max_tokens", 480},
-        {"ignore_eos", true},
-        {"stream",
-         true}}.dump();
-    req.set_header("Authorization", "Bearer key-a");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      streaming = true;
-      return true;
-    };
-    c.send(req);
-  });
-  while (!streaming) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  LongStream busy(server.port(), 480);
+  ASSERT_TRUE(busy.started());
   json req = {{"model", "pycoder-6m"}, {"prompt", "x = 1"}, {"max_tokens", 2}, {"stream", true}};
   const std::string raw = stream_raw(server.port(), "/v1/completions", req);
   busy.join();

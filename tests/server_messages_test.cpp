@@ -439,28 +439,8 @@ TEST(ServerMessagesKeepAlive, StreamsPingWhileTheyWait) {
   ASSERT_NE(server.port(), 0);
   // A long generation, already streaming, fills the batch; a second request waits hundreds of
   // steps in the queue, then pings once it has started.
-  std::atomic<bool> streaming{false};
-  std::thread busy([&] {
-    httplib::Client c("127.0.0.1", server.port());
-    c.set_read_timeout(120, 0);
-    httplib::Request r;
-    r.method = "POST";
-    r.path = "/v1/completions";
-    r.body = ojson{
-        {"model", "pycoder-6m"},
-        {"prompt", "def f():"},
-        {"max_tokens", 480},
-        {"ignore_eos", true},
-        {"stream",
-         true}}.dump();
-    r.set_header("Authorization", "Bearer key-a");
-    r.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      streaming = true;
-      return true;
-    };
-    c.send(r);
-  });
-  while (!streaming) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  LongStream busy(server.port(), 480);
+  ASSERT_TRUE(busy.started());
   ojson req = user_says("x = 1", 60);
   req["stream"] = true;
   const std::string raw = post_stream(server.port(), "/v1/messages", req, kKeyA);
@@ -471,28 +451,7 @@ TEST(ServerMessagesKeepAlive, StreamsPingWhileTheyWait) {
 }
 
 TEST(ServerMessagesThinking, ThinkingBlocksFromAThinkingModel) {
-  // The bundled model with <think> tokens and a template that opens a thinking block unless
-  // enable_thinking is false (as Qwen3's does): what it writes is then its reasoning.
-  const auto model = temp_dir() / "thinker";
-  std::filesystem::copy(source_path("models/pycoder-6m"), model);
-  ojson tok = ojson::parse(read_file(model / "tokenizer.json"));
-  int id = 8128;  // the embedding's padded rows begin here
-  for (const char* t : {"<think>", "</think>"})
-    tok["added_tokens"].push_back({{"id", id++},
-                                   {"content", t},
-                                   {"single_word", false},
-                                   {"lstrip", false},
-                                   {"rstrip", false},
-                                   {"normalized", false},
-                                   {"special", false}});
-  write_file(model / "tokenizer.json", tok.dump());
-  ojson config = ojson::parse(read_file(model / "tokenizer_config.json"));
-  config["chat_template"] =
-      "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is "
-      "defined and enable_thinking is false %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif "
-      "%}{% endif %}";
-  write_file(model / "tokenizer_config.json", config.dump());
+  const auto model = thinking_model();
   ServerProcess server("-m " + model.string() + " --parallel 2");
   ASSERT_NE(server.port(), 0);
   ojson req = user_says("sort a list", 12);

@@ -368,28 +368,7 @@ TEST_F(ServerResponses, WhatNeedsStoredStateOrOtherToolsIsRefused) {
 }
 
 TEST(ServerResponsesThinking, ReasoningItemsFromAThinkingModel) {
-  // The bundled model with <think> tokens and a template that opens a thinking block unless
-  // enable_thinking is false: what it writes is then its reasoning.
-  const auto model = temp_dir() / "thinker";
-  std::filesystem::copy(source_path("models/pycoder-6m"), model);
-  ojson tok = ojson::parse(read_file(model / "tokenizer.json"));
-  int id = 8128;  // the embedding's padded rows begin here
-  for (const char* t : {"<think>", "</think>"})
-    tok["added_tokens"].push_back({{"id", id++},
-                                   {"content", t},
-                                   {"single_word", false},
-                                   {"lstrip", false},
-                                   {"rstrip", false},
-                                   {"normalized", false},
-                                   {"special", false}});
-  write_file(model / "tokenizer.json", tok.dump());
-  ojson config = ojson::parse(read_file(model / "tokenizer_config.json"));
-  config["chat_template"] =
-      "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is "
-      "defined and enable_thinking is false %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif "
-      "%}{% endif %}";
-  write_file(model / "tokenizer_config.json", config.dump());
+  const auto model = thinking_model();
   ServerProcess server("-m " + model.string() + " --parallel 2");
   ASSERT_NE(server.port(), 0);
   ojson req = ask("sort a list", 12);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "http_test_client.h"
 #include "server_process.h"
 #include "test_util.h"
 
@@ -502,27 +503,8 @@ TEST_F(ServerTest, SessionsCloneSaveLoadAndTenants) {
 TEST(ServerQueue, FullQueueIs429) {
   ServerProcess server("--parallel 1 --max-queue 0");
   ASSERT_NE(server.port(), 0);
-  httplib::Client c1("127.0.0.1", server.port());
-  std::atomic<bool> started{false};
-  std::thread long_one([&] {
-    httplib::Request hr;
-    hr.method = "POST";
-    hr.path = "/v1/completions";
-    hr.body = json{
-        {"model", "pycoder-6m"},
-        {"prompt", "def f():"},
-        {"max_tokens", 2000},
-        {"ignore_eos", true},
-        {"stream",
-         true}}.dump();
-    hr.set_header("Authorization", "Bearer key-a");
-    hr.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      started = true;
-      return true;
-    };
-    c1.send(hr);
-  });
-  while (!started) std::this_thread::sleep_for(10ms);
+  LongStream long_one(server.port(), 2000);
+  ASSERT_TRUE(long_one.started());
   httplib::Client c2("127.0.0.1", server.port());
   c2.set_bearer_token_auth("key-a");
   auto r = c2.Post("/v1/completions",
@@ -532,8 +514,7 @@ TEST(ServerQueue, FullQueueIs429) {
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");  // clients back off instead of hammering
-  c1.stop();
-  long_one.join();
+  long_one.stop();
 }
 
 // A hybrid (Gated DeltaNet) model behind the server: the second request's prompt extends the

@@ -1,7 +1,5 @@
 #include "test_util.h"
 
-#include <nlohmann/json.hpp>
-
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -14,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -120,6 +119,31 @@ std::string error_with_file_size_limit(size_t bytes, const std::function<void()>
   setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, old_handler);
   return msg;
+}
+
+std::filesystem::path thinking_model() {
+  const auto model = temp_dir() / "thinker";
+  std::filesystem::copy(source_path("models/pycoder-6m"), model);
+  nlohmann::ordered_json tok = nlohmann::ordered_json::parse(read_file(model / "tokenizer.json"));
+  int id = 8128;  // the embedding's padded rows begin here
+  for (const char* t : {"<think>", "</think>"})
+    tok["added_tokens"].push_back({{"id", id++},
+                                   {"content", t},
+                                   {"single_word", false},
+                                   {"lstrip", false},
+                                   {"rstrip", false},
+                                   {"normalized", false},
+                                   {"special", false}});
+  write_file(model / "tokenizer.json", tok.dump());
+  nlohmann::ordered_json config =
+      nlohmann::ordered_json::parse(read_file(model / "tokenizer_config.json"));
+  config["chat_template"] =
+      "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is "
+      "defined and enable_thinking is false %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif "
+      "%}{% endif %}";
+  write_file(model / "tokenizer_config.json", config.dump());
+  return model;
 }
 
 std::filesystem::path padded_vocab_model(int tokenizer_ids) {

@@ -32,6 +32,11 @@ std::string error_with_file_size_limit(size_t bytes, const std::function<void()>
 // plain vocabulary entries, the last a special added token), in a fresh temp directory.
 std::filesystem::path padded_vocab_model(int tokenizer_ids);
 
+// The bundled model with <think> / </think> added (on the embedding's first padded rows) and a
+// template that opens a thinking block unless enable_thinking is false (as Qwen3's does): what it
+// writes is then its reasoning. In a fresh temp directory named "thinker".
+std::filesystem::path thinking_model();
+
 // n token ids drawn uniformly from [0, vocab) by mt19937(seed).
 std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed);
 // Same length and the same bits (what the reuse stack promises).
