@@ -122,6 +122,16 @@ class Speculative : public ::testing::TestWithParam<ModelCase> {
     s.append(prompt);
     return s;
   }
+  // Plain (not speculative) generation from the prompt: the reference every drafter must match.
+  GenerateResult plain_generate(const std::vector<int32_t>& prompt, const GenerateOptions& o) {
+    Session s = prompted(prompt);
+    return generate(s, o);
+  }
+  // The prompt followed by what a generation produced: the tokens an oracle drafter proposes.
+  static std::vector<int32_t> with_reply(std::vector<int32_t> prompt, const GenerateResult& r) {
+    prompt.insert(prompt.end(), r.ids.begin(), r.ids.end());
+    return prompt;
+  }
   // A prompt an agent would send before rewriting: a block, other text, the block's start again.
   std::vector<int32_t> repetitive_prompt(uint32_t seed) {
     auto block = random_ids(40, vocab, seed);
@@ -190,10 +200,8 @@ TEST_P(Speculative, GreedyEqualsPlainGreedyWhenDraftsAreAcceptedAndRejected) {
   const auto prompt = random_ids(23, vocab, 5);
   GenerateOptions o;
   o.max_tokens = 50;
-  Session s = prompted(prompt);
-  const GenerateResult plain = generate(s, o);
-  std::vector<int32_t> truth = prompt;
-  truth.insert(truth.end(), plain.ids.begin(), plain.ids.end());
+  const GenerateResult plain = plain_generate(prompt, o);
+  const std::vector<int32_t> truth = with_reply(prompt, plain);
   for (int wrong_every : {0, 2, 4, 5}) {
     const GenerateResult r = expect_same(prompt, o, oracle_drafter(truth, 6, vocab, wrong_every),
                                          "wrong every " + std::to_string(wrong_every));
@@ -211,10 +219,8 @@ TEST_P(Speculative, MaxTokensIsNeverOvershot) {
   const auto prompt = random_ids(17, vocab, 6);
   GenerateOptions o;
   o.max_tokens = 40;
-  Session s = prompted(prompt);
-  const GenerateResult plain = generate(s, o);
-  std::vector<int32_t> truth = prompt;
-  truth.insert(truth.end(), plain.ids.begin(), plain.ids.end());
+  const GenerateResult plain = plain_generate(prompt, o);
+  const std::vector<int32_t> truth = with_reply(prompt, plain);
   for (int max_tokens : {0, 1, 2, 3, 5, 8, 9, 13}) {
     for (bool append_last : {true, false}) {
       o.max_tokens = max_tokens;
@@ -233,10 +239,8 @@ TEST_P(Speculative, StopTokenInsideAnAcceptedDraft) {
   const auto prompt = random_ids(19, vocab, 8);
   GenerateOptions o;
   o.max_tokens = 30;
-  Session s = prompted(prompt);
-  const GenerateResult plain = generate(s, o);
-  std::vector<int32_t> truth = prompt;
-  truth.insert(truth.end(), plain.ids.begin(), plain.ids.end());
+  const GenerateResult plain = plain_generate(prompt, o);
+  const std::vector<int32_t> truth = with_reply(prompt, plain);
   // A token whose first occurrence in the output is well inside a draft.
   size_t at = 0;
   for (size_t i = 4; i < plain.ids.size() && at == 0; ++i)
@@ -256,10 +260,8 @@ TEST_P(Speculative, CallbackStopInsideAnAcceptedDraft) {
   const auto prompt = random_ids(21, vocab, 9);
   GenerateOptions o;
   o.max_tokens = 30;
-  Session s = prompted(prompt);
-  const GenerateResult plain = generate(s, o);
-  std::vector<int32_t> truth = prompt;
-  truth.insert(truth.end(), plain.ids.begin(), plain.ids.end());
+  const GenerateResult plain = plain_generate(prompt, o);
+  const std::vector<int32_t> truth = with_reply(prompt, plain);
   for (int stop_after : {1, 4, 6}) {
     int seen = 0;
     auto on_token = [&](int32_t) { return ++seen < stop_after; };
@@ -355,10 +357,8 @@ TEST_P(Speculative, SeededSamplingAndPenaltiesEqualPlain) {
   o.sampling.temperature = 0.8f;
   o.sampling.top_k = 40;
   o.sampling.seed = 3;
-  Session s = prompted(prompt);
-  const GenerateResult plain = generate(s, o);
-  std::vector<int32_t> truth = prompt;
-  truth.insert(truth.end(), plain.ids.begin(), plain.ids.end());
+  const GenerateResult plain = plain_generate(prompt, o);
+  const std::vector<int32_t> truth = with_reply(prompt, plain);
   const GenerateResult r = expect_same(prompt, o, oracle_drafter(truth, 8, vocab, 5), "seeded");
   EXPECT_GT(r.spec_accepted, 0);
   expect_same(prompt, o, ngram_drafter({}), "seeded, ngram drafts");
