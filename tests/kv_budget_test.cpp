@@ -16,16 +16,8 @@
 namespace fak {
 
 using test::bit_equal;
+using test::cat;
 using test::random_ids;
-
-namespace {
-
-std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-}  // namespace
 
 // Whatever the budget, allocating until the cache refuses never maps more than the budget, and
 // the blocks it refuses at are all the budget can hold in whole slabs, less at most one per slab.

@@ -14,14 +14,10 @@
 namespace fak {
 
 using test::bit_equal;
+using test::cat;
 using test::random_ids;
 
 namespace {
-
-std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 std::vector<std::filesystem::path> files_in(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> out;

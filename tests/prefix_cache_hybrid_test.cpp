@@ -12,14 +12,10 @@
 namespace fak {
 
 using test::bit_equal;
+using test::cat;
 using test::random_ids;
 
 namespace {
-
-std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 class HybridPrefixCache : public ::testing::Test {
  protected:

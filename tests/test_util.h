@@ -39,6 +39,11 @@ std::filesystem::path thinking_model();
 
 // n token ids drawn uniformly from [0, vocab) by mt19937(seed).
 std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed);
+// a followed by b.
+inline std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 // Same length and the same bits (what the reuse stack promises).
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b);
 
