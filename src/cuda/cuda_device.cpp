@@ -47,15 +47,32 @@ DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) {
   reserve(bytes, what);
 }
 
+void cuda_free_on(int device, void* p) noexcept {
+  if (!p) return;
+  int current = -1;
+  const bool switched = cudaGetDevice(&current) == cudaSuccess && current != device &&
+                        cudaSetDevice(device) == cudaSuccess;
+  cudaFree(p);
+  if (switched) cudaSetDevice(current);
+  cudaGetLastError();  // a failed free at exit must not be reported by the next call
+}
+
+void DeviceBuffer::release() noexcept {
+  cuda_free_on(device_, data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
 DeviceBuffer::~DeviceBuffer() {
-  if (data_) cudaFree(data_);
+  release();
 }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (data_) cudaFree(data_);
+    release();
     data_ = o.data_;
     bytes_ = o.bytes_;
+    device_ = o.device_;
     o.data_ = nullptr;
     o.bytes_ = 0;
   }
@@ -64,9 +81,8 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 void DeviceBuffer::reserve(size_t bytes, const char* what) {
   if (bytes <= bytes_) return;
-  if (data_) cudaFree(data_);
-  data_ = nullptr;
-  bytes_ = 0;
+  release();
+  cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
   const cudaError_t status = cudaMalloc(&data_, bytes);
   if (status != cudaSuccess) {
     data_ = nullptr;
@@ -125,7 +141,7 @@ class CudaKvStorage final : public KvStorage {
     return static_cast<uint8_t*>(p);
   }
 
-  void unmap_slab(uint8_t* slab, size_t) noexcept override { cudaFree(slab); }
+  void unmap_slab(uint8_t* slab, size_t) noexcept override { cuda_free_on(index_, slab); }
 
   void copy_2d(CopyKind kind, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                size_t width, size_t height) override {

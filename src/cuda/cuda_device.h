@@ -27,7 +27,7 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   DeviceBuffer(size_t bytes, const char* what);
   ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
+  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_), device_(o.device_) {
     o.data_ = nullptr;
     o.bytes_ = 0;
   }
@@ -47,9 +47,17 @@ class DeviceBuffer {
   void download(void* host, size_t bytes) const;  // device -> host, synchronous
 
  private:
+  void release() noexcept;  // frees on the device it was allocated on
+
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  int device_ = 0;
 };
+
+// Frees device memory on `device`, the calling thread's current device left as it was: a thread
+// that never chose one (the runtime's default is device 0) must not free another GPU's memory
+// from device 0's context.
+void cuda_free_on(int device, void* p) noexcept;
 
 // KV slabs in the memory of GPU `index`, zero-filled; copies with cudaMemcpy2D.
 std::shared_ptr<KvStorage> cuda_kv_storage(int index);

@@ -81,6 +81,12 @@ class CudaForward final : public DeviceForward {
     final_norm_ = upload_floats(w.final_norm, "final norm");
   }
 
+  void reserve_scratch(int tokens, int logit_rows) const override {
+    std::lock_guard lock(mutex_);
+    cuda_use_device(index_);
+    reserve_scratch_locked(tokens, logit_rows);
+  }
+
   std::string device_name() const override { return "cuda:" + std::to_string(index_); }
   std::shared_ptr<KvStorage> kv_storage() const override { return storage_; }
   size_t weight_bytes() const override { return weight_bytes_; }
@@ -127,21 +133,7 @@ class CudaForward final : public DeviceForward {
     std::vector<uint8_t*> slabs(cache.n_slabs());
     for (size_t i = 0; i < slabs.size(); ++i) slabs[i] = cache.slab(i);
 
-    auto grow = [&](DeviceBuffer& b, size_t floats, const char* what) {
-      b.reserve(std::max<size_t>(floats, 1) * sizeof(float), what);
-    };
-    const size_t q_rows = size_t(std::max(q_dim, c.dim));
-    grow(s_.x, size_t(T) * D, "activations");
-    grow(s_.xn, size_t(T) * D, "activations");
-    grow(s_.q, size_t(T) * q_rows, "queries");
-    grow(s_.k, size_t(T) * size_t(kv_dim), "keys");
-    grow(s_.v, size_t(T) * size_t(kv_dim), "values");
-    grow(s_.attn, size_t(T) * q_rows, "attention output");
-    grow(s_.proj, size_t(T) * D, "projections");
-    grow(s_.gate, size_t(T) * size_t(c.hidden_dim), "MLP gate");
-    grow(s_.up, size_t(T) * size_t(c.hidden_dim), "MLP up");
-    grow(s_.cos, cos.size(), "RoPE angles");
-    grow(s_.sin, sin.size(), "RoPE angles");
+    reserve_scratch_locked(T, 0);
     s_.pos.reserve(pos.size() * sizeof(int32_t), "positions");
     s_.table_start.reserve(table_start.size() * sizeof(int32_t), "block tables");
     s_.tables.reserve(std::max<size_t>(tables.size(), 1) * sizeof(int32_t), "block tables");
@@ -236,10 +228,8 @@ class CudaForward final : public DeviceForward {
       return;
     }
     const size_t R = rows.size();
-    s_.rows.reserve(R * sizeof(int32_t), "logit rows");
+    reserve_scratch_locked(T, int(R));
     s_.rows.upload(rows.data(), R * sizeof(int32_t));
-    grow(s_.normed, R * D, "normed rows");
-    grow(s_.logits, R * size_t(c.vocab), "logits");
     cuda::rmsnorm(dx, ptr(final_norm_), int(R), c.dim, eps, s_.normed.as<float>(),
                   s_.rows.as<int32_t>(), stream);
     cuda::matmul(lm_head_, s_.normed.as<float>(), int(R), s_.logits.as<float>(), stream);
@@ -250,6 +240,36 @@ class CudaForward final : public DeviceForward {
   }
 
  private:
+  // The activation buffers for a forward of `tokens` tokens and `logit_rows` rows of logits (they
+  // only grow; the caller holds mutex_).
+  void reserve_scratch_locked(int tokens, int logit_rows) const {
+    const ModelConfig& c = model_.config();
+    const size_t T = size_t(std::max(tokens, 1)), R = size_t(std::max(logit_rows, 1));
+    const size_t D = size_t(c.dim), q_rows = size_t(std::max(c.q_dim(), c.dim));
+    const size_t half = size_t(std::max(model_.rope().rotary_dim() / 2, 1));
+    auto grow = [](DeviceBuffer& b, size_t floats, const char* what) {
+      b.reserve(floats * sizeof(float), what);
+    };
+    grow(s_.x, T * D, "activations");
+    grow(s_.xn, T * D, "activations");
+    grow(s_.q, T * q_rows, "queries");
+    grow(s_.k, T * size_t(c.kv_dim()), "keys");
+    grow(s_.v, T * size_t(c.kv_dim()), "values");
+    grow(s_.attn, T * q_rows, "attention output");
+    grow(s_.proj, T * D, "projections");
+    grow(s_.gate, T * size_t(c.hidden_dim), "MLP gate");
+    grow(s_.up, T * size_t(c.hidden_dim), "MLP up");
+    grow(s_.cos, T * half, "RoPE angles");
+    grow(s_.sin, T * half, "RoPE angles");
+    s_.pos.reserve(T * sizeof(int32_t), "positions");
+    s_.table_start.reserve(T * sizeof(int32_t), "block tables");
+    if (logit_rows > 0) {
+      s_.rows.reserve(R * sizeof(int32_t), "logit rows");
+      grow(s_.normed, R * D, "normed rows");
+      grow(s_.logits, R * size_t(c.vocab), "logits");
+    }
+  }
+
   // A matrix in device memory, as stored where the kernels read that type, else widened to f32.
   DevMatrix upload(const WeightMatrix& w) {
     DevMatrix d;

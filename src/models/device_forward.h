@@ -20,6 +20,9 @@ class DeviceForward {
   virtual std::string device_name() const = 0;
   // Where caches for this model must keep their slabs.
   virtual std::shared_ptr<KvStorage> kv_storage() const = 0;
+  // Allocates the forward's working memory for batches of up to `tokens` tokens and `logit_rows`
+  // rows of logits now, so a memory budget planned after it (the server's KV) leaves it room.
+  virtual void reserve_scratch(int tokens, int logit_rows) const = 0;
   // Bytes of device memory the weights take.
   virtual size_t weight_bytes() const = 0;
   virtual void forward(std::span<const BatchItem> batch, KvCache& cache,

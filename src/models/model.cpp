@@ -168,6 +168,10 @@ void Model::place_on(const Device& device) {
   identity_ += "-cuda";
 }
 
+void Model::reserve_device_scratch(int tokens, int logit_rows) const {
+  if (device_forward_) device_forward_->reserve_scratch(tokens, logit_rows);
+}
+
 std::shared_ptr<KvStorage> Model::make_kv_storage() const {
   return device_forward_ ? device_forward_->kv_storage() : host_kv_storage();
 }

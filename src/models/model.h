@@ -99,6 +99,9 @@ class Model {
   // Where a KvCache for this model keeps its slabs (KvCacheOptions::storage): host memory for the
   // CPU forward, device memory for a device's.
   std::shared_ptr<KvStorage> make_kv_storage() const;
+  // A device forward allocates its working memory for batches this large now (a no-op on the CPU,
+  // whose scratch is per thread and grows with the batch).
+  void reserve_device_scratch(int tokens, int logit_rows) const;
 
  private:
   Model();

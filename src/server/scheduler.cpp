@@ -98,7 +98,11 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   bo.weights_bytes = options_.available_memory ? 0 : mapped_weight_bytes(*model_);
   std::shared_ptr<KvStorage> storage = model_->make_kv_storage();
   if (!storage->host_accessible() && !options_.available_memory) {
-    // KV on a GPU: bounded by the device's free memory (its weights are already out of it).
+    // KV on a GPU: bounded by the device's free memory, once its weights and the forward's working
+    // memory for the largest step this scheduler makes are out of it.
+    const int per_sequence = 1 + (options_.draft ? options_.draft->max_draft : 0);
+    model_->reserve_device_scratch(options_.prefill_chunk + options_.parallel * per_sequence,
+                                   options_.parallel * per_sequence);
     bo.available = storage->available_bytes();
     bo.weights_bytes = 0;
   }
