@@ -474,6 +474,23 @@ TEST(ServerMessagesThinking, ThinkingBlocksFromAThinkingModel) {
   ASSERT_EQ(off.status, 200) << off.body;
   ASSERT_EQ(off.j()["content"].size(), 1u);
   EXPECT_EQ(off.j()["content"][0]["type"], "text");
+
+  // A budget of 4 tokens: the scheduler closes the block after the model's first 4 (greedy: the
+  // same 4 as above), and the rest of max_tokens is the answer.
+  req["thinking"] = {{"type", "enabled"}, {"budget_tokens", 4}};
+  const HttpReply small = post_json(server.port(), "/v1/messages", req, kKeyA);
+  ASSERT_EQ(small.status, 200) << small.body;
+  const ojson parts = small.j()["content"];
+  ASSERT_EQ(parts.size(), 2u) << small.body;
+  ASSERT_EQ(parts[0]["type"], "thinking");
+  EXPECT_EQ(parts[1]["type"], "text");
+  EXPECT_FALSE(parts[1]["text"].get<std::string>().empty());
+  const std::string unbounded = content[0]["thinking"], bounded = parts[0]["thinking"];
+  EXPECT_LT(bounded.size(), unbounded.size());
+  EXPECT_EQ(unbounded.rfind(bounded, 0), 0u) << bounded << " | " << unbounded;
+  EXPECT_EQ(small.j()["usage"]["output_tokens"], 12);  // the closing tag counts as one
+  req["stream"] = true;
+  EXPECT_EQ(reassemble(post_stream(server.port(), "/v1/messages", req, kKeyA))["content"], parts);
 }
 
 // The translation into chat messages, in process.

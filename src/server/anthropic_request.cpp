@@ -220,10 +220,12 @@ void parse_thinking(const ojson& j, bool model_thinks, ChatTurn& t) {
   if (type != "enabled" && type != "disabled" && type != "adaptive")
     bad_request("`thinking.type` must be enabled, disabled or adaptive, not '" + type + "'",
                 "thinking.type");
-  // budget_tokens is checked but not enforced: the model thinks until it closes its block.
-  if (type == "enabled" && !get_int(*it, "budget_tokens", 1, INT32_MAX))
+  const std::optional<int> budget = get_int(*it, "budget_tokens", 1, INT32_MAX);
+  if (type == "enabled" && !budget)
     bad_request("`thinking.budget_tokens` is required when thinking is enabled",
                 "thinking.budget_tokens");
+  // The scheduler closes the block once it holds budget_tokens tokens (scheduler.h).
+  if (type == "enabled" && model_thinks) t.reasoning_budget = budget;
   // A model without a thinking block has nothing to switch: the field is accepted and ignored.
   if (model_thinks && type != "adaptive")
     t.template_kwargs = {{"enable_thinking", type == "enabled"}};

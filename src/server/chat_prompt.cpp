@@ -26,7 +26,9 @@ ChatPrompt::ChatPrompt(const Model& model) {
   stop_ids_ = model_stop_ids(model);
   for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"})
     if (auto id = tok->token_id(end); id && tok->is_special(*id)) stop_ids_.push_back(*id);
-  if (tok->token_id("<think>")) think_close_ = tok->token_id("</think>");
+  think_open_ = tok->token_id("<think>");
+  if (think_open_) think_close_ = tok->token_id("</think>");
+  if (!think_close_) think_open_.reset();
   std::sort(stop_ids_.begin(), stop_ids_.end());
   stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
 }

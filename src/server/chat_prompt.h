@@ -25,9 +25,11 @@ class ChatPrompt {
   // null or an object of extra template variables (chat_template_kwargs: enable_thinking, ...).
   std::string render(const ojson& messages, const ojson& tools, bool add_generation_prompt,
                      const ojson& kwargs = nullptr) const;
-  // Thinking models (a "<think>" token in the vocabulary): the id of "</think>", which ends the
-  // reasoning block a constrained reply must wait for; nullopt for other models.
+  // Thinking models (a "<think>" token in the vocabulary): the ids of "<think>" and "</think>",
+  // which opens and ends the reasoning block (a constrained reply waits for the end, a reasoning
+  // budget counts between them); nullopt for other models.
   std::optional<int32_t> think_close_id() const { return think_close_; }
+  std::optional<int32_t> think_open_id() const { return think_open_; }
   // End of an assistant turn: the model's eos ids plus end-of-turn specials (<|im_end|>, ...).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   bool template_handles_tools() const { return handles_tools_; }
@@ -36,7 +38,7 @@ class ChatPrompt {
   ChatTemplate template_;
   ojson extra_;
   std::vector<int32_t> stop_ids_;
-  std::optional<int32_t> think_close_;
+  std::optional<int32_t> think_open_, think_close_;
   bool handles_tools_ = false;
 };
 

@@ -71,6 +71,9 @@ GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
       turn.tools.is_array() && !turn.tools.empty() && turn.tool_choice != "none";
   spec.split_reasoning = ctx.chat->think_close_id().has_value();
   spec.reasoning_open = spec.split_reasoning && prompt.opens_reasoning;
+  if (turn.reasoning_budget && ctx.chat->think_open_id() && ctx.chat->think_close_id())
+    spec.reasoning_budget = ReasoningBudget{*turn.reasoning_budget, *ctx.chat->think_open_id(),
+                                            *ctx.chat->think_close_id()};
   // A thinking model thinks first; the constraint starts once the block is closed.
   if (spec.grammar && spec.split_reasoning && !prompt.closes_reasoning)
     spec.grammar_after = ctx.chat->think_close_id();

@@ -34,6 +34,7 @@ struct ChatTurn {
   // follows the generation prompt, and the reply holds only what comes after it.
   std::string prefill;
   std::optional<int> max_tokens;
+  std::optional<int> reasoning_budget;  // most reasoning tokens (thinking.budget_tokens)
   SamplingOptions sampling;
   std::vector<std::string> stop;
 };

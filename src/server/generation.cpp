@@ -38,6 +38,8 @@ Generation::Generation(ServerContext& ctx, GenerationSpec spec)
   g.top_logprobs = spec.top_logprobs;
   g.grammar = std::move(spec.grammar);
   g.grammar_after = spec.grammar_after;
+  g.reasoning_budget = spec.reasoning_budget;
+  g.reasoning_open = spec.reasoning_open;
   ctx.scheduler->submit(std::move(g));
 }
 

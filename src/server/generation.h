@@ -38,6 +38,7 @@ struct GenerationSpec {
   bool capture_tool_calls = false;  // <tool_call> blocks become tool calls, not content
   bool split_reasoning = false;     // <think> blocks become reasoning, not content
   bool reasoning_open = false;      // the prompt leaves the reply inside a <think> block
+  std::optional<ReasoningBudget> reasoning_budget;
 };
 
 // What one poll released for one choice.

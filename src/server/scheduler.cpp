@@ -51,6 +51,9 @@ struct Scheduler::Active {
   std::vector<int32_t> verify_input;
   std::vector<float> verify_rows;
   int verify_base = -1;  // -1: not verifying this step
+  // Inside a <think> block, and how many tokens it holds (for req.reasoning_budget).
+  bool reasoning = false;
+  int reasoning_tokens = 0;
   // Dense models prefill the uncached part of the prompt in chunks, inside decode steps.
   bool prefilling() const { return session->size() < int(req.prompt.size()); }
 };
@@ -293,8 +296,11 @@ void Scheduler::admit(GenRequest r) {
     a->choices_left = a->req.n - 1;
     a->matcher = std::move(matcher);
     a->constrained = a->matcher && !a->req.grammar_after;
+    // A reasoning budget closes the block at an exact token count, which a verify step's accepted
+    // run could pass: those sequences decode one token at a time.
     a->speculates = options_.draft && !a->req.session && !a->matcher && a->req.top_logprobs < 0 &&
-                    speculation_unsupported(*model_).empty();
+                    !a->req.reasoning_budget && speculation_unsupported(*model_).empty();
+    a->reasoning = a->req.reasoning_open;
     active_.push_back(std::move(a));
   } catch (const std::exception& e) {
     if (r.on_finish) {
@@ -361,6 +367,7 @@ void Scheduler::spawn_choices() {
       if (a.matcher) c->matcher.emplace(*a.matcher);  // nothing generated yet: the start state
       c->constrained = a.constrained;
       c->speculates = a.speculates;
+      c->reasoning = a.reasoning;
       spawned.push_back(std::move(c));
     }
     a.choices_left = 0;
@@ -416,10 +423,22 @@ void Scheduler::step() {
       grammar::apply_token_mask(a.masked, a.mask);
       choose_from = a.masked;
     }
-    // After a verify the next token is already sampled (from the same logits and history).
-    const int32_t next =
-        a.pending ? *a.pending : a.sampler.sample(choose_from, a.session->tokens());
+    // After a verify the next token is already sampled (from the same logits and history); a
+    // reasoning block that has spent its budget is closed here, not by the model.
+    const std::optional<ReasoningBudget>& budget = a.req.reasoning_budget;
+    const bool close_reasoning = budget && a.reasoning && a.reasoning_tokens >= budget->tokens;
+    const int32_t next = close_reasoning ? budget->close
+                         : a.pending     ? *a.pending
+                                         : a.sampler.sample(choose_from, a.session->tokens());
     a.pending.reset();
+    if (budget) {
+      if (next == budget->open)
+        a.reasoning = true;
+      else if (next == budget->close)
+        a.reasoning = false;
+      else if (a.reasoning)
+        ++a.reasoning_tokens;
+    }
     if (a.matcher) {
       if (a.constrained)
         a.matcher->advance_token(next);

@@ -116,6 +116,13 @@ class GenStream {
   std::atomic<bool> cancelled_{false}, client_gone_{false};
 };
 
+// At most `tokens` tokens of reasoning (Anthropic's thinking.budget_tokens): once a <think> block
+// has that many, the scheduler appends `close` itself, and the model goes on to its answer.
+struct ReasoningBudget {
+  int tokens = 0;
+  int32_t open = -1, close = -1;  // the <think> and </think> token ids
+};
+
 struct GenRequest {
   std::string partition;  // prefix-cache tenant
   std::vector<int32_t> prompt;
@@ -139,6 +146,8 @@ struct GenRequest {
   // (a reasoning block's closing tag), so a thinking model thinks freely first.
   std::shared_ptr<const grammar::Grammar> grammar;
   std::optional<int32_t> grammar_after;
+  std::optional<ReasoningBudget> reasoning_budget;
+  bool reasoning_open = false;  // the prompt leaves the reply inside a <think> block
 };
 
 struct SchedulerOptions {
