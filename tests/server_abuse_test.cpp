@@ -224,6 +224,24 @@ TEST_F(ServerAbuse, BodiesPastTheLimitAreRefusedWhateverTheirFraming) {
   const std::string no_length = exchange(
       port(), "POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer key-a\r\n\r\n");
   EXPECT_EQ(status_of(no_length), 411) << no_length;
+  EXPECT_EQ(body_of(no_length)["error"]["code"], "length_required");
+
+  // The same refusals on /v1/messages come in Anthropic's error shape, which its clients read.
+  const std::string anthropic_huge =
+      exchange(port(),
+               "POST /v1/messages HTTP/1.1\r\nHost: t\r\nx-api-key: key-a\r\n"
+               "Content-Length: 1000000000000\r\n\r\n");
+  EXPECT_EQ(status_of(anthropic_huge), 413) << anthropic_huge;
+  EXPECT_EQ(body_of(anthropic_huge)["type"], "error") << anthropic_huge;
+  EXPECT_EQ(body_of(anthropic_huge)["error"]["type"], "request_too_large") << anthropic_huge;
+  const std::string anthropic_no_length =
+      exchange(port(), "POST /v1/messages HTTP/1.1\r\nHost: t\r\nx-api-key: key-a\r\n\r\n");
+  EXPECT_EQ(status_of(anthropic_no_length), 411) << anthropic_no_length;
+  EXPECT_EQ(body_of(anthropic_no_length)["type"], "error") << anthropic_no_length;
+  const std::string wrong_method =
+      exchange(port(), "GET /v1/messages HTTP/1.1\r\nHost: t\r\nx-api-key: key-a\r\n\r\n");
+  EXPECT_EQ(status_of(wrong_method), 405) << wrong_method;
+  EXPECT_EQ(body_of(wrong_method)["type"], "error") << wrong_method;
 
   // Expect: 100-continue is honoured before the body is read.
   const std::string body = completion("import", 2).dump();

@@ -221,20 +221,26 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
       default_session_quota(kv_tokens, ctx.scheduler->ctx()));
 
   Router& router = impl_->router;
-  router.error = [](HttpResponse& res, int status, const std::string& message,
-                    const std::string& code) {
-    reply_error(res, status, message, status >= 500 ? "server_error" : "invalid_request_error", "",
-                code);
+  // Each API's clients read errors in their own shape, the transport's refusals included.
+  const auto anthropic_path = [](const std::string& path) {
+    return path.rfind("/v1/messages", 0) == 0;
+  };
+  router.error = [anthropic_path](const std::string& path, HttpResponse& res, int status,
+                                  const std::string& message, const std::string& code) {
+    if (anthropic_path(path))
+      reply_anthropic_error(res, status, message);
+    else
+      reply_error(res, status, message, status >= 500 ? "server_error" : "invalid_request_error",
+                  "", code);
     if (status == 503 || status == 429) res.set_header("Retry-After", "1");
   };
-  router.before = [&ctx](const HttpRequest& req, HttpResponse& res) {
+  router.before = [&ctx, anthropic_path](const HttpRequest& req, HttpResponse& res) {
     const auto& keys = ctx.options.api_keys;
     if (keys.empty() || req.path == "/health" || req.path == "/metrics") return false;
     if (keys.count(tenant_of(req))) return false;
     const std::string message =
         "missing or unknown API key: send Authorization: Bearer <key> (or x-api-key: <key>)";
-    // Each API's clients read errors in their own shape.
-    if (req.path.rfind("/v1/messages", 0) == 0)
+    if (anthropic_path(req.path))
       reply_anthropic_error(res, 401, message);
     else
       reply_error(res, 401, message, "authentication_error", "", "invalid_api_key");

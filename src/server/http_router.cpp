@@ -72,12 +72,12 @@ bool Router::runs_inline(const HttpRequest& req) const {
   return r && r->runs_inline;
 }
 
-HttpResponse Router::refusal(int status, const std::string& message,
+HttpResponse Router::refusal(const std::string& path, int status, const std::string& message,
                              const std::string& code) const {
   HttpResponse res;
   res.status = status;
   if (error) {
-    error(res, status, message, code);
+    error(path, res, status, message, code);
   } else {
     res.content_type = "text/plain";
     res.body = message + "\n";
@@ -92,9 +92,11 @@ void Router::dispatch(HttpRequest& req, HttpResponse& res) const {
       bool known = false;
       const Route* r = find(req, &groups, &known);
       if (!r) {
-        res = known ? refusal(405, "method " + req.method + " is not allowed on " + req.path,
+        res = known ? refusal(req.path, 405,
+                              "method " + req.method + " is not allowed on " + req.path,
                               "method_not_allowed")
-                    : refusal(404, "no route for " + req.method + " " + req.path, "not_found");
+                    : refusal(req.path, 404, "no route for " + req.method + " " + req.path,
+                              "not_found");
       } else {
         req.matches.assign(1, req.path);
         req.matches.insert(req.matches.end(), groups.begin(), groups.end());
@@ -102,9 +104,9 @@ void Router::dispatch(HttpRequest& req, HttpResponse& res) const {
       }
     }
   } catch (const std::exception& e) {
-    res = refusal(500, std::string("internal error: ") + e.what(), "");
+    res = refusal(req.path, 500, std::string("internal error: ") + e.what(), "");
   } catch (...) {
-    res = refusal(500, "internal error", "");
+    res = refusal(req.path, 500, "internal error", "");
   }
   // A stream's status is known now; its completion is the transport's business.
   if (after) after(req, res.status);

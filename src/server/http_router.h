@@ -28,7 +28,8 @@ class Router {
   void dispatch(HttpRequest& req, HttpResponse& res) const;
 
   // A response for a status the transport decided on itself, through the error hook.
-  HttpResponse refusal(int status, const std::string& message, const std::string& code) const;
+  HttpResponse refusal(const std::string& path, int status, const std::string& message,
+                       const std::string& code) const;
   // The after hook for such a refusal (the transport calls it once it is sent).
   void note(const HttpRequest& req, int status) const {
     if (after) after(req, status);
@@ -37,7 +38,9 @@ class Router {
   // Returns true when it answered the request itself (e.g. 401).
   std::function<bool(const HttpRequest&, HttpResponse&)> before;
   std::function<void(const HttpRequest&, int status)> after;
-  std::function<void(HttpResponse&, int status, const std::string& message,
+  // Words a refusal the router or the transport makes (404, 413, 503, ...) in the API's shape;
+  // `path` is the request's (empty when the head could not be read).
+  std::function<void(const std::string& path, HttpResponse&, int status, const std::string& message,
                      const std::string& code)>
       error;
 

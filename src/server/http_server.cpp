@@ -280,7 +280,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       work(std::move(self), std::move(req));
     };
     if (!srv_.workers->try_post(std::move(task))) {
-      HttpResponse res = srv_.router.refusal(503,
+      HttpResponse res = srv_.router.refusal(req->path, 503,
                                              "the server is overloaded: every worker is busy and " +
                                                  std::to_string(srv_.o.max_pending) +
                                                  " requests wait for one; retry later",
@@ -416,14 +416,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // trusted to be a request boundary.
   void refuse(const Refusal& r) {
     HttpRequest req;
-    if (parser_ && parser_->is_header_done()) {
+    if (parser_) {
+      // The parser stores the start line as soon as it has read it, so a refusal found among the
+      // fields (a Content-Length past the limit) still knows its path (empty before that).
       req.method = std::string(parser_->get().method_string());
       req.path = std::string(parser_->get().target());
     }
     srv_.router.note(req, r.status);
     keep_alive_ = false;
     lingering_ = true;
-    write_response(srv_.router.refusal(r.status, r.message, r.code));
+    write_response(srv_.router.refusal(req.path, r.status, r.message, r.code));
   }
 
   HttpServer::Impl& srv_;
@@ -594,13 +596,14 @@ std::string serve_raw_request(const Router& router, const HttpServerOptions& o,
     os << to_message(std::move(res), version, keep_alive);
     return os.str();
   };
+  const std::string path(p.get().target());  // stored once the start line is read
   if (ec) {
     const Refusal r = refusal_for(ec, o);
-    return wire(router.refusal(r.status, r.message, r.code), 11, false);
+    return wire(router.refusal(path, r.status, r.message, r.code), 11, false);
   }
   if (!p.is_done()) return "";  // incomplete: a real client would time out, unanswered
   if (auto r = check_head(p))
-    return wire(router.refusal(r->status, r->message, r->code), 11, false);
+    return wire(router.refusal(path, r->status, r->message, r->code), 11, false);
   const unsigned version = p.get().version();
   const bool keep_alive = p.get().keep_alive();
   HttpRequest req = to_request(p.release());
