@@ -22,13 +22,13 @@ echo "build rc=$? in $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.txt"
 [ -x build-gpu/fak ] || { tail -50 "$OUT/build.txt"; exit 1; }
 
 log "device tests (gtest: every *_cuda instance, the device and seam tests)"
-timeout 240 build-gpu/fak_tests --gtest_filter='*cuda*:*Device*:*KvStorageSeam*' \
+timeout 240 build-gpu/fak_tests --gtest_filter='*cuda*:*Device*:*KvStorageSeam*:Devices/Hybrid.*' \
   --gtest_output=json:"$OUT/gtest_cuda.json" > "$OUT/gtest_cuda.txt" 2>&1
 echo "gtest rc=$?" | tee -a "$OUT/steps.txt"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/gtest_cuda.txt" | tail -60
 
 log "HF parity per fixture on cuda:0"
-for f in llama-tiny qwen2-tiny qwen3-tiny; do
+for f in llama-tiny qwen2-tiny qwen3-tiny qwen35-hybrid-tiny; do
   timeout 60 build-gpu/fak parity --device cuda -m "tests/data/oracle/$f" \
     --reference "tests/data/oracle/$f/reference.safetensors" --json > "$OUT/parity_$f.json" 2>&1
   echo "parity $f rc=$?" | tee -a "$OUT/steps.txt"

@@ -39,12 +39,18 @@ using Appends = std::vector<std::vector<int32_t>>;
 
 }  // namespace
 
-class Hybrid : public ::testing::Test {
+// On the CPU, and in a CUDA build on the GPU too (skipped, saying why, where none is): the same
+// reference and the same exactness rules (the device's DeltaNet is recurrent for every token,
+// which the CPU's chunked prefill matches to rounding).
+class Hybrid : public ::testing::TestWithParam<Device> {
  protected:
   void SetUp() override {
-    model = Model::load(fixture_dir(), {.load_tokenizer = false});
-    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
-                                      model->config().head_dim, KvCacheOptions{.block_size = 16});
+    if (const std::string why = device_unavailable_reason(GetParam()); !why.empty())
+      GTEST_SKIP() << why;
+    model = Model::load(fixture_dir(), {.load_tokenizer = false, .device = GetParam()});
+    cache = std::make_shared<KvCache>(
+        model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
+        KvCacheOptions{.block_size = 16, .storage = model->make_kv_storage()});
     vocab = model->config().vocab;
   }
   // The reference for an edited session: a fresh session given the same appends.
@@ -71,7 +77,7 @@ class Hybrid : public ::testing::Test {
 // HF generate run behind the fixture treated the prompt's token 0 (position 25) as padding
 // (attention_mask inferred from pad_token_id 0) and so flipped step 14 (456 for 129); see
 // reference.json and tests/tools/qwen35_reference.py --pad-token-id 0, which reproduces it.
-TEST_F(Hybrid, ParityWithReference) {
+TEST_P(Hybrid, ParityWithReference) {
   auto ref = TensorStore::open_file(fixture_dir() / "reference.safetensors");
   ParityReport r = run_parity(model, ref, 1e-3);
   ASSERT_FALSE(r.cases.empty());
@@ -93,7 +99,7 @@ TEST_F(Hybrid, ParityWithReference) {
   }
 }
 
-TEST_F(Hybrid, HiddenStatesMatchReferencePerLayer) {
+TEST_P(Hybrid, HiddenStatesMatchReferencePerLayer) {
   auto ref = TensorStore::open_file(fixture_dir() / "reference.safetensors");
   auto ids64 = read_i64(ref.get("case0.input_ids"));
   std::vector<int32_t> ids(ids64.begin(), ids64.end());
@@ -122,7 +128,7 @@ TEST_F(Hybrid, HiddenStatesMatchReferencePerLayer) {
   for (int32_t b : blocks) cache->release(b);
 }
 
-TEST_F(Hybrid, ForwardRefusesAMissingState) {
+TEST_P(Hybrid, ForwardRefusesAMissingState) {
   std::vector<int32_t> blocks{cache->allocate()};
   int32_t tok = 1;
   BatchItem it;
@@ -135,7 +141,7 @@ TEST_F(Hybrid, ForwardRefusesAMissingState) {
 
 // One forward call over n tokens (chunked form, chunks of 64 from the start) against n one-token
 // calls (recurrent step): equal up to f32 rounding, at and around the chunk boundaries.
-TEST_F(Hybrid, ChunkedPrefillMatchesRecurrentDecode) {
+TEST_P(Hybrid, ChunkedPrefillMatchesRecurrentDecode) {
   for (int n : {1, 2, 63, 64, 65, 80, 130}) {
     auto ids = random_ids(n, vocab, 100 + uint32_t(n));
     std::vector<int32_t> blocks;
@@ -174,7 +180,7 @@ TEST_F(Hybrid, ChunkedPrefillMatchesRecurrentDecode) {
 
 // Appends longer than the checkpoint interval (128) run as several forward calls; that split must
 // not change anything (it falls on the 64-token chunk grid).
-TEST_F(Hybrid, LongAppendSplitsWithoutChangingTheResult) {
+TEST_P(Hybrid, LongAppendSplitsWithoutChangingTheResult) {
   auto ids = random_ids(200, vocab, 7);
   std::vector<int32_t> blocks;
   while (blocks.size() * size_t(cache->block_size()) < ids.size())
@@ -191,7 +197,7 @@ TEST_F(Hybrid, LongAppendSplitsWithoutChangingTheResult) {
   for (int32_t b : blocks) cache->release(b);
 }
 
-TEST_F(Hybrid, TruncateEqualsColdRunOfTheClippedAppends) {
+TEST_P(Hybrid, TruncateEqualsColdRunOfTheClippedAppends) {
   auto a = random_ids(150, vocab, 1), b = random_ids(20, vocab, 2), d = random_ids(4, vocab, 3);
   Session base = cold({a, b});
   for (int32_t t : d) base.append({&t, 1});  // decode steps: appends of one token
@@ -214,7 +220,7 @@ TEST_F(Hybrid, TruncateEqualsColdRunOfTheClippedAppends) {
   }
 }
 
-TEST_F(Hybrid, ExactEvictEqualsColdRunWithoutTheSpan) {
+TEST_P(Hybrid, ExactEvictEqualsColdRunWithoutTheSpan) {
   auto a = random_ids(150, vocab, 11), b = random_ids(20, vocab, 12), c = random_ids(30, vocab, 13);
   struct Case {
     int begin, end;
@@ -248,13 +254,13 @@ TEST_F(Hybrid, ExactEvictEqualsColdRunWithoutTheSpan) {
   }
 }
 
-TEST_F(Hybrid, ShiftEvictIsRefused) {
+TEST_P(Hybrid, ShiftEvictIsRefused) {
   Session s = cold({random_ids(40, vocab, 1)});
   EXPECT_THROW(s.evict(5, 10, EvictMode::Shift), Error);
   EXPECT_EQ(s.size(), 40);
 }
 
-TEST_F(Hybrid, CloneCopiesTheState) {
+TEST_P(Hybrid, CloneCopiesTheState) {
   auto prefix = random_ids(70, vocab, 21), x = random_ids(5, vocab, 22),
        y = random_ids(66, vocab, 23);
   Session base = cold({prefix});
@@ -267,7 +273,7 @@ TEST_F(Hybrid, CloneCopiesTheState) {
   expect_same(base, rbase, "the original");
 }
 
-TEST_F(Hybrid, SaveLoadEqualsUninterrupted) {
+TEST_P(Hybrid, SaveLoadEqualsUninterrupted) {
   auto a = random_ids(140, vocab, 31), b = random_ids(9, vocab, 32);
   Session s = cold({a, b});
   auto path = test::temp_dir() / "h.fak";
@@ -286,7 +292,7 @@ TEST_F(Hybrid, SaveLoadEqualsUninterrupted) {
   expect_same(loaded, ref, "truncated after load");
 }
 
-TEST_F(Hybrid, SessionFileRefusesAStateOfTheWrongSize) {
+TEST_P(Hybrid, SessionFileRefusesAStateOfTheWrongSize) {
   Session s = cold({random_ids(10, vocab, 41)});
   auto path = test::temp_dir() / "h.fak";
   s.save(path);
@@ -302,7 +308,7 @@ TEST_F(Hybrid, SessionFileRefusesAStateOfTheWrongSize) {
   EXPECT_THROW(Session::load(path, dense, dense_cache), Error);
 }
 
-TEST_F(Hybrid, BatchedDecodeEqualsAlone) {
+TEST_P(Hybrid, BatchedDecodeEqualsAlone) {
   auto prefix = random_ids(66, vocab, 51);
   Session base = cold({prefix});
   std::vector<Session> agents, alone;
@@ -328,7 +334,7 @@ TEST_F(Hybrid, BatchedDecodeEqualsAlone) {
   }
 }
 
-TEST_F(Hybrid, CheckpointsAreBounded) {
+TEST_P(Hybrid, CheckpointsAreBounded) {
   Session s = cold({random_ids(300, vocab, 71)});
   const size_t one =
       RecurrentState(model->config().recurrent_shape()).bytes() + size_t(vocab) * sizeof(float);
@@ -345,7 +351,7 @@ TEST_F(Hybrid, CheckpointsAreBounded) {
 
 // The qwen3_5 multimodal checkpoint layout: config under text_config, the language model's weights
 // under model.language_model., vision and MTP tensors beside them (ignored).
-TEST_F(Hybrid, LoadsTheMultimodalLayout) {
+TEST_P(Hybrid, LoadsTheMultimodalLayout) {
   auto dir = test::temp_dir() / "qwen35-vl";
   std::filesystem::create_directories(dir);
   auto text = nlohmann::json::parse(test::read_file(fixture_dir() / "config.json"));
@@ -368,17 +374,28 @@ TEST_F(Hybrid, LoadsTheMultimodalLayout) {
   ts.push_back({"mtp.fc.weight", DType::F32, {16}, extra_bytes});
   write_safetensors(dir / "model.safetensors", ts);
 
-  auto vl = Model::load(dir, {.load_tokenizer = false});
+  auto vl = Model::load(dir, {.load_tokenizer = false, .device = GetParam()});
   EXPECT_TRUE(vl->config().is_hybrid());
   EXPECT_EQ(vl->config().n_layers, model->config().n_layers);
   auto ids = random_ids(70, vocab, 91);
   auto vl_cache = std::make_shared<KvCache>(vl->n_attention_layers(), vl->config().n_kv_heads,
-                                            vl->config().head_dim);
+                                            vl->config().head_dim,
+                                            KvCacheOptions{.storage = vl->make_kv_storage()});
   Session s(vl, vl_cache);
   s.append(ids);
   Session ref = cold({ids});
   EXPECT_TRUE(bit_equal(s.logits(), ref.logits()));
 }
+
+std::vector<Device> devices() {
+  std::vector<Device> out{Device{}};
+  if (cuda_compiled()) out.push_back(Device{DeviceKind::Cuda, 0});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Hybrid, ::testing::ValuesIn(devices()), [](const auto& info) {
+  return info.param.name() == "cpu" ? "cpu" : "cuda";
+});
 
 // The CLI over the same fixture: logits, argmax and every greedy token agree, so it passes.
 TEST(HybridCli, ParityReportsTheFixture) {

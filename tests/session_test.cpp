@@ -32,7 +32,7 @@ void PrintTo(const ModelCase& c, std::ostream* os) {
   *os << c.name;
 }
 
-// Every model on the CPU; in a CUDA build the dense ones again on the GPU, where the same
+// Every model on the CPU; in a CUDA build every one again on the GPU, where the same
 // guarantees must hold bit for bit on the device's own bits (skipped, saying why, without a GPU).
 std::vector<ModelCase> models() {
   std::vector<ModelCase> cases{
@@ -42,7 +42,7 @@ std::vector<ModelCase> models() {
       {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")},
       {"qwen35_hybrid_tiny", test::data_path("oracle/qwen35-hybrid-tiny")}};
   if (cuda_compiled())
-    for (size_t i = 0; i < 4; ++i)
+    for (size_t i = 0; i < 5; ++i)
       cases.push_back({cases[i].name + "_cuda", cases[i].dir, Device{DeviceKind::Cuda, 0}});
   return cases;
 }

@@ -1,5 +1,7 @@
-// The forward pass on a CUDA GPU for the dense families (llama, qwen2, qwen3): the same steps as
-// models/forward.cpp, each a kernel of cuda/kernels.h, over a KvCache whose slabs are in device
+// The forward pass on a CUDA GPU for every family (llama, qwen2, qwen3, the Qwen3.5 hybrids): the
+// same steps as models/forward.cpp, each a kernel of cuda/kernels.h (Gated DeltaNet layers:
+// cuda/deltanet_kernels.h, their states carried to the device and back each call), over a KvCache
+// whose slabs are in device
 // memory (cuda_kv_storage). Weights are copied to the device once at load: f32/f16/bf16 and q8_0
 // as stored (the kernels read them directly), other quantised types widened to f32 (no fused
 // kernel for them yet). Embedding lookups stay on the host (one row per token), so the device
@@ -12,8 +14,10 @@
 
 #include "core/error.h"
 #include "cuda/cuda_device.h"
+#include "cuda/deltanet_kernels.h"
 #include "cuda/kernels.h"
 #include "memory/kv_cache.h"
+#include "memory/recurrent_state.h"
 #include "models/device_forward.h"
 
 namespace fak {
@@ -24,8 +28,11 @@ using cuda::DevMatrix;
 using cuda::DevWType;
 
 struct DeviceLayer {
+  bool linear = false;  // a Gated DeltaNet layer (else full attention)
   DevMatrix wq, wk, wv, wo, gate, up, down;
   DeviceBuffer attn_norm, mlp_norm, bq, bk, bv, bo, b_gate, b_up, b_down, q_norm, k_norm;
+  DevMatrix in_qkv, in_z, in_b, in_a, out_proj;     // DeltaNet
+  DeviceBuffer conv1d, dt_bias, ssm_a, delta_norm;  // DeltaNet
 };
 
 // A float vector on the device (empty stays empty: a null pointer means "none").
@@ -45,10 +52,15 @@ class CudaForward final : public DeviceForward {
  public:
   CudaForward(const Model& model, int index) : model_(model), index_(index) {
     const ModelConfig& c = model.config();
-    if (c.is_hybrid())
-      fail("--device cuda: " + arch_name(c.arch) +
-           " has Gated DeltaNet layers, which have no CUDA kernels yet; run it with --device cpu");
-    if (c.attn_output_gate) fail("--device cuda: gated attention output has no CUDA kernel yet");
+    if (c.is_hybrid()) {
+      delta_ =
+          cuda::DeltaNetShape{c.linear_num_key_heads, c.linear_num_value_heads,
+                              c.linear_key_head_dim, c.linear_value_head_dim, c.linear_conv_kernel};
+      check(delta_.nk > 0 && delta_.nv % delta_.nk == 0, "--device cuda: DeltaNet heads");
+      if (delta_.kernel < 1 || delta_.kernel > 8 || delta_.dv > 1024)
+        fail("--device cuda: a DeltaNet conv kernel of " + std::to_string(delta_.kernel) +
+             " or value heads of " + std::to_string(delta_.dv) + " (at most 8 and 1024)");
+    }
     if (c.head_dim > 256) fail("--device cuda: head_dim " + std::to_string(c.head_dim) + " > 256");
     check(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "--device cuda: heads not grouped");
     cuda_use_device(index_);
@@ -58,10 +70,23 @@ class CudaForward final : public DeviceForward {
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerWeights& L = w.layers[size_t(l)];
       DeviceLayer& D = layers_[size_t(l)];
-      D.wq = upload(L.attn.wq);
-      D.wk = upload(L.attn.wk);
-      D.wv = upload(L.attn.wv);
-      D.wo = upload(L.attn.wo);
+      D.linear = L.kind == LayerKind::LinearAttention;
+      if (D.linear) {
+        D.in_qkv = upload(L.delta.in_proj_qkv);
+        D.in_z = upload(L.delta.in_proj_z);
+        D.in_b = upload(L.delta.in_proj_b);
+        D.in_a = upload(L.delta.in_proj_a);
+        D.out_proj = upload(L.delta.out_proj);
+        D.conv1d = upload_floats(L.delta.conv1d, "DeltaNet conv");
+        D.dt_bias = upload_floats(L.delta.dt_bias, "DeltaNet dt_bias");
+        D.ssm_a = upload_floats(L.delta.ssm_a, "DeltaNet decay");
+        D.delta_norm = upload_floats(L.delta.norm, "DeltaNet norm");
+      } else {
+        D.wq = upload(L.attn.wq);
+        D.wk = upload(L.attn.wk);
+        D.wv = upload(L.attn.wv);
+        D.wo = upload(L.attn.wo);
+      }
       D.gate = upload(L.mlp.gate);
       D.up = upload(L.mlp.up);
       D.down = upload(L.mlp.down);
@@ -107,7 +132,7 @@ class CudaForward final : public DeviceForward {
     int T = 0;
     for (const BatchItem& it : batch) T += it.n_tokens;
     const size_t D = size_t(c.dim);
-    const int hd = c.head_dim, kv_dim = c.kv_dim(), q_dim = c.q_dim();
+    const int hd = c.head_dim;
     const int half = rope.rotary_dim() / 2;
 
     // Host side: embeddings, RoPE angles, where each token's KV goes.
@@ -160,12 +185,31 @@ class CudaForward final : public DeviceForward {
     cuda::TokenPlaces places{s_.pos.as<int32_t>(), s_.table_start.as<int32_t>(),
                              s_.tables.as<int32_t>()};
 
+    // Hybrid models: every item's recurrent state goes to the device for the call and comes back
+    // after it (sessions keep states, and their checkpoints, in host memory).
+    cuda::DeltaNetStates states;
+    std::vector<float> host_states;
+    if (c.is_hybrid()) {
+      const size_t stride = batch.empty() || !batch[0].state ? 0 : batch[0].state->data.size();
+      std::vector<int32_t> first{0};
+      for (const BatchItem& it : batch) {
+        check(it.state && !it.state->empty() && it.state->data.size() == stride,
+              "forward: a hybrid model needs a RecurrentState for every batch item");
+        host_states.insert(host_states.end(), it.state->data.begin(), it.state->data.end());
+        first.push_back(first.back() + it.n_tokens);
+      }
+      s_.states.reserve(host_states.size() * sizeof(float), "recurrent states");
+      s_.states.upload(host_states.data(), host_states.size() * sizeof(float));
+      s_.first.reserve(first.size() * sizeof(int32_t), "batch items");
+      s_.first.upload(first.data(), first.size() * sizeof(int32_t));
+      states.states = s_.states.as<float>();
+      states.state_stride = stride;
+      states.first = s_.first.as<int32_t>();
+      states.n_items = int(batch.size());
+    }
+
     float* dx = s_.x.as<float>();
     float* dxn = s_.xn.as<float>();
-    float* dq = s_.q.as<float>();
-    float* dk = s_.k.as<float>();
-    float* dv = s_.v.as<float>();
-    float* dattn = s_.attn.as<float>();
     float* dproj = s_.proj.as<float>();
     float* dgate = s_.gate.as<float>();
     float* dup = s_.up.as<float>();
@@ -179,30 +223,18 @@ class CudaForward final : public DeviceForward {
     };
     if (hook) call_hook(0, dx);
 
-    const float scale = float(1.0 / std::sqrt(double(hd)));
     const float eps = c.rms_eps;
     for (int l = 0; l < c.n_layers; ++l) {
       const DeviceLayer& L = layers_[size_t(l)];
-      const int al = model_.attention_index(l);
       cuda::rmsnorm(dx, ptr(L.attn_norm), T, c.dim, eps, dxn, nullptr, stream);
-      cuda::matmul(L.wq, dxn, T, dq, stream);
-      cuda::matmul(L.wk, dxn, T, dk, stream);
-      cuda::matmul(L.wv, dxn, T, dv, stream);
-      if (L.bq.data()) cuda::add_bias(dq, ptr(L.bq), T, q_dim, stream);
-      if (L.bk.data()) cuda::add_bias(dk, ptr(L.bk), T, kv_dim, stream);
-      if (L.bv.data()) cuda::add_bias(dv, ptr(L.bv), T, kv_dim, stream);
-      if (c.qk_norm) {
-        cuda::rmsnorm(dq, ptr(L.q_norm), T * c.n_heads, hd, eps, dq, nullptr, stream);
-        cuda::rmsnorm(dk, ptr(L.k_norm), T * c.n_kv_heads, hd, eps, dk, nullptr, stream);
+      if (L.linear) {
+        const RecurrentState& shape = *batch[0].state;
+        states.conv_offset = size_t(shape.conv(l) - shape.data.data());
+        states.ssm_offset = size_t(shape.ssm(l) - shape.data.data());
+        deltanet_layer(L, states, dxn, T, dproj);
+      } else {
+        attention_layer(L, model_.attention_index(l), kv, places, T, dproj);
       }
-      if (cache.keeps_kraw()) cuda::kv_store(kv, places, al, 2, dk, T, stream);
-      cuda::rope(dq, T, c.n_heads, hd, half, s_.cos.as<float>(), s_.sin.as<float>(), stream);
-      cuda::rope(dk, T, c.n_kv_heads, hd, half, s_.cos.as<float>(), s_.sin.as<float>(), stream);
-      cuda::kv_store(kv, places, al, 0, dk, T, stream);
-      cuda::kv_store(kv, places, al, 1, dv, T, stream);
-      cuda::attention(kv, places, al, dq, T, c.n_heads, scale, dattn, stream);
-      cuda::matmul(L.wo, dattn, T, dproj, stream);
-      if (L.bo.data()) cuda::add_bias(dproj, ptr(L.bo), T, c.dim, stream);
       cuda::add_inplace(dx, dproj, size_t(T) * D, stream);
 
       cuda::rmsnorm(dx, ptr(L.mlp_norm), T, c.dim, eps, dxn, nullptr, stream);
@@ -215,6 +247,15 @@ class CudaForward final : public DeviceForward {
       if (L.b_down.data()) cuda::add_bias(dproj, ptr(L.b_down), T, c.dim, stream);
       cuda::add_inplace(dx, dproj, size_t(T) * D, stream);
       if (hook) call_hook(l + 1, dx);
+    }
+
+    if (c.is_hybrid()) {
+      s_.states.download(host_states.data(), host_states.size() * sizeof(float));
+      size_t at = 0;
+      for (const BatchItem& it : batch) {
+        std::copy_n(host_states.begin() + long(at), it.state->data.size(), it.state->data.begin());
+        at += it.state->data.size();
+      }
     }
 
     // Final norm and logits for the rows someone asked for (as the CPU forward picks them).
@@ -240,6 +281,75 @@ class CudaForward final : public DeviceForward {
   }
 
  private:
+  // A full-attention layer: normed rows xn (scratch x n) -> proj [T][dim], KV written at places.
+  void attention_layer(const DeviceLayer& L, int al, const cuda::KvLayout& kv,
+                       const cuda::TokenPlaces& places, int T, float* dproj) const {
+    const ModelConfig& c = model_.config();
+    const cudaStream_t stream = nullptr;
+    const int hd = c.head_dim, kv_dim = c.kv_dim(), q_dim = c.q_dim();
+    const int half = model_.rope().rotary_dim() / 2;
+    const float eps = c.rms_eps;
+    const float* dxn = s_.xn.as<float>();
+    float* dq = s_.q.as<float>();
+    float* dk = s_.k.as<float>();
+    float* dv = s_.v.as<float>();
+    float* dattn = s_.attn.as<float>();
+    if (c.attn_output_gate) {
+      // q_proj gives per head [query | gate]: the query rows go to dq, the gate to attn_gate.
+      cuda::matmul(L.wq, dxn, T, s_.q2.as<float>(), stream);
+      if (L.bq.data()) cuda::add_bias(s_.q2.as<float>(), ptr(L.bq), T, 2 * q_dim, stream);
+      cuda::split_gate(s_.q2.as<float>(), T, c.n_heads, hd, dq, s_.attn_gate.as<float>(), stream);
+    } else {
+      cuda::matmul(L.wq, dxn, T, dq, stream);
+      if (L.bq.data()) cuda::add_bias(dq, ptr(L.bq), T, q_dim, stream);
+    }
+    cuda::matmul(L.wk, dxn, T, dk, stream);
+    cuda::matmul(L.wv, dxn, T, dv, stream);
+    if (L.bk.data()) cuda::add_bias(dk, ptr(L.bk), T, kv_dim, stream);
+    if (L.bv.data()) cuda::add_bias(dv, ptr(L.bv), T, kv_dim, stream);
+    if (c.qk_norm) {
+      cuda::rmsnorm(dq, ptr(L.q_norm), T * c.n_heads, hd, eps, dq, nullptr, stream);
+      cuda::rmsnorm(dk, ptr(L.k_norm), T * c.n_kv_heads, hd, eps, dk, nullptr, stream);
+    }
+    if (kv.planes == 3) cuda::kv_store(kv, places, al, 2, dk, T, stream);
+    cuda::rope(dq, T, c.n_heads, hd, half, s_.cos.as<float>(), s_.sin.as<float>(), stream);
+    cuda::rope(dk, T, c.n_kv_heads, hd, half, s_.cos.as<float>(), s_.sin.as<float>(), stream);
+    cuda::kv_store(kv, places, al, 0, dk, T, stream);
+    cuda::kv_store(kv, places, al, 1, dv, T, stream);
+    const float scale = float(1.0 / std::sqrt(double(hd)));
+    cuda::attention(kv, places, al, dq, T, c.n_heads, scale, dattn, stream);
+    if (c.attn_output_gate)
+      cuda::sigmoid_mul(dattn, s_.attn_gate.as<float>(), size_t(T) * size_t(q_dim), stream);
+    cuda::matmul(L.wo, dattn, T, dproj, stream);
+    if (L.bo.data()) cuda::add_bias(dproj, ptr(L.bo), T, c.dim, stream);
+  }
+
+  // A Gated DeltaNet layer (models/deltanet.cpp; cuda/deltanet_kernels.h): xn -> proj [T][dim].
+  void deltanet_layer(const DeviceLayer& L, const cuda::DeltaNetStates& states, const float* dxn,
+                      int T, float* dproj) const {
+    const ModelConfig& c = model_.config();
+    const cudaStream_t stream = nullptr;
+    const cuda::DeltaNetShape& s = delta_;
+    float* qkv = s_.delta_qkv.as<float>();
+    float* rows = s_.delta_rows.as<float>();
+    float* z = s_.delta_z.as<float>();
+    float* core = s_.delta_core.as<float>();
+    cuda::matmul(L.in_qkv, dxn, T, qkv, stream);
+    cuda::matmul(L.in_z, dxn, T, z, stream);
+    cuda::matmul(L.in_b, dxn, T, s_.delta_b.as<float>(), stream);
+    cuda::matmul(L.in_a, dxn, T, s_.delta_a.as<float>(), stream);
+    cuda::deltanet_conv(s, ptr(L.conv1d), states, qkv, rows, stream);
+    cuda::deltanet_prepare(s, rows, T, s_.delta_b.as<float>(), s_.delta_a.as<float>(), ptr(L.ssm_a),
+                           ptr(L.dt_bias), float(1.0 / std::sqrt(double(s.dk))),
+                           s_.delta_beta.as<float>(), s_.delta_g.as<float>(), stream);
+    cuda::deltanet_recurrence(s, states, rows, s_.delta_beta.as<float>(), s_.delta_g.as<float>(),
+                              core, stream);
+    // Gated RMSNorm per value head (the weight as stored), then out_proj.
+    cuda::rmsnorm(core, ptr(L.delta_norm), T * s.nv, s.dv, c.rms_eps, core, nullptr, stream);
+    cuda::silu_gate(core, z, size_t(T) * size_t(s.value_dim()), stream);
+    cuda::matmul(L.out_proj, core, T, dproj, stream);
+  }
+
   // The activation buffers for a forward of `tokens` tokens and `logit_rows` rows of logits (they
   // only grow; the caller holds mutex_).
   void reserve_scratch_locked(int tokens, int logit_rows) const {
@@ -263,6 +373,18 @@ class CudaForward final : public DeviceForward {
     grow(s_.sin, T * half, "RoPE angles");
     s_.pos.reserve(T * sizeof(int32_t), "positions");
     s_.table_start.reserve(T * sizeof(int32_t), "block tables");
+    if (c.attn_output_gate) {
+      grow(s_.q2, T * 2 * size_t(c.q_dim()), "gated queries");
+      grow(s_.attn_gate, T * size_t(c.q_dim()), "attention gates");
+    }
+    if (c.is_hybrid()) {
+      grow(s_.delta_qkv, T * size_t(delta_.conv_dim()), "DeltaNet projections");
+      grow(s_.delta_rows, T * size_t(delta_.conv_dim()), "DeltaNet q, k, v");
+      grow(s_.delta_z, T * size_t(delta_.value_dim()), "DeltaNet gates");
+      grow(s_.delta_core, T * size_t(delta_.value_dim()), "DeltaNet output");
+      for (DeviceBuffer* b : {&s_.delta_b, &s_.delta_a, &s_.delta_beta, &s_.delta_g})
+        grow(*b, T * size_t(delta_.nv), "DeltaNet gates");
+    }
     if (logit_rows > 0) {
       s_.rows.reserve(R * sizeof(int32_t), "logit rows");
       grow(s_.normed, R * D, "normed rows");
@@ -312,12 +434,16 @@ class CudaForward final : public DeviceForward {
   struct Scratch {
     DeviceBuffer x, xn, q, k, v, attn, proj, gate, up, cos, sin, pos, table_start, tables, slabs,
         rows, normed, logits;
+    DeviceBuffer q2, attn_gate;  // gated attention
+    DeviceBuffer delta_qkv, delta_rows, delta_z, delta_core, delta_b, delta_a, delta_beta, delta_g,
+        states, first;  // DeltaNet
   };
 
   const Model& model_;
   int index_;
   std::shared_ptr<KvStorage> storage_;
   std::vector<DeviceLayer> layers_;
+  cuda::DeltaNetShape delta_;  // hybrid models' linear layers
   DevMatrix lm_head_;
   DeviceBuffer final_norm_;
   std::vector<DeviceBuffer> owned_;  // every matrix's memory

@@ -268,20 +268,37 @@ __global__ void attention_kernel(KvLayout kv, TokenPlaces places, int layer, con
   if (tid < hd) out[(size_t(t) * size_t(n_heads) + size_t(h)) * size_t(hd) + size_t(tid)] = acc / l;
 }
 
-int elementwise_blocks(size_t n) {
-  return int(std::min<size_t>((n + 255) / 256, 65535));
+// q_proj rows of a gated-attention layer, per head [query (head_dim) | gate (head_dim)], into the
+// query rows and the gate rows apart.
+__global__ void split_gate_kernel(const float* q2, int n_heads, int head_dim, float* q, float* gate,
+                                  size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const size_t d = i % size_t(head_dim), th = i / size_t(head_dim);  // (token, head)
+    const float* src = q2 + th * 2 * size_t(head_dim);
+    q[i] = src[d];
+    gate[i] = src[size_t(head_dim) + d];
+  }
 }
 
-// FAK_CUDA_SYNC=1: wait for every kernel, so an asynchronous fault (an illegal address) is blamed
-// on the kernel that made it, not on the next copy. For bring-up and debugging; slow.
-const bool kSyncEveryLaunch = [] {
-  const char* v = std::getenv("FAK_CUDA_SYNC");
-  return v && *v && *v != '0';
-}();
+// x *= sigmoid(gate) (sigmoid: 1 / (1 + exp(-g)), as the CPU forward writes it).
+__global__ void sigmoid_mul_kernel(float* x, const float* gate, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    x[i] = __fmul_rn(x[i], __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[i]))));
+}
 
-void check_launch(const char* what) {
-  cuda_check(cudaGetLastError(), what);
-  if (kSyncEveryLaunch) cuda_check(cudaDeviceSynchronize(), what);
+// x *= silu(z)
+__global__ void silu_gate_kernel(float* x, const float* z, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float g = z[i];
+    x[i] = __fmul_rn(x[i], __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))));
+  }
+}
+
+int elementwise_blocks(size_t n) {
+  return int(std::min<size_t>((n + 255) / 256, 65535));
 }
 
 template <DevWType kType>
@@ -300,6 +317,18 @@ void launch_matmul(const DevMatrix& w, const float* x, int n_tokens, float* y, c
 }
 
 }  // namespace
+
+// FAK_CUDA_SYNC=1: wait for every kernel, so an asynchronous fault (an illegal address) is blamed
+// on the kernel that made it, not on the next copy. For bring-up and debugging; slow.
+const bool kSyncEveryLaunch = [] {
+  const char* v = std::getenv("FAK_CUDA_SYNC");
+  return v && *v && *v != '0';
+}();
+
+void check_launch(const char* what) {
+  cuda_check(cudaGetLastError(), what);
+  if (kSyncEveryLaunch) cuda_check(cudaDeviceSynchronize(), what);
+}
 
 void matmul(const DevMatrix& w, const float* x, int n_tokens, float* y, cudaStream_t stream) {
   if (n_tokens <= 0 || w.rows <= 0) return;
@@ -362,6 +391,26 @@ void silu_mul(const float* gate, const float* up, size_t n, float* out, cudaStre
   if (n == 0) return;
   silu_mul_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate, up, n, out);
   check_launch("silu_mul kernel");
+}
+
+void split_gate(const float* q2, int n_tokens, int n_heads, int head_dim, float* q, float* gate,
+                cudaStream_t stream) {
+  const size_t n = size_t(n_tokens) * size_t(n_heads) * size_t(head_dim);
+  if (n == 0) return;
+  split_gate_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(q2, n_heads, head_dim, q, gate, n);
+  check_launch("split_gate kernel");
+}
+
+void sigmoid_mul(float* x, const float* gate, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  sigmoid_mul_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, gate, n);
+  check_launch("sigmoid_mul kernel");
+}
+
+void silu_gate(float* x, const float* z, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  silu_gate_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, z, n);
+  check_launch("silu_gate kernel");
 }
 
 void rope(float* x, int n_tokens, int n_heads, int head_dim, int half, const float* cos,

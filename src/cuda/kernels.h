@@ -45,6 +45,19 @@ void add_inplace(float* x, const float* y, size_t n, cudaStream_t stream);
 // out[i] = silu(gate[i]) * up[i]
 void silu_mul(const float* gate, const float* up, size_t n, float* out, cudaStream_t stream);
 
+// Gated attention (Qwen3.5): q2 [n_tokens][n_heads][2 * head_dim] holds per head the query then
+// the gate; they go to q and gate, each [n_tokens][n_heads][head_dim].
+void split_gate(const float* q2, int n_tokens, int n_heads, int head_dim, float* q, float* gate,
+                cudaStream_t stream);
+// x[i] *= sigmoid(gate[i])
+void sigmoid_mul(float* x, const float* gate, size_t n, cudaStream_t stream);
+// x[i] *= silu(z[i])
+void silu_gate(float* x, const float* z, size_t n, cudaStream_t stream);
+
+// Throws naming `what` when the last launch failed (and, with FAK_CUDA_SYNC=1, when the kernel
+// itself did).
+void check_launch(const char* what);
+
 // Rotates the first 2 * half dims of each of n_heads heads of every token (HF's rotate_half):
 // x [n_tokens][n_heads][head_dim], cos/sin [n_tokens][half].
 void rope(float* x, int n_tokens, int n_heads, int head_dim, int half, const float* cos,
