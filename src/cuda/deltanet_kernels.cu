@@ -36,7 +36,7 @@ __global__ void conv_kernel(DeltaNetShape s, const float* weight, DeltaNetStates
 }
 
 // One block per (token, head) of the 2 * nk q and k heads: a fixed-tree double sum of squares.
-__global__ void l2norm_kernel(float* rows, int row_stride, int nk, int dk, float q_scale) {
+__global__ void l2norm_kernel(float* rows, int row_stride, int nk, int dk, double q_scale) {
   const int t = blockIdx.x, head = blockIdx.y;  // heads 0..nk-1 are q, nk..2nk-1 are k
   float* x = rows + size_t(t) * size_t(row_stride) + size_t(head) * size_t(dk);
   __shared__ double part[kThreads];
@@ -48,7 +48,7 @@ __global__ void l2norm_kernel(float* rows, int row_stride, int nk, int dk, float
     if (int(threadIdx.x) < w) part[threadIdx.x] += part[threadIdx.x + w];
     __syncthreads();
   }
-  const double scale = head < nk ? double(q_scale) : 1.0;
+  const double scale = head < nk ? q_scale : 1.0;
   const float f = float(scale / sqrt(part[0] + 1e-6));
   for (int i = threadIdx.x; i < dk; i += kThreads) x[i] = __fmul_rn(x[i], f);
 }
@@ -117,7 +117,7 @@ void deltanet_conv(const DeltaNetShape& s, const float* weight, const DeltaNetSt
 }
 
 void deltanet_prepare(const DeltaNetShape& s, float* rows, int T, const float* b, const float* a,
-                      const float* ssm_a, const float* dt_bias, float q_scale, float* beta,
+                      const float* ssm_a, const float* dt_bias, double q_scale, float* beta,
                       float* g, cudaStream_t stream) {
   if (T <= 0) return;
   l2norm_kernel<<<dim3(T, 2 * s.nk), kThreads, 0, stream>>>(rows, s.conv_dim(), s.nk, s.dk,

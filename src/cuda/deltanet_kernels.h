@@ -39,7 +39,7 @@ void deltanet_conv(const DeltaNetShape& s, const float* weight, const DeltaNetSt
 // k head L2-normalised (eps 1e-6, HF's l2norm); beta = sigmoid(b), g = ssm_a * softplus(a +
 // dt_bias), all [T][nv].
 void deltanet_prepare(const DeltaNetShape& s, float* rows, int T, const float* b, const float* a,
-                      const float* ssm_a, const float* dt_bias, float q_scale, float* beta,
+                      const float* ssm_a, const float* dt_bias, double q_scale, float* beta,
                       float* g, cudaStream_t stream);
 
 // The delta rule, token by token, for every (item, value head); out [T][value_dim].

@@ -57,6 +57,7 @@ class CudaForward final : public DeviceForward {
           cuda::DeltaNetShape{c.linear_num_key_heads, c.linear_num_value_heads,
                               c.linear_key_head_dim, c.linear_value_head_dim, c.linear_conv_kernel};
       check(delta_.nk > 0 && delta_.nv % delta_.nk == 0, "--device cuda: DeltaNet heads");
+      state_floats_ = RecurrentState(c.recurrent_shape()).data.size();
       if (delta_.kernel < 1 || delta_.kernel > 8 || delta_.dv > 1024)
         fail("--device cuda: a DeltaNet conv kernel of " + std::to_string(delta_.kernel) +
              " or value heads of " + std::to_string(delta_.dv) + " (at most 8 and 1024)");
@@ -125,6 +126,7 @@ class CudaForward final : public DeviceForward {
     check(cache.n_layers() == model_.n_attention_layers() && cache.n_kv_heads() == c.n_kv_heads &&
               cache.head_dim() == c.head_dim,
           "forward: the KV cache's shape does not match the model");
+    if (batch.empty()) return;
     std::lock_guard lock(mutex_);
     cuda_use_device(index_);
     const Rope& rope = model_.rope();
@@ -195,6 +197,11 @@ class CudaForward final : public DeviceForward {
       for (const BatchItem& it : batch) {
         check(it.state && !it.state->empty() && it.state->data.size() == stride,
               "forward: a hybrid model needs a RecurrentState for every batch item");
+        // Each item's state goes up and comes back whole: two items on one state would race.
+        for (const BatchItem& other : batch) {
+          if (&other == &it) break;
+          check(other.state != it.state, "forward: two batch items share one RecurrentState");
+        }
         host_states.insert(host_states.end(), it.state->data.begin(), it.state->data.end());
         first.push_back(first.back() + it.n_tokens);
       }
@@ -249,14 +256,17 @@ class CudaForward final : public DeviceForward {
       if (hook) call_hook(l + 1, dx);
     }
 
-    if (c.is_hybrid()) {
-      s_.states.download(host_states.data(), host_states.size() * sizeof(float));
+    // The items' states come back last, after everything that can throw: a failed call leaves
+    // every state as it was (the session has not committed the append either).
+    if (c.is_hybrid()) s_.states.download(host_states.data(), host_states.size() * sizeof(float));
+    auto commit_states = [&] {
       size_t at = 0;
       for (const BatchItem& it : batch) {
+        if (!c.is_hybrid()) break;
         std::copy_n(host_states.begin() + long(at), it.state->data.size(), it.state->data.begin());
         at += it.state->data.size();
       }
-    }
+    };
 
     // Final norm and logits for the rows someone asked for (as the CPU forward picks them).
     const auto [rows, outs] = logit_rows(batch, c.vocab);
@@ -266,6 +276,7 @@ class CudaForward final : public DeviceForward {
     }
     if (rows.empty()) {
       cuda_check(cudaDeviceSynchronize(), "forward");
+      commit_states();
       return;
     }
     const size_t R = rows.size();
@@ -278,6 +289,7 @@ class CudaForward final : public DeviceForward {
     s_.logits.download(logits.data(), logits.size() * sizeof(float));
     for (size_t i = 0; i < R; ++i)
       std::memcpy(outs[i], &logits[i * size_t(c.vocab)], sizeof(float) * size_t(c.vocab));
+    commit_states();
   }
 
  private:
@@ -340,8 +352,8 @@ class CudaForward final : public DeviceForward {
     cuda::matmul(L.in_a, dxn, T, s_.delta_a.as<float>(), stream);
     cuda::deltanet_conv(s, ptr(L.conv1d), states, qkv, rows, stream);
     cuda::deltanet_prepare(s, rows, T, s_.delta_b.as<float>(), s_.delta_a.as<float>(), ptr(L.ssm_a),
-                           ptr(L.dt_bias), float(1.0 / std::sqrt(double(s.dk))),
-                           s_.delta_beta.as<float>(), s_.delta_g.as<float>(), stream);
+                           ptr(L.dt_bias), 1.0 / std::sqrt(double(s.dk)), s_.delta_beta.as<float>(),
+                           s_.delta_g.as<float>(), stream);
     cuda::deltanet_recurrence(s, states, rows, s_.delta_beta.as<float>(), s_.delta_g.as<float>(),
                               core, stream);
     // Gated RMSNorm per value head (the weight as stored), then out_proj.
@@ -384,6 +396,10 @@ class CudaForward final : public DeviceForward {
       grow(s_.delta_core, T * size_t(delta_.value_dim()), "DeltaNet output");
       for (DeviceBuffer* b : {&s_.delta_b, &s_.delta_a, &s_.delta_beta, &s_.delta_g})
         grow(*b, T * size_t(delta_.nv), "DeltaNet gates");
+      // The states of as many sequences as a step has rows of logits (one each when decoding).
+      const size_t items = std::max<size_t>(R, 1);
+      grow(s_.states, items * (state_floats_ > 0 ? state_floats_ : 1), "recurrent states");
+      s_.first.reserve((items + 1) * sizeof(int32_t), "batch items");
     }
     if (logit_rows > 0) {
       s_.rows.reserve(R * sizeof(int32_t), "logit rows");
@@ -444,6 +460,7 @@ class CudaForward final : public DeviceForward {
   std::shared_ptr<KvStorage> storage_;
   std::vector<DeviceLayer> layers_;
   cuda::DeltaNetShape delta_;  // hybrid models' linear layers
+  size_t state_floats_ = 0;    // one sequence's recurrent state
   DevMatrix lm_head_;
   DeviceBuffer final_norm_;
   std::vector<DeviceBuffer> owned_;  // every matrix's memory
