@@ -250,20 +250,44 @@ TEST(GgufExport, FollowsLlamaCppConventions) {
 // keeps K-quants, Q6_K on the use_more_bits layers.
 TEST(QuantPolicy, LlamaCppQ4KMMix) {
   const int n = 24;
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::AttnQ, 0, n, 896, true), WType::Q5_0);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::AttnV, 0, n, 896, true), WType::Q8_0);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::AttnV, 4, n, 896, true), WType::Q5_0);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::FfnDown, 0, n, 4864, true), WType::Q6_K);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::FfnDown, 3, n, 4864, true), WType::Q4_K);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::FfnDown, 5, n, 4864, true), WType::Q6_K);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::FfnDown, 21, n, 4864, true), WType::Q6_K);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::TokenEmbd, 0, n, 896, true), WType::Q8_0);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::TokenEmbd, 0, n, 4096, false), WType::Q4_K);
-  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, TensorRole::Output, 0, n, 4096, false), WType::Q6_K);
-  EXPECT_EQ(choose_wtype(FileType::Q8_0, TensorRole::Output, 0, n, 4096, false), WType::Q8_0);
-  EXPECT_EQ(choose_wtype(FileType::Q6_K, TensorRole::AttnQ, 0, n, 4096, false), WType::Q6_K);
-  EXPECT_EQ(choose_wtype(FileType::Q8_0, TensorRole::FfnDown, 0, n, 176, false), WType::F16);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_q", 0, n, 896, true), WType::Q5_0);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_v", 0, n, 896, true), WType::Q8_0);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_v", 4, n, 896, true), WType::Q5_0);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_down", 0, n, 4864, true), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_down", 3, n, 4864, true), WType::Q4_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_down", 5, n, 4864, true), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_down", 21, n, 4864, true), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "token_embd", 0, n, 896, true), WType::Q8_0);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "token_embd", 0, n, 4096, false), WType::Q4_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "output", 0, n, 4096, false), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q8_0, "output", 0, n, 4096, false), WType::Q8_0);
+  EXPECT_EQ(choose_wtype(FileType::Q6_K, "attn_q", 0, n, 4096, false), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q8_0, "ffn_down", 0, n, 176, false), WType::F16);
   EXPECT_EQ(uint32_t(parse_file_type("Q4_K_M")), 15u);
+  EXPECT_THROW(parse_file_type("q3_k_s"), Error);
+}
+
+// The MoE roles (Qwen3-30B-A3B: 48 layers, 128 experts, rows of 2048 and 768 = 3 x 256), as
+// llama-quantize assigns them: experts' down like ffn_down, the router and gates kept in floats
+// (by their tables' keep_float, not here), and its extra bits for 8-expert models only.
+TEST(QuantPolicy, LlamaCppMoeMix) {
+  const int n = 48;
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_down_exps", 0, n, 768, false, 128), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_down_exps", 7, n, 768, false, 128), WType::Q4_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_down_exps", 8, n, 768, false, 128), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_down_shexp", 8, n, 512, false, 256), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ffn_gate_exps", 0, n, 2048, false, 128), WType::Q4_K);
+  EXPECT_EQ(choose_wtype(FileType::Q5_K_M, "ffn_up_exps", 0, n, 2048, false, 128), WType::Q5_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_k", 0, n, 2048, false, 128), WType::Q4_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_k", 0, n, 2048, false, 8), WType::Q8_0);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_v", 9, n, 2048, false, 8), WType::Q8_0);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_output", 9, n, 4096, false, 8), WType::Q5_K);
+  EXPECT_EQ(choose_wtype(FileType::Q5_K_M, "attn_output", 9, n, 4096, false, 8), WType::Q5_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_output", 9, n, 4096, false, 128), WType::Q4_K);
+  // Qwen3.5's DeltaNet in_proj_qkv takes attn_v's rules, its other matrices the base type.
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_qkv", 0, 40, 2048, false, 256), WType::Q6_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "attn_qkv", 5, 40, 2048, false, 256), WType::Q4_K);
+  EXPECT_EQ(choose_wtype(FileType::Q4_K_M, "ssm_out", 0, 40, 4096, false, 256), WType::Q4_K);
   EXPECT_THROW(parse_file_type("q3_k_s"), Error);
 }
 

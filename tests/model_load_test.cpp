@@ -22,7 +22,8 @@ std::filesystem::path copy_fixture(const std::string& name = "qwen2-tiny") {
   return dir;
 }
 
-void edit_config(const std::filesystem::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+void edit_config(const std::filesystem::path& dir,
+                 const std::function<void(nlohmann::json&)>& edit) {
   auto j = nlohmann::json::parse(test::read_file(dir / "config.json"));
   edit(j);
   test::write_file(dir / "config.json", j.dump());
@@ -38,8 +39,9 @@ std::string load_error(const std::filesystem::path& dir) {
 }
 
 // Rewrites model.safetensors through a filter over its tensors.
-void edit_weights(const std::filesystem::path& dir,
-                  const std::function<void(std::vector<TensorToWrite>&, std::vector<std::string>&)>& edit) {
+void edit_weights(
+    const std::filesystem::path& dir,
+    const std::function<void(std::vector<TensorToWrite>&, std::vector<std::string>&)>& edit) {
   auto src = SafetensorsFile::open(dir / "model.safetensors");
   std::vector<TensorToWrite> ts;
   std::vector<std::string> storage;
@@ -92,12 +94,19 @@ TEST(ModelLoad, ConfigDisagreesWithWeights) {
   auto dir = copy_fixture();
   edit_config(dir, [](auto& j) { j["intermediate_size"] = 128; });
   std::string e = load_error(dir);
-  EXPECT_NE(e.find("gate_proj.weight' has shape [176, 64], expected [128, 64]"), std::string::npos) << e;
+  EXPECT_NE(e.find("gate_proj.weight' has shape [176, 64], expected [128, 64]"), std::string::npos)
+      << e;
   dir = copy_fixture();
-  edit_config(dir, [](auto& j) { j["num_hidden_layers"] = 3; j.erase("layer_types"); });
+  edit_config(dir, [](auto& j) {
+    j["num_hidden_layers"] = 3;
+    j.erase("layer_types");
+  });
   EXPECT_NE(load_error(dir).find("missing tensor 'model.layers.2."), std::string::npos);
   dir = copy_fixture();
-  edit_config(dir, [](auto& j) { j["num_hidden_layers"] = 1; j.erase("layer_types"); });
+  edit_config(dir, [](auto& j) {
+    j["num_hidden_layers"] = 1;
+    j.erase("layer_types");
+  });
   EXPECT_NE(load_error(dir).find("unexpected tensor 'model.layers.1."), std::string::npos);
 }
 
@@ -106,7 +115,8 @@ TEST(ModelLoad, MissingTensorAndWrongDtype) {
   edit_weights(dir, [](auto& ts, auto&) {
     std::erase_if(ts, [](auto& t) { return t.name == "model.layers.0.self_attn.k_proj.bias"; });
   });
-  EXPECT_NE(load_error(dir).find("missing tensor 'model.layers.0.self_attn.k_proj.bias'"), std::string::npos);
+  EXPECT_NE(load_error(dir).find("missing tensor 'model.layers.0.self_attn.k_proj.bias'"),
+            std::string::npos);
   dir = copy_fixture();
   edit_weights(dir, [](auto& ts, auto&) {
     for (auto& t : ts)
@@ -119,7 +129,9 @@ TEST(ModelLoad, MissingTensorAndWrongDtype) {
 
 TEST(ModelLoad, TiedEmbeddingsAndUntiedWithoutHead) {
   auto dir = copy_fixture();  // qwen2-tiny is untied: dropping lm_head must be an error
-  edit_weights(dir, [](auto& ts, auto&) { std::erase_if(ts, [](auto& t) { return t.name == "lm_head.weight"; }); });
+  edit_weights(dir, [](auto& ts, auto&) {
+    std::erase_if(ts, [](auto& t) { return t.name == "lm_head.weight"; });
+  });
   EXPECT_NE(load_error(dir).find("lm_head.weight"), std::string::npos);
   auto tied = Model::load(test::data_path("oracle/qwen3-tiny"), {.load_tokenizer = false});
   EXPECT_EQ(tied->weights().lm_head.data, tied->weights().embed.data);
@@ -135,7 +147,7 @@ TEST(ModelLoad, TruncatedWeightsFile) {
 TEST(ModelLoad, Qwen35HybridIsRecognised) {
   // The hybrid family parses; its fixture config carries the Gated DeltaNet fields.
   auto c = load_hf_config(test::data_path("oracle/qwen35-hybrid-tiny/config.json"));
-  EXPECT_EQ(c.arch, Arch::Qwen35);
+  EXPECT_EQ(c.family_name(), "qwen3_5_text");
   EXPECT_EQ(c.rotary_dim, 8);
   EXPECT_EQ(c.layer_kinds[0], LayerKind::LinearAttention);
   EXPECT_EQ(c.layer_kinds[3], LayerKind::FullAttention);

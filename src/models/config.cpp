@@ -1,11 +1,14 @@
 #include "models/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/config_fields.h"
+#include "models/family.h"
 
 namespace fak {
 
@@ -35,6 +38,14 @@ void check_derived_sizes(const ModelConfig& c, const std::string& label) {
     at_most(int64_t(c.linear_num_value_heads) * c.linear_key_head_dim * c.linear_value_head_dim,
             int64_t(1) << 26, "recurrent state per sequence (value heads x key dim x value dim)");
   }
+  if (c.is_moe()) {
+    if (c.n_experts_used > c.n_experts)
+      fail(label + ": experts per token (" + std::to_string(c.n_experts_used) +
+           ") exceeds the number of experts (" + std::to_string(c.n_experts) + ")");
+    // One entry per layer and expert is made before any tensor is read: bounded here, far above
+    // Qwen3.5-397B-A17B's 60 x 512.
+    at_most(int64_t(c.n_layers) * c.n_experts, int64_t(1) << 18, "layers x experts");
+  }
 }
 
 RecurrentShape ModelConfig::recurrent_shape() const {
@@ -50,25 +61,11 @@ RecurrentShape ModelConfig::recurrent_shape() const {
   return shape;
 }
 
-std::string arch_name(Arch a) {
-  switch (a) {
-    case Arch::Llama:
-      return "llama";
-    case Arch::Qwen2:
-      return "qwen2";
-    case Arch::Qwen3:
-      return "qwen3";
-    case Arch::Qwen35:
-      return "qwen3_5_text";
-  }
-  return "?";
+std::string ModelConfig::family_name() const {
+  return family ? std::string(family->name()) : "?";
 }
 
-namespace {
-
-// A positive integer of at most `max` (config.h's limits): a size is refused here, before
-// anything it sizes is allocated.
-int get_int(const json& j, const char* key, int max, const std::string& label) {
+int json_int(const json& j, const char* key, int max, const std::string& label) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) fail(label + ": missing '" + key + "'");
   if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > max)
@@ -77,30 +74,43 @@ int get_int(const json& j, const char* key, int max, const std::string& label) {
   return int(it->get<int64_t>());
 }
 
-int get_int_or(const json& j, const char* key, int fallback, int max, const std::string& label) {
+int json_int_or(const json& j, const char* key, int fallback, int max, const std::string& label) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  return get_int(j, key, max, label);
+  return json_int(j, key, max, label);
 }
 
-double get_num_or(const json& j, const char* key, double fallback, const std::string& label) {
+double json_number_or(const json& j, const char* key, double fallback, const std::string& label) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   if (!it->is_number()) fail(label + ": '" + key + "' must be a number, got " + it->dump());
   return it->get<double>();
 }
 
-// note: callers write `ok` so that NaN fails it (every comparison with NaN is false).
-void require_number(bool ok, const std::string& label, const char* key, const char* rule,
+void require_number(bool ok, const std::string& label, const std::string& key, const char* rule,
                     double value) {
   if (!ok) fail(label + ": '" + key + "' must be " + rule + ", got " + number_text(value));
 }
 
-bool get_bool_or(const json& j, const char* key, bool fallback) {
+bool json_bool_or(const json& j, const char* key, bool fallback) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_boolean()) return fallback;
   return it->get<bool>();
 }
+
+int gguf_positive(const GgufFile& f, const std::string& key, int max) {
+  const uint64_t v = f.get_u64(key);
+  if (v == 0 || v > uint64_t(max))
+    fail(f.name() + ": " + key + " must be a positive integer (at most " + std::to_string(max) +
+         "), got " + std::to_string(v));
+  return int(v);
+}
+
+int gguf_positive_or(const GgufFile& f, const std::string& key, int fallback, int max) {
+  return f.find(key) ? gguf_positive(f, key, max) : fallback;
+}
+
+namespace {
 
 void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
   // rope_theta lives at the top level (older configs) or inside rope_parameters (newer ones);
@@ -108,12 +118,12 @@ void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
   const json* params = nullptr;
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
     params = &j["rope_parameters"];
-  c->rope_theta = get_num_or(j, "rope_theta", 10000.0, label);
-  if (params) c->rope_theta = get_num_or(*params, "rope_theta", c->rope_theta, label);
+  c->rope_theta = json_number_or(j, "rope_theta", 10000.0, label);
+  if (params) c->rope_theta = json_number_or(*params, "rope_theta", c->rope_theta, label);
   require_number(std::isfinite(c->rope_theta) && c->rope_theta > 0, label, "rope_theta",
                  "finite and > 0", c->rope_theta);
-  double partial = get_num_or(j, "partial_rotary_factor", 1.0, label);
-  if (params) partial = get_num_or(*params, "partial_rotary_factor", partial, label);
+  double partial = json_number_or(j, "partial_rotary_factor", 1.0, label);
+  if (params) partial = json_number_or(*params, "partial_rotary_factor", partial, label);
   require_number(partial > 0 && partial <= 1, label, "partial_rotary_factor", "> 0 and <= 1",
                  partial);
   c->rotary_dim = int(c->head_dim * partial);
@@ -130,7 +140,7 @@ void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
   else if (scaling->contains("type") && (*scaling)["type"].is_string())
     type = (*scaling)["type"].get<std::string>();
   if (type == "default") return;
-  c->rope_factor = get_num_or(*scaling, "factor", 1.0, label);
+  c->rope_factor = json_number_or(*scaling, "factor", 1.0, label);
   // Every frequency is divided by it.
   require_number(std::isfinite(c->rope_factor) && c->rope_factor > 0, label, "factor",
                  "finite and > 0", c->rope_factor);
@@ -138,8 +148,8 @@ void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
     c->rope_scaling = RopeScaling::Linear;
   } else if (type == "llama3") {
     c->rope_scaling = RopeScaling::Llama3;
-    c->rope_low_freq_factor = get_num_or(*scaling, "low_freq_factor", 1.0, label);
-    c->rope_high_freq_factor = get_num_or(*scaling, "high_freq_factor", 4.0, label);
+    c->rope_low_freq_factor = json_number_or(*scaling, "low_freq_factor", 1.0, label);
+    c->rope_high_freq_factor = json_number_or(*scaling, "high_freq_factor", 4.0, label);
     // The smoothing divides by high - low and the wavelengths by each.
     require_number(std::isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0, label,
                    "low_freq_factor", "finite and > 0", c->rope_low_freq_factor);
@@ -148,7 +158,7 @@ void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
                    label, "high_freq_factor", "finite and > low_freq_factor",
                    c->rope_high_freq_factor);
     c->rope_original_max_pos =
-        get_int_or(*scaling, "original_max_position_embeddings", 8192, kMaxSeqLen, label);
+        json_int_or(*scaling, "original_max_position_embeddings", 8192, kMaxSeqLen, label);
   } else {
     fail(label + ": rope type '" + type +
          "' is not supported (supported: default, linear, llama3)");
@@ -179,7 +189,8 @@ std::vector<int32_t> parse_token_ids(const json& j, const char* key, int vocab,
 ModelConfig parse_hf_config(const json& root, const std::string& label) {
   if (!root.is_object()) fail(label + ": config is not a JSON object");
   const json* jp = &root;
-  // qwen3_5 multimodal checkpoints nest the language model's config under text_config.
+  // Multimodal checkpoints (Qwen3.5, Qwen3.5 MoE) nest the language model's config under
+  // text_config.
   if (root.contains("text_config") && root["text_config"].is_object() &&
       !root.contains("hidden_size"))
     jp = &root["text_config"];
@@ -188,30 +199,18 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
     fail(label + ": missing 'model_type'");
   ModelConfig c;
   c.model_type = j["model_type"].get<std::string>();
-  if (c.model_type == "llama") {
-    c.arch = Arch::Llama;
-  } else if (c.model_type == "qwen2") {
-    c.arch = Arch::Qwen2;
-  } else if (c.model_type == "qwen3") {
-    c.arch = Arch::Qwen3;
-  } else if (c.model_type == "qwen3_5_text" || c.model_type == "qwen3_5") {
-    c.arch = Arch::Qwen35;
-  } else {
-    fail(label + ": model_type '" + c.model_type +
-         "' is not supported (supported: llama, qwen2, qwen3, qwen3_5_text)");
-  }
-  c.dim = get_int(j, "hidden_size", kMaxWidth, label);
-  c.hidden_dim = get_int(j, "intermediate_size", kMaxWidth, label);
-  c.n_layers = get_int(j, "num_hidden_layers", kMaxLayers, label);
-  c.n_heads = get_int(j, "num_attention_heads", kMaxWidth, label);
-  c.n_kv_heads = get_int_or(j, "num_key_value_heads", c.n_heads, kMaxWidth, label);
-  c.vocab = get_int(j, "vocab_size", kMaxWidth, label);
+  c.family = &family_for_hf(c.model_type, label);
+  c.dim = json_int(j, "hidden_size", kMaxWidth, label);
+  c.n_layers = json_int(j, "num_hidden_layers", kMaxLayers, label);
+  c.n_heads = json_int(j, "num_attention_heads", kMaxWidth, label);
+  c.n_kv_heads = json_int_or(j, "num_key_value_heads", c.n_heads, kMaxWidth, label);
+  c.vocab = json_int(j, "vocab_size", kMaxWidth, label);
   if ((!j.contains("head_dim") || j["head_dim"].is_null()) && c.dim < c.n_heads)
     fail(label + ": num_attention_heads (" + std::to_string(c.n_heads) + ") exceeds hidden_size (" +
          std::to_string(c.dim) + ") and there is no 'head_dim'");
-  c.head_dim = get_int_or(j, "head_dim", c.dim / c.n_heads, kMaxWidth, label);
-  c.max_seq_len = get_int_or(j, "max_position_embeddings", 4096, kMaxSeqLen, label);
-  const double eps = get_num_or(j, "rms_norm_eps", 1e-6, label);
+  c.head_dim = json_int_or(j, "head_dim", c.dim / c.n_heads, kMaxWidth, label);
+  c.max_seq_len = json_int_or(j, "max_position_embeddings", 4096, kMaxSeqLen, label);
+  const double eps = json_number_or(j, "rms_norm_eps", 1e-6, label);
   // Added under the square root of a mean square: 0 divides by zero on a zero row, >= 1 swamps it.
   require_number(eps > 0 && eps < 1, label, "rms_norm_eps", "> 0 and < 1", eps);
   c.rms_eps = float(eps);
@@ -225,40 +224,12 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
     act = j["hidden_act"].get<std::string>();
   }
   if (act != "silu") fail(label + ": hidden_act '" + act + "' is not supported (only silu)");
-  // HF's default for all four; multimodal configs may keep it beside text_config.
+  // HF's default for every family; multimodal configs may keep it beside text_config.
   c.tie_embeddings =
-      get_bool_or(j, "tie_word_embeddings", get_bool_or(root, "tie_word_embeddings", false));
-
-  switch (c.arch) {
-    case Arch::Llama:
-      c.qkv_bias = get_bool_or(j, "attention_bias", false);
-      c.attn_output_bias = c.qkv_bias;
-      c.mlp_bias = get_bool_or(j, "mlp_bias", false);
-      break;
-    case Arch::Qwen2:
-      c.qkv_bias = true;
-      break;
-    case Arch::Qwen3:
-      c.qk_norm = true;
-      c.qkv_bias = get_bool_or(j, "attention_bias", false);
-      break;
-    case Arch::Qwen35:
-      c.qk_norm = true;
-      c.attn_output_gate = get_bool_or(j, "attn_output_gate", true);
-      c.norm_plus_one = true;
-      c.linear_conv_kernel = get_int(j, "linear_conv_kernel_dim", kMaxWidth, label);
-      c.linear_key_head_dim = get_int(j, "linear_key_head_dim", kMaxWidth, label);
-      c.linear_value_head_dim = get_int(j, "linear_value_head_dim", kMaxWidth, label);
-      c.linear_num_key_heads = get_int(j, "linear_num_key_heads", kMaxWidth, label);
-      c.linear_num_value_heads = get_int(j, "linear_num_value_heads", kMaxWidth, label);
-      if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
-        fail(label + ": linear_num_value_heads must be a multiple of linear_num_key_heads");
-      break;
-  }
-  check_derived_sizes(c, label);
-  parse_rope(j, &c, label);
+      json_bool_or(j, "tie_word_embeddings", json_bool_or(root, "tie_word_embeddings", false));
 
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
+  c.ffn_kinds.assign(size_t(c.n_layers), FfnKind::Dense);
   if (j.contains("layer_types") && j["layer_types"].is_array()) {
     const json& lt = j["layer_types"];
     if (lt.size() != size_t(c.n_layers))
@@ -268,7 +239,7 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
       std::string kind = lt[i].is_string() ? lt[i].get<std::string>() : "";
       if (kind == "full_attention") {
         c.layer_kinds[i] = LayerKind::FullAttention;
-      } else if (kind == "linear_attention" && c.arch == Arch::Qwen35) {
+      } else if (kind == "linear_attention") {
         c.layer_kinds[i] = LayerKind::LinearAttention;
       } else if (kind == "sliding_attention") {
         fail(label + ": sliding-window attention layers are not supported");
@@ -276,14 +247,22 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
         fail(label + ": layer_types[" + std::to_string(i) + "] '" + kind + "' is not supported");
       }
     }
-  } else if (c.arch == Arch::Qwen35) {
-    int interval = get_int_or(j, "full_attention_interval", 4, kMaxLayers, label);
-    for (int i = 0; i < c.n_layers; ++i)
-      c.layer_kinds[size_t(i)] =
-          (i + 1) % interval == 0 ? LayerKind::FullAttention : LayerKind::LinearAttention;
   }
-  if (get_bool_or(j, "use_sliding_window", false))
+  if (json_bool_or(j, "use_sliding_window", false))
     fail(label + ": use_sliding_window is set; sliding-window attention is not supported");
+
+  c.family->read_hf(j, c, label);
+  // A dense model's MLP width; MoE families whose every layer is sparse may leave it out.
+  const bool any_dense =
+      std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
+  c.hidden_dim = any_dense ? json_int(j, "intermediate_size", kMaxWidth, label)
+                           : json_int_or(j, "intermediate_size", 0, kMaxWidth, label);
+  for (int i = 0; i < c.n_layers; ++i)
+    if (c.layer_kinds[size_t(i)] == LayerKind::LinearAttention && !c.is_hybrid())
+      fail(label + ": layer_types[" + std::to_string(i) +
+           "] 'linear_attention' is not supported by " + c.family_name());
+  check_derived_sizes(c, label);
+  parse_rope(j, &c, label);
 
   if (auto ids = parse_token_ids(j, "bos_token_id", c.vocab, label); !ids.empty())
     c.bos_id = ids[0];

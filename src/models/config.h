@@ -21,12 +21,16 @@ inline constexpr int kMaxLayers = 4096;
 inline constexpr int kMaxWidth = 1 << 20;  // dim, hidden_dim, head_dim, heads, vocab, q/kv dims
 inline constexpr int kMaxSeqLen = 1 << 24;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen35 };
-enum class LayerKind { FullAttention, LinearAttention };
+// Experts per MoE layer and experts a token may use: far above Qwen3.5-397B's 512 / 10.
+inline constexpr int kMaxExperts = 4096;
+
+class Family;
+enum class LayerKind { FullAttention, LinearAttention };  // the token mixer of a layer
+enum class FfnKind { Dense, Moe };                        // its feed-forward block
 enum class RopeScaling { None, Linear, Llama3 };
 
 struct ModelConfig {
-  Arch arch = Arch::Llama;
+  const Family* family = nullptr;  // models/family.h: llama, qwen2, qwen3, qwen35, qwen3_moe, ...
   std::string model_type;  // as the file names it: "llama", "qwen2", "qwen3", "qwen3_5_text"
   int dim = 0;             // hidden_size
   int hidden_dim = 0;      // intermediate_size (MLP)
@@ -53,17 +57,27 @@ struct ModelConfig {
   bool norm_plus_one = false;     // Qwen3.5: RMSNorm scale stored zero-centred (1 + w)
 
   std::vector<LayerKind> layer_kinds;  // one per layer
+  std::vector<FfnKind> ffn_kinds;      // one per layer
   // Gated DeltaNet (Qwen3.5) layers.
   int linear_conv_kernel = 0;
   int linear_key_head_dim = 0, linear_value_head_dim = 0;
   int linear_num_key_heads = 0, linear_num_value_heads = 0;
+
+  // Mixture-of-experts layers (FfnKind::Moe): a router picks n_experts_used of n_experts SwiGLU
+  // experts of width expert_hidden_dim per token; Qwen3.5 MoE adds an always-on shared expert of
+  // width shared_expert_hidden_dim behind a sigmoid gate (0: none).
+  int n_experts = 0, n_experts_used = 0, expert_hidden_dim = 0, shared_expert_hidden_dim = 0;
+  bool norm_topk_prob = true;  // renormalise the chosen experts' weights to sum to 1
 
   std::optional<int32_t> bos_id;
   std::vector<int32_t> eos_ids;
 
   int kv_dim() const { return n_kv_heads * head_dim; }
   int q_dim() const { return n_heads * head_dim; }
-  bool is_hybrid() const { return arch == Arch::Qwen35; }
+  // Gated DeltaNet layers (Qwen3.5 hybrids): a recurrent state per sequence beside the KV cache.
+  bool is_hybrid() const { return linear_num_value_heads > 0; }
+  bool is_moe() const { return n_experts > 0; }
+  std::string family_name() const;  // "qwen3_moe", or "?" before a family is set
   // Sizes of a session's Gated DeltaNet state; no linear layers (an empty state) for dense models.
   RecurrentShape recurrent_shape() const;
 };
@@ -74,8 +88,6 @@ struct ModelConfig {
 // and bos/eos token ids outside the vocabulary; each error names the field and the value.
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& label);
 ModelConfig load_hf_config(const std::filesystem::path& config_json);
-
-std::string arch_name(Arch a);
 
 // Limits on products of sizes that the config.json and GGUF paths share (q_dim, the linear-
 // attention dims, the recurrent state each session allocates from the config alone); `label`

@@ -1,68 +1,220 @@
-// The transformer forward pass over a batch of sequences: embeddings, then per layer
-// RMSNorm -> attention (GQA, RoPE, optional q/k norm and output gate) or Gated DeltaNet -> residual
-// -> RMSNorm -> SwiGLU MLP -> residual, then the final norm and the logits. Reads top to bottom
-// like the papers; matmuls see all tokens of all sequences at once so each weight is read once.
+// The transformer forward pass, written once over the backend's ops (backend/backend.h), for
+// every family and device: embeddings, then per layer
+//
+//   x += mixer(RMSNorm(x))      attention (GQA, RoPE, optional q/k norm and output gate)
+//                               or Gated DeltaNet
+//   x += ffn(RMSNorm(x))        SwiGLU MLP, or a sparse MoE (+ a gated shared expert)
+//
+// then the final norm and the logits. Matmuls see all tokens of all sequences at once, so each
+// weight is read once per call (each expert once per call, for the tokens routed to it).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
+#include "backend/backend.h"
 #include "core/error.h"
-#include "memory/kv_cache.h"
-#include "models/deltanet.h"
-#include "models/device_forward.h"
 #include "models/model.h"
-#include "ops/attention.h"
-#include "ops/matmul.h"
-#include "ops/ops.h"
 
 namespace fak {
 
-namespace {
-
-void add_bias(float* y, const std::vector<float>& b, int n_tokens) {
-  if (b.empty()) return;
-  const int n = int(b.size());
-  for (int t = 0; t < n_tokens; ++t) add_inplace(y + size_t(t) * size_t(n), b.data(), n);
+BufferSizes forward_buffer_sizes(const ModelConfig& c, int T) {
+  BufferSizes s{};
+  auto set = [&](Buf b, int64_t width) {
+    s[size_t(b)] = size_t(T) * size_t(std::max<int64_t>(width, 0));
+  };
+  set(Buf::X, c.dim);
+  set(Buf::XN, c.dim);
+  set(Buf::Proj, c.dim);
+  const bool attention = std::find(c.layer_kinds.begin(), c.layer_kinds.end(),
+                                   LayerKind::FullAttention) != c.layer_kinds.end();
+  if (attention) {
+    set(Buf::Q, c.q_dim());
+    set(Buf::K, c.kv_dim());
+    set(Buf::V, c.kv_dim());
+    set(Buf::Attn, c.q_dim());
+    if (c.attn_output_gate) {
+      set(Buf::Q2, 2 * int64_t(c.q_dim()));
+      set(Buf::AttnGate, c.q_dim());
+    }
+  }
+  const bool dense =
+      std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
+  const int hidden = std::max(dense ? c.hidden_dim : 0, c.shared_expert_hidden_dim);
+  set(Buf::Gate, hidden);
+  set(Buf::Up, hidden);
+  if (c.is_hybrid()) {
+    const int64_t key_dim = int64_t(c.linear_num_key_heads) * c.linear_key_head_dim;
+    const int64_t value_dim = int64_t(c.linear_num_value_heads) * c.linear_value_head_dim;
+    set(Buf::DeltaQkv, 2 * key_dim + value_dim);
+    set(Buf::DeltaZ, value_dim);
+    set(Buf::DeltaB, c.linear_num_value_heads);
+    set(Buf::DeltaA, c.linear_num_value_heads);
+    set(Buf::DeltaCore, value_dim);
+    set(Buf::DeltaConv, 2 * key_dim + value_dim);
+    set(Buf::DeltaBeta, c.linear_num_value_heads);
+    set(Buf::DeltaG, c.linear_num_value_heads);
+  }
+  if (c.is_moe()) {
+    set(Buf::Router, c.n_experts);
+    set(Buf::MoeWeight, c.n_experts_used);
+    const int64_t pairs = c.n_experts_used;  // (token, expert) pairs per token
+    set(Buf::MoeRows, pairs * c.dim);
+    set(Buf::MoeGate, pairs * c.expert_hidden_dim);
+    set(Buf::MoeUp, pairs * c.expert_hidden_dim);
+    set(Buf::MoeOut, pairs * c.dim);
+    set(Buf::MoeSlots, pairs * c.dim);
+    if (c.shared_expert_hidden_dim > 0) {
+      set(Buf::Shared, c.dim);
+      set(Buf::SharedGate, 1);
+    }
+  }
+  return s;
 }
 
-struct Scratch {
-  std::vector<float> x, xn, q, k, v, attn, proj, gate, up;
-  void resize(const ModelConfig& c, int T) {
-    auto sz = [T](int n) { return size_t(T) * size_t(n); };
-    const int q_rows = c.q_dim() * (c.attn_output_gate ? 2 : 1);
-    x.resize(sz(c.dim));
-    xn.resize(sz(c.dim));
-    q.resize(sz(std::max(q_rows, c.dim)));
-    k.resize(sz(c.kv_dim()));
-    v.resize(sz(c.kv_dim()));
-    attn.resize(sz(std::max(c.q_dim(), c.dim)));
-    proj.resize(sz(c.dim));
-    gate.resize(sz(std::max(c.hidden_dim, c.q_dim())));
-    up.resize(sz(c.hidden_dim));
+namespace {
+
+// One forward call: the blocks, each reading a normed input and writing its output to Proj.
+class Pass {
+ public:
+  Pass(const Model& m, BackendCall& b, int T)
+      : m_(m), c_(m.config()), w_(m.weights()), b_(b), T_(T) {}
+
+  void run(const HiddenHook* hook, const LogitRows& rows) {
+    float* x = b_.buf(Buf::X);       // [T][dim] the residual stream
+    float* xn = b_.buf(Buf::XN);     // [T][dim] a block's normed input
+    float* out = b_.buf(Buf::Proj);  // [T][dim] a block's output
+    const size_t n = size_t(T_) * size_t(c_.dim);
+    b_.embed(w_.embed, x);
+    if (hook) (*hook)(0, b_.host_view(x, n), T_);
+    for (int l = 0; l < c_.n_layers; ++l) {
+      const LayerWeights& L = w_.layers[size_t(l)];
+      b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
+      if (L.kind == LayerKind::FullAttention) {
+        attention_block(L.attn, m_.attention_index(l), xn, out);
+      } else {
+        deltanet_block(L.delta, l, xn, out);
+      }
+      b_.add(x, out, n);
+      b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
+      if (L.ffn == FfnKind::Moe) {
+        moe_block(L.moe, xn, out);
+      } else {
+        mlp_block(L.mlp, xn, out);
+      }
+      b_.add(x, out, n);
+      if (hook) (*hook)(l + 1, b_.host_view(x, n), T_);
+    }
+    if (hook) {  // HF's last hidden state is after the final norm
+      b_.rmsnorm(x, w_.final_norm, T_, c_.dim, c_.rms_eps, xn);
+      (*hook)(c_.n_layers + 1, b_.host_view(xn, n), T_);
+    }
+    b_.logits(x, w_.final_norm, c_.rms_eps, w_.lm_head, rows);
   }
+
+ private:
+  // Causal self-attention over the paged KV cache; with an output gate (Qwen3.5) q_proj also
+  // yields a per-head sigmoid gate on the attention output.
+  void attention_block(const AttentionWeights& A, int al, const float* xn, float* out) {
+    const int hd = c_.head_dim, q_dim = c_.q_dim();
+    float* q = b_.buf(Buf::Q);     // [T][n_heads][head_dim]
+    float* k = b_.buf(Buf::K);     // [T][n_kv_heads][head_dim]
+    float* v = b_.buf(Buf::V);     // [T][n_kv_heads][head_dim]
+    float* o = b_.buf(Buf::Attn);  // [T][n_heads][head_dim]
+    if (c_.attn_output_gate) {
+      float* q2 = b_.buf(Buf::Q2);  // [T][n_heads][query | gate]
+      b_.matmul(A.wq, xn, T_, q2);
+      b_.add_bias(q2, A.bq, T_);
+      b_.split_gate(q2, c_.n_heads, hd, q, b_.buf(Buf::AttnGate));
+    } else {
+      b_.matmul(A.wq, xn, T_, q);
+      b_.add_bias(q, A.bq, T_);
+    }
+    b_.matmul(A.wk, xn, T_, k);
+    b_.matmul(A.wv, xn, T_, v);
+    b_.add_bias(k, A.bk, T_);
+    b_.add_bias(v, A.bv, T_);
+    if (c_.qk_norm) {
+      b_.rmsnorm(q, A.q_norm, T_ * c_.n_heads, hd, c_.rms_eps, q);
+      b_.rmsnorm(k, A.k_norm, T_ * c_.n_kv_heads, hd, c_.rms_eps, k);
+    }
+    b_.kv_store(al, KvPlane::Kraw, k);  // pre-RoPE keys, for quarantine's shift mode
+    b_.rope(q, c_.n_heads, hd);
+    b_.rope(k, c_.n_kv_heads, hd);
+    b_.kv_store(al, KvPlane::K, k);
+    b_.kv_store(al, KvPlane::V, v);
+    b_.attention(al, q, c_.n_heads, c_.n_kv_heads, hd, float(1.0 / std::sqrt(double(hd))), o);
+    if (c_.attn_output_gate) b_.sigmoid_mul(o, b_.buf(Buf::AttnGate), size_t(T_) * size_t(q_dim));
+    b_.matmul(A.wo, o, T_, out);
+    b_.add_bias(out, A.bo, T_);
+  }
+
+  // Gated DeltaNet (ops/deltanet.h): projections, the conv + delta rule over each sequence's
+  // recurrent state, a gated RMSNorm per value head, out_proj.
+  void deltanet_block(const DeltaNetWeights& D, int layer, const float* xn, float* out) {
+    const DeltaNetParams p{c_.linear_num_key_heads,
+                           c_.linear_num_value_heads,
+                           c_.linear_key_head_dim,
+                           c_.linear_value_head_dim,
+                           c_.linear_conv_kernel,
+                           &D.conv1d,
+                           &D.ssm_a,
+                           &D.dt_bias};
+    float* qkv = b_.buf(Buf::DeltaQkv);    // [T][conv_dim] q | k | v
+    float* z = b_.buf(Buf::DeltaZ);        // [T][value_dim] output gate
+    float* beta = b_.buf(Buf::DeltaB);     // [T][n_v_heads]
+    float* a = b_.buf(Buf::DeltaA);        // [T][n_v_heads]
+    float* core = b_.buf(Buf::DeltaCore);  // [T][value_dim]
+    b_.matmul(D.in_proj_qkv, xn, T_, qkv);
+    b_.matmul(D.in_proj_z, xn, T_, z);
+    b_.matmul(D.in_proj_b, xn, T_, beta);
+    b_.matmul(D.in_proj_a, xn, T_, a);
+    b_.deltanet(p, layer, qkv, beta, a, core);
+    // The gated norm's weight is used as stored (not zero-centred).
+    b_.rmsnorm(core, D.norm, T_ * p.n_v_heads, p.v_head_dim, c_.rms_eps, core);
+    b_.silu_gate(core, z, size_t(T_) * size_t(p.value_dim()));
+    b_.matmul(D.out_proj, core, T_, out);
+  }
+
+  // SwiGLU: down(silu(gate x) * up x).
+  void mlp_block(const MlpWeights& M, const float* xn, float* out) {
+    const int hidden = int(M.gate.rows);
+    float* g = b_.buf(Buf::Gate);  // [T][hidden]
+    float* u = b_.buf(Buf::Up);    // [T][hidden]
+    b_.matmul(M.gate, xn, T_, g);
+    b_.matmul(M.up, xn, T_, u);
+    b_.add_bias(g, M.b_gate, T_);
+    b_.add_bias(u, M.b_up, T_);
+    b_.silu_mul(g, u, size_t(T_) * size_t(hidden), g);
+    b_.matmul(M.down, g, T_, out);
+    b_.add_bias(out, M.b_down, T_);
+  }
+
+  // Sparse MoE: a softmax router picks each token's top n_experts_used experts, whose SwiGLU
+  // outputs are summed with the (renormalised) router weights; Qwen3.5 MoE adds a shared expert
+  // scaled by sigmoid(shared_gate x).
+  void moe_block(const MoeWeights& M, const float* xn, float* out) {
+    const int k = c_.n_experts_used;
+    float* logits = b_.buf(Buf::Router);     // [T][n_experts]
+    float* weight = b_.buf(Buf::MoeWeight);  // [T][k]
+    b_.matmul(M.router, xn, T_, logits);
+    b_.moe_route(logits, c_.n_experts, k, c_.norm_topk_prob, weight);
+    b_.moe_experts(M.gate, M.up, M.down, xn, k, weight, out);
+    if (c_.shared_expert_hidden_dim > 0) {
+      float* shared = b_.buf(Buf::Shared);    // [T][dim]
+      float* gate = b_.buf(Buf::SharedGate);  // [T][1]
+      mlp_block(M.shared, xn, shared);
+      b_.matmul(M.shared_gate, xn, T_, gate);
+      b_.add_gated(out, shared, gate, c_.dim);
+    }
+  }
+
+  const Model& m_;
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  BackendCall& b_;
+  int T_;
 };
 
 }  // namespace
-
-LogitRows logit_rows(std::span<const BatchItem> batch, int vocab) {
-  LogitRows r;
-  int t = 0;
-  for (const BatchItem& it : batch) {
-    if (it.logits) {
-      if (it.all_logits) {
-        for (int i = 0; i < it.n_tokens; ++i) {
-          r.rows.push_back(t + i);
-          r.outs.push_back(it.logits + size_t(i) * size_t(vocab));
-        }
-      } else {
-        r.rows.push_back(t + it.n_tokens - 1);
-        r.outs.push_back(it.logits);
-      }
-    }
-    t += it.n_tokens;
-  }
-  return r;
-}
 
 void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
                     const HiddenHook* hook) const {
@@ -79,19 +231,8 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
              std::to_string(c.vocab - 1) + ")");
     T += it.n_tokens;
   }
-  if (device_forward_) {
-    device_forward_->forward(batch, cache, hook);
-    return;
-  }
-  check(cache.storage().host_accessible(),
-        "forward: the model runs on the CPU but its KV cache lives in " + cache.storage().name());
-  // note: a reference, not the thread_local itself, so OpenMP workers see the caller's buffers.
-  thread_local Scratch tls_scratch;
-  Scratch& s = tls_scratch;
-  s.resize(c, T);
-  const size_t D = size_t(c.dim);
-
-  // Per-token positions and RoPE angles (shared by every layer).
+  if (T == 0) return;
+  // Per-token RoPE angles (shared by every layer).
   const int half = rope_->rotary_dim() / 2;
   std::vector<float> cos(size_t(T) * size_t(half)), sin(size_t(T) * size_t(half));
   {
@@ -101,126 +242,10 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
         rope_->angles(it.start_pos + i, &cos[size_t(t) * size_t(half)],
                       &sin[size_t(t) * size_t(half)]);
   }
-
-  {
-    int t = 0;
-    for (const BatchItem& it : batch)
-      for (int i = 0; i < it.n_tokens; ++i, ++t)
-        dequantize_row(weights_.embed, it.tokens[i], &s.x[size_t(t) * D]);
-  }
-  if (hook) (*hook)(0, s.x.data(), T);
-
-  const int hd = c.head_dim;
-  const int kv_dim = c.kv_dim();
-  const int bs = cache.block_size();
-  const AttentionShape shape{c.n_heads, c.n_kv_heads, hd, float(1.0 / std::sqrt(double(hd)))};
-
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = weights_.layers[size_t(l)];
-#pragma omp parallel for schedule(static) if (T > 4)
-    for (int t = 0; t < T; ++t)
-      rmsnorm(&s.x[size_t(t) * D], L.attn_norm.data(), c.dim, c.rms_eps, &s.xn[size_t(t) * D]);
-
-    if (L.kind == LayerKind::FullAttention) {
-      const AttentionWeights& A = L.attn;
-      const int q_rows = int(A.wq.rows);
-      matmul(A.wq, s.xn.data(), T, s.q.data());
-      matmul(A.wk, s.xn.data(), T, s.k.data());
-      matmul(A.wv, s.xn.data(), T, s.v.data());
-      add_bias(s.q.data(), A.bq, T);
-      add_bias(s.k.data(), A.bk, T);
-      add_bias(s.v.data(), A.bv, T);
-      // With an output gate, q_proj yields per head [query (head_dim) | gate (head_dim)]: split the
-      // gate off into s.proj so the query rows are contiguous again.
-      if (c.attn_output_gate) {
-        for (int t = 0; t < T; ++t)
-          for (int h = 0; h < c.n_heads; ++h) {
-            const float* src = &s.q[size_t(t) * size_t(q_rows) + size_t(h) * 2 * size_t(hd)];
-            std::memcpy(&s.attn[size_t(t) * size_t(c.q_dim()) + size_t(h) * size_t(hd)], src,
-                        sizeof(float) * size_t(hd));
-            std::memcpy(&s.gate[size_t(t) * size_t(c.q_dim()) + size_t(h) * size_t(hd)], src + hd,
-                        sizeof(float) * size_t(hd));
-          }
-        std::memcpy(s.q.data(), s.attn.data(), sizeof(float) * size_t(T) * size_t(c.q_dim()));
-      }
-      const int al = attention_index_[size_t(l)];
-      int t = 0;
-      for (const BatchItem& it : batch) {
-        for (int i = 0; i < it.n_tokens; ++i, ++t) {
-          float* qt = &s.q[size_t(t) * size_t(c.q_dim())];
-          float* kt = &s.k[size_t(t) * size_t(kv_dim)];
-          if (c.qk_norm) {
-            for (int h = 0; h < c.n_heads; ++h)
-              rmsnorm(qt + h * hd, A.q_norm.data(), hd, c.rms_eps, qt + h * hd);
-            for (int h = 0; h < c.n_kv_heads; ++h)
-              rmsnorm(kt + h * hd, A.k_norm.data(), hd, c.rms_eps, kt + h * hd);
-          }
-          const int pos = it.start_pos + i;
-          const int32_t block = (*it.blocks)[size_t(pos / bs)];
-          const int slot = pos % bs;
-          cache.store_row(block, al, KvPlane::Kraw, slot, kt);
-          const float* cs = &cos[size_t(t) * size_t(half)];
-          const float* sn = &sin[size_t(t) * size_t(half)];
-          for (int h = 0; h < c.n_heads; ++h) rope_apply(qt + h * hd, 2 * half, cs, sn);
-          for (int h = 0; h < c.n_kv_heads; ++h) rope_apply(kt + h * hd, 2 * half, cs, sn);
-          cache.store_row(block, al, KvPlane::K, slot, kt);
-          cache.store_row(block, al, KvPlane::V, slot, &s.v[size_t(t) * size_t(kv_dim)]);
-        }
-      }
-      std::vector<AttentionTask> tasks;
-      t = 0;
-      for (const BatchItem& it : batch) {
-        tasks.push_back({&s.q[size_t(t) * size_t(c.q_dim())],
-                         &s.attn[size_t(t) * size_t(c.q_dim())], it.blocks, it.n_tokens,
-                         it.start_pos});
-        t += it.n_tokens;
-      }
-      attention(tasks, cache, al, shape);
-      if (c.attn_output_gate) {
-        const size_t n = size_t(T) * size_t(c.q_dim());
-        for (size_t i = 0; i < n; ++i) s.attn[i] *= 1.0f / (1.0f + std::exp(-s.gate[i]));
-      }
-      matmul(A.wo, s.attn.data(), T, s.proj.data());
-      add_bias(s.proj.data(), A.bo, T);
-    } else {
-      deltanet_layer(c, L.delta, l, batch, s.xn.data(), T, s.proj.data());
-    }
-    add_inplace(s.x.data(), s.proj.data(), T * c.dim);
-
-#pragma omp parallel for schedule(static) if (T > 4)
-    for (int t = 0; t < T; ++t)
-      rmsnorm(&s.x[size_t(t) * D], L.mlp_norm.data(), c.dim, c.rms_eps, &s.xn[size_t(t) * D]);
-    const MlpWeights& M = L.mlp;
-    matmul(M.gate, s.xn.data(), T, s.gate.data());
-    matmul(M.up, s.xn.data(), T, s.up.data());
-    add_bias(s.gate.data(), M.b_gate, T);
-    add_bias(s.up.data(), M.b_up, T);
-    silu_mul(s.gate.data(), s.up.data(), T * c.hidden_dim, s.gate.data());
-    matmul(M.down, s.gate.data(), T, s.proj.data());
-    add_bias(s.proj.data(), M.b_down, T);
-    add_inplace(s.x.data(), s.proj.data(), T * c.dim);
-    if (hook) (*hook)(l + 1, s.x.data(), T);
-  }
-
-  // Final norm + logits, only for the rows someone asked for.
-  const auto [rows, outs] = logit_rows(batch, c.vocab);
-  if (hook) {
-    for (int t = 0; t < T; ++t)
-      rmsnorm(&s.x[size_t(t) * D], weights_.final_norm.data(), c.dim, c.rms_eps,
-              &s.xn[size_t(t) * D]);
-    (*hook)(c.n_layers + 1, s.xn.data(), T);
-  }
-  if (rows.empty()) return;
-  std::vector<float> normed(rows.size() * D);
-  for (size_t i = 0; i < rows.size(); ++i)
-    rmsnorm(&s.x[size_t(rows[i]) * D], weights_.final_norm.data(), c.dim, c.rms_eps,
-            &normed[i * D]);
-  // Logits of consecutive rows land in consecutive outputs only within an item; compute into a
-  // temporary when outputs are scattered.
-  std::vector<float> logits(rows.size() * size_t(c.vocab));
-  matmul(weights_.lm_head, normed.data(), int(rows.size()), logits.data());
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(outs[i], &logits[i * size_t(c.vocab)], sizeof(float) * size_t(c.vocab));
+  std::unique_ptr<BackendCall> call = backend_->begin(batch, cache, forward_buffer_sizes(c, T),
+                                                      std::move(cos), std::move(sin), half);
+  Pass(*this, *call, T).run(hook, logit_rows(batch, c.vocab));
+  call->finish();
 }
 
 }  // namespace fak

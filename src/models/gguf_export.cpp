@@ -7,9 +7,11 @@
 
 #include "core/error.h"
 #include "io/gguf_writer.h"
+#include "models/family.h"
 #include "models/gguf_loader.h"
 #include "models/gguf_tokenizer.h"
 #include "models/qwen35_gguf.h"
+#include "models/tensor_table.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak {
@@ -39,70 +41,11 @@ struct Collector {
     stats.bytes += b.size();
     stats.types[std::string(wtype_name(type))]++;
   }
-
-  // 1-D tensors (norms, biases) are F32 in llama.cpp files.
-  void add_vec(const std::string& name, const std::vector<float>& v) {
-    std::vector<uint8_t> bytes(4 * v.size());
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-    add(name, WType::F32, {int64_t(v.size())}, std::move(bytes));
-  }
 };
 
-// Rows reordered for llama.cpp's interleaved RoPE: GGUF row g is HF row llama_unpermuted_row(g).
-std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& src, int64_t rows, size_t row_bytes,
-                                  int head_dim) {
-  std::vector<uint8_t> out(src.size());
-  for (int64_t g = 0; g < rows; ++g)
-    std::memcpy(out.data() + size_t(g) * row_bytes,
-                src.data() + size_t(llama_unpermuted_row(g, head_dim)) * row_bytes, row_bytes);
-  return out;
-}
-
-std::vector<float> permute_vec(const std::vector<float>& v, int head_dim) {
-  std::vector<float> out(v.size());
-  for (size_t g = 0; g < v.size(); ++g)
-    out[g] = v[size_t(llama_unpermuted_row(int64_t(g), head_dim))];
-  return out;
-}
-
-// llama.cpp's name for the architecture (HF's qwen3_5_text is its qwen35).
-std::string gguf_arch(const ModelConfig& c) {
-  return c.arch == Arch::Qwen35 ? "qwen35" : arch_name(c.arch);
-}
-
-// qwen35: every full_attention_interval-th layer is attention, the rest DeltaNet.
-int full_attention_interval(const ModelConfig& c) {
-  int interval = 0;
-  for (int l = 0; l < c.n_layers && interval == 0; ++l)
-    if (c.layer_kinds[size_t(l)] == LayerKind::FullAttention) interval = l + 1;
-  for (int l = 0; l < c.n_layers; ++l)
-    if (interval == 0 ||
-        (c.layer_kinds[size_t(l)] == LayerKind::FullAttention) != ((l + 1) % interval == 0))
-      fail(
-          "GGUF export: qwen35 files describe the layer pattern by full_attention_interval; this "
-          "model's layer_types do not follow one");
-  return interval;
-}
-
-void write_hybrid_config(GgufWriter& w, const ModelConfig& c, const std::string& p) {
-  w.set_u32(p + "attention.key_length", uint32_t(c.head_dim));
-  w.set_u32(p + "attention.value_length", uint32_t(c.head_dim));
-  w.set_u32(p + "rope.dimension_count", uint32_t(c.rotary_dim));
-  // Interleaved M-RoPE sections, required by llama.cpp; with text positions (all three equal)
-  // they do not change the rotation. Its converter's default, as in the released configs.
-  const int32_t sections[4] = {11, 11, 10, 0};
-  w.set(p + "rope.dimension_sections",
-        GgufValue::make_array(GgufArray::numbers(GgufType::I32, sections, 4)));
-  w.set_u32(p + "ssm.conv_kernel", uint32_t(c.linear_conv_kernel));
-  w.set_u32(p + "ssm.state_size", uint32_t(c.linear_key_head_dim));
-  w.set_u32(p + "ssm.group_count", uint32_t(c.linear_num_key_heads));
-  w.set_u32(p + "ssm.time_step_rank", uint32_t(c.linear_num_value_heads));
-  w.set_u32(p + "ssm.inner_size", uint32_t(c.linear_num_value_heads * c.linear_value_head_dim));
-  w.set_u32(p + "full_attention_interval", uint32_t(full_attention_interval(c)));
-}
-
+// The common keys of every llama.cpp architecture; the family adds its own (family.h).
 void write_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::string& name) {
-  const std::string arch = gguf_arch(c);
+  const std::string arch(c.family->gguf_arch());
   const std::string p = arch + ".";
   w.set_string("general.architecture", arch);
   w.set_string("general.type", "model");
@@ -112,66 +55,74 @@ void write_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::s
   w.set_u32(p + "block_count", uint32_t(c.n_layers));
   w.set_u32(p + "context_length", uint32_t(c.max_seq_len));
   w.set_u32(p + "embedding_length", uint32_t(c.dim));
-  w.set_u32(p + "feed_forward_length", uint32_t(c.hidden_dim));
+  if (c.hidden_dim > 0) w.set_u32(p + "feed_forward_length", uint32_t(c.hidden_dim));
   w.set_u32(p + "attention.head_count", uint32_t(c.n_heads));
   w.set_u32(p + "attention.head_count_kv", uint32_t(c.n_kv_heads));
   w.set_f32(p + "rope.freq_base", float(c.rope_theta));
   w.set_f32(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
-  if (c.head_dim != c.dim / c.n_heads || c.arch == Arch::Qwen3) {
+  if (c.head_dim != c.dim / c.n_heads) {
     w.set_u32(p + "attention.key_length", uint32_t(c.head_dim));
     w.set_u32(p + "attention.value_length", uint32_t(c.head_dim));
-  }
-  if (c.arch == Arch::Llama) {
-    w.set_u32(p + "vocab_size", uint32_t(c.vocab));
-    w.set_u32(p + "rope.dimension_count", uint32_t(c.rotary_dim));
   }
   if (c.rope_scaling == RopeScaling::Linear) {
     w.set_string(p + "rope.scaling.type", "linear");
     w.set_f32(p + "rope.scaling.factor", float(c.rope_factor));
   }
-  if (c.arch == Arch::Qwen35) write_hybrid_config(w, c, p);
+  c.family->write_gguf(w, p, c);
 }
 
-// A DeltaNet layer in llama.cpp's qwen35 conventions (qwen35_gguf.h): value heads tiled, conv1d
-// as an f32 [conv_dim][kernel] matrix, A_log as -exp(A_log). Reordering happens on the source
-// (float) rows and columns, so any output type can follow.
-template <typename Matrix>
-void export_deltanet(Collector& col, const ModelConfig& c, const DeltaNetWeights& d,
-                     const std::string& b, Matrix matrix) {
-  const VHeadOrder order{c.linear_num_key_heads, c.linear_num_value_heads};
-  const int64_t dv = c.linear_value_head_dim, kernel = c.linear_conv_kernel;
-  const int64_t key_dim = int64_t(c.linear_num_key_heads) * c.linear_key_head_dim;
-  std::vector<std::vector<uint8_t>> keep;
-  auto rows = [&](const WeightMatrix& m, int64_t offset, int64_t per_head) {
-    if (order.identity()) return m;
-    keep.push_back(reorder_v_rows(static_cast<const uint8_t*>(m.data), m.rows, m.row_bytes, offset,
-                                  per_head, order, true));
-    WeightMatrix r = m;
-    r.data = keep.back().data();
-    return r;
-  };
-  matrix(b + "attn_qkv.weight", rows(d.in_proj_qkv, 2 * key_dim, dv));
-  matrix(b + "attn_gate.weight", rows(d.in_proj_z, 0, dv));
-  matrix(b + "ssm_beta.weight", rows(d.in_proj_b, 0, 1));
-  matrix(b + "ssm_alpha.weight", rows(d.in_proj_a, 0, 1));
-  WeightMatrix out = d.out_proj;
-  if (!order.identity()) {
-    keep.push_back(reorder_v_cols(out, dv, order, true, b + "ssm_out.weight"));
-    out.data = keep.back().data();
+// f32 values as the bytes of a GGUF tensor.
+std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> bytes(4 * v.size());
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  return bytes;
+}
+
+// A vector in llama.cpp's order (the inverse of the loader's).
+std::vector<float> gguf_ordered(const ModelConfig& c, const TensorDef& d, std::vector<float> v) {
+  switch (d.gguf_order) {
+    case GgufOrder::RopePairs: {
+      std::vector<float> out(v.size());
+      for (size_t g = 0; g < v.size(); ++g)
+        out[g] = v[size_t(llama_unpermuted_row(int64_t(g), int(d.order_per_head)))];
+      return out;
+    }
+    case GgufOrder::VHeadRows: {
+      const VHeadOrder order{c.linear_num_key_heads, c.linear_num_value_heads};
+      if (order.identity()) return v;
+      return reorder_v_vec(v, d.order_offset * d.cols, d.order_per_head * d.cols, order, true);
+    }
+    default:
+      return v;
   }
-  matrix(b + "ssm_out.weight", out);
-  std::vector<float> conv =
-      order.identity() ? d.conv1d
-                       : reorder_v_vec(d.conv1d, 2 * key_dim * kernel, dv * kernel, order, true);
-  std::vector<uint8_t> conv_bytes(conv.size() * sizeof(float));
-  std::memcpy(conv_bytes.data(), conv.data(), conv_bytes.size());
-  const int64_t conv_dim = int64_t(conv.size()) / kernel;
-  col.add(b + "ssm_conv1d.weight", WType::F32, {kernel, conv_dim}, std::move(conv_bytes));
-  const std::vector<float>& a = d.ssm_a;
-  col.add_vec(b + "ssm_dt.bias",
-              order.identity() ? d.dt_bias : reorder_v_vec(d.dt_bias, 0, 1, order, true));
-  col.add_vec(b + "ssm_a", order.identity() ? a : reorder_v_vec(a, 0, 1, order, true));
-  col.add_vec(b + "ssm_norm.weight", d.norm);
+}
+
+// A matrix's rows (or columns) in llama.cpp's order, reordered on the source rows so any output
+// type can follow. `keep` holds reordered bytes while `m` points at them.
+WeightMatrix gguf_ordered(const ModelConfig& c, const TensorDef& d, WeightMatrix m,
+                          std::vector<uint8_t>& keep) {
+  const VHeadOrder order{c.linear_num_key_heads, c.linear_num_value_heads};
+  switch (d.gguf_order) {
+    case GgufOrder::AsIs:
+      return m;
+    case GgufOrder::RopePairs:
+      keep.resize(m.bytes());
+      for (int64_t g = 0; g < m.rows; ++g)
+        std::memcpy(keep.data() + size_t(g) * m.row_bytes,
+                    m.row(llama_unpermuted_row(g, int(d.order_per_head))), m.row_bytes);
+      break;
+    case GgufOrder::VHeadRows:
+      if (order.identity()) return m;
+      keep = reorder_v_rows(static_cast<const uint8_t*>(m.data), m.rows, m.row_bytes,
+                            d.order_offset, d.order_per_head, order, true);
+      break;
+    case GgufOrder::VHeadCols:
+      if (order.identity()) return m;
+      keep = reorder_v_cols(m, d.order_per_head, order, true, d.gguf);
+      break;
+  }
+  m.data = keep.data();
+  return m;
 }
 
 }  // namespace
@@ -184,70 +135,50 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
         "supported yet");
   if (!model.tokenizer())
     fail(model.path().string() + ": no tokenizer.json; a GGUF needs the vocabulary");
-  const ModelWeights& W = model.weights();
   Collector col;
   write_config(col.w, c, ft, model.path().filename().string());
   write_gguf_tokenizer(col.w, model.tokenizer()->spec(), c.vocab);
 
-  const bool tied = c.tie_embeddings;
-  const bool permute = c.arch == Arch::Llama;
-  auto matrix = [&](const std::string& name, const WeightMatrix& m, TensorRole role, int layer,
-                    bool permuted = false) {
-    const WType t = choose_wtype(ft, role, layer, c.n_layers, m.cols, tied);
-    std::vector<uint8_t> data = convert_matrix(m, t);
-    if (permuted) data = permute_rows(data, m.rows, wtype_row_bytes(t, m.cols), c.head_dim);
-    col.add(name, t, {m.cols, m.rows}, std::move(data));
+  auto type_of = [&](const TensorDef& d, const WeightMatrix& m) {
+    // The router and the shared expert's gate stay f32 as llama.cpp's converter writes them.
+    if (d.keep_float) return WType::F32;
+    return choose_wtype(ft, d.role, std::max(d.layer, 0), c.n_layers, m.cols, c.tie_embeddings,
+                        c.n_experts);
   };
-  matrix("token_embd.weight", W.embed, TensorRole::TokenEmbd, 0);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = W.layers[size_t(l)];
-    const std::string b = "blk." + std::to_string(l) + ".";
-    col.add_vec(b + "attn_norm.weight", L.attn_norm);
-    if (c.is_hybrid()) {
-      col.add_vec(b + "post_attention_norm.weight", L.mlp_norm);
-      if (L.kind == LayerKind::LinearAttention) {
-        export_deltanet(col, c, L.delta, b, [&](const std::string& name, const WeightMatrix& m) {
-          matrix(name, m, TensorRole::AttnOutput, l);
-        });
-      } else {
-        matrix(b + "attn_q.weight", L.attn.wq, TensorRole::AttnQ, l);
-        matrix(b + "attn_k.weight", L.attn.wk, TensorRole::AttnK, l);
-        matrix(b + "attn_v.weight", L.attn.wv, TensorRole::AttnV, l);
-        matrix(b + "attn_output.weight", L.attn.wo, TensorRole::AttnOutput, l);
-        col.add_vec(b + "attn_q_norm.weight", L.attn.q_norm);
-        col.add_vec(b + "attn_k_norm.weight", L.attn.k_norm);
+  // note: the walk binds entries into the model's own weights; it only reads through them.
+  ModelWeights& w = const_cast<ModelWeights&>(model.weights());
+  for (int l = -1; l < c.n_layers; ++l) {
+    for (const TensorDef& d : tensor_table_part(c, w, l)) {
+      switch (d.kind) {
+        case TensorKind::Vector: {
+          // 1-D tensors and the conv kernel are f32 in llama.cpp files.
+          std::vector<int64_t> dims = {d.rows};
+          if (d.cols > 1) dims = {d.cols, d.rows};
+          col.add(d.gguf, WType::F32, dims, float_bytes(gguf_ordered(c, d, *d.vector)));
+          break;
+        }
+        case TensorKind::Matrix: {
+          std::vector<uint8_t> keep;
+          const WeightMatrix m = gguf_ordered(c, d, *d.matrix, keep);
+          const WType t = type_of(d, m);
+          col.add(d.gguf, t, {m.cols, m.rows}, convert_matrix(m, t));
+          break;
+        }
+        case TensorKind::Experts: {
+          // One [n_experts, rows, cols] tensor: each expert converted in turn.
+          const WType t = type_of(d, d.experts->front());
+          std::vector<uint8_t> all;
+          all.reserve(wtype_row_bytes(t, d.cols) * size_t(d.rows) * size_t(d.n_experts));
+          for (const WeightMatrix& e : *d.experts) {
+            std::vector<uint8_t> one = convert_matrix(e, t);
+            all.insert(all.end(), one.begin(), one.end());
+          }
+          col.add(d.gguf, t, {d.cols, d.rows, int64_t(d.n_experts)}, std::move(all));
+          break;
+        }
       }
-      matrix(b + "ffn_gate.weight", L.mlp.gate, TensorRole::FfnGate, l);
-      matrix(b + "ffn_up.weight", L.mlp.up, TensorRole::FfnUp, l);
-      matrix(b + "ffn_down.weight", L.mlp.down, TensorRole::FfnDown, l);
-      continue;
-    }
-    matrix(b + "attn_q.weight", L.attn.wq, TensorRole::AttnQ, l, permute);
-    matrix(b + "attn_k.weight", L.attn.wk, TensorRole::AttnK, l, permute);
-    matrix(b + "attn_v.weight", L.attn.wv, TensorRole::AttnV, l);
-    matrix(b + "attn_output.weight", L.attn.wo, TensorRole::AttnOutput, l);
-    if (!L.attn.bq.empty()) {
-      col.add_vec(b + "attn_q.bias", permute ? permute_vec(L.attn.bq, c.head_dim) : L.attn.bq);
-      col.add_vec(b + "attn_k.bias", permute ? permute_vec(L.attn.bk, c.head_dim) : L.attn.bk);
-      col.add_vec(b + "attn_v.bias", L.attn.bv);
-    }
-    if (!L.attn.bo.empty()) col.add_vec(b + "attn_output.bias", L.attn.bo);
-    if (!L.attn.q_norm.empty()) {
-      col.add_vec(b + "attn_q_norm.weight", L.attn.q_norm);
-      col.add_vec(b + "attn_k_norm.weight", L.attn.k_norm);
-    }
-    col.add_vec(b + "ffn_norm.weight", L.mlp_norm);
-    matrix(b + "ffn_gate.weight", L.mlp.gate, TensorRole::FfnGate, l);
-    matrix(b + "ffn_up.weight", L.mlp.up, TensorRole::FfnUp, l);
-    matrix(b + "ffn_down.weight", L.mlp.down, TensorRole::FfnDown, l);
-    if (!L.mlp.b_gate.empty()) {
-      col.add_vec(b + "ffn_gate.bias", L.mlp.b_gate);
-      col.add_vec(b + "ffn_up.bias", L.mlp.b_up);
-      col.add_vec(b + "ffn_down.bias", L.mlp.b_down);
     }
   }
-  col.add_vec("output_norm.weight", W.final_norm);
-  if (!tied) matrix("output.weight", W.lm_head, TensorRole::Output, 0);
   col.w.write(out);
   return col.stats;
 }
@@ -255,8 +186,9 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
 ExportStats requantize_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
                             FileType ft) {
   const GgufFile f = GgufFile::open(in);
-  gguf_model_config(f);  // refuses architectures fak cannot run
-  const int n_layers = int(f.get_u64(f.get_string("general.architecture") + ".block_count"));
+  const ModelConfig c = gguf_model_config(f);  // refuses architectures fak cannot run
+  const std::string arch = f.get_string("general.architecture");
+  const int n_layers = int(f.get_u64(arch + ".block_count"));
   const bool tied = f.tensor("output.weight") == nullptr;
   Collector col;
   for (const GgufKv& kv : f.metadata())
@@ -266,34 +198,29 @@ ExportStats requantize_gguf(const std::filesystem::path& in, const std::filesyst
   static const std::regex kBlock(R"(blk\.(\d+)\.(\w+)\.weight)");
   for (const GgufTensor& t : f.tensors()) {
     const std::optional<WType> src = wtype_from_ggml(t.ggml_type);
-    // Vectors, the DeltaNet conv kernel (llama.cpp keeps it f32) and types fak cannot read are
-    // copied as they are.
-    if (t.dims.size() != 2 || !src || t.name.find(".ssm_conv1d.") != std::string::npos) {
+    // Vectors, the DeltaNet conv kernel, the MoE router and shared-expert gate (llama.cpp keeps
+    // them f32) and types fak cannot read are copied as they are.
+    const bool matrix = t.dims.size() == 2 || t.dims.size() == 3;
+    if (!matrix || !src || t.name.find(".ssm_conv1d.") != std::string::npos ||
+        t.name.find(".ffn_gate_inp") != std::string::npos) {
       col.w.add_tensor(t.name, t.ggml_type, t.dims, {t.data, t.nbytes});
       col.stats.tensors++;
       col.stats.bytes += t.nbytes;
       continue;
     }
-    TensorRole role = TensorRole::AttnOutput;
+    // The role is llama.cpp's name for the tensor: "token_embd", "output", or the part between
+    // "blk.N." and ".weight" ("attn_v", "ffn_down_exps").
+    std::string role = t.name.substr(0, t.name.rfind(".weight"));
     int layer = 0;
     std::smatch m;
-    if (t.name == "token_embd.weight") {
-      role = TensorRole::TokenEmbd;
-    } else if (t.name == "output.weight") {
-      role = TensorRole::Output;
-    } else if (std::regex_match(t.name, m, kBlock)) {
+    if (std::regex_match(t.name, m, kBlock)) {
       layer = std::stoi(m[1]);
-      const std::string kind = m[2];
-      role = kind == "attn_q"     ? TensorRole::AttnQ
-             : kind == "attn_k"   ? TensorRole::AttnK
-             : kind == "attn_v"   ? TensorRole::AttnV
-             : kind == "ffn_gate" ? TensorRole::FfnGate
-             : kind == "ffn_up"   ? TensorRole::FfnUp
-             : kind == "ffn_down" ? TensorRole::FfnDown
-                                  : TensorRole::AttnOutput;
+      role = m[2];
     }
-    const WeightMatrix wm{*src, t.data, t.dims[1], t.dims[0], wtype_row_bytes(*src, t.dims[0])};
-    const WType type = choose_wtype(ft, role, layer, n_layers, wm.cols, tied);
+    // A stack of experts converts as its rows one after another.
+    const int64_t rows = t.dims[1] * (t.dims.size() == 3 ? t.dims[2] : 1);
+    const WeightMatrix wm{*src, t.data, rows, t.dims[0], wtype_row_bytes(*src, t.dims[0])};
+    const WType type = choose_wtype(ft, role, layer, n_layers, wm.cols, tied, c.n_experts);
     col.add(t.name, type, t.dims, convert_matrix(wm, type));
   }
   col.w.write(out);

@@ -9,10 +9,9 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "memory/kv_cache.h"
-#include "memory/kv_storage.h"
-#include "models/device_forward.h"
 #include "models/gguf_loader.h"
 #include "models/quant_policy.h"
+#include "models/tensor_table.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak {
@@ -62,36 +61,16 @@ std::shared_ptr<void> quantise_weights(ModelWeights& w, const ModelConfig& c, Qu
       fail("--quant q8_k: Q8_K is an activation format, not a weight type");
   }
   auto owned = std::make_shared<std::vector<std::vector<uint8_t>>>();
-  auto convert = [&](WeightMatrix& m, TensorRole role, int layer) {
-    const WType t = choose_wtype(ft, role, layer, c.n_layers, m.cols, c.tie_embeddings);
+  for_each_matrix(c, w, [&](WeightMatrix& m, const TensorDef& d) {
+    if (d.keep_float) return;  // the MoE router and shared-expert gate, as llama-quantize
+    const WType t = choose_wtype(ft, d.role, std::max(d.layer, 0), c.n_layers, m.cols,
+                                 c.tie_embeddings, c.n_experts);
     if (t == m.type || !wtype_quant(t)) return;  // rows that fit no block type stay as stored
     owned->push_back(convert_matrix(m, t));
-    w.bytes -= m.bytes();
     m = WeightMatrix{t, owned->back().data(), m.rows, m.cols, wtype_row_bytes(t, m.cols)};
-    w.bytes += m.bytes();
-  };
-  const bool tied = w.lm_head.data == w.embed.data;
-  convert(w.embed, TensorRole::TokenEmbd, 0);
-  if (tied)
-    w.lm_head = w.embed;
-  else
-    convert(w.lm_head, TensorRole::Output, 0);
-  for (int l = 0; l < c.n_layers; ++l) {
-    LayerWeights& L = w.layers[size_t(l)];
-    if (L.kind == LayerKind::FullAttention) {
-      convert(L.attn.wq, TensorRole::AttnQ, l);
-      convert(L.attn.wk, TensorRole::AttnK, l);
-      convert(L.attn.wv, TensorRole::AttnV, l);
-      convert(L.attn.wo, TensorRole::AttnOutput, l);
-    } else {
-      for (WeightMatrix* m : {&L.delta.in_proj_qkv, &L.delta.in_proj_z, &L.delta.in_proj_b,
-                              &L.delta.in_proj_a, &L.delta.out_proj})
-        convert(*m, TensorRole::AttnOutput, l);
-    }
-    convert(L.mlp.gate, TensorRole::FfnGate, l);
-    convert(L.mlp.up, TensorRole::FfnUp, l);
-    convert(L.mlp.down, TensorRole::FfnDown, l);
-  }
+  });
+  if (c.tie_embeddings) w.lm_head = w.embed;
+  w.bytes = matrix_bytes(c, w);
   return owned;
 }
 
@@ -128,7 +107,11 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
   m->store_ = std::make_shared<TensorStore>(TensorStore::open_dir(path));
   std::string prefix = "model.";
   if (m->store_->find("model.language_model.embed_tokens.weight")) prefix = "model.language_model.";
-  m->weights_ = load_hf_weights(*m->store_, m->config_, prefix);
+  size_t skipped = 0;
+  m->weights_ = load_hf_weights(*m->store_, m->config_, prefix, &skipped);
+  if (skipped > 0)
+    m->load_note_ = "the checkpoint's vision tower and MTP head (" + std::to_string(skipped) +
+                    " tensors) are not loaded: fak runs the language model";
 
   Fnv1a h;
   h.update(read_text(config_path));
@@ -143,7 +126,7 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
   if (options.quant) {
     m->extra_storage_ = quantise_weights(m->weights_, m->config_, *options.quant);
     // The quantised matrices are buffers of our own; a device reads rows as stored.
-    if (options.device.kind == DeviceKind::Cpu) pack_weight_panels(m->weights_);
+    if (options.device.kind == DeviceKind::Cpu) pack_weight_panels(m->config_, m->weights_);
     h.update("quant:" + std::string(quant_type_name(*options.quant)));
     m->weights_memory_ = "quantised";
   }
@@ -158,10 +141,24 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
 
 void Model::place_on(const Device& device) {
   device_ = device;
-  if (device.kind == DeviceKind::Cpu) return;
+  if (device.kind == DeviceKind::Cpu) {
+    backend_ = make_cpu_backend();
+    return;
+  }
   const std::string problem = device_unavailable_reason(device);
   if (!problem.empty()) fail("--device " + device.name() + ": " + problem);
-  device_forward_ = make_cuda_forward(*this, device.index);
+  backend_ = make_cuda_backend(device.index);
+  backend_->check_shapes(config_.head_dim, config_.linear_conv_kernel,
+                         config_.linear_value_head_dim);
+  // The device holds its own copy of every weight the forward reads there; embedding lookups
+  // stay on the host unless the table is also the output head.
+  for_each_matrix(config_, weights_, [&](WeightMatrix& m, const TensorDef& d) {
+    if (d.role != "token_embd") backend_->upload(m);
+  });
+  if (config_.tie_embeddings) backend_->upload(weights_.lm_head);
+  for (int l = -1; l < config_.n_layers; ++l)
+    for (const TensorDef& d : tensor_table_part(config_, weights_, l))
+      if (d.kind == TensorKind::Vector) backend_->upload(*d.vector);
   // A device computes other bits than the CPU: KV and logits saved from one (session files, the
   // prefix cache on disk) must not be spliced into the other's runs, which would then differ from
   // a cold run. The identity those files are checked against says where they were computed.
@@ -169,11 +166,12 @@ void Model::place_on(const Device& device) {
 }
 
 void Model::reserve_device_scratch(int tokens, int logit_rows) const {
-  if (device_forward_) device_forward_->reserve_scratch(tokens, logit_rows);
+  backend_->reserve(forward_buffer_sizes(config_, std::max(tokens, 1)), tokens, logit_rows,
+                    config_.vocab);
 }
 
 std::shared_ptr<KvStorage> Model::make_kv_storage() const {
-  return device_forward_ ? device_forward_->kv_storage() : host_kv_storage();
+  return backend_->kv_storage();
 }
 
 int Model::sampleable_vocab() const {

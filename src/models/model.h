@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/device.h"
 #include "io/safetensors.h"
 #include "models/config.h"
@@ -22,7 +23,6 @@
 
 namespace fak {
 
-class DeviceForward;
 class KvCache;
 class KvStorage;
 class Tokenizer;
@@ -42,30 +42,12 @@ struct LoadOptions {
   Device device = {};
 };
 
-// One sequence's part of a forward call. Its KV blocks must already cover positions
-// [start_pos, start_pos + n_tokens) and be exclusively owned (refcount 1) where they are written.
-struct BatchItem {
-  const std::vector<int32_t>* blocks = nullptr;  // block table of the sequence
-  RecurrentState* state = nullptr;  // hybrid models: conv + recurrent state, updated in place
-  const int32_t* tokens = nullptr;
-  int n_tokens = 0;
-  int start_pos = 0;
-  // Logits output: [n_tokens][vocab] when all_logits, else [vocab] for the last token. May be null.
-  float* logits = nullptr;
-  bool all_logits = false;
-};
-
-// The batch rows whose logits someone asked for (token index within the batch: the last token of
-// an item, or all of its tokens with all_logits) and where each row's logits go.
-struct LogitRows {
-  std::vector<int32_t> rows;
-  std::vector<float*> outs;
-};
-LogitRows logit_rows(std::span<const BatchItem> batch, int vocab);
-
 // Per-layer hidden states, for localising a parity divergence: index 0 = embeddings, i = after
 // layer i, n_layers + 1 = after the final norm (HF's convention for the last entry).
 using HiddenHook = std::function<void(int index, const float* hidden, int n_tokens)>;
+
+// The activation buffers a forward call of T tokens uses (models/forward.cpp).
+BufferSizes forward_buffer_sizes(const ModelConfig& c, int T);
 
 class Model {
  public:
@@ -95,6 +77,10 @@ class Model {
   void forward(std::span<const BatchItem> batch, KvCache& cache,
                const HiddenHook* hook = nullptr) const;
 
+  // What loading left out, in one line for the user ("the vision tower (333 tensors) is not
+  // loaded: fak runs the language model"), or empty.
+  const std::string& load_note() const { return load_note_; }
+
   const Device& device() const { return device_; }
   // Where a KvCache for this model keeps its slabs (KvCacheOptions::storage): host memory for the
   // CPU forward, device memory for a device's.
@@ -106,7 +92,7 @@ class Model {
  private:
   Model();
   void init_derived();
-  void place_on(const Device& device);  // makes the device forward; throws when it cannot
+  void place_on(const Device& device);  // makes the backend; throws when it cannot
 
   std::filesystem::path path_;
   ModelConfig config_;
@@ -120,7 +106,8 @@ class Model {
   int n_attention_layers_ = 0;
   std::vector<int> attention_index_;
   Device device_;
-  std::unique_ptr<DeviceForward> device_forward_;  // null: the CPU forward
+  std::unique_ptr<Backend> backend_;  // the CPU's or a device's ops (backend/backend.h)
+  std::string load_note_;
 };
 
 }  // namespace fak

@@ -59,7 +59,8 @@ std::string file_type_name(FileType t) {
   return "?";
 }
 
-WType choose_wtype(FileType ft, TensorRole role, int layer, int n_layers, int64_t cols, bool tied) {
+WType choose_wtype(FileType ft, std::string_view role, int layer, int n_layers, int64_t cols,
+                   bool tied, int n_experts) {
   WType base = WType::F16;
   switch (ft) {
     case FileType::F32:
@@ -95,7 +96,13 @@ WType choose_wtype(FileType ft, TensorRole role, int layer, int n_layers, int64_
   }
   WType t = base;
   const bool k_mix = ft == FileType::Q4_K_M || ft == FileType::Q5_K_M;
-  const bool is_output = role == TensorRole::Output || (tied && role == TensorRole::TokenEmbd);
+  const bool is_output = role == "output" || (tied && role == "token_embd");
+  // llama.cpp's categories match substrings: every ffn_down* (experts and shared expert
+  // included), and attn_v together with the DeltaNet's fused attn_qkv.
+  const bool ffn_down = role.rfind("ffn_down", 0) == 0;
+  const bool attn_v = role == "attn_v" || role == "attn_qkv";
+  // Its rules for 8-expert models (Mixtral, and the tiny MoE fixtures): more bits for attention.
+  const bool eight_experts = n_experts == 8;
   if (is_output) {
     // llama.cpp: the output matrix gets Q6_K unless the file is Q8_0 (or its rows do not fit the
     // file's base type, then Q8_0).
@@ -104,8 +111,13 @@ WType choose_wtype(FileType ft, TensorRole role, int layer, int n_layers, int64_
     } else if (ft != FileType::Q8_0) {
       t = WType::Q6_K;
     }
-  } else if (k_mix && (role == TensorRole::AttnV || role == TensorRole::FfnDown)) {
-    if (use_more_bits(layer, n_layers)) t = WType::Q6_K;
+  } else if (attn_v || role == "attn_k") {
+    if (attn_v && k_mix && use_more_bits(layer, n_layers)) t = WType::Q6_K;
+    if (eight_experts) t = WType::Q8_0;
+  } else if (ffn_down) {
+    if (k_mix && use_more_bits(layer, n_layers)) t = WType::Q6_K;
+  } else if (role == "attn_output") {
+    if (eight_experts && ft == FileType::Q4_K_M) t = WType::Q5_K;
   }
   if (cols % wtype_block(t) != 0) t = fallback(t);
   // Still no fit (e.g. 176 columns, not a multiple of 32): llama.cpp keeps such tensors in F16.

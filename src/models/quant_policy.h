@@ -31,21 +31,12 @@ enum class FileType : uint32_t {
 FileType parse_file_type(std::string_view name);  // "f16", "q4_k_m", ...; throws listing choices
 std::string file_type_name(FileType t);
 
-enum class TensorRole {
-  TokenEmbd,
-  Output,
-  AttnQ,
-  AttnK,
-  AttnV,
-  AttnOutput,
-  FfnGate,
-  FfnUp,
-  FfnDown
-};
-
-// The type of one matrix of shape [rows, cols] (cols contiguous). `tied` says the model has no
-// output matrix, so token_embd is used as the output and gets the output's type (as llama.cpp).
-WType choose_wtype(FileType ft, TensorRole role, int layer, int n_layers, int64_t cols, bool tied);
+// The type of one matrix of shape [rows, cols] (cols contiguous), by its llama-quantize role (the
+// GGUF base name: "attn_v", "ffn_down_exps", "output", ...; tensor_table.h). `tied` says the model
+// has no output matrix, so token_embd is used as the output and gets the output's type (as
+// llama.cpp). `n_experts` matters where llama.cpp has rules for 8-expert models.
+WType choose_wtype(FileType ft, std::string_view role, int layer, int n_layers, int64_t cols,
+                   bool tied, int n_experts = 0);
 
 // Converts a matrix to `type`, row by row through f32 (multithreaded). Rows must fit the type's
 // block size.

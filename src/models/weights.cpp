@@ -1,3 +1,6 @@
+// Hugging Face weights through the family's tensor table: each entry's tensor is found, its shape
+// and dtype checked, and a view bound (matrices stay in the file, in their stored type) or its
+// values read (vectors, widened to f32 once with the entry's transform).
 #include "models/weights.h"
 
 #include <cmath>
@@ -5,73 +8,153 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/tensor_table.h"
 
 namespace fak {
 
 namespace {
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  TensorInfo t;
+  t.shape = shape;
+  return t.shape_string();
+}
+
 class Loader {
  public:
-  explicit Loader(const TensorStore& store) : store_(store) {}
+  Loader(const TensorStore& store, std::string prefix)
+      : store_(store), prefix_(std::move(prefix)) {}
 
-  const TensorInfo& tensor(const std::string& name, std::vector<int64_t> shape) {
-    const TensorInfo& t = store_.get(name);
+  std::string full_name(const TensorDef& d, const std::string& name) const {
+    return d.hf_root ? name : prefix_ + name;
+  }
+  bool has(const std::string& full) const { return store_.find(full) != nullptr; }
+
+  const TensorInfo& tensor(const std::string& name, const std::vector<int64_t>& shape) {
+    const TensorInfo* t = store_.find(name);
+    if (!t) fail(store_.source().string() + ": missing tensor '" + name + "'");
     used_.insert(name);
-    if (t.shape != shape) {
-      TensorInfo want;
-      want.shape = shape;
-      fail(t.file + ": tensor '" + name + "' has shape " + t.shape_string() + ", expected " +
-           want.shape_string() + " from config.json");
-    }
-    if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
-      fail(t.file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype)) +
+    if (t->shape != shape)
+      fail(t->file + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected " +
+           shape_text(shape) + " from config.json");
+    if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
+      fail(t->file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
            " (supported: F32, BF16, F16)");
-    return t;
+    return *t;
   }
 
-  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
-    const TensorInfo& t = tensor(name, {rows, cols});
+  // Rows [row0, row0 + rows) of a tensor whose rows are `cols` wide.
+  static WeightMatrix view(const TensorInfo& t, int64_t row0, int64_t rows, int64_t cols) {
     WeightMatrix m;
     m.type = t.dtype == DType::F32 ? WType::F32 : t.dtype == DType::BF16 ? WType::BF16 : WType::F16;
-    m.data = t.data;
     m.rows = rows;
     m.cols = cols;
     m.row_bytes = wtype_row_bytes(m.type, cols);
-    bytes_ += m.bytes();
+    m.data = t.data + size_t(row0) * m.row_bytes;
     return m;
   }
 
-  std::vector<float> vec(const std::string& name, int64_t n, bool plus_one = false) {
-    std::vector<float> v = read_f32(tensor(name, {n}));
-    if (plus_one)
-      for (auto& x : v) x += 1.0f;
-    return v;
+  void load(const TensorDef& d) {
+    switch (d.kind) {
+      case TensorKind::Vector:
+        load_vector(d);
+        return;
+      case TensorKind::Matrix: {
+        const std::string name = full_name(d, d.hf);
+        *d.matrix = view(tensor(name, {d.rows, d.cols}), 0, d.rows, d.cols);
+        return;
+      }
+      case TensorKind::Experts:
+        load_experts(d);
+        return;
+    }
   }
 
-  std::vector<float> any_shape(const std::string& name, std::vector<int64_t> shape) {
-    return read_f32(tensor(name, std::move(shape)));
-  }
-
-  bool has(const std::string& name) const { return store_.find(name) != nullptr; }
-  size_t bytes() const { return bytes_; }
-
-  // A tensor the config does not explain (an extra layer, a misspelt name) means the config and
-  // the weights disagree: refuse rather than silently run a different model.
-  void check_all_used(const std::string& prefix) const {
+  // Tensors the table does not list (an extra layer, a misspelt name) mean the config and the
+  // weights disagree: refuse rather than silently run a different model.
+  size_t check_all_used() const {
+    size_t skipped = 0;
     for (const TensorInfo* t : store_.all()) {
       if (used_.count(t->name)) continue;
       const std::string& n = t->name;
       if (n.find("rotary_emb.inv_freq") != std::string::npos) continue;
-      // A multimodal checkpoint's vision tower and MTP head sit beside the language model.
-      if (prefix != "model." && n.rfind(prefix, 0) != 0 && n != "lm_head.weight") continue;
-      if (n.rfind("mtp.", 0) == 0) continue;  // multi-token-prediction head: not used for decoding
+      // A multimodal checkpoint's vision tower and the MTP head sit beside the language model.
+      if (n.rfind("mtp.", 0) == 0 ||
+          (prefix_ != "model." && n.rfind(prefix_, 0) != 0 && n != "lm_head.weight")) {
+        ++skipped;
+        continue;
+      }
       fail(t->file + ": unexpected tensor '" + n + "' " + t->shape_string() +
            " that config.json does not account for");
     }
+    return skipped;
   }
 
+  size_t bytes() const { return bytes_; }
+
  private:
+  void load_vector(const TensorDef& d) {
+    const std::string name = full_name(d, d.hf);
+    std::vector<int64_t> shape = {d.rows};
+    if (d.hf_layout == HfLayout::Conv) shape = {d.rows, 1, d.cols};
+    std::vector<float> v = read_f32(tensor(name, shape));
+    for (float& x : v) {
+      if (d.hf_value == HfValue::PlusOne) x += 1.0f;
+      if (d.hf_value == HfValue::NegExp) x = float(-std::exp(double(x)));
+    }
+    *d.vector = std::move(v);
+  }
+
+  void load_experts(const TensorDef& d) {
+    std::string spelling = full_name(d, d.hf);
+    HfLayout layout = d.hf_layout;
+    const std::string first = layout == HfLayout::PerExpert ? expert_name(spelling, 0) : spelling;
+    if (!has(first) && !d.hf_alt.empty()) {
+      const std::string alt = full_name(d, d.hf_alt);
+      const std::string alt_first =
+          d.hf_alt_layout == HfLayout::PerExpert ? expert_name(alt, 0) : alt;
+      if (has(alt_first)) {
+        spelling = alt;
+        layout = d.hf_alt_layout;
+      }
+    }
+    std::vector<WeightMatrix>& out = *d.experts;
+    const int64_t E = d.n_experts;
+    switch (layout) {
+      case HfLayout::PerExpert:
+        for (int64_t e = 0; e < E; ++e)
+          out[size_t(e)] =
+              view(tensor(expert_name(spelling, e), {d.rows, d.cols}), 0, d.rows, d.cols);
+        return;
+      case HfLayout::Stacked: {
+        const TensorInfo& t = tensor(spelling, {E, d.rows, d.cols});
+        for (int64_t e = 0; e < E; ++e) out[size_t(e)] = view(t, e * d.rows, d.rows, d.cols);
+        return;
+      }
+      case HfLayout::FusedFirst:
+      case HfLayout::FusedSecond: {
+        // Each expert's rows: gate then up ([E, 2 x rows, cols]). A fused tensor serves two
+        // entries; its shape is checked by each.
+        const TensorInfo& t = tensor(spelling, {E, 2 * d.rows, d.cols});
+        const int64_t half = layout == HfLayout::FusedFirst ? 0 : d.rows;
+        for (int64_t e = 0; e < E; ++e)
+          out[size_t(e)] = view(t, e * 2 * d.rows + half, d.rows, d.cols);
+        return;
+      }
+      default:
+        fail("tensor table: '" + spelling + "' has no expert layout");
+    }
+  }
+
+  static std::string expert_name(const std::string& pattern, int64_t e) {
+    std::string n = pattern;
+    const size_t at = n.find("{e}");
+    check(at != std::string::npos, "tensor table: '" + pattern + "' names no expert");
+    return n.replace(at, 3, std::to_string(e));
+  }
+
   const TensorStore& store_;
+  std::string prefix_;
   size_t bytes_ = 0;
   std::set<std::string> used_;
 };
@@ -79,98 +162,40 @@ class Loader {
 }  // namespace
 
 ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
-                             const std::string& prefix) {
-  Loader ld(store);
-  // The files must hold every layer config.json declares: checked on the last one before anything
-  // per layer is built, so a config claiming thousands of layers is refused at once.
-  const std::string last_norm =
-      prefix + "layers." + std::to_string(c.n_layers - 1) + ".input_layernorm.weight";
-  if (!ld.has(last_norm))
-    fail(store.source().string() + ": missing tensor '" + last_norm +
-         "' (config.json says num_hidden_layers = " + std::to_string(c.n_layers) + ")");
+                             const std::string& prefix, size_t* skipped) {
+  Loader ld(store, prefix);
   ModelWeights w;
-  w.embed = ld.matrix(prefix + "embed_tokens.weight", c.vocab, c.dim);
-  w.final_norm = ld.vec(prefix + "norm.weight", c.dim, c.norm_plus_one);
-  // lm_head sits beside the language model ("lm_head.weight") in every layout we accept.
-  if (c.tie_embeddings) {
-    w.lm_head = w.embed;
-  } else {
-    if (!ld.has("lm_head.weight"))
-      fail(store.source().string() +
-           ": missing tensor 'lm_head.weight' (config says tie_word_embeddings is false)");
-    w.lm_head = ld.matrix("lm_head.weight", c.vocab, c.dim);
+  shape_weights(c, w);
+  // The files must hold every layer config.json declares: checked on the last one before the
+  // rest is read, so a config claiming thousands of layers is refused at once.
+  const std::vector<TensorDef> last = tensor_table_part(c, w, c.n_layers - 1);
+  if (!last.empty()) {
+    const std::string name = ld.full_name(last.front(), last.front().hf);
+    if (!ld.has(name))
+      fail(store.source().string() + ": missing tensor '" + name +
+           "' (config.json says num_hidden_layers = " + std::to_string(c.n_layers) + ")");
   }
-  for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = prefix + "layers." + std::to_string(i) + ".";
-    LayerWeights L;
-    L.kind = c.layer_kinds[size_t(i)];
-    L.attn_norm = ld.vec(p + "input_layernorm.weight", c.dim, c.norm_plus_one);
-    L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", c.dim, c.norm_plus_one);
-    if (L.kind == LayerKind::FullAttention) {
-      const std::string a = p + "self_attn.";
-      const int64_t q_rows = int64_t(c.q_dim()) * (c.attn_output_gate ? 2 : 1);
-      L.attn.wq = ld.matrix(a + "q_proj.weight", q_rows, c.dim);
-      L.attn.wk = ld.matrix(a + "k_proj.weight", c.kv_dim(), c.dim);
-      L.attn.wv = ld.matrix(a + "v_proj.weight", c.kv_dim(), c.dim);
-      L.attn.wo = ld.matrix(a + "o_proj.weight", c.dim, c.q_dim());
-      if (c.qkv_bias) {
-        L.attn.bq = ld.vec(a + "q_proj.bias", q_rows);
-        L.attn.bk = ld.vec(a + "k_proj.bias", c.kv_dim());
-        L.attn.bv = ld.vec(a + "v_proj.bias", c.kv_dim());
-      }
-      if (c.attn_output_bias) L.attn.bo = ld.vec(a + "o_proj.bias", c.dim);
-      if (c.qk_norm) {
-        L.attn.q_norm = ld.vec(a + "q_norm.weight", c.head_dim, c.norm_plus_one);
-        L.attn.k_norm = ld.vec(a + "k_norm.weight", c.head_dim, c.norm_plus_one);
-      }
-    } else {
-      const std::string a = p + "linear_attn.";
-      const int64_t key_dim = int64_t(c.linear_num_key_heads) * c.linear_key_head_dim;
-      const int64_t value_dim = int64_t(c.linear_num_value_heads) * c.linear_value_head_dim;
-      const int64_t conv_dim = 2 * key_dim + value_dim;
-      L.delta.in_proj_qkv = ld.matrix(a + "in_proj_qkv.weight", conv_dim, c.dim);
-      L.delta.in_proj_z = ld.matrix(a + "in_proj_z.weight", value_dim, c.dim);
-      L.delta.in_proj_b = ld.matrix(a + "in_proj_b.weight", c.linear_num_value_heads, c.dim);
-      L.delta.in_proj_a = ld.matrix(a + "in_proj_a.weight", c.linear_num_value_heads, c.dim);
-      L.delta.out_proj = ld.matrix(a + "out_proj.weight", c.dim, value_dim);
-      L.delta.conv1d = ld.any_shape(a + "conv1d.weight", {conv_dim, 1, c.linear_conv_kernel});
-      L.delta.dt_bias = ld.vec(a + "dt_bias", c.linear_num_value_heads);
-      L.delta.ssm_a = ld.vec(a + "A_log", c.linear_num_value_heads);
-      for (float& x : L.delta.ssm_a) x = float(-std::exp(double(x)));
-      L.delta.norm = ld.vec(a + "norm.weight", c.linear_value_head_dim);
+  for (int l = -1; l < c.n_layers; ++l)
+    for (const TensorDef& d : tensor_table_part(c, w, l)) {
+      if (d.layer < 0 && d.hf_root && !ld.has(d.hf) && d.role == "output")
+        fail(store.source().string() + ": missing tensor '" + d.hf +
+             "' (config says tie_word_embeddings is false)");
+      ld.load(d);
     }
-    const std::string m = p + "mlp.";
-    L.mlp.gate = ld.matrix(m + "gate_proj.weight", c.hidden_dim, c.dim);
-    L.mlp.up = ld.matrix(m + "up_proj.weight", c.hidden_dim, c.dim);
-    L.mlp.down = ld.matrix(m + "down_proj.weight", c.dim, c.hidden_dim);
-    if (c.mlp_bias) {
-      L.mlp.b_gate = ld.vec(m + "gate_proj.bias", c.hidden_dim);
-      L.mlp.b_up = ld.vec(m + "up_proj.bias", c.hidden_dim);
-      L.mlp.b_down = ld.vec(m + "down_proj.bias", c.dim);
-    }
-    w.layers.push_back(std::move(L));
-  }
-  w.bytes = ld.bytes();
-  ld.check_all_used(prefix);
+  if (c.tie_embeddings) w.lm_head = w.embed;
+  w.bytes = matrix_bytes(c, w);
+  const size_t n_skipped = ld.check_all_used();
+  if (skipped) *skipped = n_skipped;
   return w;
 }
 
-void pack_weight_panels(ModelWeights& w) {
-  const bool tied = w.lm_head.data == w.embed.data;
-  auto pack = [](WeightMatrix& m) {
+void pack_weight_panels(const ModelConfig& c, ModelWeights& w) {
+  for_each_matrix(c, w, [](WeightMatrix& m, const TensorDef&) {
     // note: the caller's promise (weights.h) is what makes writing through this pointer sound.
     if (m.data) pack_weight_panels(m, static_cast<uint8_t*>(const_cast<void*>(m.data)));
-  };
-  pack(w.embed);
-  if (tied)
-    w.lm_head = w.embed;
-  else
-    pack(w.lm_head);
-  for (LayerWeights& L : w.layers)
-    for (WeightMatrix* m : {&L.attn.wq, &L.attn.wk, &L.attn.wv, &L.attn.wo, &L.delta.in_proj_qkv,
-                            &L.delta.in_proj_z, &L.delta.in_proj_b, &L.delta.in_proj_a,
-                            &L.delta.out_proj, &L.mlp.gate, &L.mlp.up, &L.mlp.down})
-      pack(*m);
+  });
+  // A tied head is the embedding: the same (now packed) view.
+  if (c.tie_embeddings) w.lm_head = w.embed;
 }
 
 }  // namespace fak

@@ -14,7 +14,7 @@ namespace fak {
 class TensorStore;
 
 struct AttentionWeights {
-  WeightMatrix wq, wk, wv, wo;  // wq is [q_dim (x2 with an output gate), dim]
+  WeightMatrix wq, wk, wv, wo;        // wq is [q_dim (x2 with an output gate), dim]
   std::vector<float> bq, bk, bv, bo;  // empty when the model has no biases
   std::vector<float> q_norm, k_norm;  // [head_dim], empty without qk_norm
 };
@@ -27,7 +27,7 @@ struct DeltaNetWeights {
   // [n_v_heads] -exp(A_log), rounded to f32 once at load: the form llama.cpp stores (ssm_a), so
   // an HF checkpoint and its GGUF compute the same decay bit for bit.
   std::vector<float> ssm_a;
-  std::vector<float> norm;     // [v_head_dim] gated RMSNorm weight (not zero-centred)
+  std::vector<float> norm;  // [v_head_dim] gated RMSNorm weight (not zero-centred)
 };
 
 struct MlpWeights {
@@ -35,12 +35,24 @@ struct MlpWeights {
   std::vector<float> b_gate, b_up, b_down;
 };
 
+// A sparse MoE block: a router and n_experts SwiGLU experts (views into the file's tensors, one
+// WeightMatrix per expert), plus, in Qwen3.5 MoE, a shared expert behind a sigmoid gate.
+struct MoeWeights {
+  WeightMatrix router;                 // [n_experts, dim]
+  std::vector<WeightMatrix> gate, up;  // per expert [expert_hidden_dim, dim]
+  std::vector<WeightMatrix> down;      // per expert [dim, expert_hidden_dim]
+  MlpWeights shared;                   // [shared_expert_hidden_dim, dim] ...; empty if none
+  WeightMatrix shared_gate;            // [1, dim]
+};
+
 struct LayerWeights {
   LayerKind kind = LayerKind::FullAttention;
+  FfnKind ffn = FfnKind::Dense;
   std::vector<float> attn_norm, mlp_norm;
   AttentionWeights attn;
   DeltaNetWeights delta;
   MlpWeights mlp;
+  MoeWeights moe;
 };
 
 struct ModelWeights {
@@ -48,19 +60,22 @@ struct ModelWeights {
   WeightMatrix lm_head;  // [vocab, dim]; the embedding itself when tied
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
-  size_t bytes = 0;  // matrix bytes, for GB/s figures
+  size_t bytes = 0;  // matrix bytes (a tied head once), for GB/s figures
 };
 
-// Loads and checks every tensor's name, shape and dtype against the config. `prefix` is the
-// name prefix of the language model ("model." or "model.language_model.").
+// Loads and checks every tensor of the family's table (tensor_table.h) against the config: name,
+// shape, dtype. `prefix` is the name prefix of the language model ("model." or
+// "model.language_model."). Tensors the table does not list are refused, except the rotary
+// inv_freq buffers, the multi-token-prediction head (mtp.*) and, under a nested prefix, the rest
+// of a multimodal checkpoint (its vision tower), which `skipped` then counts.
 ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& config,
-                             const std::string& prefix);
+                             const std::string& prefix, size_t* skipped = nullptr);
 
-// Packs every q8_0, q4_K and q5_K matrix of w into the matmul kernel's panels in place
+// Packs every quantised matrix of w (experts included) into the matmul kernel's panels in place
 // (pack_weight_panels in ops/matmul.h; the other types are left as they are). The caller vouches
 // that those matrices' bytes are the model's own and writable: read into memory or made at load,
 // never a mapped file. A tied embedding is packed once for both its uses (lookups read panels via
 // dequantize_row).
-void pack_weight_panels(ModelWeights& w);
+void pack_weight_panels(const ModelConfig& c, ModelWeights& w);
 
 }  // namespace fak

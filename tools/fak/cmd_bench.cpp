@@ -18,6 +18,7 @@
 
 #include "common.h"
 #include "core/error.h"
+#include "models/tensor_table.h"
 #include "ops/matmul.h"
 #include "runtime/session.h"
 
@@ -65,18 +66,6 @@ Stat stats(std::vector<double> v) {
   return s;
 }
 
-// Parameters of the weight matrices (norms and biases are noise at this scale).
-double matrix_params(const ModelWeights& w) {
-  double n = double(w.embed.rows) * double(w.embed.cols);
-  if (w.lm_head.data != w.embed.data) n += double(w.lm_head.rows) * double(w.lm_head.cols);
-  for (const LayerWeights& l : w.layers)
-    for (const WeightMatrix* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.mlp.gate,
-                                  &l.mlp.up, &l.mlp.down, &l.delta.in_proj_qkv, &l.delta.in_proj_z,
-                                  &l.delta.in_proj_b, &l.delta.in_proj_a, &l.delta.out_proj})
-      n += double(m->rows) * double(m->cols);
-  return n;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -108,13 +97,15 @@ void bench(const BenchArgs& a) {
     auto t = random_tokens(8);
     s.append(t);
   }
-  // Bytes a decode step streams: every matrix except an untied embedding (one row is looked up)
-  // — Qwen3.5's 248K x 5120 embedding would otherwise inflate GB/s by a third — plus, on hybrids,
-  // the DeltaNet state, read and written once per token.
+  // Bytes a decode step streams (tensor_table.h active_bytes_per_token): every matrix except an
+  // untied embedding (one row is looked up) — Qwen3.5's 248K x 5120 embedding would otherwise
+  // inflate GB/s by a third — and of a MoE layer's experts only the share a token routes to, plus,
+  // on hybrids, the DeltaNet state, read and written once per token.
   const ModelWeights& w = model->weights();
-  const double embed_gb = w.lm_head.data == w.embed.data ? 0.0 : double(w.embed.bytes()) / 1e9;
+  const bool untied = !c.tie_embeddings;
   const double state_gb = double(RecurrentState(c.recurrent_shape()).bytes()) / 1e9;
-  const double weight_gb = double(w.bytes) / 1e9 - embed_gb;
+  const double weight_gb = active_bytes_per_token(c, w) / 1e9;
+  const double params = matrix_params(c, w);
   nlohmann::json results = nlohmann::json::array();
   auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
                     const std::vector<double>& tok_s) {
@@ -124,7 +115,8 @@ void bench(const BenchArgs& a) {
                      {"stddev", st.stddev},  {"min", st.min},        {"median", st.median},
                      {"reps", tok_s.size()}, {"samples", tok_s}};
     if (n_gen > 0) {
-      // Every step reads every weight once, for all the batch's sequences together.
+      // Every step reads every weight once, for all the batch's sequences together (a MoE step of
+      // several sequences reads the union of their experts: the figure is per token's share).
       r["gb_s"] = st.mean / n_batch * weight_gb;
       if (state_gb > 0) r["state_gb_s"] = st.mean * 2 * state_gb;
     }
@@ -140,15 +132,18 @@ void bench(const BenchArgs& a) {
   };
   if (a.output == "md") {
     std::printf("model: %s (%s, %.1f M params, %.2f GiB weights, %s)\n",
-                model->path().string().c_str(), c.model_type.c_str(),
-                matrix_params(model->weights()) / 1e6,
+                model->path().string().c_str(), c.model_type.c_str(), params / 1e6,
                 double(model->weights().bytes) / double(1 << 30),
                 std::string(wtype_name(model->weights().embed.type)).c_str());
+    if (c.is_moe())
+      std::printf("MoE: %d of %d experts per token in %d layers\n", c.n_experts_used, c.n_experts,
+                  int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe)));
     if (state_gb > 0)
       std::printf("DeltaNet state: %.1f MiB per sequence (read + written every token)\n",
                   state_gb * 1e9 / double(1 << 20));
-    std::printf("GB/s: %.2f GB of weights per generated token%s\n", weight_gb,
-                embed_gb > 0 ? " (the untied embedding is not read)" : "");
+    std::printf("GB/s: %.2f GB of weights per generated token%s%s\n", weight_gb,
+                untied ? " (the untied embedding is not read)" : "",
+                c.is_moe() ? " (active parameters: the experts a token routes to)" : "");
     std::printf("device: %s, threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n",
                 model->device().name().c_str(), threads, std::string(matmul_isa()).c_str(),
                 model->weights_memory(), load_s);
@@ -212,6 +207,9 @@ void bench(const BenchArgs& a) {
                      {"model_type", c.model_type},
                      {"weight_bytes", model->weights().bytes},
                      {"decode_bytes_per_token", weight_gb * 1e9},
+                     {"params", params},
+                     {"n_experts", c.n_experts},
+                     {"n_experts_used", c.n_experts_used},
                      {"recurrent_state_bytes", state_gb * 1e9},
                      {"weight_type", std::string(wtype_name(model->weights().embed.type))},
                      {"weights_memory", model->weights_memory()},

@@ -1,7 +1,8 @@
 // fak synth: a random-weight Hugging Face model directory from a config.json, for benchmarks and
 // conversion tests at real shapes without downloading checkpoints. Norms are the identity (1, or 0
 // where the family stores 1 + w), every other tensor normal(0, std); Qwen2/2.5/3-vocabulary configs
-// get the bundled Qwen tokenizer. Qwen3.5 hybrids (Gated DeltaNet) included.
+// get the bundled Qwen tokenizer. Every family fak runs, the Qwen3.5 hybrids and MoE models
+// included.
 #include <omp.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "common.h"
 #include "core/dtype.h"
@@ -16,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "models/config.h"
+#include "models/tensor_table.h"
 
 namespace fak::cli {
 
@@ -74,62 +77,47 @@ void fill(Tensor& t, DType dtype, uint64_t seed, float sigma) {
   }
 }
 
-// The family's tensor list at the config's shapes: what load_hf_weights (models/weights.cpp) asks
-// for, so a synthesised directory loads without a single unexpected or missing tensor.
+// The Hugging Face tensors of the family's table (models/tensor_table.h) at the config's shapes,
+// each once (a fused experts tensor serves two entries), so a synthesised directory loads without
+// a single unexpected or missing tensor.
 std::vector<Tensor> tensor_list(const ModelConfig& c, const std::string& prefix) {
   std::vector<Tensor> ts;
-  auto add = [&](std::string name, std::vector<int64_t> shape, Fill f = Fill::Normal) {
-    ts.push_back({std::move(name), std::move(shape), f, {}});
+  std::set<std::string> seen;
+  auto add = [&](std::string name, std::vector<int64_t> shape, Fill f) {
+    if (seen.insert(name).second) ts.push_back({std::move(name), std::move(shape), f, {}});
   };
-  // Norms that scale by (1 + w) are stored zero-centred: 0 is the identity, as 1 is elsewhere.
-  const Fill unit = c.norm_plus_one ? Fill::Zero : Fill::One;
-  add(prefix + "embed_tokens.weight", {c.vocab, c.dim});
-  add(prefix + "norm.weight", {c.dim}, unit);
-  if (!c.tie_embeddings) add("lm_head.weight", {c.vocab, c.dim});
-  const int64_t key_dim = int64_t(c.linear_num_key_heads) * c.linear_key_head_dim;
-  const int64_t value_dim = int64_t(c.linear_num_value_heads) * c.linear_value_head_dim;
-  const int64_t conv_dim = 2 * key_dim + value_dim;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = prefix + "layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {c.dim}, unit);
-    add(p + "post_attention_layernorm.weight", {c.dim}, unit);
-    if (c.layer_kinds[size_t(l)] == LayerKind::LinearAttention) {
-      const std::string a = p + "linear_attn.";
-      add(a + "in_proj_qkv.weight", {conv_dim, c.dim});
-      add(a + "in_proj_z.weight", {value_dim, c.dim});
-      add(a + "in_proj_b.weight", {c.linear_num_value_heads, c.dim});
-      add(a + "in_proj_a.weight", {c.linear_num_value_heads, c.dim});
-      add(a + "out_proj.weight", {c.dim, value_dim});
-      add(a + "conv1d.weight", {conv_dim, 1, c.linear_conv_kernel});
-      add(a + "dt_bias", {c.linear_num_value_heads}, Fill::One);  // HF's initial value
-      add(a + "A_log", {c.linear_num_value_heads});
-      add(a + "norm.weight", {c.linear_value_head_dim}, Fill::One);  // gated norm: not zero-centred
-    } else {
-      const std::string a = p + "self_attn.";
-      // With an output gate q_proj also yields the gate: [query | gate] per head.
-      const int64_t q_rows = int64_t(c.q_dim()) * (c.attn_output_gate ? 2 : 1);
-      add(a + "q_proj.weight", {q_rows, c.dim});
-      add(a + "k_proj.weight", {c.kv_dim(), c.dim});
-      add(a + "v_proj.weight", {c.kv_dim(), c.dim});
-      add(a + "o_proj.weight", {c.dim, c.q_dim()});
-      if (c.qkv_bias) {
-        add(a + "q_proj.bias", {q_rows});
-        add(a + "k_proj.bias", {c.kv_dim()});
-        add(a + "v_proj.bias", {c.kv_dim()});
-      }
-      if (c.attn_output_bias) add(a + "o_proj.bias", {c.dim});
-      if (c.qk_norm) {
-        add(a + "q_norm.weight", {c.head_dim}, unit);
-        add(a + "k_norm.weight", {c.head_dim}, unit);
-      }
-    }
-    add(p + "mlp.gate_proj.weight", {c.hidden_dim, c.dim});
-    add(p + "mlp.up_proj.weight", {c.hidden_dim, c.dim});
-    add(p + "mlp.down_proj.weight", {c.dim, c.hidden_dim});
-    if (c.mlp_bias) {
-      add(p + "mlp.gate_proj.bias", {c.hidden_dim});
-      add(p + "mlp.up_proj.bias", {c.hidden_dim});
-      add(p + "mlp.down_proj.bias", {c.dim});
+  ModelWeights w;
+  for (const TensorDef& d : tensor_table(c, w)) {
+    const std::string name = d.hf_root ? d.hf : prefix + d.hf;
+    // Norms that scale by (1 + w) are stored zero-centred: 0 is the identity, as 1 is elsewhere.
+    Fill fill = Fill::Normal;
+    if (d.init == TensorDef::Init::Ones) fill = Fill::One;
+    if (d.init == TensorDef::Init::NormScale)
+      fill = d.hf_value == HfValue::PlusOne ? Fill::Zero : Fill::One;
+    switch (d.hf_layout) {
+      case HfLayout::Plain:
+        if (d.kind == TensorKind::Vector) {
+          add(name, {d.rows}, fill);
+        } else {
+          add(name, {d.rows, d.cols}, fill);
+        }
+        break;
+      case HfLayout::Conv:
+        add(name, {d.rows, 1, d.cols}, fill);
+        break;
+      case HfLayout::PerExpert:
+        for (int e = 0; e < d.n_experts; ++e) {
+          std::string n = name;
+          add(n.replace(n.find("{e}"), 3, std::to_string(e)), {d.rows, d.cols}, fill);
+        }
+        break;
+      case HfLayout::Stacked:
+        add(name, {d.n_experts, d.rows, d.cols}, fill);
+        break;
+      case HfLayout::FusedFirst:
+      case HfLayout::FusedSecond:
+        add(name, {d.n_experts, 2 * d.rows, d.cols}, fill);
+        break;
     }
   }
   return ts;

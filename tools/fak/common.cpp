@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -41,7 +42,9 @@ std::shared_ptr<const Model> load_model(const std::string& path) {
     if (!o.quant || *o.quant == QuantType::Q8_K)
       fail("--quant '" + g_quant + "': choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k");
   }
-  return Model::load(path.empty() ? default_model_dir() : path, o);
+  std::shared_ptr<const Model> model = Model::load(path.empty() ? default_model_dir() : path, o);
+  if (!model->load_note().empty()) std::fprintf(stderr, "fak: %s\n", model->load_note().c_str());
+  return model;
 }
 
 void add_load_flags(CLI::App* c) {

@@ -6,7 +6,7 @@
 //   beta = sigmoid(in_proj_b x)
 //   g    = -exp(A_log) * softplus(in_proj_a x + dt_bias)          (log of the per-head decay)
 //   S_t  = e^g_t S_{t-1} + k_t [beta_t (v_t - (e^g_t S_{t-1})^T k_t)]^T,   o_t = S_t^T q_t
-//   y    = out_proj(RMSNorm(o_t per head) * norm.weight * SiLU(in_proj_z x))
+//   y    = out_proj(RMSNorm(o_t per head) * norm.weight * SiLU(in_proj_z x))   (in forward.cpp)
 //
 // The recurrence runs in chunks of kChunk tokens counted from the first token of each batch item:
 // a chunk of several tokens uses the chunked form (HF torch_chunk_gated_delta_rule: a UT transform
@@ -18,16 +18,15 @@
 // grouping the result is bit-identical whatever the thread count or the other items in the batch.
 // runtime/session keeps each sequence's grouping and replays with it, which is what keeps the
 // reuse stack (cache hit, truncate, evict, save/load, batched decode) exact on hybrid models.
-#include "models/deltanet.h"
+#include "ops/deltanet.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
 #include "memory/recurrent_state.h"
-#include "ops/matmul.h"
-#include "ops/ops.h"
 
 namespace fak {
 
@@ -38,12 +37,12 @@ constexpr double kL2NormEps = 1e-6;  // HF l2norm's own eps, not rms_norm_eps
 
 struct Shape {
   int nk, nv, dk, dv, kernel, key_dim, value_dim, conv_dim, group;
-  explicit Shape(const ModelConfig& c)
-      : nk(c.linear_num_key_heads),
-        nv(c.linear_num_value_heads),
-        dk(c.linear_key_head_dim),
-        dv(c.linear_value_head_dim),
-        kernel(c.linear_conv_kernel),
+  explicit Shape(const DeltaNetParams& p)
+      : nk(p.n_k_heads),
+        nv(p.n_v_heads),
+        dk(p.k_head_dim),
+        dv(p.v_head_dim),
+        kernel(p.conv_kernel),
         key_dim(nk * dk),
         value_dim(nv * dv),
         conv_dim(2 * key_dim + value_dim),
@@ -190,86 +189,73 @@ void chunk_step(const Shape& s, float* S, const HeadRows& r, int L, ChunkScratch
   }
 }
 
-struct Buffers {
-  std::vector<float> qkv, conv, z, b, a, beta, g, core;
-};
-
 }  // namespace
 
-void deltanet_layer(const ModelConfig& c, const DeltaNetWeights& w, int layer,
-                    std::span<const BatchItem> batch, const float* xn, int T, float* out) {
-  const Shape s(c);
-  // note: a reference to the thread_local, so OpenMP workers see the caller's buffers.
-  thread_local Buffers tls;
-  Buffers& B = tls;
+void deltanet_core(const DeltaNetParams& p, int layer, std::span<const DeltaNetSequence> seqs,
+                   const float* qkv, const float* b, const float* a, const DeltaNetScratch& scratch,
+                   float* core) {
+  const Shape s(p);
+  int T = 0;
+  for (const DeltaNetSequence& q : seqs) T += q.n_tokens;
+  float* conv = scratch.conv;
+  float* beta = scratch.beta;
+  float* g = scratch.g;
   const size_t cd = size_t(s.conv_dim), vd = size_t(s.value_dim), nv = size_t(s.nv);
-  B.qkv.resize(size_t(T) * cd);
-  B.conv.resize(size_t(T) * cd);
-  B.z.resize(size_t(T) * vd);
-  B.b.resize(size_t(T) * nv);
-  B.a.resize(size_t(T) * nv);
-  B.beta.resize(size_t(T) * nv);
-  B.g.resize(size_t(T) * nv);
-  B.core.resize(size_t(T) * vd);
-  matmul(w.in_proj_qkv, xn, T, B.qkv.data());
-  matmul(w.in_proj_z, xn, T, B.z.data());
-  matmul(w.in_proj_b, xn, T, B.b.data());
-  matmul(w.in_proj_a, xn, T, B.a.data());
 
-  std::vector<int> first(batch.size());  // first row of each item
+  std::vector<int> first(seqs.size());  // first row of each sequence
   {
     int t0 = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const BatchItem& it = batch[i];
-      check(it.state != nullptr && !it.state->empty(),
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const DeltaNetSequence& q = seqs[i];
+      check(q.state != nullptr && !q.state->empty(),
             "forward: a hybrid model needs a RecurrentState for every batch item");
       first[i] = t0;
-      conv_silu(s, w.conv1d.data(), it.state->conv(layer), &B.qkv[size_t(t0) * cd], it.n_tokens,
-                &B.conv[size_t(t0) * cd]);
-      t0 += it.n_tokens;
+      conv_silu(s, p.conv->data(), q.state->conv(layer), qkv + size_t(t0) * cd, q.n_tokens,
+                &conv[size_t(t0) * cd]);
+      t0 += q.n_tokens;
     }
   }
 
   const double q_scale = 1.0 / std::sqrt(double(s.dk));
 #pragma omp parallel for schedule(static) if (T > 4)
   for (int t = 0; t < T; ++t) {
-    float* row = &B.conv[size_t(t) * cd];
+    float* row = &conv[size_t(t) * cd];
     for (int h = 0; h < s.nk; ++h) {
       l2_normalise(row + size_t(h) * size_t(s.dk), s.dk, q_scale);
       l2_normalise(row + size_t(s.key_dim) + size_t(h) * size_t(s.dk), s.dk, 1.0);
     }
     for (int h = 0; h < s.nv; ++h) {
       const size_t i = size_t(t) * nv + size_t(h);
-      B.beta[i] = 1.0f / (1.0f + std::exp(-B.b[i]));
-      B.g[i] = float(double(w.ssm_a[size_t(h)]) *
-                     softplus(double(B.a[i]) + double(w.dt_bias[size_t(h)])));
+      beta[i] = 1.0f / (1.0f + std::exp(-b[i]));
+      g[i] = float(double((*p.ssm_a)[size_t(h)]) *
+                   softplus(double(a[i]) + double((*p.dt_bias)[size_t(h)])));
     }
   }
 
-  // The delta rule: one task per (item, value head), each sequential over its tokens.
-  const int n_tasks = int(batch.size()) * s.nv;
+  // The delta rule: one task per (sequence, value head), each sequential over its tokens.
+  const int n_tasks = int(seqs.size()) * s.nv;
   const size_t work = size_t(T) * nv * size_t(s.dk) * size_t(s.dv);
 #pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work >= (1u << 16))
   for (int task = 0; task < n_tasks; ++task) {
-    const BatchItem& it = batch[size_t(task / s.nv)];
+    const DeltaNetSequence& q = seqs[size_t(task / s.nv)];
     const int h = task % s.nv;
     const int kh = h / s.group;
-    float* S = it.state->ssm(layer) + size_t(h) * size_t(s.dk) * size_t(s.dv);
+    float* S = q.state->ssm(layer) + size_t(h) * size_t(s.dk) * size_t(s.dv);
     thread_local ChunkScratch scratch;
     scratch.tmp.resize(size_t(s.dv));
-    for (int c0 = 0; c0 < it.n_tokens; c0 += kChunk) {
+    for (int c0 = 0; c0 < q.n_tokens; c0 += kChunk) {
       const size_t t = size_t(first[size_t(task / s.nv)] + c0);
-      const float* row = &B.conv[t * cd];
+      const float* row = &conv[t * cd];
       HeadRows r{row + size_t(kh) * size_t(s.dk),
                  row + size_t(s.key_dim) + size_t(kh) * size_t(s.dk),
                  row + 2 * size_t(s.key_dim) + size_t(h) * size_t(s.dv),
                  cd,
-                 &B.beta[t * nv + size_t(h)],
-                 &B.g[t * nv + size_t(h)],
+                 &beta[t * nv + size_t(h)],
+                 &g[t * nv + size_t(h)],
                  nv,
-                 &B.core[t * vd + size_t(h) * size_t(s.dv)],
+                 &core[t * vd + size_t(h) * size_t(s.dv)],
                  vd};
-      const int L = std::min(kChunk, it.n_tokens - c0);
+      const int L = std::min(kChunk, q.n_tokens - c0);
       if (L == 1) {
         recurrent_step(s, S, r, scratch.tmp.data());
       } else {
@@ -277,18 +263,6 @@ void deltanet_layer(const ModelConfig& c, const DeltaNetWeights& w, int layer,
       }
     }
   }
-
-  // Gated RMSNorm per value head (weight used as stored: not zero-centred), then out_proj.
-#pragma omp parallel for schedule(static) if (T > 4)
-  for (int t = 0; t < T; ++t) {
-    for (int h = 0; h < s.nv; ++h) {
-      float* o = &B.core[size_t(t) * vd + size_t(h) * size_t(s.dv)];
-      const float* z = &B.z[size_t(t) * vd + size_t(h) * size_t(s.dv)];
-      rmsnorm(o, w.norm.data(), s.dv, c.rms_eps, o);
-      for (int d = 0; d < s.dv; ++d) o[d] *= silu(z[d]);
-    }
-  }
-  matmul(w.out_proj, B.core.data(), T, out);
 }
 
 }  // namespace fak

@@ -1,0 +1,312 @@
+// The CPU backend: the forward's ops over host memory, with the kernels of ops/ (SIMD matmuls and
+// attention, chosen once at start-up). Each call's buffers are the calling thread's, so several
+// threads may run forward calls at once.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "memory/kv_storage.h"
+#include "memory/recurrent_state.h"
+#include "ops/attention.h"
+#include "ops/ops.h"
+
+namespace fak {
+
+LogitRows logit_rows(std::span<const BatchItem> batch, int vocab) {
+  LogitRows r;
+  int t = 0;
+  for (const BatchItem& it : batch) {
+    if (it.logits) {
+      if (it.all_logits) {
+        for (int i = 0; i < it.n_tokens; ++i) {
+          r.rows.push_back(t + i);
+          r.outs.push_back(it.logits + size_t(i) * size_t(vocab));
+        }
+      } else {
+        r.rows.push_back(t + it.n_tokens - 1);
+        r.outs.push_back(it.logits);
+      }
+    }
+    t += it.n_tokens;
+  }
+  return r;
+}
+
+namespace {
+
+// A thread's activation buffers, kept between calls (they only grow).
+struct HostBuffers {
+  std::array<std::vector<float>, size_t(Buf::kCount)> bufs;
+  std::vector<int32_t> ids;
+};
+
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+
+class CpuCall final : public BackendCall {
+ public:
+  CpuCall(std::span<const BatchItem> batch, KvCache& cache, const BufferSizes& sizes,
+          std::vector<float> cos, std::vector<float> sin, int half)
+      : batch_(batch), cache_(cache), cos_(std::move(cos)), sin_(std::move(sin)), half_(half) {
+    check(cache.storage().host_accessible(),
+          "forward: the model runs on the CPU but its KV cache lives in " + cache.storage().name());
+    // note: a reference to the thread_local, so OpenMP workers see the caller's buffers.
+    thread_local HostBuffers tls;
+    b_ = &tls;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (b_->bufs[i].size() < sizes[i]) b_->bufs[i].resize(sizes[i]);
+    for (const BatchItem& it : batch) {
+      for (int i = 0; i < it.n_tokens; ++i) {
+        tokens_.push_back(it.tokens[i]);
+        const int pos = it.start_pos + i;
+        block_.push_back((*it.blocks)[size_t(pos / cache.block_size())]);
+        slot_.push_back(pos % cache.block_size());
+      }
+    }
+    T_ = int(tokens_.size());
+  }
+
+  float* buf(Buf b) override { return b_->bufs[size_t(b)].data(); }
+
+  void embed(const WeightMatrix& table, float* x) override {
+    for (int t = 0; t < T_; ++t)
+      dequantize_row(table, tokens_[size_t(t)], x + size_t(t) * size_t(table.cols));
+  }
+
+  void rmsnorm(const float* x, const std::vector<float>& w, int rows, int width, float eps,
+               float* y) override {
+    const size_t n = size_t(width);
+#pragma omp parallel for schedule(static) if (rows > 4)
+    for (int r = 0; r < rows; ++r)
+      fak::rmsnorm(x + size_t(r) * n, w.data(), width, eps, y + size_t(r) * n);
+  }
+
+  void matmul(const WeightMatrix& w, const float* x, int rows, float* y) override {
+    fak::matmul(w, x, rows, y);
+  }
+
+  void add_bias(float* y, const std::vector<float>& bias, int rows) override {
+    if (bias.empty()) return;
+    const int n = int(bias.size());
+    for (int t = 0; t < rows; ++t) add_inplace(y + size_t(t) * size_t(n), bias.data(), n);
+  }
+
+  void add(float* x, const float* y, size_t n) override {
+    add_inplace(x, y, int(n));
+  }
+
+  void silu_mul(const float* gate, const float* up, size_t n, float* out) override {
+    fak::silu_mul(gate, up, int(n), out);
+  }
+
+  void sigmoid_mul(float* x, const float* gate, size_t n) override {
+    for (size_t i = 0; i < n; ++i) x[i] *= sigmoid(gate[i]);
+  }
+
+  void silu_gate(float* x, const float* z, size_t n) override {
+    for (size_t i = 0; i < n; ++i) x[i] *= z[i] / (1.0f + std::exp(-z[i]));
+  }
+
+  void split_gate(const float* q2, int heads, int head_dim, float* q, float* gate) override {
+    const size_t hd = size_t(head_dim);
+    for (int t = 0; t < T_; ++t)
+      for (int h = 0; h < heads; ++h) {
+        const float* src = q2 + (size_t(t) * size_t(heads) + size_t(h)) * 2 * hd;
+        const size_t at = (size_t(t) * size_t(heads) + size_t(h)) * hd;
+        std::memcpy(q + at, src, sizeof(float) * hd);
+        std::memcpy(gate + at, src + hd, sizeof(float) * hd);
+      }
+  }
+
+  void rope(float* x, int heads, int head_dim) override {
+    const size_t row = size_t(heads) * size_t(head_dim);
+    for (int t = 0; t < T_; ++t) {
+      const float* cs = &cos_[size_t(t) * size_t(half_)];
+      const float* sn = &sin_[size_t(t) * size_t(half_)];
+      for (int h = 0; h < heads; ++h)
+        rope_apply(x + size_t(t) * row + size_t(h) * size_t(head_dim), 2 * half_, cs, sn);
+    }
+  }
+
+  void kv_store(int attn_layer, KvPlane plane, const float* rows) override {
+    const size_t n = size_t(cache_.kv_dim());
+    for (int t = 0; t < T_; ++t)
+      cache_.store_row(block_[size_t(t)], attn_layer, plane, slot_[size_t(t)],
+                       rows + size_t(t) * n);
+  }
+
+  void attention(int attn_layer, const float* q, int n_heads, int n_kv_heads, int head_dim,
+                 float scale, float* out) override {
+    const size_t q_dim = size_t(n_heads) * size_t(head_dim);
+    std::vector<AttentionTask> tasks;
+    size_t t = 0;
+    for (const BatchItem& it : batch_) {
+      tasks.push_back({q + t * q_dim, out + t * q_dim, it.blocks, it.n_tokens, it.start_pos});
+      t += size_t(it.n_tokens);
+    }
+    fak::attention(tasks, cache_, attn_layer, {n_heads, n_kv_heads, head_dim, scale});
+  }
+
+  void deltanet(const DeltaNetParams& p, int layer, const float* qkv, const float* b,
+                const float* a, float* core) override {
+    std::vector<DeltaNetSequence> seqs;
+    for (const BatchItem& it : batch_) seqs.push_back({it.state, it.n_tokens});
+    deltanet_core(p, layer, seqs, qkv, b, a,
+                  {buf(Buf::DeltaConv), buf(Buf::DeltaBeta), buf(Buf::DeltaG)}, core);
+  }
+
+  void moe_route(const float* logits, int n_experts, int k, bool renorm, float* weights) override {
+    b_->ids.resize(size_t(T_) * size_t(k));
+    int32_t* ids = b_->ids.data();
+#pragma omp parallel for schedule(static) if (T_ > 16)
+    for (int t = 0; t < T_; ++t)
+      route_token(logits + size_t(t) * size_t(n_experts), n_experts, k, renorm,
+                  ids + size_t(t) * size_t(k), weights + size_t(t) * size_t(k));
+  }
+
+  void moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
+                   std::span<const WeightMatrix> down, const float* x, int k, const float* weights,
+                   float* out) override;
+
+  void add_gated(float* out, const float* y, const float* gate, int width) override {
+    for (int t = 0; t < T_; ++t) {
+      const float s = sigmoid(gate[t]);
+      float* o = out + size_t(t) * size_t(width);
+      const float* v = y + size_t(t) * size_t(width);
+      for (int d = 0; d < width; ++d) o[d] += s * v[d];
+    }
+  }
+
+  void logits(const float* x, const std::vector<float>& norm, float eps, const WeightMatrix& head,
+              const LogitRows& rows) override {
+    if (rows.rows.empty()) return;
+    const size_t D = size_t(head.cols), R = rows.rows.size(), vocab = size_t(head.rows);
+    std::vector<float> normed(R * D);
+    for (size_t i = 0; i < R; ++i)
+      fak::rmsnorm(x + size_t(rows.rows[i]) * D, norm.data(), int(D), eps, &normed[i * D]);
+    // Logits of consecutive rows land in consecutive outputs only within an item; compute into a
+    // temporary when outputs are scattered.
+    std::vector<float> out(R * vocab);
+    fak::matmul(head, normed.data(), int(R), out.data());
+    for (size_t i = 0; i < R; ++i)
+      std::memcpy(rows.outs[i], &out[i * vocab], sizeof(float) * vocab);
+  }
+
+  const float* host_view(const float* x, size_t) override {
+    return x;
+  }
+  void finish() override {}
+
+ private:
+  // Softmax over the experts (its sum in double), the k most probable (ties to the lower id, as
+  // a stable sort), renormalised. note: one token's choice reads only its own logits.
+  static void route_token(const float* logit, int n, int k, bool renorm, int32_t* ids, float* w) {
+    float max = logit[0];
+    for (int e = 1; e < n; ++e) max = std::max(max, logit[e]);
+    thread_local std::vector<float> p;
+    p.resize(size_t(n));
+    double sum = 0;
+    for (int e = 0; e < n; ++e) sum += double(p[size_t(e)] = std::exp(logit[e] - max));
+    const float inv = float(1.0 / sum);
+    for (int e = 0; e < n; ++e) p[size_t(e)] *= inv;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < n; ++e) {
+        bool taken = false;
+        for (int i = 0; i < j; ++i) taken |= ids[i] == e;
+        if (!taken && (best < 0 || p[size_t(e)] > p[size_t(best)])) best = e;
+      }
+      ids[j] = best;
+      w[j] = p[size_t(best)];
+    }
+    if (renorm) {
+      float s = 0;
+      for (int j = 0; j < k; ++j) s += w[j];
+      for (int j = 0; j < k; ++j) w[j] /= s;
+    }
+  }
+
+  std::span<const BatchItem> batch_;
+  KvCache& cache_;
+  HostBuffers* b_ = nullptr;
+  std::vector<float> cos_, sin_;
+  int half_;
+  int T_ = 0;
+  std::vector<int32_t> tokens_, block_, slot_;
+};
+
+// Each expert's tokens gathered into one matrix, so an expert's weights are read once per call
+// (one GEMM over its tokens when prefilling, a GEMV of its rows alone when decoding), then every
+// token's k outputs summed in rank order. note: a row's result depends on that row alone (see
+// ops/matmul.h), so grouping by expert changes no bit.
+void CpuCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
+                          std::span<const WeightMatrix> down, const float* x, int k,
+                          const float* weights, float* out) {
+  const int n_experts = int(gate.size());
+  const int32_t* ids = b_->ids.data();
+  const size_t D = size_t(down.front().rows), I = size_t(gate.front().rows);
+  // The (token, rank) pairs grouped by expert, each group in token order.
+  std::vector<int32_t> first(size_t(n_experts) + 1, 0), pairs(size_t(T_) * size_t(k));
+  for (size_t i = 0; i < pairs.size(); ++i) ++first[size_t(ids[i]) + 1];
+  for (int e = 0; e < n_experts; ++e) first[size_t(e) + 1] += first[size_t(e)];
+  {
+    std::vector<int32_t> at(first.begin(), first.end() - 1);
+    for (size_t i = 0; i < pairs.size(); ++i) pairs[size_t(at[size_t(ids[i])]++)] = int32_t(i);
+  }
+  float* xs = buf(Buf::MoeRows);      // [pairs][dim]
+  float* g = buf(Buf::MoeGate);       // [pairs][expert_hidden]
+  float* u = buf(Buf::MoeUp);         // [pairs][expert_hidden]
+  float* ys = buf(Buf::MoeOut);       // [pairs][dim]
+  float* slots = buf(Buf::MoeSlots);  // [T][k][dim]
+  for (size_t r = 0; r < pairs.size(); ++r)
+    std::memcpy(xs + r * D, x + size_t(pairs[r] / k) * D, sizeof(float) * D);
+  for (int e = 0; e < n_experts; ++e) {
+    const size_t r0 = size_t(first[size_t(e)]);
+    const int n = first[size_t(e) + 1] - first[size_t(e)];
+    if (n == 0) continue;
+    fak::matmul(gate[size_t(e)], xs + r0 * D, n, g + r0 * I);
+    fak::matmul(up[size_t(e)], xs + r0 * D, n, u + r0 * I);
+    fak::silu_mul(g + r0 * I, u + r0 * I, int(size_t(n) * I), g + r0 * I);
+    fak::matmul(down[size_t(e)], g + r0 * I, n, ys + r0 * D);
+  }
+  for (size_t r = 0; r < pairs.size(); ++r)
+    std::memcpy(slots + size_t(pairs[r]) * D, ys + r * D, sizeof(float) * D);
+  for (int t = 0; t < T_; ++t) {
+    float* o = out + size_t(t) * D;
+    std::memset(o, 0, sizeof(float) * D);
+    for (int j = 0; j < k; ++j) {
+      const float w = weights[size_t(t) * size_t(k) + size_t(j)];
+      const float* y = slots + (size_t(t) * size_t(k) + size_t(j)) * D;
+      for (size_t d = 0; d < D; ++d) o[d] += w * y[d];
+    }
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::shared_ptr<KvStorage> kv_storage() const override { return host_kv_storage(); }
+  void upload(const WeightMatrix&) override {}
+  void upload(const std::vector<float>&) override {}
+  size_t weight_bytes() const override { return 0; }
+  void check_shapes(int, int, int) const override {}
+  void reserve(const BufferSizes&, int, int, int) const override {}
+  std::unique_ptr<BackendCall> begin(std::span<const BatchItem> batch, KvCache& cache,
+                                     const BufferSizes& sizes, std::vector<float> cos,
+                                     std::vector<float> sin, int half) const override {
+    return std::make_unique<CpuCall>(batch, cache, sizes, std::move(cos), std::move(sin), half);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
+
+}  // namespace fak
