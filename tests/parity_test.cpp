@@ -16,8 +16,10 @@ namespace {
 
 struct Fixture {
   std::string name;
-  std::string dir;
+  std::string dir;  // holds reference.safetensors (and the model, unless `model` names a file)
   Device device = {};
+  std::string model = {};
+  std::string model_path() const { return model.empty() ? dir : model; }
 };
 
 void PrintTo(const Fixture& f, std::ostream* os) {
@@ -29,7 +31,7 @@ std::vector<Fixture> with_cuda(std::vector<Fixture> cpu) {
   const size_t n = cpu.size();
   if (cuda_compiled())
     for (size_t i = 0; i < n; ++i)
-      cpu.push_back({cpu[i].name + "-cuda", cpu[i].dir, Device{DeviceKind::Cuda, 0}});
+      cpu.push_back({cpu[i].name + "-cuda", cpu[i].dir, Device{DeviceKind::Cuda, 0}, cpu[i].model});
   return cpu;
 }
 
@@ -40,10 +42,24 @@ std::vector<Fixture> oracle_fixtures() {
                     {"qwen3-tiny", test::data_path("oracle/qwen3-tiny")}});
 }
 
+// The MoE fixtures' references come from llama.cpp (their reference.json says how; an
+// independent float64 forward from the HF weights agrees to 7e-6), with no hidden states. Each is
+// checked from its HF directory and from the GGUF holding the same weights.
+std::vector<Fixture> moe_fixtures() {
+  std::vector<Fixture> all;
+  for (const char* name : {"qwen3-moe-tiny", "qwen35-moe-tiny"}) {
+    const std::string dir = test::data_path(std::string("oracle/") + name).string();
+    all.push_back({name, dir});
+    all.push_back({std::string(name) + "-gguf", dir, {}, dir + "/model.gguf"});
+  }
+  return with_cuda(all);
+}
+
 std::vector<Fixture> fixtures() {
   auto all = oracle_fixtures();
   for (auto& f : with_cuda({{"pycoder-6m", test::source_path("models/pycoder-6m")}}))
     all.push_back(f);
+  for (auto& f : moe_fixtures()) all.push_back(f);
   return all;
 }
 
@@ -51,7 +67,7 @@ std::vector<Fixture> fixtures() {
 #define LOAD_ON_DEVICE(model, f)                                                   \
   if (const std::string why = device_unavailable_reason((f).device); !why.empty()) \
     GTEST_SKIP() << why;                                                           \
-  auto model = Model::load((f).dir, {.load_tokenizer = false, .device = (f).device})
+  auto model = Model::load((f).model_path(), {.load_tokenizer = false, .device = (f).device})
 
 }  // namespace
 
@@ -61,6 +77,8 @@ TEST_P(Parity, LogitsArgmaxAndGreedyMatchReference) {
   const Fixture& f = GetParam();
   LOAD_ON_DEVICE(model, f);
   auto ref = TensorStore::open_file(std::filesystem::path(f.dir) / "reference.safetensors");
+  // 1e-3 is what `fak parity` passes at; the CPU is held to 1e-4 below (the GPU, not yet run on
+  // one, to the CLI's 1e-3).
   ParityReport r = run_parity(model, ref, 1e-3);
   ASSERT_FALSE(r.cases.empty());
   for (const ParityCase& c : r.cases) {
@@ -70,7 +88,7 @@ TEST_P(Parity, LogitsArgmaxAndGreedyMatchReference) {
         f.name.c_str(), c.name.c_str(), c.n_tokens, c.max_abs_diff, c.min_cosine, c.argmax_agree,
         c.argmax_total, c.near_ties.size(), c.teacher_forced_agree, c.greedy_total,
         c.free_run_match, c.greedy_total);
-    EXPECT_LE(c.max_abs_diff, 1e-3) << c.name;
+    EXPECT_LE(c.max_abs_diff, f.device.kind == DeviceKind::Cpu ? 1e-4 : 1e-3) << c.name;
     EXPECT_TRUE(c.argmax_mismatches.empty()) << c.name;
     EXPECT_TRUE(c.greedy_mismatches.empty()) << c.name;
     EXPECT_GT(c.greedy_total, 0) << c.name;

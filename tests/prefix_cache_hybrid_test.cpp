@@ -17,10 +17,10 @@ using test::random_ids;
 
 namespace {
 
-class HybridPrefixCache : public ::testing::Test {
+class HybridPrefixCache : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    model = Model::load(test::data_path("oracle/qwen35-hybrid-tiny"), {.load_tokenizer = false});
+    model = Model::load(test::data_path("oracle/" + GetParam()), {.load_tokenizer = false});
     cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
                                       model->config().head_dim, KvCacheOptions{.block_size = 16});
     vocab = model->config().vocab;
@@ -48,7 +48,7 @@ class HybridPrefixCache : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(HybridPrefixCache, HitIsBitIdenticalToColdPrefill) {
+TEST_P(HybridPrefixCache, HitIsBitIdenticalToColdPrefill) {
   PrefixCache pc(model, cache, 64 << 20);
   auto system = random_ids(300, vocab, 1);
   auto turn1 = cat(system, random_ids(9, vocab, 2)), turn2 = cat(system, random_ids(23, vocab, 3));
@@ -85,7 +85,7 @@ TEST_F(HybridPrefixCache, HitIsBitIdenticalToColdPrefill) {
 
 // A match shorter than the first checkpoint reuses nothing (no state to restart from) and is
 // still a plain cold prefill; a match between checkpoints restarts from the one below it.
-TEST_F(HybridPrefixCache, RestartsFromTheNearestCheckpointBelowTheMatch) {
+TEST_P(HybridPrefixCache, RestartsFromTheNearestCheckpointBelowTheMatch) {
   PrefixCache pc(model, cache, 64 << 20);
   auto base = random_ids(300, vocab, 6);
   Session a = pc.acquire("t", base);
@@ -104,7 +104,7 @@ TEST_F(HybridPrefixCache, RestartsFromTheNearestCheckpointBelowTheMatch) {
 
 // An agent's next turn resends its history (prompt + reply + tool output): the reply was decoded
 // token by token, so only the prompt's checkpoints are cold; the hit restarts from the last one.
-TEST_F(HybridPrefixCache, AgentTurnReusesThePreviousPrompt) {
+TEST_P(HybridPrefixCache, AgentTurnReusesThePreviousPrompt) {
   PrefixCache pc(model, cache, 64 << 20);
   auto turn1 = random_ids(270, vocab, 9);
   Session a = pc.acquire("t", turn1);
@@ -123,7 +123,7 @@ TEST_F(HybridPrefixCache, AgentTurnReusesThePreviousPrompt) {
   expect_same(b, ref, "next turn");
 }
 
-TEST_F(HybridPrefixCache, CheckpointsCountInTheBudget) {
+TEST_P(HybridPrefixCache, CheckpointsCountInTheBudget) {
   // Room for one prompt's 8 blocks and one checkpoint, not two.
   const size_t budget = 8 * cache->block_bytes() + checkpoint_bytes() + 1000;
   PrefixCache pc(model, cache, budget);
@@ -148,7 +148,7 @@ TEST_F(HybridPrefixCache, CheckpointsCountInTheBudget) {
   EXPECT_EQ(st.checkpoint_bytes, 0u);
 }
 
-TEST_F(HybridPrefixCache, PartitionsNeverShare) {
+TEST_P(HybridPrefixCache, PartitionsNeverShare) {
   PrefixCache pc(model, cache, 64 << 20);
   auto prompt = random_ids(200, vocab, 13);
   Session a = pc.acquire("alice", prompt);
@@ -158,5 +158,15 @@ TEST_F(HybridPrefixCache, PartitionsNeverShare) {
   Session c = pc.acquire("alice", prompt, &reused);
   EXPECT_EQ(reused, 128);
 }
+
+// The Qwen3.5 hybrid and its MoE sibling (DeltaNet + gated attention + experts).
+INSTANTIATE_TEST_SUITE_P(Models, HybridPrefixCache,
+                         ::testing::Values("qwen35-hybrid-tiny", "qwen35-moe-tiny"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
 
 }  // namespace fak

@@ -113,9 +113,12 @@ TEST_P(PrefixCacheTest, CachedBlocksSurviveTheSessionThatMadeThem) {
 
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest,
                          ::testing::Values(test::source_path("models/pycoder-6m").string(),
-                                           test::data_path("oracle/llama-tiny").string()),
+                                           test::data_path("oracle/llama-tiny").string(),
+                                           test::data_path("oracle/qwen3-moe-tiny").string()),
                          [](const auto& info) {
-                           return info.index == 0 ? std::string("pycoder") : std::string("llama");
+                           return info.index == 0   ? std::string("pycoder")
+                                  : info.index == 1 ? std::string("llama")
+                                                    : std::string("qwen3_moe");
                          });
 
 }  // namespace fak

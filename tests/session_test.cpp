@@ -35,14 +35,16 @@ void PrintTo(const ModelCase& c, std::ostream* os) {
 // Every model on the CPU; in a CUDA build every one again on the GPU, where the same
 // guarantees must hold bit for bit on the device's own bits (skipped, saying why, without a GPU).
 std::vector<ModelCase> models() {
-  std::vector<ModelCase> cases{
-      {"pycoder_6m", test::source_path("models/pycoder-6m")},
-      {"llama_tiny", test::data_path("oracle/llama-tiny")},
-      {"qwen2_tiny", test::data_path("oracle/qwen2-tiny")},
-      {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")},
-      {"qwen35_hybrid_tiny", test::data_path("oracle/qwen35-hybrid-tiny")}};
+  std::vector<ModelCase> cases{{"pycoder_6m", test::source_path("models/pycoder-6m")},
+                               {"llama_tiny", test::data_path("oracle/llama-tiny")},
+                               {"qwen2_tiny", test::data_path("oracle/qwen2-tiny")},
+                               {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")},
+                               {"qwen35_hybrid_tiny", test::data_path("oracle/qwen35-hybrid-tiny")},
+                               {"qwen3_moe_tiny", test::data_path("oracle/qwen3-moe-tiny")},
+                               {"qwen35_moe_tiny", test::data_path("oracle/qwen35-moe-tiny")}};
+  const size_t n = cases.size();
   if (cuda_compiled())
-    for (size_t i = 0; i < 5; ++i)
+    for (size_t i = 0; i < n; ++i)
       cases.push_back({cases[i].name + "_cuda", cases[i].dir, Device{DeviceKind::Cuda, 0}});
   return cases;
 }

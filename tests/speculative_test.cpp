@@ -86,7 +86,8 @@ std::vector<ModelCase> dense_models() {
   return {{"pycoder_6m", test::source_path("models/pycoder-6m")},
           {"llama_tiny", test::data_path("oracle/llama-tiny")},
           {"qwen2_tiny", test::data_path("oracle/qwen2-tiny")},
-          {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")}};
+          {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")},
+          {"qwen3_moe_tiny", test::data_path("oracle/qwen3-moe-tiny")}};
 }
 
 // Proposes the continuation of `truth` (a plain run's prompt + output) after the history, with

@@ -1,5 +1,6 @@
 #include "models/gguf_export.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -138,6 +139,17 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
   Collector col;
   write_config(col.w, c, ft, model.path().filename().string());
   write_gguf_tokenizer(col.w, model.tokenizer()->spec(), c.vocab);
+  if (c.is_moe() && !c.norm_topk_prob)
+    col.stats.warnings.push_back(
+        "norm_topk_prob is false: written as " + std::string(c.family->gguf_arch()) +
+        ".expert_weights_norm = false, which fak reads back but llama.cpp ignores (it always "
+        "renormalises the chosen experts' weights, so it would run another model)");
+  if (c.is_moe() &&
+      std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end())
+    col.stats.warnings.push_back(
+        "some layers are dense (mlp_only_layers / decoder_sparse_step): written with ffn_gate / "
+        "ffn_up / ffn_down, which fak reads but llama.cpp's " +
+        std::string(c.family->gguf_arch()) + " does not");
 
   auto type_of = [&](const TensorDef& d, const WeightMatrix& m) {
     // The router and the shared expert's gate stay f32 as llama.cpp's converter writes them.

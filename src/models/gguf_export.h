@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/model.h"
 #include "models/quant_policy.h"
@@ -19,6 +20,9 @@ struct ExportStats {
   size_t bytes = 0;                  // tensor data bytes written
   std::map<std::string, int> types;  // stored type name -> tensor count
   std::string summary() const;       // "12 tensors, 3.1 MiB (f32:5 q8_0:7)"
+  // What a reader other than fak will not honour (llama.cpp's qwen3moe always renormalises the
+  // routing weights, and knows no dense layers between sparse ones), one sentence each.
+  std::vector<std::string> warnings;
 };
 
 // `model` must have been loaded from a Hugging Face directory (its weights are read from there).

@@ -30,7 +30,10 @@ void register_convert(CLI::App& app) {
            " is not one); use fak quantize "
            "for GGUF files");
     auto model = Model::load(dir);
+    if (!model->load_note().empty()) std::fprintf(stderr, "fak: %s\n", model->load_note().c_str());
     ExportStats s = export_gguf(*model, ft, a->out);
+    for (const std::string& w : s.warnings)
+      std::fprintf(stderr, "fak convert: warning: %s\n", w.c_str());
     std::printf("wrote %s: %s in %.1f s\n", a->out.c_str(), s.summary().c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   });

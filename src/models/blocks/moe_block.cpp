@@ -93,12 +93,16 @@ void read_moe_gguf(const GgufFile& f, const std::string& p, ModelConfig& c) {
   // llama.cpp's qwen3moe / qwen35moe always renormalise the chosen experts' weights; a file fak
   // wrote from a norm_topk_prob: false checkpoint says so here (llama.cpp ignores the key).
   if (f.find(p + "expert_weights_norm")) c.norm_topk_prob = f.get_bool(p + "expert_weights_norm");
-  // A layer is sparse where the file has its router (llama.cpp's archs: every layer; a file fak
-  // wrote from a checkpoint with dense layers: those have ffn_gate / ffn_up / ffn_down instead).
-  for (int l = 0; l < c.n_layers; ++l)
-    c.ffn_kinds[size_t(l)] = f.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight")
-                                 ? FfnKind::Moe
-                                 : FfnKind::Dense;
+  // A layer is sparse where the file has its router or experts (llama.cpp's archs: every layer;
+  // a file fak wrote from a checkpoint with dense layers: those have ffn_gate / ffn_up / ffn_down
+  // instead), so a missing router is named as missing.
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    bool sparse = false;
+    for (const char* t : {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
+      sparse |= f.tensor(b + t + ".weight") != nullptr;
+    c.ffn_kinds[size_t(l)] = sparse ? FfnKind::Moe : FfnKind::Dense;
+  }
 }
 
 void write_moe_gguf(GgufWriter& w, const std::string& p, const ModelConfig& c) {
