@@ -265,15 +265,25 @@ void CpuCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const We
   float* slots = buf(Buf::MoeSlots);  // [T][k][dim]
   for (size_t r = 0; r < pairs.size(); ++r)
     std::memcpy(xs + r * D, x + size_t(pairs[r] / k) * D, sizeof(float) * D);
+  // Every chosen expert's gate and up in one parallel region, then every down in another.
+  thread_local std::vector<MatmulJob> jobs;
+  jobs.clear();
   for (int e = 0; e < n_experts; ++e) {
     const size_t r0 = size_t(first[size_t(e)]);
     const int n = first[size_t(e) + 1] - first[size_t(e)];
     if (n == 0) continue;
-    fak::matmul(gate[size_t(e)], xs + r0 * D, n, g + r0 * I);
-    fak::matmul(up[size_t(e)], xs + r0 * D, n, u + r0 * I);
-    fak::silu_mul(g + r0 * I, u + r0 * I, int(size_t(n) * I), g + r0 * I);
-    fak::matmul(down[size_t(e)], g + r0 * I, n, ys + r0 * D);
+    jobs.push_back({&gate[size_t(e)], xs + r0 * D, n, g + r0 * I});
+    jobs.push_back({&up[size_t(e)], xs + r0 * D, n, u + r0 * I});
   }
+  matmul_many(jobs);
+  fak::silu_mul(g, u, int(pairs.size() * I), g);
+  jobs.clear();
+  for (int e = 0; e < n_experts; ++e) {
+    const size_t r0 = size_t(first[size_t(e)]);
+    const int n = first[size_t(e) + 1] - first[size_t(e)];
+    if (n > 0) jobs.push_back({&down[size_t(e)], g + r0 * I, n, ys + r0 * D});
+  }
+  matmul_many(jobs);
   for (size_t r = 0; r < pairs.size(); ++r)
     std::memcpy(slots + size_t(pairs[r]) * D, ys + r * D, sizeof(float) * D);
   for (int t = 0; t < T_; ++t) {

@@ -150,6 +150,50 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   }
 }
 
+void matmul_many(std::span<const MatmulJob> jobs) {
+  // note: references to the caller's thread_local, so OpenMP workers read the caller's buffers.
+  thread_local std::vector<kernels::QuantPrepared> tls_prepared;
+  std::vector<kernels::QuantPrepared>& prepared = tls_prepared;
+  if (prepared.size() < jobs.size()) prepared.resize(jobs.size());
+  struct Chunk {
+    size_t job;
+    int64_t r0, r1;
+  };
+  thread_local std::vector<Chunk> tls_chunks;
+  std::vector<Chunk>& chunks = tls_chunks;
+  chunks.clear();
+  const int threads = omp_get_max_threads();
+  double work = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const MatmulJob& j = jobs[i];
+    if (j.n_tokens <= 0 || j.w->rows == 0) continue;
+    if (wtype_quant(j.w->type)) {
+      const kernels::QuantPrepared* reuse = nullptr;
+      for (size_t k = 0; k < i && !reuse; ++k)
+        if (jobs[k].x == j.x && jobs[k].n_tokens == j.n_tokens && wtype_quant(jobs[k].w->type) &&
+            jobs[k].w->cols == j.w->cols)
+          reuse = &prepared[k];
+      kernels::prepare_quant(*j.w, j.x, j.n_tokens, j.y, prepared[i], reuse);
+    }
+    work += double(j.w->rows) * double(j.w->cols) * double(j.n_tokens);
+    // Whole 16-row groups (the tile kernels' unit; float kernels take 8), a few per thread.
+    const int64_t chunk = std::max<int64_t>(16, (j.w->rows / (threads * 4) + 15) / 16 * 16);
+    for (int64_t r0 = 0; r0 < j.w->rows; r0 += chunk)
+      chunks.push_back({i, r0, std::min(j.w->rows, r0 + chunk)});
+  }
+  const kernels::MatmulRowsFn fn = float_kernel();
+  auto run = [&](const Chunk& c) {
+    const MatmulJob& j = jobs[c.job];
+    if (wtype_quant(j.w->type))
+      kernels::run_quant(prepared[c.job], c.r0, c.r1);
+    else
+      fn(*j.w, j.x, j.n_tokens, j.y, c.r0, c.r1);
+  };
+  const int64_t n = int64_t(chunks.size());
+#pragma omp parallel for schedule(dynamic, 1) if (threads > 1 && n > 1 && work >= 256.0 * 1024)
+  for (int64_t c = 0; c < n; ++c) run(chunks[size_t(c)]);
+}
+
 void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out);  // matmul_quant.cpp
 
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out) {

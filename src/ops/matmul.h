@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "ops/quant/quant_type.h"
@@ -43,6 +44,18 @@ struct WeightMatrix {
 // Quantised weights: x is quantised once per call to Q8_0/Q8_K (dot_activation_type), so results
 // are those of the integer dot products, not of the dequantised weights times x.
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+
+// Several products in one parallel region: each job's y is exactly what matmul(w, x, n_tokens, y)
+// writes (the same bits), but the jobs' row ranges are shared out together, so many small products
+// (a MoE layer's experts) pay for one fork and join, not one each, and no thread idles on a short
+// one. Jobs with the same x (the gate and up of one expert) quantise it once.
+struct MatmulJob {
+  const WeightMatrix* w = nullptr;
+  const float* x = nullptr;
+  int n_tokens = 0;
+  float* y = nullptr;
+};
+void matmul_many(std::span<const MatmulJob> jobs);
 
 // Widens (dequantises) row r of w into out[w.cols] (embedding lookup).
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ops/matmul.h"
 #include "ops/quant/quant.h"
@@ -46,8 +47,25 @@ struct QuantTask {
 };
 void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 
+
 // Computes outputs of rows [r0, r1) for every token of q, bit-identical to q.dot per output.
 using QuantTileFn = void (*)(const QuantTask& q, int64_t r0, int64_t r1);
+
+// One quantised product made ready to run row range by row range: its activations quantised (in
+// buffers of its own) and its kernel chosen, exactly as matmul_quant does.
+struct QuantPrepared {
+  QuantTask q;
+  QuantType act_type = QuantType::Q8_0;
+  QuantTileFn tile = nullptr;  // null: rows by vec_dot
+  std::vector<uint8_t> act;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+};
+// `reuse`: a prepared product over the same x (same activation type and width) whose quantised
+// activations are taken instead of quantising x again; may be null.
+void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y,
+                   QuantPrepared& p, const QuantPrepared* reuse = nullptr);
+void run_quant(const QuantPrepared& p, int64_t r0, int64_t r1);
 // The register-tiled prefill kernel for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_tile_kernel(QuantType t);
 QuantTileFn quant_tile_avx2(QuantType t);  // gemm_avx2.cpp; only when cpu_has_avx2()

@@ -127,52 +127,66 @@ QuantTileFn quant_gemv_kernel(QuantType t) {
   return quant_kernels().isa == "avx2" ? quant_gemv_avx2(t) : nullptr;
 }
 
-void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
+void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y,
+                   QuantPrepared& p, const QuantPrepared* reuse) {
   const QuantType qt = *wtype_quant(w.type);
   const QuantKernels& k = quant_kernels();
   const QuantType at = dot_activation_type(qt);
   check(w.cols % quant_block_size(qt) == 0,
         "matmul: " + std::string(wtype_name(w.type)) + " matrix with " + std::to_string(w.cols) +
             " columns (not a multiple of " + std::to_string(quant_block_size(qt)) + ")");
-  QuantTask q;
+  QuantTask& q = p.q;
+  q = QuantTask{};
+  p.act_type = at;
   q.w = &w;
   q.n_tokens = n_tokens;
   q.y = y;
   q.dot = k.vec_dot(qt);
   q.act_row_bytes = row_bytes(at, w.cols);
-  // note: a reference to the caller's thread_local, so OpenMP workers read the caller's buffer.
-  thread_local std::vector<uint8_t> tls_act;
-  std::vector<uint8_t>& act = tls_act;
-  act.resize(q.act_row_bytes * size_t(n_tokens));
-  q.act = act.data();
-  const QuantizeRowFn quantize = k.quantize_act(at);
-  thread_local std::vector<float> tls_scales;
-  std::vector<float>& scales = tls_scales;
   const int64_t nb = w.cols / quant::kQK;
   // The panel kernels (packed weights, or more tokens than the decode kernel takes) read each
   // activation block's scale as a float and its quant sum; the others need neither.
   const bool panels = w.panels || n_tokens > gemv_max_tokens(qt);
   const bool want_scales = at == QuantType::Q8_0 && panels;
-  if (want_scales) {
-    scales.resize(size_t(nb) * size_t(n_tokens));
-    q.act_scales = scales.data();
-  }
-  thread_local std::vector<int32_t> tls_sums;
-  std::vector<int32_t>& sums = tls_sums;
-  // The unsigned-code kernels subtract their code offset through these (q4_0 / q5_0 on AVX2,
+  // The unsigned-code kernels subtract their code offset through the sums (q4_0 / q5_0 on AVX2,
   // q8_0 too with VNNI).
   const bool want_sums = want_scales;
-  if (want_sums) {
-    sums.resize(size_t(nb) * size_t(n_tokens));
-    q.act_sums = sums.data();
+  // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
+  // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
+  // directly, each 8-row group staying in L1 while every token passes over it. Weights packed at
+  // load (pack_weight_panels) have no rows left for those to read: their kernel takes every call.
+  p.tile = w.panels ? quant_tile_packed_avx512(qt)
+           : panels ? quant_tile_kernel(qt)
+                    : quant_gemv_kernel(qt);
+  check(p.tile || !w.panels, "matmul: packed weights without their kernel");
+  if (reuse && reuse->act_type == at && reuse->q.act_row_bytes == q.act_row_bytes &&
+      reuse->q.n_tokens == n_tokens &&
+      (!want_scales || reuse->q.act_scales)) {
+    q.act = reuse->q.act;
+    q.act_scales = want_scales ? reuse->q.act_scales : nullptr;
+    q.act_sums = want_sums ? reuse->q.act_sums : nullptr;
+    return;
   }
-
+  p.act.resize(q.act_row_bytes * size_t(n_tokens));
+  q.act = p.act.data();
+  const QuantizeRowFn quantize = k.quantize_act(at);
+  if (want_scales) {
+    p.scales.resize(size_t(nb) * size_t(n_tokens));
+    q.act_scales = p.scales.data();
+  }
+  if (want_sums) {
+    p.sums.resize(size_t(nb) * size_t(n_tokens));
+    q.act_sums = p.sums.data();
+  }
   const int threads = omp_get_max_threads();
   const double work = double(w.rows) * double(w.cols) * double(n_tokens);
   const bool parallel = threads > 1 && work >= 256.0 * 1024;
+  uint8_t* act = p.act.data();
+  float* scales = p.scales.data();
+  int32_t* sums = p.sums.data();
 #pragma omp parallel for schedule(static) if (parallel && n_tokens >= 4 * threads)
   for (int t = 0; t < n_tokens; ++t) {
-    uint8_t* a = act.data() + size_t(t) * q.act_row_bytes;
+    uint8_t* a = act + size_t(t) * q.act_row_bytes;
     quantize(x + size_t(t) * size_t(w.cols), a, w.cols);
     if (want_scales) {
       const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
@@ -188,31 +202,33 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
       }
     }
   }
+}
 
-  // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
-  // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
-  // directly, each 8-row group staying in L1 while every token passes over it. Weights packed at
-  // load (pack_weight_panels) have no rows left for those to read: their kernel takes every call.
-  const QuantTileFn tile = w.panels ? quant_tile_packed_avx512(qt)
-                           : panels ? quant_tile_kernel(qt)
-                                    : quant_gemv_kernel(qt);
-  check(tile || !w.panels, "matmul: packed weights without their kernel");
-  auto run = [&](int64_t r0, int64_t r1) {
-    if (tile)
-      tile(q, r0, r1);
-    else
-      rows_vec_dot(q, r0, r1);
-  };
+void run_quant(const QuantPrepared& p, int64_t r0, int64_t r1) {
+  if (p.tile)
+    p.tile(p.q, r0, r1);
+  else
+    rows_vec_dot(p.q, r0, r1);
+}
+
+void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
+  // note: a reference to the caller's thread_local, so OpenMP workers read the caller's buffers.
+  thread_local QuantPrepared tls;
+  QuantPrepared& p = tls;
+  prepare_quant(w, x, n_tokens, y, p);
+  const int threads = omp_get_max_threads();
+  const double work = double(w.rows) * double(w.cols) * double(n_tokens);
+  const bool parallel = threads > 1 && work >= 256.0 * 1024;
   // Chunks of whole 16-row groups (tile kernels work on groups of rows), several per thread so
   // threads that finish early take more.
   const int64_t chunk = std::max<int64_t>(16, (w.rows / (threads * 4) + 15) / 16 * 16);
   const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
   if (!parallel || n_chunks == 1) {
-    run(0, w.rows);
+    run_quant(p, 0, w.rows);
     return;
   }
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t c = 0; c < n_chunks; ++c) run(c * chunk, std::min(w.rows, (c + 1) * chunk));
+  for (int64_t c = 0; c < n_chunks; ++c) run_quant(p, c * chunk, std::min(w.rows, (c + 1) * chunk));
 }
 
 }  // namespace kernels
