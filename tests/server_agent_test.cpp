@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/json.h"
 #include "grammar/schema_validate.h"
 #include "http_test_client.h"
 #include "server/reasoning.h"
@@ -22,7 +23,7 @@
 namespace fak::test {
 namespace {
 
-using json = nlohmann::ordered_json;
+using json = fak::ojson;
 
 using Reply = HttpReply;
 

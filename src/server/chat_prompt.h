@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "models/model.h"
 #include "tokenizer/chat_template.h"
 
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 class ChatPrompt {
  public:

@@ -10,12 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json.h"
 #include "runtime/sampler.h"
 #include "server/json_fields.h"
 
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 struct CompletionRequest {
   bool chat = false;

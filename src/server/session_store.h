@@ -15,13 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "server/chat_prompt.h"
 
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 struct Segment {
   int begin = 0, end = 0;

@@ -8,9 +8,11 @@
 #include <string>
 #include <string_view>
 
+#include "core/json.h"
+
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 inline constexpr std::string_view kToolCallClose = "</tool_call>";

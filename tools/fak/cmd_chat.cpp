@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "runtime/generate.h"
 #include "runtime/model_cache.h"
 #include "runtime/session.h"
@@ -21,7 +22,7 @@ namespace fak::cli {
 
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 struct ChatArgs {
   std::string model, session, system;
