@@ -44,9 +44,13 @@ std::shared_ptr<const grammar::Grammar> turn_grammar(const ChatTurn& t) {
 }  // namespace
 
 BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn) {
-  BuiltPrompt built = build_chat_prompt(ctx, turn.messages, turn.tools, turn.template_kwargs);
+  BuiltPrompt built =
+      build_chat_prompt(ctx, turn.messages, turn.tools, turn.template_kwargs, turn.content_tokens);
   if (!turn.prefill.empty()) {
-    const std::vector<int32_t> more = ctx.model->tokenizer()->encode(turn.prefill);
+    const Tokenizer& tok = *ctx.model->tokenizer();
+    const std::vector<int32_t> more = turn.content_tokens == ContentTokens::Text
+                                          ? tok.encode_literal(turn.prefill)
+                                          : tok.encode(turn.prefill);
     built.ids.insert(built.ids.end(), more.begin(), more.end());
     // The reply continues the given answer text: nothing of it is reasoning, and a constraint
     // applies from its first token.

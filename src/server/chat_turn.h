@@ -30,6 +30,8 @@ struct ChatTurn {
   ojson response_format;  // null or an OpenAI json_object / json_schema response_format
   std::string response_format_param = "response_format";  // the field a bad format is blamed on
   ojson template_kwargs;                                  // null or an object (enable_thinking)
+  // special_tokens_in_content: true (chat_prompt.h); the prefill below is content too.
+  ContentTokens content_tokens = ContentTokens::Text;
   // Text the reply continues (an Anthropic conversation that ends with an assistant message): it
   // follows the generation prompt, and the reply holds only what comes after it.
   std::string prefill;

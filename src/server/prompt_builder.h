@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "server/chat_prompt.h"
 #include "server/openai_request.h"
 
 namespace fak::server {
@@ -27,7 +28,8 @@ BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r);
 // Conversations from other APIs (Anthropic messages, OpenAI responses), already normalised to
 // OpenAI chat messages.
 BuiltPrompt build_chat_prompt(ServerContext& ctx, const ojson& messages, const ojson& tools,
-                              const ojson& template_kwargs);
+                              const ojson& template_kwargs,
+                              ContentTokens content = ContentTokens::Text);
 
 // 400 context_length_exceeded when the prompt leaves no room to generate; param names the field.
 void check_prompt_fits(const std::vector<int32_t>& ids, int n_ctx, const std::string& param);

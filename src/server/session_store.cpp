@@ -212,7 +212,8 @@ ojson SessionStore::append(const std::string& tenant, const std::string& id, con
         bad_request("`messages` entries must be {\"role\": string, \"content\": string}",
                     "messages");
       ojson one = ojson::array({{{"role", m["role"]}, {"content", m["content"]}}});
-      add(e, tok->encode(chat_->render(one, ojson(), false)),
+      // Content is text (chat_prompt.h): the rendered text goes back through the prompt's encode.
+      add(e, chat_->encode(chat_->render(one, ojson(), false)),
           "message:" + m["role"].get<std::string>());
     }
     if (get_bool(body, "add_generation_prompt").value_or(false)) {
@@ -221,7 +222,7 @@ ojson SessionStore::append(const std::string& tenant, const std::string& id, con
       const std::string without = chat_->render(last, ojson(), false);
       const std::string with = chat_->render(last, ojson(), true);
       if (with.size() > without.size() && with.compare(0, without.size(), without) == 0) {
-        std::vector<int32_t> ids = tok->encode(with.substr(without.size()));
+        std::vector<int32_t> ids = chat_->encode(with.substr(without.size()));
         check_tokens(e.tenant, int64_t(ids.size()));
         e.session.append(ids);
         // The generation prompt belongs to the last message's segment.
