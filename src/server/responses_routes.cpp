@@ -123,8 +123,7 @@ bool next_events(ResponseStream& s, std::string& out) {
       s.emit("response.in_progress", {{"response", r}});
       s.announced = true;
     }
-    for (const ChoiceDelta& d : s.gen->poll(milliseconds(200)))
-      s.blocks.push(d.reasoning, d.content);
+    for (const ChoiceDelta& d : s.gen->poll(milliseconds(200))) s.blocks.push(d);
     if (s.gen->finished()) {
       if (!s.gen->error().empty()) {
         s.emit("error",

@@ -22,6 +22,10 @@ struct ExtractedToolCalls {
   ojson tool_calls = ojson::array();  // OpenAI form: {id, type, function: {name, arguments}}
 };
 
+// One block's body (the JSON between the tags): an OpenAI tool call, with a fresh id, when it is
+// a JSON object with a string `name` (arguments re-serialised as OpenAI's JSON string).
+bool parse_tool_call_body(std::string_view body, ojson& call);
+
 // Blocks whose body is not a JSON object with a string `name` are left in the content as they
 // are. An unterminated last block (generation stopped inside it) is parsed if its JSON is whole.
 ExtractedToolCalls extract_tool_calls(std::string_view text);
