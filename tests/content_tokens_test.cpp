@@ -199,8 +199,16 @@ TEST_F(ContentTokensServer, SessionMessagesAreTextAndRawTextIsNot) {
   EXPECT_EQ(described["tokens"].get<std::vector<int32_t>>(), user_prompt(kInjection, true));
   EXPECT_EQ(described["text"],
             "<|im_start|>user\n" + kInjection + "<|im_end|>\n<|im_start|>assistant\n");
-  // A raw `text` append is the client's own prompt text, like /v1/completions: its specials are
-  // tokens.
+  // Opted in, and a raw `text` append (the client's own prompt text, like /v1/completions): the
+  // specials are tokens.
+  ojson opt_in = body;
+  opt_in["special_tokens_in_content"] = true;
+  const HttpReply old = post_json(port(), "/v1/fak/sessions", opt_in);
+  ASSERT_EQ(old.status, 201) << old.body;
+  EXPECT_EQ(get_json(port(), "/v1/fak/sessions/" + old.j()["id"].get<std::string>())
+                .j()["tokens"]
+                .get<std::vector<int32_t>>(),
+            user_prompt(kInjection, false));
   const HttpReply raw = post_json(port(), "/v1/fak/sessions", ojson{{"text", kInjection}});
   ASSERT_EQ(raw.status, 201) << raw.body;
   EXPECT_EQ(get_json(port(), "/v1/fak/sessions/" + raw.j()["id"].get<std::string>())

@@ -130,8 +130,8 @@ void handle_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
                    "prompt is too long: " + std::to_string(built.ids.size()) + " tokens > " +
                        std::to_string(n_ctx - 1) + " maximum",
                    "messages", "context_length_exceeded");
-  auto gen = std::make_unique<Generation>(
-      ctx, turn_generation_spec(ctx, r.turn, built, cache_partition(tenant_of(req), "")));
+  auto gen =
+      std::make_unique<Generation>(ctx, turn_generation_spec(ctx, r.turn, built, tenant_of(req)));
   const std::string id = new_object_id("msg_");
 
   if (!r.stream) {

@@ -44,10 +44,11 @@ struct ChatTurn {
 // The rendered prompt (plus the prefill). Throws ApiError 400 when the template fails.
 BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn);
 
-// The generation for a prompt from build_turn_prompt that fits the context. partition: the
-// prefix-cache tenant. Throws ApiError 400 for a schema the grammar cannot take.
+// The generation for a prompt from build_turn_prompt that fits the context. api_key: the
+// request's (tenant_of): its prefix-cache partition and its share of the server. Throws ApiError
+// 400 for a schema the grammar cannot take.
 GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
-                                    const BuiltPrompt& prompt, std::string partition);
+                                    const BuiltPrompt& prompt, const std::string& api_key);
 
 // Leading system messages merged into one: instructions plus developer messages (Codex), or a
 // system prompt plus system messages, would otherwise be several system turns in a row, which

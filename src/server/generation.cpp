@@ -61,6 +61,7 @@ Generation::Generation(ServerContext& ctx, GenerationSpec spec)
   for (int i = 0; i < spec.n; ++i) text_.push_back(std::make_unique<Text>(*tok, spec));
   GenRequest g;
   g.partition = std::move(spec.partition);
+  g.tenant = std::move(spec.tenant);
   g.prompt = std::move(spec.prompt);
   g.max_tokens = spec.max_tokens;
   g.sampling = spec.sampling;
@@ -69,7 +70,7 @@ Generation::Generation(ServerContext& ctx, GenerationSpec spec)
   g.n = spec.n;
   g.top_logprobs = spec.top_logprobs;
   g.grammar = std::move(spec.grammar);
-  g.grammar_after = spec.grammar_after;
+  g.think = spec.think;
   g.reasoning_budget = spec.reasoning_budget;
   g.reasoning_open = spec.reasoning_open;
   ctx.scheduler->submit(std::move(g));
@@ -198,7 +199,10 @@ void Generation::wait(const HttpRequest& req) {
     poll(std::chrono::milliseconds(200));
   }
   if (!error_.empty())
-    throw ApiError(error_status_, error_, "", error_status_ == 503 ? "unavailable" : "");
+    throw ApiError(error_status_, error_, "",
+                   error_status_ == 503   ? "unavailable"
+                   : error_status_ == 429 ? "queue_full"
+                                          : "");
 }
 
 }  // namespace fak::server

@@ -26,7 +26,8 @@ namespace fak::server {
 struct ServerContext;
 
 struct GenerationSpec {
-  std::string partition;  // prefix-cache tenant
+  std::string partition;  // prefix-cache tenant and salt
+  std::string tenant;     // the API key's tenant_hash (fairness between keys)
   std::vector<int32_t> prompt;
   int max_tokens = 16;
   SamplingOptions sampling;
@@ -35,7 +36,7 @@ struct GenerationSpec {
   int n = 1;
   int top_logprobs = -1;  // -1: none; 0: the chosen token's; k: and k alternatives
   std::shared_ptr<const grammar::Grammar> grammar;
-  std::optional<int32_t> grammar_after;
+  std::optional<ThinkBlock> think;  // a thinking model's optional reasoning block (scheduler.h)
   bool capture_tool_calls = false;  // <tool_call> blocks become tool calls, not content
   bool split_reasoning = false;     // <think> blocks become reasoning, not content
   bool reasoning_open = false;      // the prompt leaves the reply inside a <think> block

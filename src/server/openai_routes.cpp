@@ -215,6 +215,7 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
 
   GenerationSpec spec;
   spec.partition = cache_partition(tenant_of(req), r.cache_salt);
+  spec.tenant = tenant_hash(tenant_of(req));
   spec.max_tokens = std::min(r.max_tokens.value_or(n_ctx), n_ctx - int(built.ids.size()));
   spec.prompt = built.ids;
   spec.sampling = r.sampling;
@@ -228,10 +229,10 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
       chat && r.tools.is_array() && !r.tools.empty() && r.tool_choice != "none";
   spec.split_reasoning = chat && ctx.chat->think_close_id().has_value();
   spec.reasoning_open = spec.split_reasoning && built.opens_reasoning;
-  // A thinking model thinks first; the constraint starts once the block is closed. A prompt that
-  // closed the block itself (thinking turned off) is constrained from the first token.
-  if (spec.grammar && spec.split_reasoning && !built.closes_reasoning)
-    spec.grammar_after = ctx.chat->think_close_id();
+  // The constraint holds from the first token; a thinking model may first write one reasoning
+  // block (or is inside the one its prompt opened). A prompt that closed the block itself
+  // (thinking turned off) allows none.
+  if (spec.grammar && chat) spec.think = think_block(ctx, built);
   auto gen = std::make_unique<Generation>(ctx, std::move(spec));
   const ResponseMeta meta = new_response_meta(r.model, chat);
 

@@ -40,6 +40,14 @@ BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r) {
   return build_chat_prompt(ctx, r.messages, r.tools, r.chat_template_kwargs, r.content_tokens);
 }
 
+std::optional<ThinkBlock> think_block(const ServerContext& ctx, const BuiltPrompt& prompt) {
+  if (!ctx.chat || !ctx.chat->think_open_id() || !ctx.chat->think_close_id() ||
+      prompt.closes_reasoning)
+    return std::nullopt;
+  return ThinkBlock{*ctx.chat->think_open_id(), *ctx.chat->think_close_id(),
+                    prompt.opens_reasoning};
+}
+
 void check_prompt_fits(const std::vector<int32_t>& ids, int n_ctx, const std::string& param) {
   if (ids.empty()) bad_request("the prompt is empty", param);
   if (int(ids.size()) < n_ctx) return;

@@ -172,8 +172,8 @@ void handle_responses(ServerContext& ctx, const HttpRequest& req, HttpResponse& 
         "model", "model_not_found");
   const BuiltPrompt built = build_turn_prompt(ctx, r.turn);
   check_prompt_fits(built.ids, ctx.scheduler->ctx(), "input");
-  auto gen = std::make_unique<Generation>(
-      ctx, turn_generation_spec(ctx, r.turn, built, cache_partition(tenant_of(req), "")));
+  auto gen =
+      std::make_unique<Generation>(ctx, turn_generation_spec(ctx, r.turn, built, tenant_of(req)));
   ResponseHead head = new_response_head(r.model, std::move(r.echo));
 
   if (!r.stream) {
