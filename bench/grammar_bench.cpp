@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 
+#include "core/json.h"
 #include "grammar/grammar.h"
 #include "grammar/stack_set.h"
 #include "grammar/token_index.h"
@@ -193,7 +194,7 @@ void BM_CompileZodSchema(benchmark::State& state) {
 BENCHMARK(BM_CompileZodSchema)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 void BM_ToolCallGeneration(benchmark::State& state) {
-  const auto tools = nlohmann::ordered_json::parse(R"([
+  const auto tools = fak::ojson::parse(R"([
     {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
       "properties":{"city":{"type":"string"},"unit":{"enum":["celsius","fahrenheit"]}},"required":["city"]}}},
     {"type":"function","function":{"name":"search_web","parameters":{"type":"object",

@@ -12,12 +12,13 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/chat_template.h"
 
 namespace {
 
-const nlohmann::ordered_json& messages() {
-  static const auto m = nlohmann::ordered_json::parse(R"([
+const fak::ojson& messages() {
+  static const auto m = fak::ojson::parse(R"([
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "What is 2+2? 👋"},
     {"role": "assistant", "content": "<think>\nadd\n</think>\n\n4", "tool_calls": [
@@ -28,8 +29,8 @@ const nlohmann::ordered_json& messages() {
   return m;
 }
 
-const nlohmann::ordered_json& tools() {
-  static const auto t = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+const fak::ojson& tools() {
+  static const auto t = fak::ojson::parse(R"([{"type": "function", "function": {
     "name": "calc", "description": "Evaluate", "parameters": {"type": "object",
     "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}])");
   return t;
@@ -46,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     limits.max_steps = 200'000;
     limits.max_call_depth = 32;
     tmpl.set_limits(limits);
-    nlohmann::ordered_json extra = {{"bos_token", "<s>"}, {"enable_thinking", false}};
+    fak::ojson extra = {{"bos_token", "<s>"}, {"enable_thinking", false}};
     tmpl.render(messages(), tools(), size % 2 == 0, extra);
   } catch (const fak::Error&) {
     // expected for malformed templates

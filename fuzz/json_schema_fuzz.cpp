@@ -8,8 +8,8 @@
 //   cp -r fuzz/corpus/json_schema /tmp/js && build-fuzz/json_schema_fuzz -max_total_time=60 /tmp/js
 // It needs only src/grammar and src/tokenizer, so this is much quicker than the whole library:
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Isrc fuzz/json_schema_fuzz.cpp (continued)
-//     src/grammar/*.cpp src/tokenizer/*.cpp $(pkg-config --cflags --libs libpcre2-8 libutf8proc) (continued)
-//     -o /tmp/json_schema_fuzz
+//     src/grammar/*.cpp src/tokenizer/*.cpp $(pkg-config --cflags --libs libpcre2-8 libutf8proc)
+//     (continued) -o /tmp/json_schema_fuzz
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "grammar/grammar.h"
 #include "grammar/schema_validate.h"
 
@@ -25,9 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t split = input.find('\0');
   const std::string schema_text = input.substr(0, split);
   const std::string candidate = split == std::string::npos ? "" : input.substr(split + 1);
-  nlohmann::ordered_json schema;
+  fak::ojson schema;
   try {
-    schema = nlohmann::ordered_json::parse(schema_text);
+    schema = fak::ojson::parse(schema_text);
   } catch (const nlohmann::json::exception&) {
     return 0;
   }
@@ -46,9 +47,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   matcher.can_continue();
   if (!fak::grammar::grammar_matches(*grammar, candidate)) return 0;
   if (size % 2 == 0 || schema_text.find("oneOf") != std::string::npos) return 0;  // see above
-  nlohmann::ordered_json value;
+  fak::ojson value;
   try {
-    value = nlohmann::ordered_json::parse(candidate);
+    value = fak::ojson::parse(candidate);
   } catch (const nlohmann::json::exception& e) {
     std::fprintf(stderr, "accepted but not JSON (%s): %s\n", e.what(), candidate.c_str());
     std::abort();

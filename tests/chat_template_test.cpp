@@ -8,12 +8,13 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "test_util.h"
 
 namespace fak {
 namespace {
 
-using nlohmann::ordered_json;
+using ordered_json = fak::ojson;
 using ::testing::HasSubstr;
 
 ordered_json load(const std::string& relative) {

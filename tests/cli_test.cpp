@@ -356,3 +356,36 @@ TEST(Cli, AgentbenchReprefillArmMeasuresSpreadTurns) {
 }
 
 }  // namespace fak
+
+namespace fak {
+
+// The README's first command is what a newcomer runs on a fresh box (issue 23): no sudo (a fresh
+// root box has none; .ci/install-deps uses it itself when needed), only the fak binary built
+// before the first token, and a demo prompt the bundled model continues well: it ends with a
+// newline, so the model writes a function body, not `# noqa: E501` and a loop of comments.
+TEST(Readme, TheFirstCommandWorksOnAFreshBoxAndShowsTheModelAtItsBest) {
+  const std::string readme = test::read_file(test::source_path("README.md"));
+  const size_t block = readme.find("```sh\n");
+  ASSERT_NE(block, std::string::npos);
+  size_t at = block + 6;
+  while (readme[at] == '#') at = readme.find('\n', at) + 1;  // the block's comment line
+  const std::string first = readme.substr(at, readme.find('\n', at) - at);
+  EXPECT_EQ(first.find("sudo"), std::string::npos) << first;
+  EXPECT_NE(first.find("--target fak"), std::string::npos) << first;
+  const size_t run = first.rfind("build/fak run ");
+  ASSERT_NE(run, std::string::npos) << first;
+  // The run as the README spells it (bash quoting), with the binary under test.
+  const std::string args = first.substr(run + std::string("build/fak ").size());
+  const std::string script = test::temp_dir() / "first.sh";
+  test::write_file(script, "exec " + std::string(FAK_BINARY) + " " + args + " -t 1\n");
+  const auto out = test::temp_dir() / "out";
+  ASSERT_EQ(std::system(("bash " + script + " > " + out.string() + " 2>/dev/null").c_str()), 0);
+  const std::string text = test::read_file(out);
+  EXPECT_EQ(text.find("noqa"), std::string::npos) << text;
+  EXPECT_EQ(text.rfind("    ", 0), 0u) << "not a function body: " << text;
+  EXPECT_NE(text.find("return"), std::string::npos) << text;
+  // The README shows what it prints.
+  EXPECT_NE(readme.find(text.substr(0, text.find('\n'))), std::string::npos) << text;
+}
+
+}  // namespace fak

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "core/json.h"
 #include "grammar/grammar.h"
 #include "grammar/schema_validate.h"
 #include "tokenizer_fixtures.h"
@@ -20,7 +21,7 @@
 namespace fak::grammar {
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 const Tokenizer& qwen() {
   return test::qwen_tokenizer();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "grammar/automaton.h"
 #include "grammar/grammar.h"
 #include "grammar/nodes.h"
@@ -18,7 +19,7 @@
 namespace fak::grammar {
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 // zod 4's regexes (packages/zod/src/v4/core/regexes.ts), as .source puts them into "pattern".
 const char* kZodEmail =

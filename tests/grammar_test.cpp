@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace fak::grammar {
 namespace {
@@ -235,19 +236,19 @@ TEST(GrammarBytes, DepthLimitNeverLeavesADeadEnd) {
 }
 
 TEST(GrammarBytes, ResponseFormat) {
-  EXPECT_EQ(compile_response_format(nlohmann::ordered_json::parse(R"({"type":"text"})")), nullptr);
-  auto object = compile_response_format(nlohmann::ordered_json::parse(R"({"type":"json_object"})"));
+  EXPECT_EQ(compile_response_format(fak::ojson::parse(R"({"type":"text"})")), nullptr);
+  auto object = compile_response_format(fak::ojson::parse(R"({"type":"json_object"})"));
   EXPECT_TRUE(grammar_matches(*object, R"({"k":1})"));
-  auto schema = compile_response_format(nlohmann::ordered_json::parse(
+  auto schema = compile_response_format(fak::ojson::parse(
       R"({"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object",
           "properties":{"ok":{"type":"boolean"}},"required":["ok"],"additionalProperties":false}}})"));
   EXPECT_TRUE(grammar_matches(*schema, R"({"ok":true})"));
   EXPECT_FALSE(grammar_matches(*schema, R"({"ok":1})"));
-  EXPECT_THROW(compile_response_format(nlohmann::ordered_json::parse(R"({"type":"yaml"})")), Error);
+  EXPECT_THROW(compile_response_format(fak::ojson::parse(R"({"type":"yaml"})")), Error);
 }
 
 TEST(GrammarBytes, ToolCalls) {
-  const auto tools = nlohmann::ordered_json::parse(R"([
+  const auto tools = fak::ojson::parse(R"([
     {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
       "properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"]}}},
     {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}},
@@ -290,7 +291,7 @@ TEST(GrammarBytes, ToolCalls) {
   ToolCallOptions unknown;
   unknown.only_function = "nope";
   EXPECT_THROW(compile_tool_calls(tools, unknown), Error);
-  EXPECT_THROW(compile_tool_calls(nlohmann::ordered_json::array()), Error);
+  EXPECT_THROW(compile_tool_calls(fak::ojson::array()), Error);
 }
 
 // A refused schema names the keyword (or the problem) and where it is.

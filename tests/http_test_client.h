@@ -13,9 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/json.h"
+
 namespace fak::test {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 struct HttpReply {
   int status = 0;

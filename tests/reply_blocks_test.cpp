@@ -1,6 +1,7 @@
 // ReplyBlocks, the layout shared by the Anthropic and responses front ends: reasoning, text, tool
-// calls in that order; whitespace alone never opens a text block beside others; and a stream cut
-// into any pieces reports the same blocks as the whole reply, each opened, grown and closed once.
+// calls in the order they were written; whitespace alone never opens a text block beside others;
+// and a stream cut into any pieces (tool-call arguments too) reports the same blocks as the whole
+// reply, each opened, grown and closed once.
 #include "server/reply_blocks.h"
 
 #include <gtest/gtest.h>
@@ -40,11 +41,19 @@ Generation::Choice choice(std::string reasoning, std::string content, server::oj
   return c;
 }
 
-// Streams the choice in pieces of `step` bytes (reasoning first, as Generation releases it).
+// Streams the choice in pieces of `step` bytes as Generation releases it: reasoning, text, then
+// each tool call (id and name first, its arguments in pieces).
 std::vector<ReplyBlock> streamed(const Generation::Choice& c, size_t step, Recorder* rec) {
   ReplyBlocks b(rec);
   for (size_t i = 0; i < c.reasoning.size(); i += step) b.push(c.reasoning.substr(i, step), "");
   for (size_t i = 0; i < c.content.size(); i += step) b.push("", c.content.substr(i, step));
+  const server::ojson& calls = c.tool_calls.tool_calls;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const std::string args = calls[k]["function"]["arguments"];
+    b.push_tool_call({int(k), calls[k]["id"], calls[k]["function"]["name"], ""});
+    for (size_t i = 0; i < args.size(); i += step)
+      b.push_tool_call({int(k), "", "", args.substr(i, step)});
+  }
   b.finish(c);
   return b.blocks();
 }
@@ -55,6 +64,7 @@ void expect_same(const std::vector<ReplyBlock>& a, const std::vector<ReplyBlock>
     EXPECT_EQ(a[i].kind, b[i].kind);
     EXPECT_EQ(a[i].text, b[i].text);
     EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].call_id, b[i].call_id);
   }
 }
 
@@ -73,14 +83,14 @@ TEST(ReplyBlocks, ReasoningTextAndCallsInOrder) {
   EXPECT_EQ(whole[2].kind, Kind::ToolCall);
   EXPECT_EQ(whole[2].name, "f");
   EXPECT_EQ(whole[2].text, "{\"x\":1}");
-  EXPECT_EQ(whole[2].call_id.rfind("call_", 0), 0u);
+  EXPECT_EQ(whole[2].call_id, "call_1");  // the call's own id, as the stream announced it
   Recorder rec;
   expect_same(streamed(c, 3, &rec), whole);
   const std::vector<std::string> expected = {
-      "open 0 reasoning",    "delta 0 'pla'",      "delta 0 'n i'",        "delta 0 't'",
-      "close 0 'plan it'",   "open 1 text",        "delta 1 'Cal'",        "delta 1 'lin'",
-      "delta 1 'g f'",       "delta 1 '.'",        "close 1 'Calling f.'", "open 2 tool",
-      "delta 2 '{\"x\":1}'", "close 2 '{\"x\":1}'"};
+      "open 0 reasoning",  "delta 0 'pla'",  "delta 0 'n i'",        "delta 0 't'",
+      "close 0 'plan it'", "open 1 text",    "delta 1 'Cal'",        "delta 1 'lin'",
+      "delta 1 'g f'",     "delta 1 '.'",    "close 1 'Calling f.'", "open 2 tool",
+      "delta 2 '{\"x'",    "delta 2 '\":1'", "delta 2 '}'",          "close 2 '{\"x\":1}'"};
   EXPECT_EQ(rec.events, expected);
 }
 
@@ -110,7 +120,8 @@ TEST(ReplyBlocks, WhitespaceAloneOpensNoBlockBesideOthers) {
 
 TEST(ReplyBlocks, TextOnlyTheChoiceHoldsComesAtTheEnd) {
   // Generation adds to the choice, at its close, text no delta carried (a <tool_call> block that
-  // did not parse), and the text beside parsed calls: both reach the blocks.
+  // did not parse), and the text after parsed calls: both reach the blocks, in the order they
+  // were written.
   Generation::Choice c = choice("", "before <tool_call>{broken</tool_call>");
   ReplyBlocks b;
   b.push("", "before ");
@@ -120,8 +131,10 @@ TEST(ReplyBlocks, TextOnlyTheChoiceHoldsComesAtTheEnd) {
   Generation::Choice calls = choice("", "a", kCall);
   calls.tool_calls.content = "b";
   const std::vector<ReplyBlock> whole = ReplyBlocks::of(calls);
-  ASSERT_EQ(whole.size(), 2u);
-  EXPECT_EQ(whole[0].text, "ab");
+  ASSERT_EQ(whole.size(), 3u);
+  EXPECT_EQ(whole[0].text, "a");
+  EXPECT_EQ(whole[1].kind, Kind::ToolCall);
+  EXPECT_EQ(whole[2].text, "b");
   expect_same(streamed(calls, 1, nullptr), whole);
 }
 

@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include "core/json.h"
+
 namespace fak::grammar {
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 std::string violation(const char* instance, const char* schema, bool strict = false) {
   return schema_violation(ojson::parse(instance), ojson::parse(schema), {.strict = strict});

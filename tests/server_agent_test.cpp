@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/json.h"
 #include "grammar/schema_validate.h"
 #include "http_test_client.h"
 #include "server/reasoning.h"
@@ -22,7 +23,7 @@
 namespace fak::test {
 namespace {
 
-using json = nlohmann::ordered_json;
+using json = fak::ojson;
 
 using Reply = HttpReply;
 
@@ -154,9 +155,20 @@ TEST_F(ServerAgent, ForcedToolCallsAreWellFormed) {
         finish = r.j()["choices"][0]["finish_reason"];
       } else {
         req["stream"] = true;
+        // The calls arrive as deltas (index, id and name first, then arguments text).
+        calls = json::array();
         for (const json& e : data_events(stream_raw(port(), "/v1/chat/completions", req))) {
           const json& delta = e["choices"][0]["delta"];
-          if (delta.contains("tool_calls")) calls = delta["tool_calls"];
+          if (delta.contains("tool_calls"))
+            for (const json& d : delta["tool_calls"]) {
+              if (d.contains("id")) {
+                calls.push_back(d);
+                continue;
+              }
+              std::string& args =
+                  calls[d["index"].get<size_t>()]["function"]["arguments"].get_ref<std::string&>();
+              args += d["function"]["arguments"].get<std::string>();
+            }
           if (!e["choices"][0]["finish_reason"].is_null())
             finish = e["choices"][0]["finish_reason"];
         }

@@ -45,8 +45,8 @@ void ServerProcess::start(const std::string& extra_args_in, const ServerSetup& s
   const std::string log = (dir_ / "serve.log").string();
   ::setenv("FAK_TEST_KEYS", setup.api_keys.c_str(), 1);
   const std::string ctx = setup.ctx > 0 ? " --ctx " + std::to_string(setup.ctx) : "";
-  const std::string cmd = setup.shell_prefix + " exec " + FAK_BINARY + " serve --port 0 -t " +
-                          std::to_string(setup.threads) + ctx +
+  const std::string cmd = setup.shell_prefix + " exec " + setup.wrapper + " " + FAK_BINARY +
+                          " serve --port 0 -t " + std::to_string(setup.threads) + ctx +
                           " --api-key-env FAK_TEST_KEYS "
                           "--session-dir " +
                           (dir_ / "sessions").string() + " " + extra_args + " 2>" + log;

@@ -14,6 +14,7 @@ namespace fak::test {
 
 struct ServerSetup {
   std::string shell_prefix;  // run before exec, e.g. "ulimit -f 40;"
+  std::string wrapper;       // the command fak runs under, e.g. "setpriv --reuid=65534 ..."
   // Runs after the temp directory exists and before the server starts (e.g. to plant files in
   // dir / "sessions").
   std::function<void(const std::filesystem::path& dir)> before_start;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace fak::test {
 
@@ -124,7 +125,7 @@ std::string error_with_file_size_limit(size_t bytes, const std::function<void()>
 std::filesystem::path thinking_model() {
   const auto model = temp_dir() / "thinker";
   std::filesystem::copy(source_path("models/pycoder-6m"), model);
-  nlohmann::ordered_json tok = nlohmann::ordered_json::parse(read_file(model / "tokenizer.json"));
+  fak::ojson tok = fak::ojson::parse(read_file(model / "tokenizer.json"));
   int id = 8128;  // the embedding's padded rows begin here
   for (const char* t : {"<think>", "</think>"})
     tok["added_tokens"].push_back({{"id", id++},
@@ -135,8 +136,7 @@ std::filesystem::path thinking_model() {
                                    {"normalized", false},
                                    {"special", false}});
   write_file(model / "tokenizer.json", tok.dump());
-  nlohmann::ordered_json config =
-      nlohmann::ordered_json::parse(read_file(model / "tokenizer_config.json"));
+  fak::ojson config = fak::ojson::parse(read_file(model / "tokenizer_config.json"));
   config["chat_template"] =
       "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
       "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is "

@@ -35,6 +35,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json.h"
+
 namespace fak {
 class Tokenizer;
 }
@@ -53,7 +55,7 @@ struct SchemaOptions {
 
 // A JSON schema (the subset agents use). Property order is the schema's, so the schema must keep
 // it: pass ordered_json, or text.
-std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json& schema,
+std::shared_ptr<const Grammar> compile_json_schema(const fak::ojson& schema,
                                                    const SchemaOptions& options = {});
 std::shared_ptr<const Grammar> compile_json_schema_text(std::string_view schema_text,
                                                         const SchemaOptions& options = {});
@@ -63,7 +65,7 @@ std::shared_ptr<const Grammar> any_json_object_grammar();
 
 // An OpenAI response_format: {"type": "text"} gives nullptr (no constraint), "json_object" and
 // "json_schema" (with json_schema.schema) a grammar.
-std::shared_ptr<const Grammar> compile_response_format(const nlohmann::ordered_json& format,
+std::shared_ptr<const Grammar> compile_response_format(const fak::ojson& format,
                                                        const SchemaOptions& options = {});
 
 struct ToolCallOptions {
@@ -76,7 +78,7 @@ struct ToolCallOptions {
 //   <tool_call>\n{"name": "<a listed name>", "arguments": <that tool's parameters>}\n</tool_call>
 // `tools` is the OpenAI request's array ({"type": "function", "function": {"name", "parameters"}}).
 // A tool without parameters takes only {} as arguments.
-std::shared_ptr<const Grammar> compile_tool_calls(const nlohmann::ordered_json& tools,
+std::shared_ptr<const Grammar> compile_tool_calls(const fak::ojson& tools,
                                                   const ToolCallOptions& options = {});
 
 // True when `text` is a whole sentence of the grammar (no tokenizer involved).

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "grammar/nodes.h"
 
 namespace fak::grammar {
@@ -33,7 +34,7 @@ Decimal from_digit_text(bool negative, std::string digits, int64_t exponent) {
 
 }  // namespace
 
-Decimal Decimal::from_json(const nlohmann::ordered_json& number) {
+Decimal Decimal::from_json(const fak::ojson& number) {
   if (number.is_number_unsigned()) {
     const std::string text = std::to_string(number.get<uint64_t>());
     return from_digit_text(false, text, int64_t(text.size()));

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "core/json.h"
 #include "grammar/automaton.h"
 
 namespace fak::grammar {
@@ -30,7 +31,7 @@ struct Decimal {
 
   // Integers exactly; a double by its shortest round-trip digits (the value the schema's text
   // meant, when that text had at most 17 significant digits).
-  static Decimal from_json(const nlohmann::ordered_json& number);
+  static Decimal from_json(const fak::ojson& number);
   bool is_zero() const { return digits.empty(); }
   std::string int_digits() const;   // of the magnitude, no leading zeros ("" for < 1)
   std::string frac_digits() const;  // of the magnitude, no trailing zeros

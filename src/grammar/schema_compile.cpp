@@ -42,13 +42,14 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "grammar/automaton.h"
 #include "grammar/number_bounds.h"
 #include "grammar/regex.h"
 
 namespace fak::grammar {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 namespace {
 

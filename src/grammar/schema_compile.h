@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/json.h"
 #include "grammar/grammar.h"
 #include "grammar/nodes.h"
 #include "grammar/number_bounds.h"
@@ -17,32 +18,31 @@ namespace fak::grammar {
 class SchemaCompiler {
  public:
   // `label` prefixes error messages ("response_format schema", "tool 'get_weather'").
-  SchemaCompiler(Grammar& grammar, const nlohmann::ordered_json& document,
-                 const SchemaOptions& options, std::string label);
+  SchemaCompiler(Grammar& grammar, const fak::ojson& document, const SchemaOptions& options,
+                 std::string label);
   uint32_t compile_document();  // the whole document as one value
 
  private:
-  uint32_t compile(const nlohmann::ordered_json& schema, const std::string& where, int depth);
-  uint32_t compile_type(const nlohmann::ordered_json& schema, const std::string& type,
-                        const std::string& where, int depth);
-  uint32_t compile_object(const nlohmann::ordered_json& schema, const std::string& where,
-                          int depth);
-  uint32_t compile_array(const nlohmann::ordered_json& schema, const std::string& where, int depth);
-  uint32_t compile_literals(const nlohmann::ordered_json& schema, const std::string& where);
+  uint32_t compile(const fak::ojson& schema, const std::string& where, int depth);
+  uint32_t compile_type(const fak::ojson& schema, const std::string& type, const std::string& where,
+                        int depth);
+  uint32_t compile_object(const fak::ojson& schema, const std::string& where, int depth);
+  uint32_t compile_array(const fak::ojson& schema, const std::string& where, int depth);
+  uint32_t compile_literals(const fak::ojson& schema, const std::string& where);
   uint32_t resolve_ref(const std::string& ref, const std::string& where, int depth);
-  uint32_t count_keyword(const nlohmann::ordered_json& schema, const char* keyword,
-                         uint32_t fallback, const std::string& where) const;
+  uint32_t count_keyword(const fak::ojson& schema, const char* keyword, uint32_t fallback,
+                         const std::string& where) const;
   // The numeric bounds present; `text` says them as written ("minimum 0 and maximum 10").
-  NumberBounds number_bounds(const nlohmann::ordered_json& schema, const std::string& where,
+  NumberBounds number_bounds(const fak::ojson& schema, const std::string& where,
                              std::string& text) const;
   // The schema's pattern as a string automaton; nullptr when lenient mode skips a refused one.
-  std::shared_ptr<const ByteDfa> pattern_automaton(const nlohmann::ordered_json& schema,
-                                                   uint32_t min_length, uint32_t max_length,
+  std::shared_ptr<const ByteDfa> pattern_automaton(const fak::ojson& schema, uint32_t min_length,
+                                                   uint32_t max_length,
                                                    const std::string& where) const;
   [[noreturn]] void fail_at(const std::string& where, const std::string& what) const;
 
   Grammar& grammar_;
-  const nlohmann::ordered_json& document_;
+  const fak::ojson& document_;
   SchemaOptions options_;
   std::string label_;
   std::map<std::string, uint32_t> refs_;  // JSON pointer -> node (reserved before compiling)

@@ -2,6 +2,8 @@
 // Patterns run on PCRE2 after a rewrite of what ECMA-262 means differently (ecma_to_pcre2).
 #include "grammar/schema_validate.h"
 
+#include "core/json.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -11,7 +13,7 @@
 
 namespace fak::grammar {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 namespace {
 

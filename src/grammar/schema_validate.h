@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/json.h"
+
 namespace fak::grammar {
 
 struct ValidateOptions {
@@ -17,8 +19,7 @@ struct ValidateOptions {
 };
 
 // "" when `instance` is valid, otherwise the first violation found and its location.
-std::string schema_violation(const nlohmann::ordered_json& instance,
-                             const nlohmann::ordered_json& schema,
+std::string schema_violation(const fak::ojson& instance, const fak::ojson& schema,
                              const ValidateOptions& options = {});
 
 }  // namespace fak::grammar

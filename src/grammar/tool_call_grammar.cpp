@@ -6,12 +6,13 @@
 // tags and the newlines around the JSON are exact. With max_calls > 1, further blocks follow
 // after one "\n".
 #include "core/error.h"
+#include "core/json.h"
 #include "grammar/grammar.h"
 #include "grammar/schema_compile.h"
 
 namespace fak::grammar {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 std::shared_ptr<const Grammar> compile_tool_calls(const ojson& tools,
                                                   const ToolCallOptions& options) {

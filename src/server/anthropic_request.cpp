@@ -287,6 +287,7 @@ MessagesRequest parse_messages_request(const std::string& body, const SamplingOp
   parse_tools(j, t);
   parse_tool_choice(j, t);
   parse_thinking(j, model_thinks, t);
+  t.content_tokens = parse_content_tokens(j);
   parse_output_config(j, t);
 
   if (auto it = j.find("stop_sequences"); it != j.end() && !it->is_null()) {

@@ -54,8 +54,8 @@ struct MessageStream final : ReplyBlocks::Sink {
     } else if (b.kind == ReplyBlock::Kind::Text) {
       d = {{"type", "text_delta"}, {"text", text}};
     } else {
-      // A tool call arrives whole: its input in one piece, as the whole reply has it.
-      d = {{"type", "input_json_delta"}, {"partial_json", dump(anthropic_block(b)["input"])}};
+      // The input's JSON text as the model writes it; the pieces add up to the block's input.
+      d = {{"type", "input_json_delta"}, {"partial_json", text}};
     }
     *out += sse_event("content_block_delta",
                       {{"type", "content_block_delta"}, {"index", index}, {"delta", d}});
@@ -86,7 +86,7 @@ bool next_events(MessageStream& s, std::string& out) {
            {"message", anthropic_message(s.id, s.model, ojson::array(), "", "", prompt_only)}});
       s.started = true;
     }
-    for (const ChoiceDelta& d : deltas) s.blocks.push(d.reasoning, d.content);
+    for (const ChoiceDelta& d : deltas) s.blocks.push(d);
     if (s.gen->finished()) {
       if (failed) {
         out += error_event(s.gen->error(), s.gen->error_status());
@@ -130,8 +130,8 @@ void handle_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
                    "prompt is too long: " + std::to_string(built.ids.size()) + " tokens > " +
                        std::to_string(n_ctx - 1) + " maximum",
                    "messages", "context_length_exceeded");
-  auto gen = std::make_unique<Generation>(
-      ctx, turn_generation_spec(ctx, r.turn, built, cache_partition(tenant_of(req), "")));
+  auto gen =
+      std::make_unique<Generation>(ctx, turn_generation_spec(ctx, r.turn, built, tenant_of(req)));
   const std::string id = new_object_id("msg_");
 
   if (!r.stream) {

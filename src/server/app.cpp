@@ -109,9 +109,8 @@ ojson model_object(ServerContext& ctx) {
   m["created"] = 0;
   m["owned_by"] = "fak";
   m["context_length"] = ctx.scheduler->ctx();
-  m["meta"] = {{"context_length", ctx.scheduler->ctx()},
-               {"vocab", ctx.model->config().vocab},
-               {"path", ctx.model->path().string()}};
+  // note: never the model's path: where the server keeps its files is none of a client's business.
+  m["meta"] = {{"context_length", ctx.scheduler->ctx()}, {"vocab", ctx.model->config().vocab}};
   return m;
 }
 
@@ -189,6 +188,10 @@ struct ServerApp::Impl {
 
 ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& options)
     : impl_(std::make_unique<Impl>()) {
+  // note: the last line of defence against an open server: whatever built these options, keys
+  // that were asked for and are missing stop it here.
+  if (options.require_api_key && options.api_keys.empty())
+    fail("fak serve: API keys were required but none were given; refusing to start");
   ServerContext& ctx = impl_->ctx;
   ctx.model = model;
   ctx.options = options;
@@ -236,7 +239,8 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   };
   router.before = [&ctx, anthropic_path](const HttpRequest& req, HttpResponse& res) {
     const auto& keys = ctx.options.api_keys;
-    if (keys.empty() || req.path == "/health" || req.path == "/metrics") return false;
+    if (req.path == "/health" || req.path == "/metrics") return false;
+    if (keys.empty() && !ctx.options.require_api_key) return false;
     if (keys.count(tenant_of(req))) return false;
     const std::string message =
         "missing or unknown API key: send Authorization: Bearer <key> (or x-api-key: <key>)";

@@ -9,9 +9,38 @@
 
 namespace fak::server {
 
-ChatPrompt::ChatPrompt(const Model& model) {
-  const Tokenizer* tok = model.tokenizer();
-  check(tok != nullptr, model.path().string() + " has no tokenizer.json: chat needs one");
+namespace {
+
+// Every string in v, keys included, with its added tokens broken by the tokenizer's marks.
+ojson marked(const ojson& v, const Tokenizer& tok) {
+  if (v.is_string()) return tok.mark_literal(v.get_ref<const std::string&>());
+  if (v.is_array()) {
+    ojson out = ojson::array();
+    for (const ojson& e : v) out.push_back(marked(e, tok));
+    return out;
+  }
+  if (v.is_object()) {
+    ojson out = ojson::object();
+    for (const auto& [k, e] : v.items()) out[tok.mark_literal(k)] = marked(e, tok);
+    return out;
+  }
+  return v;
+}
+
+const Tokenizer& tokenizer_of(const Model& model) {
+  check(model.tokenizer() != nullptr,
+        model.path().string() + " has no tokenizer.json: chat needs one");
+  return *model.tokenizer();
+}
+
+}  // namespace
+
+ChatPrompt::ChatPrompt(const Model& model)
+    : ChatPrompt(tokenizer_of(model), model_stop_ids(model)) {}
+
+ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
+    : tokenizer_(&tokenizer) {
+  const Tokenizer* tok = &tokenizer;
   const TokenizerSpec& spec = tok->spec();
   template_ =
       spec.chat_template.empty() ? ChatTemplate::chatml() : ChatTemplate::parse(spec.chat_template);
@@ -23,7 +52,7 @@ ChatPrompt::ChatPrompt(const Model& model) {
   auto token_text = [&](std::optional<int32_t> id) { return id ? tok->decode({&*id, 1}) : ""; };
   extra_["bos_token"] = token_text(spec.bos_id);
   extra_["eos_token"] = token_text(spec.eos_id);
-  stop_ids_ = model_stop_ids(model);
+  stop_ids_ = std::move(eos_ids);
   for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"})
     if (auto id = tok->token_id(end); id && tok->is_special(*id)) stop_ids_.push_back(*id);
   think_open_ = tok->token_id("<think>");
@@ -34,13 +63,25 @@ ChatPrompt::ChatPrompt(const Model& model) {
 }
 
 std::string ChatPrompt::render(const ojson& messages, const ojson& tools,
-                               bool add_generation_prompt, const ojson& kwargs) const {
+                               bool add_generation_prompt, const ojson& kwargs,
+                               ContentTokens content) const {
+  if (content == ContentTokens::Text) {
+    // Marked before the template or the tool preamble below add their markup, so that markup
+    // (and bos_token / eos_token) is all that stays intact.
+    return render(marked(messages, *tokenizer_), marked(tools, *tokenizer_), add_generation_prompt,
+                  marked(kwargs, *tokenizer_), ContentTokens::Special);
+  }
   ojson extra = extra_;
   if (kwargs.is_object())
     for (const auto& [k, v] : kwargs.items()) extra[k] = v;
   if (handles_tools_) return template_.render(messages, tools, add_generation_prompt, extra);
   return template_.render(messages_for_plain_template(messages, tools), ojson(),
                           add_generation_prompt, extra);
+}
+
+std::vector<int32_t> ChatPrompt::encode(std::string_view rendered, ContentTokens content) const {
+  return content == ContentTokens::Text ? tokenizer_->encode_marked(rendered)
+                                        : tokenizer_->encode(rendered);
 }
 
 }  // namespace fak::server

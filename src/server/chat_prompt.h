@@ -7,24 +7,35 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/json.h"
 #include "models/model.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 class ChatPrompt {
  public:
   // Throws fak::Error when the model has no tokenizer or its template does not parse.
   explicit ChatPrompt(const Model& model);
+  // The same over a tokenizer alone (it must outlive this); eos_ids: the model's end tokens.
+  ChatPrompt(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids);
 
   // messages: normalised OpenAI messages (content strings). tools: null or an array. kwargs:
   // null or an object of extra template variables (chat_template_kwargs: enable_thinking, ...).
+  // note: with ContentTokens::Text the rendered text carries the tokenizer's literal marks
+  // inside content: turn it into ids with encode() below and the same mode, never with
+  // Tokenizer::encode; strip_literal_marks gives the text a person would read.
   std::string render(const ojson& messages, const ojson& tools, bool add_generation_prompt,
-                     const ojson& kwargs = nullptr) const;
+                     const ojson& kwargs = nullptr,
+                     ContentTokens content = ContentTokens::Text) const;
+  std::vector<int32_t> encode(std::string_view rendered,
+                              ContentTokens content = ContentTokens::Text) const;
   // Thinking models (a "<think>" token in the vocabulary): the ids of "<think>" and "</think>",
   // which opens and ends the reasoning block (a constrained reply waits for the end, a reasoning
   // budget counts between them); nullopt for other models.
@@ -35,6 +46,7 @@ class ChatPrompt {
   bool template_handles_tools() const { return handles_tools_; }
 
  private:
+  const Tokenizer* tokenizer_;
   ChatTemplate template_;
   ojson extra_;
   std::vector<int32_t> stop_ids_;

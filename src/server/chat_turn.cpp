@@ -44,9 +44,13 @@ std::shared_ptr<const grammar::Grammar> turn_grammar(const ChatTurn& t) {
 }  // namespace
 
 BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn) {
-  BuiltPrompt built = build_chat_prompt(ctx, turn.messages, turn.tools, turn.template_kwargs);
+  BuiltPrompt built =
+      build_chat_prompt(ctx, turn.messages, turn.tools, turn.template_kwargs, turn.content_tokens);
   if (!turn.prefill.empty()) {
-    const std::vector<int32_t> more = ctx.model->tokenizer()->encode(turn.prefill);
+    const Tokenizer& tok = *ctx.model->tokenizer();
+    const std::vector<int32_t> more = turn.content_tokens == ContentTokens::Text
+                                          ? tok.encode_literal(turn.prefill)
+                                          : tok.encode(turn.prefill);
     built.ids.insert(built.ids.end(), more.begin(), more.end());
     // The reply continues the given answer text: nothing of it is reasoning, and a constraint
     // applies from its first token.
@@ -57,10 +61,11 @@ BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn) {
 }
 
 GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
-                                    const BuiltPrompt& prompt, std::string partition) {
+                                    const BuiltPrompt& prompt, const std::string& api_key) {
   const int n_ctx = ctx.scheduler->ctx();
   GenerationSpec spec;
-  spec.partition = std::move(partition);
+  spec.partition = cache_partition(api_key, "");
+  spec.tenant = tenant_hash(api_key);
   spec.prompt = prompt.ids;
   spec.max_tokens = std::min(turn.max_tokens.value_or(n_ctx), n_ctx - int(prompt.ids.size()));
   spec.sampling = turn.sampling;
@@ -74,9 +79,8 @@ GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
   if (turn.reasoning_budget && ctx.chat->think_open_id() && ctx.chat->think_close_id())
     spec.reasoning_budget = ReasoningBudget{*turn.reasoning_budget, *ctx.chat->think_open_id(),
                                             *ctx.chat->think_close_id()};
-  // A thinking model thinks first; the constraint starts once the block is closed.
-  if (spec.grammar && spec.split_reasoning && !prompt.closes_reasoning)
-    spec.grammar_after = ctx.chat->think_close_id();
+  // Constrained from the first token, but for one optional reasoning block first (scheduler.h).
+  if (spec.grammar) spec.think = think_block(ctx, prompt);
   return spec;
 }
 

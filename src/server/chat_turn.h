@@ -30,6 +30,8 @@ struct ChatTurn {
   ojson response_format;  // null or an OpenAI json_object / json_schema response_format
   std::string response_format_param = "response_format";  // the field a bad format is blamed on
   ojson template_kwargs;                                  // null or an object (enable_thinking)
+  // special_tokens_in_content: true (chat_prompt.h); the prefill below is content too.
+  ContentTokens content_tokens = ContentTokens::Text;
   // Text the reply continues (an Anthropic conversation that ends with an assistant message): it
   // follows the generation prompt, and the reply holds only what comes after it.
   std::string prefill;
@@ -42,10 +44,11 @@ struct ChatTurn {
 // The rendered prompt (plus the prefill). Throws ApiError 400 when the template fails.
 BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn);
 
-// The generation for a prompt from build_turn_prompt that fits the context. partition: the
-// prefix-cache tenant. Throws ApiError 400 for a schema the grammar cannot take.
+// The generation for a prompt from build_turn_prompt that fits the context. api_key: the
+// request's (tenant_of): its prefix-cache partition and its share of the server. Throws ApiError
+// 400 for a schema the grammar cannot take.
 GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
-                                    const BuiltPrompt& prompt, std::string partition);
+                                    const BuiltPrompt& prompt, const std::string& api_key);
 
 // Leading system messages merged into one: instructions plus developer messages (Codex), or a
 // system prompt plus system messages, would otherwise be several system turns in a row, which

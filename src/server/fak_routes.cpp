@@ -11,6 +11,10 @@
 //   POST   /v1/fak/sessions/:id/save        {name}  (in the tenant's folder under --session-dir)
 //   POST   /v1/fak/sessions/load            {name, id?}
 //   POST   /v1/fak/sessions/:id/quarantine  {begin, end} | {message}, mode: "exact" | "shift"
+//
+// Create, append and an exact quarantine's replay read their tokens through the scheduler like a
+// prompt (run_edit below), so a 32k-token session create costs other streams no more than a 32k
+// prompt does.
 #include "runtime/generate.h"
 #include "server/api_error.h"
 #include "server/context.h"
@@ -42,6 +46,7 @@ ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::st
   GenRequest g;
   ctx.scheduler->run_job([&] { g.session = store.begin_generate(tenant, id, o, &begin); });
   auto size = std::make_shared<int>(begin);
+  g.tenant = tenant_hash(tenant);
   g.max_tokens = o.max_tokens;
   g.sampling = o.sampling;
   g.stop_ids = o.stop_ids;
@@ -87,6 +92,59 @@ ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::st
   return j;
 }
 
+// An edit's tokens are read by the scheduler like a prompt (in --prefill-chunk pieces between the
+// other streams' decode steps, in the tenant's share of the queue and of each step), then the
+// store commits it; if the reading fails or the client leaves, the store puts everything back.
+ojson run_edit(ServerContext& ctx, const HttpRequest& req, const std::string& tenant,
+               const SessionEdit& edit) {
+  SessionStore& store = *ctx.sessions;
+  ojson out;
+  if (int(edit.target.size()) == edit.session->size()) {
+    ctx.scheduler->run_job([&] { out = store.end_edit(edit, true); });
+    return out;
+  }
+  auto result = std::make_shared<ojson>();
+  GenRequest g;
+  g.tenant = tenant_hash(tenant);
+  g.session = edit.session;
+  g.prompt = edit.target;
+  g.prefill_only = true;
+  g.stream = std::make_shared<GenStream>();
+  g.on_finish = [&store, edit, result](const std::string& reason, int32_t) {
+    *result = store.end_edit(edit, reason == "prefilled");
+  };
+  auto stream = g.stream;
+  try {
+    ctx.scheduler->submit(std::move(g));
+  } catch (...) {
+    ctx.scheduler->run_job([&] { store.end_edit(edit, false); });
+    throw;
+  }
+  std::string reason, error;
+  int error_status = 500;
+  for (bool done = false; !done;) {
+    // A client that left: the edit is dropped at the next step and nothing changes.
+    if (req.client_gone()) stream->cancel();
+    for (const GenEvent& e : stream->wait(std::chrono::milliseconds(200))) {
+      if (e.kind == GenEvent::Kind::Done) reason = e.text;
+      if (e.kind == GenEvent::Kind::Error) {
+        error = e.text;
+        error_status = e.status;
+      }
+      done = done || e.kind == GenEvent::Kind::Done || e.kind == GenEvent::Kind::Error;
+    }
+  }
+  if (!error.empty())
+    throw ApiError(error_status, error, "",
+                   error_status == 503 && error.find("--kv-mem") != std::string::npos
+                       ? "kv_budget_exhausted"
+                   : error_status == 429 ? "queue_full"
+                                         : "");
+  if (reason != "prefilled" || result->is_null())
+    throw ApiError(499, "the client closed the connection", "", "client_closed");
+  return *result;
+}
+
 EvictMode mode_of(const ojson& body) {
   const std::string mode = get_string(body, "mode").value_or("exact");
   if (mode == "exact") return EvictMode::Exact;
@@ -104,18 +162,9 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                const ojson body = body_of(req);
                const std::string wanted = get_string(body, "id").value_or("");
                const std::string tenant = tenant_of(req);
-               in_job(ctx, res, 201, [&] {
-                 const std::string id = store.create(tenant, wanted);
-                 try {
-                   if (body.contains("text") || body.contains("ids") || body.contains("messages"))
-                     store.append(tenant, id, body);
-                 } catch (...) {
-                   store.remove(tenant, id);
-                   throw;
-                 }
-                 ojson d = store.describe(tenant, id);
-                 return ojson{{"id", id}, {"object", "fak.session"}, {"size", d["size"]}};
-               });
+               SessionEdit edit;
+               ctx.scheduler->run_job([&] { edit = store.begin_create(tenant, wanted, body); });
+               reply_json(res, 201, run_edit(ctx, req, tenant, edit));
              }));
   router.add("GET", "/v1/fak/sessions", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string tenant = tenant_of(req);
@@ -153,7 +202,9 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
   router.add("POST", kId + "/append", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
                const ojson body = body_of(req);
-               in_job(ctx, res, 200, [&] { return store.append(tenant, id, body); });
+               SessionEdit edit;
+               ctx.scheduler->run_job([&] { edit = store.begin_append(tenant, id, body); });
+               reply_json(res, 200, run_edit(ctx, req, tenant, edit));
              }));
   router.add("POST", kId + "/generate", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
@@ -192,16 +243,12 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                if (message.has_value() == (begin.has_value() || end.has_value()) ||
                    begin.has_value() != end.has_value())
                  bad_request("give either `message` (a segment index) or both `begin` and `end`");
-               in_job(ctx, res, 200, [&] {
-                 EvictReport r = message
-                                     ? store.evict_segment(tenant, id, int(*message), mode)
-                                     : store.evict_span(tenant, id, int(*begin), int(*end), mode);
-                 return ojson{{"id", id},
-                              {"mode", mode == EvictMode::Exact ? "exact" : "shift"},
-                              {"evicted", r.evicted},
-                              {"tokens_recomputed", r.tokens_recomputed},
-                              {"size", r.size}};
+               SessionEdit edit;
+               ctx.scheduler->run_job([&] {
+                 edit = message ? store.begin_evict(tenant, id, 0, 0, int(*message), mode)
+                                : store.begin_evict(tenant, id, int(*begin), int(*end), -1, mode);
                });
+               reply_json(res, 200, run_edit(ctx, req, tenant, edit));
              }));
 }
 

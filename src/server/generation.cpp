@@ -7,15 +7,47 @@
 
 namespace fak::server {
 
+namespace {
+
+// The longest stop string less one byte: captured text this close to its end may still be cut
+// back by a stop string the next token completes, so it waits.
+size_t longest_stop(const std::vector<std::string>& stops) {
+  size_t n = 0;
+  for (const std::string& s : stops) n = std::max(n, s.size());
+  return n > 0 ? n - 1 : 0;
+}
+
+}  // namespace
+
 struct Generation::Text {
   Text(const Tokenizer& tok, const GenerationSpec& spec)
       : decoder(tok, /*skip_special=*/true),
         reasoning(spec.split_reasoning, spec.reasoning_open),
-        filter(spec.stop, spec.capture_tool_calls ? std::string(kToolCallOpen) : "") {}
+        filter(spec.stop, spec.capture_tool_calls ? std::string(kToolCallOpen) : ""),
+        stop_holdback(longest_stop(spec.stop)) {}
   StreamDecoder decoder;
   ReasoningSplitter reasoning;
   StopFilter filter;
+  ToolCallStream calls;
+  size_t fed = 0;  // bytes of filter.captured() given to `calls`
+  size_t stop_holdback = 0;
 };
+
+// Feeds what the stop filter captured since the last call (all of it when `all`) to the tool-call
+// reader, at whole UTF-8 characters.
+void Generation::feed_tool_calls(Text& t, ChoiceDelta& d, bool all) {
+  const std::string& cap = t.filter.captured();
+  size_t end = cap.size();
+  if (!all) {
+    end = end > t.stop_holdback ? end - t.stop_holdback : 0;
+    while (end > t.fed && end < cap.size() && (static_cast<unsigned char>(cap[end]) & 0xC0) == 0x80)
+      --end;
+  }
+  if (end <= t.fed) return;
+  for (ToolCallDelta& c : t.calls.push(std::string_view(cap).substr(t.fed, end - t.fed)))
+    d.tool_calls.push_back(std::move(c));
+  t.fed = end;
+}
 
 Generation::Generation(ServerContext& ctx, GenerationSpec spec)
     : ctx_(ctx),
@@ -29,6 +61,7 @@ Generation::Generation(ServerContext& ctx, GenerationSpec spec)
   for (int i = 0; i < spec.n; ++i) text_.push_back(std::make_unique<Text>(*tok, spec));
   GenRequest g;
   g.partition = std::move(spec.partition);
+  g.tenant = std::move(spec.tenant);
   g.prompt = std::move(spec.prompt);
   g.max_tokens = spec.max_tokens;
   g.sampling = spec.sampling;
@@ -37,7 +70,7 @@ Generation::Generation(ServerContext& ctx, GenerationSpec spec)
   g.n = spec.n;
   g.top_logprobs = spec.top_logprobs;
   g.grammar = std::move(spec.grammar);
-  g.grammar_after = spec.grammar_after;
+  g.think = spec.think;
   g.reasoning_budget = spec.reasoning_budget;
   g.reasoning_open = spec.reasoning_open;
   ctx.scheduler->submit(std::move(g));
@@ -74,11 +107,22 @@ void Generation::close_choice(int index, const std::string& reason, std::vector<
   c.content += content;
   c.finish_reason = reason == "cancelled" ? "stop" : reason;
   if (capture_tool_calls_ && !t.filter.captured().empty()) {
-    c.tool_calls = extract_tool_calls(t.filter.captured());
-    if (c.tool_calls.tool_calls.empty())
-      c.content += t.filter.captured();  // a <tool_call> that did not parse stays text
-    else
-      c.finish_reason = "tool_calls";
+    feed_tool_calls(t, d, /*all=*/true);
+    ToolCallStream::Final f = t.calls.finish(reason == "length");
+    for (ToolCallDelta& x : f.deltas) d.tool_calls.push_back(std::move(x));
+    if (f.tool_calls.empty()) {
+      // No call: what was captured stays text (a <tool_call> that did not parse), except a block
+      // the generation cut off.
+      d.content += f.content;
+      c.content += f.content;
+    } else {
+      c.tool_calls.tool_calls = std::move(f.tool_calls);
+      c.tool_calls.content = std::move(f.content);
+      // note: calls whose JSON is whole are the answer even when max_tokens took only their
+      // closing tag; a call cut off inside (dropped) makes the reply "length": its clients must
+      // not take a turn that lost a call for a finished one.
+      if (!f.dropped) c.finish_reason = "tool_calls";
+    }
   }
   c.done = true;
   bool all = true;
@@ -118,6 +162,7 @@ void Generation::on_event(const GenEvent& e, std::vector<ChoiceDelta>& out) {
       const std::string shown = t.filter.push(parts.content);
       d.content += shown;
       c.content += shown;
+      if (capture_tool_calls_ && !t.filter.stopped()) feed_tool_calls(t, d, /*all=*/false);
       if (t.filter.stopped()) {
         c.stop_sequence = t.filter.matched();
         // The client has all it asked for from this choice: free its slot now.
@@ -154,7 +199,10 @@ void Generation::wait(const HttpRequest& req) {
     poll(std::chrono::milliseconds(200));
   }
   if (!error_.empty())
-    throw ApiError(error_status_, error_, "", error_status_ == 503 ? "unavailable" : "");
+    throw ApiError(error_status_, error_, "",
+                   error_status_ == 503   ? "unavailable"
+                   : error_status_ == 429 ? "queue_full"
+                                          : "");
 }
 
 }  // namespace fak::server

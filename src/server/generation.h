@@ -18,6 +18,7 @@
 #include "server/reasoning.h"
 #include "server/scheduler.h"
 #include "server/stop_filter.h"
+#include "server/tool_call_stream.h"
 #include "server/tool_calls.h"
 
 namespace fak::server {
@@ -25,7 +26,8 @@ namespace fak::server {
 struct ServerContext;
 
 struct GenerationSpec {
-  std::string partition;  // prefix-cache tenant
+  std::string partition;  // prefix-cache tenant and salt
+  std::string tenant;     // the API key's tenant_hash (fairness between keys)
   std::vector<int32_t> prompt;
   int max_tokens = 16;
   SamplingOptions sampling;
@@ -34,7 +36,7 @@ struct GenerationSpec {
   int n = 1;
   int top_logprobs = -1;  // -1: none; 0: the chosen token's; k: and k alternatives
   std::shared_ptr<const grammar::Grammar> grammar;
-  std::optional<int32_t> grammar_after;
+  std::optional<ThinkBlock> think;  // a thinking model's optional reasoning block (scheduler.h)
   bool capture_tool_calls = false;  // <tool_call> blocks become tool calls, not content
   bool split_reasoning = false;     // <think> blocks become reasoning, not content
   bool reasoning_open = false;      // the prompt leaves the reply inside a <think> block
@@ -46,14 +48,19 @@ struct ChoiceDelta {
   int index = 0;
   std::string reasoning, content;
   std::vector<TokenLogprob> logprobs;
+  // Tool calls as they grow (tool_call_stream.h): the first delta of a call has its id and name.
+  // Every call of the final reply comes through here, in order, before the choice is done.
+  std::vector<ToolCallDelta> tool_calls;
 };
 
 class Generation {
  public:
   struct Choice {
     std::string reasoning, content;  // everything released so far
-    std::string finish_reason;       // set when done: "stop", "length", "tool_calls"
-    std::string stop_sequence;       // the stop string that ended it, if one did
+    // Set when done: "stop", "length" (max_tokens or the context; a tool call it cut off is
+    // dropped, never turned into text) or "tool_calls".
+    std::string finish_reason;
+    std::string stop_sequence;  // the stop string that ended it, if one did
     std::vector<TokenLogprob> logprobs;
     double sum_logprob = 0;  // over the choice's tokens (best_of ranks by it)
     int tokens = 0;
@@ -90,6 +97,7 @@ class Generation {
   void on_event(const GenEvent& e, std::vector<ChoiceDelta>& out);
   ChoiceDelta& delta_for(int index, std::vector<ChoiceDelta>& out);
   void close_choice(int index, const std::string& reason, std::vector<ChoiceDelta>& out);
+  void feed_tool_calls(Text& t, ChoiceDelta& d, bool all);
 
   ServerContext& ctx_;
   std::shared_ptr<GenStream> stream_;

@@ -10,9 +10,11 @@
 #include <string>
 #include <string_view>
 
+#include "core/json.h"
+
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 // Deepest nesting of arrays and objects a request body may have (tool schemas need a dozen): a
 // body nested thousands deep parses, but copying or walking it recursively overflows the stack.

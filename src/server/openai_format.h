@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
+
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 struct Usage {
   int prompt_tokens = 0;

@@ -205,6 +205,11 @@ SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults) 
   return o;
 }
 
+ContentTokens parse_content_tokens(const ojson& j) {
+  return get_bool(j, "special_tokens_in_content").value_or(false) ? ContentTokens::Special
+                                                                  : ContentTokens::Text;
+}
+
 CompletionRequest parse_completion_request(const std::string& body, bool chat,
                                            const SamplingOptions& defaults) {
   const ojson j = parse_json_object(body);
@@ -216,6 +221,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat,
   if (chat) {
     r.messages = parse_messages(j);
     parse_tools(j, r);
+    r.content_tokens = parse_content_tokens(j);
   } else {
     parse_prompt(j, r);
   }

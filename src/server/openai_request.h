@@ -10,12 +10,14 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json.h"
 #include "runtime/sampler.h"
 #include "server/json_fields.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 struct CompletionRequest {
   bool chat = false;
@@ -42,6 +44,9 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   std::string cache_salt;
   bool ignore_eos = false;  // extension (llama.cpp's name): generate through end tokens
+  // Extension: special_tokens_in_content: true lets added tokens spelled in message content
+  // become their ids, as before issue 23 (chat_prompt.h). Off: content is text.
+  ContentTokens content_tokens = ContentTokens::Text;
 };
 
 // body: the raw request body. Throws ApiError(400) naming the offending field. defaults: the
@@ -53,5 +58,8 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat,
 // The sampling fields of a request body (temperature, top_p, top_k, min_p, repetition_penalty,
 // presence_penalty, frequency_penalty, seed), typed, ranged and validated as the Sampler needs.
 SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults = {});
+
+// The special_tokens_in_content field of a chat request (any API): Text unless it is true.
+ContentTokens parse_content_tokens(const ojson& j);
 
 }  // namespace fak::server

@@ -76,23 +76,38 @@ struct StreamState {
   int progress_shown = -1;
 };
 
+// OpenAI's streamed tool calls: a call's first delta has its index, id, type and name (with empty
+// arguments), later ones only the index and more arguments text; what one poll gathered for a
+// call goes out as one delta.
+ojson tool_call_deltas(const std::vector<ToolCallDelta>& calls) {
+  ojson out = ojson::array();
+  for (const ToolCallDelta& c : calls) {
+    if (!c.id.empty()) {
+      out.push_back({{"index", c.index},
+                     {"id", c.id},
+                     {"type", "function"},
+                     {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      continue;
+    }
+    if (!out.empty() && out.back()["index"] == c.index) {
+      std::string& args = out.back()["function"]["arguments"].get_ref<std::string&>();
+      args += c.arguments;
+      continue;
+    }
+    out.push_back({{"index", c.index}, {"function", {{"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
 // The closing events of one choice: captured text or tool calls, then its finish reason.
 std::string close_choice(StreamState& s, int index) {
   const Generation::Choice& c = s.gen->choices()[size_t(index)];
   std::string out;
   std::string reason = c.finish_reason;
   if (s.r.chat) {
-    if (!c.tool_calls.tool_calls.empty()) {
-      if (!c.tool_calls.content.empty())
-        out += sse(chat_chunk(s.meta, {{"content", c.tool_calls.content}}, "", index));
-      ojson deltas = ojson::array();
-      for (size_t i = 0; i < c.tool_calls.tool_calls.size(); ++i) {
-        ojson indexed = {{"index", i}};
-        for (auto& [k, v] : c.tool_calls.tool_calls[i].items()) indexed[k] = v;
-        deltas.push_back(indexed);
-      }
-      out += sse(chat_chunk(s.meta, {{"tool_calls", deltas}}, "", index));
-    }
+    // The calls went out as they grew (tool_call_deltas); the text after them comes last.
+    if (!c.tool_calls.tool_calls.empty() && !c.tool_calls.content.empty())
+      out += sse(chat_chunk(s.meta, {{"content", c.tool_calls.content}}, "", index));
     out += sse(chat_chunk(s.meta, ojson::object(), reason, index));
   } else {
     out += sse(completion_chunk(s.meta, "", reason, index));
@@ -119,6 +134,9 @@ bool next_events(StreamState& s, std::string& out) {
           out += sse(chat_chunk(s.meta, {{"reasoning_content", d.reasoning}}, "", d.index));
         if (!d.content.empty() || !lps.is_null())
           out += sse(chat_chunk(s.meta, {{"content", d.content}}, "", d.index, lps));
+        if (!d.tool_calls.empty())
+          out += sse(
+              chat_chunk(s.meta, {{"tool_calls", tool_call_deltas(d.tool_calls)}}, "", d.index));
       } else if (!d.content.empty() || !lps.is_null()) {
         out += sse(completion_chunk(s.meta, d.content, "", d.index, lps));
       }
@@ -197,6 +215,7 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
 
   GenerationSpec spec;
   spec.partition = cache_partition(tenant_of(req), r.cache_salt);
+  spec.tenant = tenant_hash(tenant_of(req));
   spec.max_tokens = std::min(r.max_tokens.value_or(n_ctx), n_ctx - int(built.ids.size()));
   spec.prompt = built.ids;
   spec.sampling = r.sampling;
@@ -210,10 +229,10 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
       chat && r.tools.is_array() && !r.tools.empty() && r.tool_choice != "none";
   spec.split_reasoning = chat && ctx.chat->think_close_id().has_value();
   spec.reasoning_open = spec.split_reasoning && built.opens_reasoning;
-  // A thinking model thinks first; the constraint starts once the block is closed. A prompt that
-  // closed the block itself (thinking turned off) is constrained from the first token.
-  if (spec.grammar && spec.split_reasoning && !built.closes_reasoning)
-    spec.grammar_after = ctx.chat->think_close_id();
+  // The constraint holds from the first token; a thinking model may first write one reasoning
+  // block (or is inside the one its prompt opened). A prompt that closed the block itself
+  // (thinking turned off) allows none.
+  if (spec.grammar && chat) spec.think = think_block(ctx, built);
   auto gen = std::make_unique<Generation>(ctx, std::move(spec));
   const ResponseMeta meta = new_response_meta(r.model, chat);
 

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "server/chat_prompt.h"
 #include "server/openai_request.h"
+#include "server/scheduler.h"
 
 namespace fak::server {
 
@@ -27,7 +30,13 @@ BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r);
 // Conversations from other APIs (Anthropic messages, OpenAI responses), already normalised to
 // OpenAI chat messages.
 BuiltPrompt build_chat_prompt(ServerContext& ctx, const ojson& messages, const ojson& tools,
-                              const ojson& template_kwargs);
+                              const ojson& template_kwargs,
+                              ContentTokens content = ContentTokens::Text);
+
+// A thinking model's constrained reply may open one reasoning block, or starts inside one the
+// prompt opened; nullopt for other models and for a prompt that closed the block itself
+// (thinking turned off: constrained from the first token, no block allowed).
+std::optional<ThinkBlock> think_block(const ServerContext& ctx, const BuiltPrompt& prompt);
 
 // 400 context_length_exceeded when the prompt leaves no room to generate; param names the field.
 void check_prompt_fits(const std::vector<int32_t>& ids, int n_ctx, const std::string& param);

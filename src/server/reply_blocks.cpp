@@ -52,10 +52,30 @@ void ReplyBlocks::push(std::string_view reasoning, std::string_view content) {
   pending_.clear();
 }
 
+void ReplyBlocks::push_tool_call(const ToolCallDelta& call) {
+  if (!call.id.empty()) {
+    close();
+    pending_.clear();  // whitespace before a call opens no text block
+    blocks_.push_back({});
+    ReplyBlock& b = blocks_.back();
+    b.kind = ReplyBlock::Kind::ToolCall;
+    b.call_id = call.id;
+    b.name = call.name;
+    is_open_ = true;
+    if (sink_) sink_->open(int(blocks_.size()) - 1, b);
+  }
+  if (is_open_ && blocks_.back().kind == ReplyBlock::Kind::ToolCall) append(call.arguments);
+}
+
+void ReplyBlocks::push(const ChoiceDelta& d) {
+  push(d.reasoning, d.content);
+  for (const ToolCallDelta& call : d.tool_calls) push_tool_call(call);
+}
+
 void ReplyBlocks::finish(const Generation::Choice& c) {
   const bool calls = !c.tool_calls.tool_calls.empty();
   // Generation adds to the choice at its close what no delta carried (a <tool_call> block that
-  // did not parse stays text); the text around parsed calls comes apart from them.
+  // did not parse stays text); the text after parsed calls comes last.
   const std::string_view more_reasoning =
       seen_reasoning_ < c.reasoning.size() ? std::string_view(c.reasoning).substr(seen_reasoning_)
                                            : std::string_view();
@@ -63,29 +83,23 @@ void ReplyBlocks::finish(const Generation::Choice& c) {
       seen_content_ < c.content.size() ? c.content.substr(seen_content_) : std::string();
   if (calls) more_content += c.tool_calls.content;
   push(more_reasoning, more_content);
-  if (blocks_.empty() && !calls) {  // nothing at all: one text block, maybe empty
+  if (blocks_.empty()) {  // nothing at all: one text block, maybe empty
     open(ReplyBlock::Kind::Text);
     append(pending_);
   }
   pending_.clear();
   close();
-  for (const ojson& call : c.tool_calls.tool_calls) {
-    blocks_.push_back({});
-    ReplyBlock& b = blocks_.back();
-    b.kind = ReplyBlock::Kind::ToolCall;
-    // A fresh id rather than the extractor's: agents keep ids across server restarts in their
-    // history, and ids must not repeat there.
-    b.call_id = new_object_id("call_");
-    b.name = call["function"]["name"].get<std::string>();
-    is_open_ = true;
-    if (sink_) sink_->open(int(blocks_.size()) - 1, b);
-    append(call["function"]["arguments"].get<std::string>());
-    close();
-  }
 }
 
 std::vector<ReplyBlock> ReplyBlocks::of(const Generation::Choice& choice) {
+  // The walk a stream makes: reasoning and text, then each call whole, then the rest.
   ReplyBlocks b;
+  b.push(choice.reasoning, choice.content);
+  const ojson& calls = choice.tool_calls.tool_calls;
+  for (size_t i = 0; i < calls.size(); ++i)
+    b.push_tool_call({int(i), calls[i]["id"].get<std::string>(),
+                      calls[i]["function"]["name"].get<std::string>(),
+                      calls[i]["function"]["arguments"].get<std::string>()});
   b.finish(choice);
   return b.blocks_;
 }

@@ -40,8 +40,12 @@ class ReplyBlocks {
 
   // Text a poll released (ChoiceDelta's reasoning and content).
   void push(std::string_view reasoning, std::string_view content);
-  // The choice is done: what it holds beyond what was pushed (text that turned out not to be a
-  // tool call, text around the calls), then the tool calls, each a block.
+  // A tool call as it grows (ChoiceDelta's tool_calls): one with an id opens its block.
+  void push_tool_call(const ToolCallDelta& call);
+  // Everything a poll released, in the order it was generated.
+  void push(const ChoiceDelta& delta);
+  // The choice is done (every delta pushed): what it holds beyond what was pushed (text that
+  // turned out not to be a tool call, text after the calls), and the last block closes.
   void finish(const Generation::Choice& choice);
   const std::vector<ReplyBlock>& blocks() const { return blocks_; }
 

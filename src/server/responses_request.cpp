@@ -314,6 +314,7 @@ ResponsesRequest parse_responses_request(const std::string& body, const Sampling
     // note: nothing is ever truncated; a prompt beyond the context is a 400 either way.
   }
   echo["truncation"] = "disabled";
+  t.content_tokens = parse_content_tokens(j);
   if (auto it = j.find("metadata"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) bad_request("`metadata` must be an object", "metadata");
     echo["metadata"] = *it;

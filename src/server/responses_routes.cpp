@@ -123,8 +123,7 @@ bool next_events(ResponseStream& s, std::string& out) {
       s.emit("response.in_progress", {{"response", r}});
       s.announced = true;
     }
-    for (const ChoiceDelta& d : s.gen->poll(milliseconds(200)))
-      s.blocks.push(d.reasoning, d.content);
+    for (const ChoiceDelta& d : s.gen->poll(milliseconds(200))) s.blocks.push(d);
     if (s.gen->finished()) {
       if (!s.gen->error().empty()) {
         s.emit("error",
@@ -173,8 +172,8 @@ void handle_responses(ServerContext& ctx, const HttpRequest& req, HttpResponse& 
         "model", "model_not_found");
   const BuiltPrompt built = build_turn_prompt(ctx, r.turn);
   check_prompt_fits(built.ids, ctx.scheduler->ctx(), "input");
-  auto gen = std::make_unique<Generation>(
-      ctx, turn_generation_spec(ctx, r.turn, built, cache_partition(tenant_of(req), "")));
+  auto gen =
+      std::make_unique<Generation>(ctx, turn_generation_spec(ctx, r.turn, built, tenant_of(req)));
   ResponseHead head = new_response_head(r.model, std::move(r.echo));
 
   if (!r.stream) {

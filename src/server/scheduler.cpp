@@ -4,11 +4,13 @@
 #include <cmath>
 #include <future>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "core/error.h"
 #include "runtime/model_cache.h"
 #include "server/api_error.h"
+#include "server/fair_share.h"
 
 namespace fak::server {
 
@@ -40,7 +42,8 @@ struct Scheduler::Active {
   bool done = false;
   int32_t last = -1;  // last token sampled
   std::optional<grammar::GrammarMatcher> matcher;
-  bool constrained = false;  // the matcher applies (false until grammar_after is sampled)
+  bool constrained = false;     // the matcher applies (false inside a reasoning block)
+  bool may_open_think = false;  // the next token may also open the reasoning block (req.think)
   std::vector<uint32_t> mask;
   std::vector<float> masked;  // the logits with the mask applied
   // Speculative decoding: whether this sequence drafts, the token a verify call sampled after the
@@ -56,6 +59,7 @@ struct Scheduler::Active {
   int reasoning_tokens = 0;
   // Dense models prefill the uncached part of the prompt in chunks, inside decode steps.
   bool prefilling() const { return session->size() < int(req.prompt.size()); }
+  int prefill_left() const { return prefilling() ? int(req.prompt.size()) - session->size() : 0; }
 };
 
 namespace {
@@ -154,12 +158,35 @@ void Scheduler::submit(GenRequest request) {
     if (stopping_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
     // Requests that can start right away do not count against the queue bound.
     const int free_slots = std::max(0, options_.parallel - active_count_) / request.n;
-    if (int(queue_.size()) >= options_.max_queue + free_slots)
-      throw ApiError(429,
-                     "the server is busy: " + std::to_string(queue_.size()) +
-                         " requests are already queued (--max-queue " +
-                         std::to_string(options_.max_queue) + "); retry later",
-                     "", "queue_full");
+    const size_t capacity = size_t(options_.max_queue + free_slots);
+    if (queue_.size() >= capacity) {
+      // Full. Each API key with requests queued has an equal share of it: a key under its share
+      // takes the place of the newest request of the key furthest over its own, so one key
+      // filling the queue cannot lock the others out (fair_share.h).
+      std::vector<std::string> tenants;
+      for (const GenRequest& q : queue_) tenants.push_back(q.tenant);
+      const std::optional<size_t> victim =
+          capacity > 0 ? queue_victim(tenants, request.tenant, capacity) : std::nullopt;
+      if (!victim)
+        throw ApiError(429,
+                       "the server is busy: " + std::to_string(queue_.size()) +
+                           " requests are already queued (--max-queue " +
+                           std::to_string(options_.max_queue) +
+                           "), as many of them yours as your API key's share; retry later",
+                       "", "queue_full");
+      auto dropped = std::make_shared<GenRequest>(std::move(queue_[*victim]));
+      queue_.erase(queue_.begin() + std::ptrdiff_t(*victim));
+      // note: on_finish touches a lent session, which only the scheduler thread may: the refusal
+      // is delivered there, as a job.
+      const std::string message = "the server is busy: this request left the queue (--max-queue " +
+                                  std::to_string(options_.max_queue) +
+                                  ") to make room for another API key's, since yours held more "
+                                  "than its share; retry later";
+      jobs_.push_back([dropped, message] {
+        if (dropped->on_finish) dropped->on_finish("error", -1);
+        dropped->stream->push(GenEvent::error(message, 0, 429));
+      });
+    }
     queue_.push_back(std::move(request));
   }
   cv_.notify_one();
@@ -225,12 +252,35 @@ void Scheduler::loop() {
       // Sequences: a request of n choices takes n slots (its first choice clones the rest).
       int sequences = 0;
       for (const auto& a : active_) sequences += 1 + a->choices_left;
-      if (!stopping)
-        while (!queue_.empty() && sequences + queue_.front().n <= options_.parallel) {
-          sequences += queue_.front().n;
-          admitted.push_back(std::move(queue_.front()));
-          queue_.pop_front();
+      // The next free slot goes to the oldest request of the API key with the fewest sequences
+      // running (fair_share.h): a key that queued many requests does not make the others wait
+      // behind all of them.
+      std::map<std::string, int> running;
+      for (const auto& a : active_) running[a->req.tenant] += 1 + a->choices_left;
+      while (!stopping && !queue_.empty()) {
+        std::vector<std::string> tenants;
+        std::vector<int> counts;
+        std::vector<uint64_t> last;
+        for (const GenRequest& q : queue_) {
+          tenants.push_back(q.tenant);
+          counts.push_back(running[q.tenant]);
+          const auto it = last_admitted_.find(q.tenant);
+          last.push_back(it == last_admitted_.end() ? 0 : it->second);
         }
+        const size_t next = next_admitted(tenants, counts, last);
+        if (sequences + queue_[next].n > options_.parallel) break;
+        sequences += queue_[next].n;
+        running[queue_[next].tenant] += queue_[next].n;
+        last_admitted_[queue_[next].tenant] = ++admissions_;
+        // An open server makes a tenant of every bearer token: keep only those still waiting.
+        if (last_admitted_.size() > 4096)
+          std::erase_if(last_admitted_, [&](const auto& entry) {
+            return std::none_of(queue_.begin(), queue_.end(),
+                                [&](const GenRequest& q) { return q.tenant == entry.first; });
+          });
+        admitted.push_back(std::move(queue_[next]));
+        queue_.erase(queue_.begin() + std::ptrdiff_t(next));
+      }
       // Counted as active from here, so submit() never sees a free slot that is already taken.
       active_count_ = sequences;
     }
@@ -281,6 +331,14 @@ void Scheduler::admit(GenRequest r) {
       // Dense models: only the cached prefix here; the rest is prefilled in chunks by step().
       owned.emplace(prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false));
       if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
+    } else {
+      // An empty prompt: nothing to read, decode from where the session is.
+      check(r.prompt.empty() || (int(r.prompt.size()) >= r.session->size() &&
+                                 std::equal(r.session->tokens().begin(), r.session->tokens().end(),
+                                            r.prompt.begin())),
+            "scheduler: a session's prompt must extend what the session holds");
+      if (metrics_ && int(r.prompt.size()) > r.session->size())
+        metrics_->add_prompt(int(r.prompt.size()) - r.session->size(), 0);
     }
     auto a = std::make_unique<Active>();
     active_.reserve(active_.size() + 1);
@@ -295,7 +353,10 @@ void Scheduler::admit(GenRequest r) {
     a->sampler = std::move(sampler);
     a->choices_left = a->req.n - 1;
     a->matcher = std::move(matcher);
-    a->constrained = a->matcher && !a->req.grammar_after;
+    // Constrained from the first token, unless the reply starts inside a reasoning block; a model
+    // that may open one gets its opening tag allowed beside the grammar's first tokens.
+    a->constrained = a->matcher && !(a->req.think && a->req.think->inside);
+    a->may_open_think = a->constrained && a->req.think.has_value();
     // A reasoning budget closes the block at an exact token count, which a verify step's accepted
     // run could pass: those sequences decode one token at a time.
     a->speculates = options_.draft && !a->req.session && !a->matcher && a->req.top_logprobs < 0 &&
@@ -366,6 +427,7 @@ void Scheduler::spawn_choices() {
       c->index = i;
       if (a.matcher) c->matcher.emplace(*a.matcher);  // nothing generated yet: the start state
       c->constrained = a.constrained;
+      c->may_open_think = a.may_open_think;
       c->speculates = a.speculates;
       c->reasoning = a.reasoning;
       spawned.push_back(std::move(c));
@@ -387,15 +449,15 @@ void Scheduler::step() {
   std::vector<int32_t> sampled;
   std::vector<Active*> members;
   sampled.reserve(active_.size());  // spans point into it
-  int prefill_budget = options_.prefill_chunk;
   // Draft length this step: the weights are read once per step whatever the batch, so drafting
   // pays while the step is bound by that read; a full batch is compute-bound already.
   int decoding = 0;
   for (const auto& ap : active_) decoding += !ap->done && !ap->prefilling();
   const int draft_len = options_.draft ? options_.draft->max_draft / std::max(1, decoding) : 0;
   std::vector<int32_t> history;
-  for (auto& ap : active_) {
-    Active& a = *ap;
+  const std::vector<int> prefill = plan_prefill();
+  for (size_t ai = 0; ai < active_.size(); ++ai) {
+    Active& a = *active_[ai];
     a.verify_base = -1;
     if (a.req.stream->cancelled() || a.req.stream->choice_cancelled(a.index)) {
       if (metrics_ && a.req.stream->client_gone() && a.index == 0) metrics_->add_cancelled();
@@ -403,10 +465,8 @@ void Scheduler::step() {
       continue;
     }
     if (a.prefilling()) {
-      const int left = int(a.req.prompt.size()) - a.session->size();
-      const int n = std::min(left, prefill_budget);
+      const int n = prefill[ai];
       if (n <= 0) continue;
-      prefill_budget -= n;
       batch.push_back(a.session);
       spans.emplace_back(a.req.prompt.data() + a.session->size(), size_t(n));
       members.push_back(&a);
@@ -414,11 +474,19 @@ void Scheduler::step() {
       a.req.stream->push(GenEvent::progress(int(a.req.prompt.size()), a.session->size() + n));
       continue;
     }
+    if (a.req.prefill_only) {
+      finish(a, "prefilled");
+      continue;
+    }
     // Only ids the tokenizer can decode: padded embedding rows never come back as tokens.
     const std::span<const float> logits = a.session->sampleable_logits();
     std::span<const float> choose_from = logits;
     if (a.constrained) {
       a.matcher->allowed_tokens(a.mask);
+      if (a.may_open_think) {
+        const auto open = uint32_t(a.req.think->open);
+        if (open / 32 < a.mask.size()) a.mask[open / 32] |= 1u << (open % 32);
+      }
       a.masked.assign(logits.begin(), logits.end());
       grammar::apply_token_mask(a.masked, a.mask);
       choose_from = a.masked;
@@ -432,7 +500,9 @@ void Scheduler::step() {
                                          : a.sampler.sample(choose_from, a.session->tokens());
     a.pending.reset();
     if (budget) {
-      if (next == budget->open)
+      // note: an opening tag inside the block is one more token of it: a model that repeats it
+      // must not think past its budget.
+      if (next == budget->open && !a.reasoning)
         a.reasoning = true;
       else if (next == budget->close)
         a.reasoning = false;
@@ -440,9 +510,13 @@ void Scheduler::step() {
         ++a.reasoning_tokens;
     }
     if (a.matcher) {
-      if (a.constrained)
+      const bool opens = a.may_open_think && next == a.req.think->open;
+      a.may_open_think = false;  // only the reply's first token may open the block
+      if (opens)
+        a.constrained = false;  // free reasoning until the block is closed
+      else if (a.constrained)
         a.matcher->advance_token(next);
-      else if (a.req.grammar_after && next == *a.req.grammar_after)
+      else if (a.req.think && next == a.req.think->close)
         a.constrained = true;  // the constraint starts with the next token
     }
     if (std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), next) != a.req.stop_ids.end()) {
@@ -517,6 +591,17 @@ void Scheduler::step() {
   std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->done; });
 }
 
+std::vector<int> Scheduler::plan_prefill() const {
+  std::vector<int> wanted;
+  std::vector<std::string> tenants;
+  for (const auto& ap : active_) {
+    const bool reads = !ap->done && ap->session && !ap->req.stream->cancelled();
+    wanted.push_back(reads ? ap->prefill_left() : 0);
+    tenants.push_back(ap->req.tenant);
+  }
+  return share_prefill(options_.prefill_chunk, wanted, tenants);
+}
+
 // The tokens a verify call confirmed go out as plain decoding would have sent them; the token
 // sampled after them is kept for the next step.
 void Scheduler::accept_verified(Active& a) {
@@ -574,18 +659,29 @@ void Scheduler::reserve_kv(std::vector<Session*>& batch,
             released = true;
           }
         if (released) continue;
-        Active* victim = nullptr;
-        for (auto it = active_.rbegin(); it != active_.rend() && it->get() != &a; ++it)
-          if (!(*it)->done && (*it)->owned) {
-            victim = it->get();
-            break;
-          }
-        if (!victim) {
+        // Who gives way (fair_share.h): the newest sequence of the API key holding the most KV
+        // beyond an equal share; within one key the older request wins.
+        std::vector<KvHolder> holders;
+        std::vector<Active*> who;
+        size_t requester = 0;
+        for (auto& other : active_) {
+          if (other->done || !other->session) continue;
+          if (other.get() == &a) requester = holders.size();
+          holders.push_back({other->req.tenant, other->session->size(), other->owned.has_value()});
+          who.push_back(other.get());
+        }
+        const std::optional<size_t> pick = kv_victim(holders, requester);
+        Active* victim = pick ? who[*pick] : &a;
+        if (victim == &a) {
           stop_for_kv(a, e.what() + flag + "; retry later");
           break;
         }
-        stop_for_kv(*victim, std::string("stopped to free KV memory for an older request: ") +
-                                 e.what() + flag + "; retry later");
+        const bool same_key = victim->req.tenant == a.req.tenant;
+        stop_for_kv(*victim,
+                    std::string(same_key ? "stopped to free KV memory for an older request: "
+                                         : "stopped to free KV memory for another API key "
+                                           "(yours held more than its share): ") +
+                        e.what() + flag + "; retry later");
       } catch (const std::exception& e) {
         stop_for_kv(a, e.what());
         break;

@@ -16,6 +16,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -123,8 +124,21 @@ struct ReasoningBudget {
   int32_t open = -1, close = -1;  // the <think> and </think> token ids
 };
 
+// Thinking models under a constraint: the reply may begin with one reasoning block, which is
+// free text; the grammar holds everywhere else, from the first token. inside: the prompt already
+// opened the block (the reply starts as reasoning, constrained once `close` is sampled);
+// otherwise the first token is the grammar's or `open`, and a model that does not open a block
+// (an -Instruct model, /no_think, a small model) is constrained from its first token.
+struct ThinkBlock {
+  int32_t open = -1, close = -1;
+  bool inside = false;
+};
+
 struct GenRequest {
-  std::string partition;  // prefix-cache tenant
+  std::string partition;  // prefix-cache tenant and salt
+  // The API key's tenant (tenant_hash): fairness between keys (server/fair_share.h) counts the
+  // queue, the batch, prompt reading and KV memory by it.
+  std::string tenant;
   std::vector<int32_t> prompt;
   int max_tokens = 16;
   SamplingOptions sampling;
@@ -135,17 +149,21 @@ struct GenRequest {
   // on_finish) instead of a prompt through the prefix cache, batched with everything else.
   // on_finish runs on the scheduler thread, before the Done or Error event, with the finish reason
   // and the last token sampled (-1 if none) — exactly once, whatever happens.
+  // With a session, prompt is what the session must hold before decoding: the tokens past its
+  // size are read in --prefill-chunk pieces like any prompt (session create, append and an exact
+  // quarantine's replay), so they never stall the other streams.
   Session* session = nullptr;
   std::function<void(const std::string& reason, int32_t last)> on_finish;
+  // Only read the prompt (into the session), generate nothing; ends with reason "prefilled".
+  bool prefill_only = false;
   // Choices: the prompt is read once, then its session is cloned (blocks shared, copy-on-write)
   // into n sequences sampled with seeds seed, seed + 1, ... Each takes a batch slot.
   int n = 1;
   int top_logprobs = -1;  // -1: none; 0: the sampled token's; k: and the k most likely
   // Constrained decoding: every choice's tokens follow this grammar (the stop ids end it once it
-  // is complete). With grammar_after, the constraint starts after the model samples that token
-  // (a reasoning block's closing tag), so a thinking model thinks freely first.
+  // is complete), except inside an optional leading reasoning block (think).
   std::shared_ptr<const grammar::Grammar> grammar;
-  std::optional<int32_t> grammar_after;
+  std::optional<ThinkBlock> think;
   std::optional<ReasoningBudget> reasoning_budget;
   bool reasoning_open = false;  // the prompt leaves the reply inside a <think> block
 };
@@ -215,6 +233,8 @@ class Scheduler {
   void reserve_kv(std::vector<Session*>& batch, std::vector<std::span<const int32_t>>& spans,
                   std::vector<Active*>& members);
   void stop_for_kv(Active& a, const std::string& message);
+  // The prompt tokens each active sequence reads this step (fair_share.h), by index in active_.
+  std::vector<int> plan_prefill() const;
 
   const std::shared_ptr<const grammar::TokenIndex>& token_index();
   CacheDir::Log log() const;
@@ -236,6 +256,9 @@ class Scheduler {
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
   int active_count_ = 0;  // sequences running or admitted (choices count one each)
+  // Round robin between API keys: when each tenant last had a request admitted.
+  std::map<std::string, uint64_t> last_admitted_;
+  uint64_t admissions_ = 0;
 
   std::vector<std::unique_ptr<Active>> active_;  // scheduler thread only
   std::thread thread_;

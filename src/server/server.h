@@ -17,7 +17,10 @@ namespace fak::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                 // 0 = any free port (printed on startup)
-  std::set<std::string> api_keys;  // empty = no authentication
+  std::set<std::string> api_keys;  // empty = no authentication, unless require_api_key
+  // Set when keys were asked for (--api-key-env): the server then refuses to start without any,
+  // so a key list that parsed to nothing can never mean an open server.
+  bool require_api_key = false;
   int parallel = 4;
   int max_queue = 64;
   // KV memory (runtime/kv_budget.h): kv_mib is the hard budget for every KV block (sequences,
@@ -67,6 +70,11 @@ class ServerApp {
   std::unique_ptr<Impl> impl_;
   friend void serve(std::shared_ptr<const Model>, const ServerOptions&);
 };
+
+// The API keys in an environment variable's value: comma-separated, whitespace around each key
+// trimmed, empty entries skipped. Throws fak::Error naming `variable` when none is left (an unset
+// "$K1,$K2" template leaves only commas): no keys must never mean no authentication.
+std::set<std::string> parse_api_keys(std::string_view value, const std::string& variable);
 
 // Blocks until SIGINT/SIGTERM (or a listen failure, which throws fak::Error). Prints
 // "listening on http://HOST:PORT" to stderr once bound.

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -26,12 +27,16 @@ void check_name(const std::string& s, const char* what) {
                 what);
 }
 
+// Token ids a session may hold: ones the tokenizer can turn back into text (a padded embedding
+// row is refused: describe could not show it, and the model never saw it in training).
 std::vector<int32_t> ids_of(const ojson& v, int vocab) {
   if (!v.is_array()) bad_request("`ids` must be an array of token ids", "ids");
   std::vector<int32_t> ids;
   for (const ojson& x : v) {
     if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab)
-      bad_request("`ids` must hold integers in [0, " + std::to_string(vocab) + ")", "ids");
+      bad_request("`ids` must hold integers in [0, " + std::to_string(vocab) +
+                      "), the ids the tokenizer knows",
+                  "ids");
     ids.push_back(x.get<int32_t>());
   }
   return ids;
@@ -56,7 +61,9 @@ SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<K
       ctx_(ctx),
       quota_(quota) {
   if (dir_.empty()) return;
-  std::filesystem::create_directories(dir_);
+  std::error_code made;
+  std::filesystem::create_directories(dir_, made);
+  if (made) fail("--session-dir " + dir_.string() + ": cannot create it: " + made.message());
   // Writers killed mid-save leave their temp files behind; nothing else of this server is
   // writing yet, so every one of them is stale.
   std::error_code ec;
@@ -69,11 +76,14 @@ SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<K
 
 SessionStore::Entry& SessionStore::get(const std::string& tenant, const std::string& id) {
   auto it = sessions_.find({tenant, id});
-  if (it == sessions_.end())
+  if (it == sessions_.end() || it->second.creating)
     throw ApiError(404, "no session '" + id + "'", "id", "session_not_found");
   if (it->second.busy)
-    throw ApiError(409, "session '" + id + "' is generating; retry when that reply is done", "id",
-                   "session_busy");
+    throw ApiError(
+        409,
+        "session '" + id +
+            "' is busy (generating, or an edit is being read); retry when that call is done",
+        "id", "session_busy");
   return it->second;
 }
 
@@ -85,7 +95,7 @@ const SessionStore::Entry& SessionStore::get(const std::string& tenant,
 int64_t SessionStore::tokens_of(const std::string& tenant) const {
   int64_t n = 0;
   for (const auto& [key, e] : sessions_)
-    if (tenant.empty() || key.first == tenant) n += e.session.size();
+    if (tenant.empty() || key.first == tenant) n += std::max(e.session.size(), e.pending_size);
   return n;
 }
 
@@ -132,12 +142,6 @@ std::string SessionStore::new_id(const std::string& tenant, const std::string& w
   return id;
 }
 
-std::string SessionStore::create(const std::string& tenant, const std::string& wanted) {
-  std::string id = new_id(tenant, wanted);
-  sessions_.emplace(std::make_pair(tenant, id), Entry{tenant, Session(model_, cache_), {}});
-  return id;
-}
-
 void SessionStore::remove(const std::string& tenant, const std::string& id) {
   get(tenant, id);
   sessions_.erase({tenant, id});
@@ -146,7 +150,7 @@ void SessionStore::remove(const std::string& tenant, const std::string& id) {
 std::vector<std::string> SessionStore::list(const std::string& tenant) const {
   std::vector<std::string> out;
   for (const auto& [key, e] : sessions_)
-    if (key.first == tenant) out.push_back(key.second);
+    if (key.first == tenant && !e.creating) out.push_back(key.second);
   return out;
 }
 
@@ -173,37 +177,26 @@ ojson SessionStore::describe(const std::string& tenant, const std::string& id) c
   return j;
 }
 
-void SessionStore::add(Entry& e, const std::vector<int32_t>& ids, const std::string& kind) {
-  if (ids.empty()) return;
-  check_tokens(e.tenant, int64_t(ids.size()));
-  if (e.session.size() + int(ids.size()) > ctx_)
-    bad_request("the session would hold " + std::to_string(e.session.size() + ids.size()) +
-                " tokens, more than the context of " + std::to_string(ctx_));
-  const int begin = e.session.size();
-  e.session.append(ids);
-  e.segments.push_back({begin, e.session.size(), kind});
-}
-
-ojson SessionStore::append(const std::string& tenant, const std::string& id, const ojson& body) {
-  Entry& e = get(tenant, id);
+std::vector<SessionStore::Piece> SessionStore::pieces_of(const ojson& body) const {
   const Tokenizer* tok = model_->tokenizer();
-  const int before = e.session.size();
-  const size_t segments_before = e.segments.size();
   auto need_tok = [&] {
     if (!tok) bad_request("the model has no tokenizer: append `ids` instead");
   };
+  std::vector<Piece> pieces;
   if (body.contains("text")) {
     need_tok();
     if (!body["text"].is_string()) bad_request("`text` must be a string", "text");
-    add(e, tok->encode(body["text"].get<std::string>()), "text");
+    // Raw text, like a /v1/completions prompt: the client's own, added tokens and all.
+    pieces.push_back({tok->encode(body["text"].get<std::string>()), "text"});
   } else if (body.contains("ids")) {
-    add(e, ids_of(body["ids"], model_->config().vocab), "ids");
+    pieces.push_back({ids_of(body["ids"], model_->sampleable_vocab()), "ids"});
   } else if (body.contains("messages")) {
     need_tok();
     if (!chat_) bad_request("the model has no chat template");
     const ojson& msgs = body["messages"];
     if (!msgs.is_array() || msgs.empty())
       bad_request("`messages` must be a non-empty array", "messages");
+    const ContentTokens content = parse_content_tokens(body);
     // One segment per message, each rendered alone. note: exact for ChatML-style templates; a
     // template that injects text for a lone message (a default system prompt) adds it each time.
     for (const ojson& m : msgs) {
@@ -212,29 +205,115 @@ ojson SessionStore::append(const std::string& tenant, const std::string& id, con
         bad_request("`messages` entries must be {\"role\": string, \"content\": string}",
                     "messages");
       ojson one = ojson::array({{{"role", m["role"]}, {"content", m["content"]}}});
-      add(e, tok->encode(chat_->render(one, ojson(), false)),
-          "message:" + m["role"].get<std::string>());
+      pieces.push_back(
+          {chat_->encode(chat_->render(one, ojson(), false, nullptr, content), content),
+           "message:" + m["role"].get<std::string>()});
     }
     if (get_bool(body, "add_generation_prompt").value_or(false)) {
+      // The generation prompt belongs to the last message's segment.
       ojson last =
           ojson::array({{{"role", msgs.back()["role"]}, {"content", msgs.back()["content"]}}});
-      const std::string without = chat_->render(last, ojson(), false);
-      const std::string with = chat_->render(last, ojson(), true);
+      const std::string without = chat_->render(last, ojson(), false, nullptr, content);
+      const std::string with = chat_->render(last, ojson(), true, nullptr, content);
       if (with.size() > without.size() && with.compare(0, without.size(), without) == 0) {
-        std::vector<int32_t> ids = tok->encode(with.substr(without.size()));
-        check_tokens(e.tenant, int64_t(ids.size()));
-        e.session.append(ids);
-        // The generation prompt belongs to the last message's segment.
-        e.segments.back().end = e.session.size();
+        const std::vector<int32_t> ids = chat_->encode(with.substr(without.size()), content);
+        pieces.back().ids.insert(pieces.back().ids.end(), ids.begin(), ids.end());
       }
     }
   } else {
     bad_request("give one of `text`, `ids` or `messages`");
   }
-  return {{"id", id},
-          {"appended", e.session.size() - before},
-          {"segments_added", e.segments.size() - segments_before},
-          {"size", e.session.size()}};
+  return pieces;
+}
+
+SessionEdit SessionStore::lend(Entry& e, const std::string& id, std::vector<int32_t> target,
+                               std::vector<Segment> segments, ojson reply) {
+  e.busy = true;
+  e.segments_after = std::move(segments);
+  e.pending_size = int(target.size());
+  SessionEdit edit;
+  edit.tenant = e.tenant;
+  edit.id = id;
+  edit.session = &e.session;
+  edit.target = std::move(target);
+  edit.reply = std::move(reply);
+  return edit;
+}
+
+SessionEdit SessionStore::begin_append(const std::string& tenant, const std::string& id,
+                                       const ojson& body) {
+  Entry& e = get(tenant, id);
+  const std::vector<Piece> pieces = pieces_of(body);
+  std::vector<int32_t> target = e.session.tokens();
+  std::vector<Segment> segments = e.segments;
+  for (const Piece& p : pieces) {
+    if (p.ids.empty()) continue;
+    const int begin = int(target.size());
+    target.insert(target.end(), p.ids.begin(), p.ids.end());
+    segments.push_back({begin, int(target.size()), p.kind});
+  }
+  // The whole edit, generation prompt included, is checked before any of it is appended.
+  const int64_t more = int64_t(target.size()) - e.session.size();
+  if (int64_t(target.size()) > ctx_)
+    bad_request("the session would hold " + std::to_string(target.size()) +
+                " tokens, more than the context of " + std::to_string(ctx_));
+  check_tokens(tenant, more);
+  ojson reply = {{"id", id},
+                 {"appended", more},
+                 {"segments_added", segments.size() - e.segments.size()},
+                 {"size", target.size()}};
+  if (more > 0) e.backup.emplace(e.session.clone());
+  return lend(e, id, std::move(target), std::move(segments), std::move(reply));
+}
+
+SessionEdit SessionStore::begin_create(const std::string& tenant, const std::string& wanted,
+                                       const ojson& body) {
+  // The content is read (and refused) before the session exists.
+  const bool content = body.contains("text") || body.contains("ids") || body.contains("messages");
+  const std::vector<Piece> pieces = content ? pieces_of(body) : std::vector<Piece>();
+  const std::string id = new_id(tenant, wanted);
+  std::vector<int32_t> target;
+  std::vector<Segment> segments;
+  for (const Piece& p : pieces) {
+    if (p.ids.empty()) continue;
+    const int begin = int(target.size());
+    target.insert(target.end(), p.ids.begin(), p.ids.end());
+    segments.push_back({begin, int(target.size()), p.kind});
+  }
+  if (int64_t(target.size()) > ctx_)
+    bad_request("the session would hold " + std::to_string(target.size()) +
+                " tokens, more than the context of " + std::to_string(ctx_));
+  check_tokens(tenant, int64_t(target.size()));
+  auto [it, inserted] =
+      sessions_.emplace(std::make_pair(tenant, id), Entry(tenant, Session(model_, cache_)));
+  check(inserted, "session '" + id + "' exists");
+  it->second.creating = true;
+  ojson reply = {{"id", id}, {"object", "fak.session"}, {"size", target.size()}};
+  return lend(it->second, id, std::move(target), std::move(segments), std::move(reply));
+}
+
+ojson SessionStore::end_edit(const SessionEdit& edit, bool ok) {
+  auto it = sessions_.find({edit.tenant, edit.id});
+  check(it != sessions_.end(), "end_edit: the session vanished while lent out");
+  Entry& e = it->second;
+  e.busy = false;
+  e.pending_size = 0;
+  ok = ok && e.session.tokens() == edit.target;
+  if (!ok) {
+    if (e.creating) {
+      sessions_.erase(it);  // a create that failed leaves nothing, not even its id
+      return nullptr;
+    }
+    if (e.backup) e.session = std::move(*e.backup);
+    e.backup.reset();
+    e.segments_after.clear();
+    return nullptr;
+  }
+  e.creating = false;
+  e.backup.reset();
+  e.segments = std::move(e.segments_after);
+  e.segments_after.clear();
+  return edit.reply;
 }
 
 Session* SessionStore::begin_generate(const std::string& tenant, const std::string& id,
@@ -273,13 +352,21 @@ std::string SessionStore::clone(const std::string& tenant, const std::string& id
   Session copy = src.session.clone();
   std::vector<Segment> segments = src.segments;
   sessions_.emplace(std::make_pair(tenant, nid),
-                    Entry{tenant, std::move(copy), std::move(segments)});
+                    Entry(tenant, std::move(copy), std::move(segments)));
   return nid;
 }
 
-EvictReport SessionStore::evict_span(const std::string& tenant, const std::string& id, int begin,
-                                     int end, EvictMode mode) {
+SessionEdit SessionStore::begin_evict(const std::string& tenant, const std::string& id, int begin,
+                                      int end, int segment, EvictMode mode) {
   Entry& e = get(tenant, id);
+  if (segment >= 0) {
+    if (segment >= int(e.segments.size()))
+      bad_request("segment " + std::to_string(segment) + " does not exist (the session has " +
+                      std::to_string(e.segments.size()) + ")",
+                  "message");
+    begin = e.segments[size_t(segment)].begin;
+    end = e.segments[size_t(segment)].end;
+  }
   const int n = e.session.size();
   if (!(0 <= begin && begin < end && end <= n))
     bad_request("span [" + std::to_string(begin) + ", " + std::to_string(end) +
@@ -288,17 +375,6 @@ EvictReport SessionStore::evict_span(const std::string& tenant, const std::strin
     bad_request("mode shift needs Kraw in the cache", "mode");
   if (mode == EvictMode::Shift && end < n && model_->config().is_hybrid())
     bad_request("mode shift is not possible on hybrid models; use exact", "mode");
-  e.session.evict(begin, end, mode);
-  EvictReport r;
-  r.evicted = end - begin;
-  r.size = e.session.size();
-  // What Session::evict re-runs: exact recomputes the whole suffix; shift (and a span at the end)
-  // re-run only the last token for fresh logits.
-  const int suffix = n - end;
-  if (suffix == 0)
-    r.tokens_recomputed = begin > 0 ? 1 : 0;
-  else
-    r.tokens_recomputed = mode == EvictMode::Exact ? suffix : 1;
   std::vector<Segment> kept;
   const int len = end - begin;
   for (Segment s : e.segments) {
@@ -307,24 +383,38 @@ EvictReport SessionStore::evict_span(const std::string& tenant, const std::strin
     s.end = move(s.end);
     if (s.end > s.begin) kept.push_back(s);
   }
-  e.segments = std::move(kept);
-  return r;
-}
-
-EvictReport SessionStore::evict_segment(const std::string& tenant, const std::string& id, int index,
-                                        EvictMode mode) {
-  Entry& e = get(tenant, id);
-  if (index < 0 || index >= int(e.segments.size()))
-    bad_request("segment " + std::to_string(index) + " does not exist (the session has " +
-                    std::to_string(e.segments.size()) + ")",
-                "message");
-  const Segment s = e.segments[size_t(index)];
-  return evict_span(tenant, id, s.begin, s.end, mode);
+  std::vector<int32_t> target(e.session.tokens().begin(), e.session.tokens().begin() + begin);
+  target.insert(target.end(), e.session.tokens().begin() + end, e.session.tokens().end());
+  // What is re-run: exact recomputes the whole suffix (through the scheduler, in chunks); shift
+  // (and a span at the end) re-run only the last token for fresh logits, here.
+  const int suffix = n - end;
+  const bool replay = mode == EvictMode::Exact && suffix > 0;
+  ojson reply = {{"id", id},
+                 {"mode", mode == EvictMode::Exact ? "exact" : "shift"},
+                 {"evicted", len},
+                 {"tokens_recomputed", replay ? suffix : (suffix == 0 && begin == 0 ? 0 : 1)},
+                 {"size", target.size()}};
+  if (replay) {
+    e.backup.emplace(e.session.clone());
+    // note: the kept prefix stays as it is; everything after the span attended to it and is
+    // read again at its new positions, which by the forward's determinism equals a cold prefill
+    // of prefix + suffix (Session::evict).
+    e.session.truncate(begin);
+  } else {
+    e.session.evict(begin, end, mode);
+  }
+  return lend(e, id, std::move(target), std::move(kept), std::move(reply));
 }
 
 // A tenant's own folder: named by a hash of its API key, so keys never show on disk and no name a
 // tenant picks can reach another tenant's files. Made on first use; a folder that turned into
 // something else (a link planted there) is refused rather than followed.
+// A tenant's own folder: named by a hash of its API key, so keys never show on disk and no name a
+// tenant picks can reach another tenant's files. Made on first use; a folder that turned into
+// something else (a link planted there) is refused rather than followed. --session-dir itself is
+// made again if it was removed while the server runs.
+// note: errors name --session-dir, never its path: where the server keeps files is not the
+// client's business (the operator knows the flag's value).
 std::filesystem::path SessionStore::file_for(const std::string& tenant, const std::string& name,
                                              bool create_dir) const {
   if (dir_.empty())
@@ -333,20 +423,24 @@ std::filesystem::path SessionStore::file_for(const std::string& tenant, const st
   check_name(name, "name");
   const std::string hex = "tenant-" + tenant_hash(tenant);
   const std::filesystem::path dir = dir_ / hex;
+  auto storage_error = [](const std::string& what, int err) {
+    return StorageError("cannot " + what + " in --session-dir: " + std::strerror(err), err);
+  };
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT || !create_dir) return dir / (name + ".faksession");
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      const int err = errno;
-      throw StorageError("cannot create " + dir.string() + ": " + std::strerror(err), err);
-    }
-    if (::lstat(dir.c_str(), &st) != 0) {
-      const int err = errno;
-      throw StorageError("cannot create " + dir.string() + ": " + std::strerror(err), err);
-    }
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) throw storage_error("make the session folder", ec.value());
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      throw storage_error("make the session folder", errno);
+    if (::lstat(dir.c_str(), &st) != 0) throw storage_error("make the session folder", errno);
   }
   if (!S_ISDIR(st.st_mode))
-    throw StorageError(dir.string() + " is not a directory (a link?); refusing to use it", ENOTDIR);
+    throw StorageError(
+        "a session folder in --session-dir is not a directory (a link?); refusing "
+        "to use it",
+        ENOTDIR);
   return dir / (name + ".faksession");
 }
 
@@ -357,7 +451,14 @@ void SessionStore::save(const std::string& tenant, const std::string& id,
   // The segments travel inside the session file's header: one atomic write for all of it.
   ojson segs = ojson::array();
   for (const Segment& s : e.segments) segs.push_back({s.begin, s.end, s.kind});
-  e.session.save(path, nlohmann::json::parse(segs.dump()));
+  try {
+    e.session.save(path, nlohmann::json::parse(segs.dump()));
+  } catch (const StorageError& err) {
+    // Same cause (a full disk stays a 507), without the server's paths.
+    throw StorageError(
+        "cannot save session '" + name + "' in --session-dir: " + std::strerror(err.errno_value),
+        err.errno_value);
+  }
 }
 
 std::string SessionStore::load(const std::string& tenant, const std::string& name,
@@ -380,7 +481,7 @@ std::string SessionStore::load(const std::string& tenant, const std::string& nam
         segments.push_back({int(begin), int(end), x[2].get<std::string>()});
     }
   std::string id = new_id(tenant, wanted);
-  sessions_.emplace(std::make_pair(tenant, id), Entry{tenant, std::move(s), std::move(segments)});
+  sessions_.emplace(std::make_pair(tenant, id), Entry(tenant, std::move(s), std::move(segments)));
   return id;
 }
 

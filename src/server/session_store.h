@@ -5,6 +5,13 @@
 //
 // Not thread-safe: every call runs on the scheduler thread (Scheduler::run_job), which owns the KV
 // cache these sessions live in.
+//
+// Edits that need forward passes (create or append with content, an exact quarantine's replay)
+// come in two halves so that the scheduler can read their tokens in --prefill-chunk pieces
+// between everyone else's decode steps, charged to the tenant like any prompt: begin_* checks
+// everything that can be refused, lends the session out (busy) and says which tokens it must come
+// to hold; end_edit commits, or rolls back so that a refused or failed call changes nothing (a
+// session whose create failed was never there).
 #pragma once
 
 #include <cstdint>
@@ -12,16 +19,18 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "server/chat_prompt.h"
 
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 struct Segment {
   int begin = 0, end = 0;
@@ -48,6 +57,15 @@ struct SessionQuota {
 // for requests and the prefix cache), one tenant's at most a quarter, and always one context.
 SessionQuota default_session_quota(int64_t kv_capacity_tokens, int ctx);
 
+// An edit in flight: the session (lent out) must come to hold `target`, which extends what it
+// holds now. reply: what the call answers once committed (end_edit completes it).
+struct SessionEdit {
+  std::string tenant, id;
+  Session* session = nullptr;
+  std::vector<int32_t> target;
+  ojson reply;
+};
+
 class SessionStore {
  public:
   SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
@@ -55,13 +73,26 @@ class SessionStore {
                SessionQuota quota = {});
 
   // Each call names the tenant; a session is visible only to the tenant that made it.
-  std::string create(const std::string& tenant, const std::string& id);
   void remove(const std::string& tenant, const std::string& id);
   std::vector<std::string> list(const std::string& tenant) const;
   ojson describe(const std::string& tenant, const std::string& id) const;
 
-  // body: {"text": str} | {"ids": [int]} | {"messages": [...], "add_generation_prompt": bool}
-  ojson append(const std::string& tenant, const std::string& id, const ojson& body);
+  // POST /sessions: a new session (id: wanted, or made up), with the body's content if it has any
+  // ({"text"} | {"ids"} | {"messages", "add_generation_prompt"}, as append). Hidden until
+  // end_edit commits it.
+  SessionEdit begin_create(const std::string& tenant, const std::string& wanted, const ojson& body);
+  // body: {"text": str} | {"ids": [int]} | {"messages": [...], "add_generation_prompt": bool,
+  // "special_tokens_in_content": bool}. The whole of it (generation prompt included) is checked
+  // against the context and the quota before anything is appended.
+  SessionEdit begin_append(const std::string& tenant, const std::string& id, const ojson& body);
+  // Span [begin, end) or a segment (index >= 0); exact mode unless shift. Shift, and a span at
+  // the end, are done here (no replay); exact cuts the session at `begin` and replays the rest.
+  SessionEdit begin_evict(const std::string& tenant, const std::string& id, int begin, int end,
+                          int segment, EvictMode mode);
+  // ok: the session holds edit.target; commits and returns the reply. Otherwise puts everything
+  // back as it was before begin_* and returns null.
+  ojson end_edit(const SessionEdit& edit, bool ok);
+
   // Generation runs in the scheduler's batch: begin_generate lends the session out (clamping
   // max_tokens to the context) and marks it busy, so every other call on it gets 409 until
   // end_generate takes it back — which appends the last token when the reply ended on length
@@ -71,11 +102,6 @@ class SessionStore {
   int end_generate(const std::string& tenant, const std::string& id, const std::string& reason,
                    int32_t last, int begin);
   std::string clone(const std::string& tenant, const std::string& id, const std::string& new_id);
-  // Span [begin, end) or segment index; exact mode unless shift.
-  EvictReport evict_span(const std::string& tenant, const std::string& id, int begin, int end,
-                         EvictMode mode);
-  EvictReport evict_segment(const std::string& tenant, const std::string& id, int index,
-                            EvictMode mode);
   // Files live in a folder of the tenant's own under --session-dir: tenants never see each
   // other's names.
   void save(const std::string& tenant, const std::string& id, const std::string& name) const;
@@ -83,20 +109,36 @@ class SessionStore {
 
  private:
   struct Entry {
+    Entry(std::string tenant, Session session, std::vector<Segment> segments = {})
+        : tenant(std::move(tenant)), session(std::move(session)), segments(std::move(segments)) {}
     std::string tenant;
     Session session;
     std::vector<Segment> segments;
-    bool busy = false;  // lent to the scheduler for generation
+    bool busy = false;      // lent to the scheduler (generation or an edit)
+    bool creating = false;  // made by a create still in flight: invisible until it commits
+    // An edit in flight: the session as it was (a clone: blocks shared), the segments it will
+    // have, and the size it is growing to (counted against the quota meanwhile).
+    std::optional<Session> backup;
+    std::vector<Segment> segments_after;
+    int pending_size = 0;
   };
   Entry& get(const std::string& tenant, const std::string& id);
   const Entry& get(const std::string& tenant, const std::string& id) const;
+  // The tokens of one edit's content, one segment each (kind: "text", "ids", "message:<role>").
+  struct Piece {
+    std::vector<int32_t> ids;
+    std::string kind;
+  };
+  std::vector<Piece> pieces_of(const ojson& body) const;
+  // Lends e out for an edit that grows it to target with `segments` afterwards.
+  SessionEdit lend(Entry& e, const std::string& id, std::vector<int32_t> target,
+                   std::vector<Segment> segments, ojson reply);
   std::string new_id(const std::string& tenant, const std::string& wanted);
   // 429 when `tenant`'s sessions would hold more than the quota with `more` tokens added.
   void check_tokens(const std::string& tenant, int64_t more) const;
   int64_t tokens_of(const std::string& tenant) const;  // "" = every tenant's
   std::filesystem::path file_for(const std::string& tenant, const std::string& name,
                                  bool create_dir) const;
-  void add(Entry& e, const std::vector<int32_t>& ids, const std::string& kind);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;

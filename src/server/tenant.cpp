@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "core/error.h"
 #include "server/context.h"
 
 namespace fak::server {
@@ -26,6 +27,25 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 }  // namespace
+
+std::set<std::string> parse_api_keys(std::string_view value, const std::string& variable) {
+  std::set<std::string> keys;
+  const char* ws = " \t\r\n";
+  size_t pos = 0;
+  while (pos <= value.size()) {
+    size_t comma = value.find(',', pos);
+    if (comma == std::string_view::npos) comma = value.size();
+    std::string_view key = value.substr(pos, comma - pos);
+    const size_t b = key.find_first_not_of(ws);
+    if (b != std::string_view::npos) keys.emplace(key.substr(b, key.find_last_not_of(ws) - b + 1));
+    pos = comma + 1;
+  }
+  if (keys.empty())
+    fail("--api-key-env " + variable +
+         ": the variable holds no API key (only commas or whitespace); refusing to start a server "
+         "without authentication. Set it to one or more comma-separated keys");
+  return keys;
+}
 
 std::string tenant_hash(std::string_view key) {
   return sha256_hex(key);

@@ -24,7 +24,9 @@ std::string new_call_id() {
   return buf;
 }
 
-bool to_call(std::string_view body, ojson& call) {
+}  // namespace
+
+bool parse_tool_call_body(std::string_view body, ojson& call) {
   if (json_depth(body) > kMaxJsonDepth) return false;  // stays text rather than a deep tree
   ojson j = ojson::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string())
@@ -38,8 +40,6 @@ bool to_call(std::string_view body, ojson& call) {
                       {"arguments", args.is_string() ? args.get<std::string>() : args.dump()}};
   return true;
 }
-
-}  // namespace
 
 ExtractedToolCalls extract_tool_calls(std::string_view text) {
   ExtractedToolCalls out;
@@ -55,7 +55,7 @@ ExtractedToolCalls extract_tool_calls(std::string_view text) {
     if (close == std::string_view::npos) close = text.size();
     ojson call;
     content.append(text.substr(pos, open - pos));
-    if (to_call(trim(text.substr(body, close - body)), call))
+    if (parse_tool_call_body(trim(text.substr(body, close - body)), call))
       out.tool_calls.push_back(std::move(call));
     else
       content.append(text.substr(open, end - open));

@@ -8,9 +8,11 @@
 #include <string>
 #include <string_view>
 
+#include "core/json.h"
+
 namespace fak::server {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 inline constexpr std::string_view kToolCallClose = "</tool_call>";
@@ -19,6 +21,10 @@ struct ExtractedToolCalls {
   std::string content;                // text outside the tool-call blocks, trimmed
   ojson tool_calls = ojson::array();  // OpenAI form: {id, type, function: {name, arguments}}
 };
+
+// One block's body (the JSON between the tags): an OpenAI tool call, with a fresh id, when it is
+// a JSON object with a string `name` (arguments re-serialised as OpenAI's JSON string).
+bool parse_tool_call_body(std::string_view body, ojson& call);
 
 // Blocks whose body is not a JSON object with a string `name` are left in the content as they
 // are. An unterminated last block (generation stopped inside it) is parsed if its JSON is whole.

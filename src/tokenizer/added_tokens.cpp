@@ -70,6 +70,17 @@ void AddedTokenMatcher::add(Token token) {
   });
 }
 
+bool AddedTokenMatcher::starts_at(std::string_view text, size_t pos) const {
+  if (pos >= text.size()) return false;
+  for (uint32_t index : by_first_byte_[static_cast<unsigned char>(text[pos])]) {
+    const Token& t = tokens_[index];
+    if (t.content.size() <= text.size() - pos &&
+        std::memcmp(text.data() + pos, t.content.data(), t.content.size()) == 0)
+      return true;
+  }
+  return false;
+}
+
 void AddedTokenMatcher::split(std::string_view text, bool skip_special,
                               std::vector<Segment>& out) const {
   size_t n = text.size(), done = 0, pos = 0;

@@ -30,6 +30,8 @@ class AddedTokenMatcher {
   // lstrip/rstrip token absorbed. With skip_special, special tokens stay text.
   // note: like HF's aho-corasick pass, a skipped match is not searched again for shorter tokens.
   void split(std::string_view text, bool skip_special, std::vector<Segment>& out) const;
+  // Whether some token's content begins at text[pos] (whatever its flags would make of it there).
+  bool starts_at(std::string_view text, size_t pos) const;
 
  private:
   std::vector<Token> tokens_;

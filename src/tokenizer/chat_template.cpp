@@ -3,6 +3,7 @@
 #include "tokenizer/chat_template.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/jinja_eval.h"
 #include "tokenizer/jinja_parser.h"
 
@@ -32,13 +33,11 @@ ChatTemplate ChatTemplate::chatml() {
 
 std::string ChatTemplate::render(const nlohmann::json& messages, const nlohmann::json& tools,
                                  bool add_generation_prompt, const nlohmann::json& extra) const {
-  return render(nlohmann::ordered_json(messages), nlohmann::ordered_json(tools),
-                add_generation_prompt, nlohmann::ordered_json(extra));
+  return render(fak::ojson(messages), fak::ojson(tools), add_generation_prompt, fak::ojson(extra));
 }
 
-std::string ChatTemplate::render(const nlohmann::ordered_json& messages,
-                                 const nlohmann::ordered_json& tools, bool add_generation_prompt,
-                                 const nlohmann::ordered_json& extra) const {
+std::string ChatTemplate::render(const fak::ojson& messages, const fak::ojson& tools,
+                                 bool add_generation_prompt, const fak::ojson& extra) const {
   check(program_ != nullptr, "chat template: render() on a ChatTemplate that was never parsed");
   check(messages.is_array(), "chat template: messages must be a JSON array");
   check(tools.is_null() || tools.is_array(), "chat template: tools must be a JSON array or null");

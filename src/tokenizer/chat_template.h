@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/json.h"
+
 namespace fak {
 
 namespace jinja {
@@ -39,9 +41,9 @@ class ChatTemplate {
   std::string render(const nlohmann::json& messages, const nlohmann::json& tools,
                      bool add_generation_prompt,
                      const nlohmann::json& extra = nlohmann::json::object()) const;
-  std::string render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+  std::string render(const fak::ojson& messages, const fak::ojson& tools,
                      bool add_generation_prompt,
-                     const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+                     const fak::ojson& extra = fak::ojson::object()) const;
 
   void set_limits(const ChatTemplateLimits& limits) { limits_ = limits; }
   const std::string& source() const { return source_; }

@@ -1,6 +1,5 @@
 // Value construction, truthiness, comparison and the Python spellings (str, repr, json.dumps).
 #include "tokenizer/jinja_value.h"
-#include "tokenizer/utf8.h"
 
 #include <algorithm>
 #include <charconv>
@@ -8,6 +7,8 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/json.h"
+#include "tokenizer/utf8.h"
 
 namespace fak::jinja {
 
@@ -34,8 +35,8 @@ Value Value::undefined(std::string reason) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
-  using T = nlohmann::ordered_json::value_t;
+Value Value::from_json(const fak::ojson& j) {
+  using T = fak::ojson::value_t;
   switch (j.type()) {
     case T::null:
     case T::discarded:

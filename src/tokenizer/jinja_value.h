@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/json.h"
+
 namespace fak::jinja {
 
 class Value;
@@ -60,7 +62,7 @@ class Value {
   // An undefined value remembers why it is undefined ("'foo' is undefined") for the error raised
   // when something tries to use it.
   static Value undefined(std::string reason);
-  static Value from_json(const nlohmann::ordered_json& j);
+  static Value from_json(const fak::ojson& j);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::Undefined; }

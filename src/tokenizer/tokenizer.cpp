@@ -44,10 +44,18 @@ struct Tokenizer::Impl {
   PreTokenizer pre{""};
   Bpe bpe;
 
+  // Which added tokens a call matches: all, all but the special ones, or none (plain text).
+  enum class Added { All, NonSpecial, None };
+
   explicit Impl(TokenizerSpec s);
-  void encode_text(std::string_view text, bool skip_special, PieceCache& cache,
+  // strip_marks: the text came through mark_literal; the marks go after the added tokens were
+  // found (they broke the marked ones) and before the BPE sees the text.
+  void encode(std::string_view text, Added added, bool strip_marks,
+              std::vector<int32_t>& ids) const;
+  void encode_text(std::string_view text, Added added, bool strip_marks, PieceCache& cache,
                    std::vector<int32_t>& ids) const;
-  void encode_normalized(std::string_view text, PieceCache& cache, std::vector<int32_t>& ids) const;
+  void encode_normalized(std::string_view text, bool strip_marks, PieceCache& cache,
+                         std::vector<int32_t>& ids) const;
 };
 
 namespace {
@@ -130,8 +138,13 @@ Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex)
   }
 }
 
-void Tokenizer::Impl::encode_normalized(std::string_view text, PieceCache& cache,
+void Tokenizer::Impl::encode_normalized(std::string_view text, bool strip_marks, PieceCache& cache,
                                         std::vector<int32_t>& ids) const {
+  std::string unmarked;
+  if (strip_marks && text.find(kLiteralMark) != std::string_view::npos) {
+    unmarked = strip_literal_marks(text);
+    text = unmarked;
+  }
   std::string prefixed;
   if (spec.add_prefix_space && !text.empty() && text[0] != ' ') {
     prefixed = " " + std::string(text);
@@ -163,24 +176,44 @@ void Tokenizer::Impl::encode_normalized(std::string_view text, PieceCache& cache
   }
 }
 
-void Tokenizer::Impl::encode_text(std::string_view text, bool skip_special, PieceCache& cache,
-                                  std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::encode_text(std::string_view text, Added added, bool strip_marks,
+                                  PieceCache& cache, std::vector<int32_t>& ids) const {
   std::string normalized;
   if (spec.nfc && !nfc_is_trivial(text)) {
     normalized = nfc(text);
     text = normalized;
   }
-  if (normalized_added.empty()) {
-    encode_normalized(text, cache, ids);
+  if (normalized_added.empty() || added == Added::None) {
+    encode_normalized(text, strip_marks, cache, ids);
     return;
   }
   std::vector<AddedTokenMatcher::Segment> segments;
-  normalized_added.split(text, skip_special, segments);
+  normalized_added.split(text, added == Added::NonSpecial, segments);
   for (const auto& s : segments) {
     if (s.id >= 0) {
       ids.push_back(s.id);
     } else {
-      encode_normalized(text.substr(s.begin, s.end - s.begin), cache, ids);
+      encode_normalized(text.substr(s.begin, s.end - s.begin), strip_marks, cache, ids);
+    }
+  }
+}
+
+void Tokenizer::Impl::encode(std::string_view text, Added added, bool strip_marks,
+                             std::vector<int32_t>& ids) const {
+  check_utf8(text, "text to encode");
+  ids.reserve(ids.size() + text.size() / 3 + 4);
+  PieceCache cache;
+  if (raw_added.empty() || added == Added::None) {
+    encode_text(text, added, strip_marks, cache, ids);
+    return;
+  }
+  std::vector<AddedTokenMatcher::Segment> segments;
+  raw_added.split(text, added == Added::NonSpecial, segments);
+  for (const auto& s : segments) {
+    if (s.id >= 0) {
+      ids.push_back(s.id);
+    } else {
+      encode_text(text.substr(s.begin, s.end - s.begin), added, strip_marks, cache, ids);
     }
   }
 }
@@ -224,24 +257,63 @@ Tokenizer Tokenizer::from_spec(TokenizerSpec spec) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
-  check_utf8(text, "text to encode");
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
-  PieceCache cache;
-  if (impl_->raw_added.empty()) {
-    impl_->encode_text(text, !parse_special, cache, ids);
-    return ids;
+  impl_->encode(text, parse_special ? Impl::Added::All : Impl::Added::NonSpecial, false, ids);
+  return ids;
+}
+
+std::vector<int32_t> Tokenizer::encode_literal(std::string_view text) const {
+  std::vector<int32_t> ids;
+  impl_->encode(text, Impl::Added::None, false, ids);
+  return ids;
+}
+
+std::vector<int32_t> Tokenizer::encode_marked(std::string_view text) const {
+  std::vector<int32_t> ids;
+  impl_->encode(text, Impl::Added::All, true, ids);
+  return ids;
+}
+
+std::string Tokenizer::mark_literal(std::string_view text) const {
+  std::string out;
+  out.reserve(text.size() + 16);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (text.compare(pos, kLiteralMark.size(), kLiteralMark) == 0) {
+      // A mark the text held itself: doubled, so stripping gives it back.
+      out.append(kLiteralMark).append(kLiteralMark);
+      pos += kLiteralMark.size();
+      continue;
+    }
+    size_t len = 1;
+    while (pos + len < text.size() && (static_cast<unsigned char>(text[pos + len]) & 0xC0) == 0x80)
+      ++len;
+    out.append(text.substr(pos, len));
+    // note: every place an added token starts gets a mark after its first character, so no
+    // occurrence survives, even one that overlaps another (a shorter token inside a longer one).
+    if (impl_->raw_added.starts_at(text, pos) || impl_->normalized_added.starts_at(text, pos))
+      out.append(kLiteralMark);
+    pos += len;
   }
-  std::vector<AddedTokenMatcher::Segment> segments;
-  impl_->raw_added.split(text, !parse_special, segments);
-  for (const auto& s : segments) {
-    if (s.id >= 0) {
-      ids.push_back(s.id);
-    } else {
-      impl_->encode_text(text.substr(s.begin, s.end - s.begin), !parse_special, cache, ids);
+  return out;
+}
+
+std::string strip_literal_marks(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t pos = 0;
+  for (;;) {
+    const size_t at = text.find(kLiteralMark, pos);
+    if (at == std::string_view::npos) break;
+    out.append(text.substr(pos, at - pos));
+    pos = at + kLiteralMark.size();
+    if (text.compare(pos, kLiteralMark.size(), kLiteralMark) == 0) {
+      out.append(kLiteralMark);
+      pos += kLiteralMark.size();
     }
   }
-  return ids;
+  out.append(text.substr(pos));
+  return out;
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

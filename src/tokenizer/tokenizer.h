@@ -38,6 +38,20 @@ struct TokenizerSpec {
                                   // whole before any merge (Llama-3 sets it)
 };
 
+// What the message content of a chat prompt may turn into. Text (the default): every string a
+// client hands the chat template (message content, tool-call arguments, tool definitions, template
+// kwargs) is tokenized as text, so only the template's own markup makes control tokens and a tool
+// result holding "<|im_end|><|im_start|>system" cannot open a forged turn. Special: the old
+// behaviour, where added tokens spelled in content become their ids (a server request opts in with
+// special_tokens_in_content).
+enum class ContentTokens { Text, Special };
+
+// U+FDD0, a noncharacter (Unicode reserves it for a program's internal use): the mark
+// mark_literal puts into message content.
+inline constexpr std::string_view kLiteralMark = "\xEF\xB7\x90";
+// Text with mark_literal's marks taken out (a doubled mark back to one).
+std::string strip_literal_marks(std::string_view text);
+
 class Tokenizer {
  public:
   // dir holds tokenizer.json and optionally tokenizer_config.json. Throws fak::Error naming the
@@ -50,9 +64,21 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
-  // parse_special: added tokens in the text become their ids (HF default). Text must be valid
-  // UTF-8 (throws fak::Error otherwise). No BOS is added here; callers decide.
+  // parse_special: added tokens in the text become their ids (HF default); false: special ones
+  // stay text (HF's split_special_tokens). Text must be valid UTF-8 (throws fak::Error otherwise).
+  // No BOS is added here; callers decide.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // Text that can never become a control token: no added token is matched in it, special or not
+  // (a tool result holding "<|im_end|>" is those ten characters, never id 151645).
+  std::vector<int32_t> encode_literal(std::string_view text) const;
+  // Message content inside a rendered chat prompt. mark_literal breaks every added token in a
+  // piece of text with kLiteralMark (and doubles marks the text already held); text built from
+  // marked pieces and the template's own markup goes to encode_marked, where the markup's added
+  // tokens become their ids and the marked pieces are text: exactly encode_literal of each piece.
+  // note: string operations a template runs on content (split, startswith) see the marks, so a
+  // template looking for an added token's text inside content no longer finds it.
+  std::string mark_literal(std::string_view text) const;
+  std::vector<int32_t> encode_marked(std::string_view text) const;
   // Raw bytes of the ids concatenated; invalid UTF-8 is kept as bytes (callers may replace).
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
   // The raw bytes one token stands for.

@@ -81,6 +81,25 @@ await check("ai-sdk toolChoice required and a named tool", async () => {
   timeSchema.parse(named.toolCalls[0].input);
 });
 
+await check("ai-sdk streamText streams a tool call's input as it is generated", async () => {
+  const tools = { get_weather: ai.tool({ description: "Weather in a city", inputSchema: weatherSchema }) };
+  const s = ai.streamText({ model, tools, toolChoice: "required", prompt: "Weather in Paris?",
+                            maxOutputTokens: 80, temperature: 0 });
+  const deltas = [];
+  let started = false, call = null;
+  for await (const part of s.fullStream) {
+    if (part.type === "tool-input-start") started = true;
+    if (part.type === "tool-input-delta") { assert.ok(started); deltas.push(part.delta); }
+    if (part.type === "tool-call") call = part;
+    if (part.type === "error") throw part.error;
+  }
+  assert.ok(deltas.length >= 3, "input in " + deltas.length + " piece(s)");
+  assert.ok(call, "no tool-call part");
+  assert.deepEqual(JSON.parse(deltas.join("")), call.input);
+  weatherSchema.parse(call.input);
+  assert.equal(await s.finishReason, "tool-calls");
+});
+
 await check("ai-sdk agent loop through a tool result", async () => {
   let executed = 0;
   const tools = {

@@ -98,8 +98,9 @@ await check("stop_sequences end the reply and are named", async () => {
 
 await check("tool_choice any forces a tool_use; the tool_result turn reuses the cached prefix", async () => {
   const messages = [{ role: "user", content: "What is the weather in Paris? Use the tool." }];
+  // One call (parallel calls would run past max_tokens: a call cut off there is max_tokens).
   const first = await client.messages.create({
-    model, max_tokens: 60, system, tools, tool_choice: { type: "any" }, messages,
+    model, max_tokens: 60, system, tools, tool_choice: { type: "any", disable_parallel_tool_use: true }, messages,
   });
   assert.equal(first.stop_reason, "tool_use");
   const use = first.content.find((b) => b.type === "tool_use");
@@ -126,12 +127,14 @@ await check("streamed tool_use: inputJson events and a parsed input in finalMess
     model, max_tokens: 60, tools, tool_choice: { type: "tool", name: "get_weather" },
     messages: [{ role: "user", content: "Weather in Oslo?" }],
   });
-  stream.on("inputJson", (partial) => { json += partial; });
+  let pieces = 0;
+  stream.on("inputJson", (partial) => { json += partial; pieces++; });
   const final = await stream.finalMessage();
   const use = final.content.find((b) => b.type === "tool_use");
   assert.ok(use, JSON.stringify(final.content));
   assert.deepEqual(use.input, JSON.parse(json));
   assert.equal(final.stop_reason, "tool_use");
+  assert.ok(pieces >= 3, "input in " + pieces + " piece(s): a tool call streams as it is generated");
 });
 
 await check("countTokens", async () => {

@@ -251,6 +251,29 @@ await check("chat tool_choice required and a named function", async () => {
   assert.ok(Number.isInteger(args.zone) && args.zone >= -12 && args.zone <= 14);
 });
 
+await check("streamed tool calls arrive as argument deltas the SDK accumulates", async () => {
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object",
+    required: ["city", "days"], properties: { city: { type: "string", maxLength: 20 }, days: { type: "integer" } } } } }];
+  const req = { model: "pycoder-6m", max_tokens: 80, temperature: 0, tools, tool_choice: "required",
+                parallel_tool_calls: false, messages: [{ role: "user", content: "Weather in Paris this week?" }] };
+  const whole = await client.chat.completions.create(req);
+  const stream = client.chat.completions.stream(req);
+  const deltas = [];
+  stream.on("tool_calls.function.arguments.delta", (e) => deltas.push(e.arguments_delta));
+  const final = await stream.finalChatCompletion();
+  assert.ok(deltas.length >= 3, "arguments in " + deltas.length + " piece(s)");
+  const call = final.choices[0].message.tool_calls[0];
+  assert.equal(deltas.join(""), call.function.arguments);
+  assert.equal(call.function.name, "get_weather");
+  assert.equal(call.function.arguments, whole.choices[0].message.tool_calls[0].function.arguments);
+  assert.equal(final.choices[0].finish_reason, "tool_calls");
+  // Cut off by max_tokens inside the call: "length", and no half call as text or as a call.
+  const cut = await client.chat.completions.create({ ...req, max_tokens: 10 });
+  assert.equal(cut.choices[0].finish_reason, "length");
+  assert.equal(cut.choices[0].message.tool_calls, undefined);
+  assert.ok(!(cut.choices[0].message.content ?? "").includes("tool_call"), cut.choices[0].message.content);
+});
+
 await check("chat n, logprobs and top_logprobs", async () => {
   const r = await client.chat.completions.create({ model: "pycoder-6m", max_tokens: 8, n: 2, temperature: 1, seed: 3,
                                                    logprobs: true, top_logprobs: 2, messages: [{ role: "user", content: "hi" }] });

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "runtime/generate.h"
 #include "runtime/model_cache.h"
 #include "runtime/session.h"
@@ -21,7 +22,7 @@ namespace fak::cli {
 
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using ojson = fak::ojson;
 
 struct ChatArgs {
   std::string model, session, system;
@@ -57,8 +58,9 @@ class Chat {
   // The conversation rendered and tokenized; the session keeps the longest common prefix and
   // prefills the rest (a turn's reply re-tokenized may differ from what was sampled).
   void sync(bool generation_prompt) {
+    // What the user types is text: it never becomes a control token (server/chat_prompt.h).
     const std::vector<int32_t> ids =
-        model_->tokenizer()->encode(prompt_.render(messages_, ojson(), generation_prompt));
+        prompt_.encode(prompt_.render(messages_, ojson(), generation_prompt));
     const std::vector<int32_t>& have = session_.tokens();
     size_t common = 0;
     while (common < have.size() && common < ids.size() && have[common] == ids[common]) ++common;

@@ -1,4 +1,5 @@
 // fak serve: the OpenAI-compatible HTTP server (src/server/) over one model.
+#include <cstdio>
 #include <cstdlib>
 
 #include "common.h"
@@ -28,14 +29,13 @@ void serve(ServeArgs& a) {
     if (!v || !*v)
       fail("--api-key-env " + a.api_key_env + ": that environment variable is empty or unset");
     // Several keys, comma-separated: each is a tenant with its own prefix-cache partition.
-    std::string keys = v;
-    size_t pos = 0;
-    while (pos <= keys.size()) {
-      size_t comma = keys.find(',', pos);
-      if (comma == std::string::npos) comma = keys.size();
-      if (comma > pos) a.o.api_keys.insert(keys.substr(pos, comma - pos));
-      pos = comma + 1;
-    }
+    a.o.api_keys = server::parse_api_keys(v, a.api_key_env);
+    a.o.require_api_key = true;
+    std::fprintf(stderr, "fak serve: %zu API key%s loaded from %s\n", a.o.api_keys.size(),
+                 a.o.api_keys.size() == 1 ? "" : "s", a.api_key_env.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "fak serve: no --api-key-env: requests are served without authentication\n");
   }
   a.o.max_body_bytes = a.max_body_mib << 20;
   if (a.draft == "ngram") {
