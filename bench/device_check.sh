@@ -28,7 +28,7 @@ echo "gtest rc=$?" | tee -a "$OUT/steps.txt"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/gtest_cuda.txt" | tail -60
 
 log "HF parity per fixture on cuda:0"
-for f in llama-tiny qwen2-tiny qwen3-tiny qwen35-hybrid-tiny; do
+for f in llama-tiny qwen2-tiny qwen3-tiny qwen35-hybrid-tiny qwen3-moe-tiny qwen35-moe-tiny; do
   timeout 60 build-gpu/fak parity --device cuda -m "tests/data/oracle/$f" \
     --reference "tests/data/oracle/$f/reference.safetensors" --json > "$OUT/parity_$f.json" 2>&1
   echo "parity $f rc=$?" | tee -a "$OUT/steps.txt"

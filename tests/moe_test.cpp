@@ -82,7 +82,7 @@ struct OpsCall {
 BufferSizes moe_sizes(int T, int D, int I, int k) {
   BufferSizes s{};
   const size_t pairs = size_t(T) * size_t(k);
-  s[size_t(Buf::MoeRows)] = s[size_t(Buf::MoeOut)] = s[size_t(Buf::MoeSlots)] = pairs * size_t(D);
+  s[size_t(Buf::MoeRows)] = pairs * size_t(D);
   s[size_t(Buf::MoeGate)] = s[size_t(Buf::MoeUp)] = pairs * size_t(I);
   return s;
 }

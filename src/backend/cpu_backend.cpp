@@ -254,15 +254,18 @@ void CpuCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const We
   std::vector<int32_t> first(size_t(n_experts) + 1, 0), pairs(size_t(T_) * size_t(k));
   for (size_t i = 0; i < pairs.size(); ++i) ++first[size_t(ids[i]) + 1];
   for (int e = 0; e < n_experts; ++e) first[size_t(e) + 1] += first[size_t(e)];
+  std::vector<int32_t> row_of(pairs.size());  // pair t * k + j -> its row in the groups
   {
     std::vector<int32_t> at(first.begin(), first.end() - 1);
-    for (size_t i = 0; i < pairs.size(); ++i) pairs[size_t(at[size_t(ids[i])]++)] = int32_t(i);
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      row_of[i] = at[size_t(ids[i])]++;
+      pairs[size_t(row_of[i])] = int32_t(i);
+    }
   }
-  float* xs = buf(Buf::MoeRows);      // [pairs][dim]
-  float* g = buf(Buf::MoeGate);       // [pairs][expert_hidden]
-  float* u = buf(Buf::MoeUp);         // [pairs][expert_hidden]
-  float* ys = buf(Buf::MoeOut);       // [pairs][dim]
-  float* slots = buf(Buf::MoeSlots);  // [T][k][dim]
+  float* xs = buf(Buf::MoeRows);  // [pairs][dim] the inputs, then the outputs, by group
+  float* g = buf(Buf::MoeGate);   // [pairs][expert_hidden]
+  float* u = buf(Buf::MoeUp);     // [pairs][expert_hidden]
+  float* ys = xs;                 // the inputs are spent once the gates and ups are done
   for (size_t r = 0; r < pairs.size(); ++r)
     std::memcpy(xs + r * D, x + size_t(pairs[r] / k) * D, sizeof(float) * D);
   // Every chosen expert's gate and up in one parallel region, then every down in another.
@@ -284,14 +287,12 @@ void CpuCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const We
     if (n > 0) jobs.push_back({&down[size_t(e)], g + r0 * I, n, ys + r0 * D});
   }
   matmul_many(jobs);
-  for (size_t r = 0; r < pairs.size(); ++r)
-    std::memcpy(slots + size_t(pairs[r]) * D, ys + r * D, sizeof(float) * D);
   for (int t = 0; t < T_; ++t) {
     float* o = out + size_t(t) * D;
     std::memset(o, 0, sizeof(float) * D);
     for (int j = 0; j < k; ++j) {
       const float w = weights[size_t(t) * size_t(k) + size_t(j)];
-      const float* y = slots + (size_t(t) * size_t(k) + size_t(j)) * D;
+      const float* y = ys + size_t(row_of[size_t(t) * size_t(k) + size_t(j)]) * D;
       for (size_t d = 0; d < D; ++d) o[d] += w * y[d];
     }
   }

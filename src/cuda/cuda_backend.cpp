@@ -354,8 +354,7 @@ void CudaCall::deltanet(const DeltaNetParams& p, int layer, const float* qkv, co
 }
 
 // The (token, rank) pairs are grouped by expert on the host (the routes come back first), then
-// each expert runs one matmul over its group: one gather before, one scatter and a rank-ordered
-// sum after.
+// each expert runs one matmul over its group: one gather before, a rank-ordered sum after.
 void CudaCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
                            std::span<const WeightMatrix> down, const float* x, int k,
                            const float* weights, float* out) {
@@ -366,7 +365,7 @@ void CudaCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const W
   cuda_check(
       cudaMemcpy(ids.data(), s_.ids.data(), n_pairs * sizeof(int32_t), cudaMemcpyDeviceToHost),
       "cudaMemcpy (MoE routes)");
-  std::vector<int32_t> first(size_t(n_experts) + 1, 0), pairs(n_pairs);
+  std::vector<int32_t> first(size_t(n_experts) + 1, 0), pairs(n_pairs), row_of(n_pairs);
   for (int32_t e : ids) {
     check(e >= 0 && e < n_experts, "forward: a MoE route names no expert");
     ++first[size_t(e) + 1];
@@ -374,15 +373,20 @@ void CudaCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const W
   for (int e = 0; e < n_experts; ++e) first[size_t(e) + 1] += first[size_t(e)];
   {
     std::vector<int32_t> at(first.begin(), first.end() - 1);
-    for (size_t i = 0; i < n_pairs; ++i) pairs[size_t(at[size_t(ids[i])]++)] = int32_t(i);
+    for (size_t i = 0; i < n_pairs; ++i) {
+      row_of[i] = at[size_t(ids[i])]++;
+      pairs[size_t(row_of[i])] = int32_t(i);
+    }
   }
-  s_.pairs.reserve(n_pairs * sizeof(int32_t), "MoE pairs");
+  s_.pairs.reserve(2 * n_pairs * sizeof(int32_t), "MoE pairs");
   s_.pairs.upload(pairs.data(), n_pairs * sizeof(int32_t));
-  float* xs = buf(Buf::MoeRows);
+  cuda_check(cudaMemcpy(s_.pairs.as<int32_t>() + n_pairs, row_of.data(), n_pairs * sizeof(int32_t),
+                        cudaMemcpyHostToDevice),
+             "cudaMemcpy (MoE rows)");
+  float* xs = buf(Buf::MoeRows);  // the inputs by group, then (spent) the outputs
   float* g = buf(Buf::MoeGate);
   float* u = buf(Buf::MoeUp);
-  float* ys = buf(Buf::MoeOut);
-  float* slots = buf(Buf::MoeSlots);
+  float* ys = xs;
   cuda::gather_rows(x, s_.pairs.as<int32_t>(), k, int(n_pairs), D, xs, kStream);
   for (int e = 0; e < n_experts; ++e) {
     const size_t r0 = size_t(first[size_t(e)]);
@@ -394,8 +398,7 @@ void CudaCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const W
                    g + r0 * size_t(I), kStream);
     cuda::matmul(mat(down[size_t(e)]), g + r0 * size_t(I), n, ys + r0 * size_t(D), kStream);
   }
-  cuda::scatter_rows(ys, s_.pairs.as<int32_t>(), int(n_pairs), D, slots, kStream);
-  cuda::moe_combine(slots, weights, T_, k, D, out, kStream);
+  cuda::moe_combine(ys, s_.pairs.as<int32_t>() + n_pairs, weights, T_, k, D, out, kStream);
 }
 
 void CudaCall::logits(const float* x, const std::vector<float>& norm, float eps,

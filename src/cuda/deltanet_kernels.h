@@ -1,4 +1,4 @@
-// The CUDA kernels of a Gated DeltaNet layer (models/deltanet.cpp is the CPU version and says what
+// The CUDA kernels of a Gated DeltaNet layer (ops/deltanet.cpp is the CPU version and says what
 // the layer computes). On the device every token goes through the recurrent form of the delta rule
 // (no chunked form): the state after a sequence then depends on its tokens only, not on how they
 // were grouped into forward calls, and each value head's memory is one block's, so the batch never

@@ -58,24 +58,16 @@ __global__ void gather_kernel(const float* src, const int32_t* index, int diviso
   }
 }
 
-__global__ void scatter_kernel(const float* src, const int32_t* index, int width, size_t n,
-                               float* dst) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const size_t r = i / size_t(width), d = i % size_t(width);
-    dst[size_t(index[r]) * size_t(width) + d] = src[i];
-  }
-}
-
-__global__ void combine_kernel(const float* slots, const float* weights, int k, int width, size_t n,
-                               float* out) {
+__global__ void combine_kernel(const float* rows, const int32_t* row_of, const float* weights,
+                               int k, int width, size_t n, float* out) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
     const size_t t = i / size_t(width), d = i % size_t(width);
     float acc = 0.0f;
     for (int j = 0; j < k; ++j)
-      acc = __fadd_rn(acc, __fmul_rn(weights[t * size_t(k) + size_t(j)],
-                                     slots[(t * size_t(k) + size_t(j)) * size_t(width) + d]));
+      acc = __fadd_rn(
+          acc, __fmul_rn(weights[t * size_t(k) + size_t(j)],
+                         rows[size_t(row_of[t * size_t(k) + size_t(j)]) * size_t(width) + d]));
     out[i] = acc;
   }
 }
@@ -107,19 +99,12 @@ void gather_rows(const float* src, const int32_t* index, int divisor, int n, int
   check_launch("gather_rows kernel");
 }
 
-void scatter_rows(const float* src, const int32_t* index, int n, int width, float* dst,
-                  cudaStream_t stream) {
-  const size_t total = size_t(n) * size_t(width);
-  if (total == 0) return;
-  scatter_kernel<<<blocks_for(total), 256, 0, stream>>>(src, index, width, total, dst);
-  check_launch("scatter_rows kernel");
-}
-
-void moe_combine(const float* slots, const float* weights, int n_tokens, int k, int width,
-                 float* out, cudaStream_t stream) {
+void moe_combine(const float* rows, const int32_t* row_of, const float* weights, int n_tokens,
+                 int k, int width, float* out, cudaStream_t stream) {
   const size_t total = size_t(n_tokens) * size_t(width);
   if (total == 0) return;
-  combine_kernel<<<blocks_for(total), 256, 0, stream>>>(slots, weights, k, width, total, out);
+  combine_kernel<<<blocks_for(total), 256, 0, stream>>>(rows, row_of, weights, k, width, total,
+                                                        out);
   check_launch("moe_combine kernel");
 }
 

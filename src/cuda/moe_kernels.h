@@ -19,12 +19,9 @@ void moe_route(const float* logits, int n_tokens, int n_experts, int k, bool ren
 // dst[r] = src[index[r] / divisor] for n rows of `width`.
 void gather_rows(const float* src, const int32_t* index, int divisor, int n, int width, float* dst,
                  cudaStream_t stream);
-// dst[index[r]] = src[r] for n rows of `width`.
-void scatter_rows(const float* src, const int32_t* index, int n, int width, float* dst,
-                  cudaStream_t stream);
-// out[t] = sum over j < k, in order, of weights[t][j] * slots[t][j], rows of `width`.
-void moe_combine(const float* slots, const float* weights, int n_tokens, int k, int width,
-                 float* out, cudaStream_t stream);
+// out[t] = sum over j < k, in order, of weights[t][j] * rows[row_of[t k + j]], rows of `width`.
+void moe_combine(const float* rows, const int32_t* row_of, const float* weights, int n_tokens,
+                 int k, int width, float* out, cudaStream_t stream);
 // out[t] += sigmoid(gate[t]) * y[t], rows of `width`.
 void add_gated(float* out, const float* y, const float* gate, int n_tokens, int width,
                cudaStream_t stream);

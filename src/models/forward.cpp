@@ -60,8 +60,6 @@ BufferSizes forward_buffer_sizes(const ModelConfig& c, int T) {
     set(Buf::MoeRows, pairs * c.dim);
     set(Buf::MoeGate, pairs * c.expert_hidden_dim);
     set(Buf::MoeUp, pairs * c.expert_hidden_dim);
-    set(Buf::MoeOut, pairs * c.dim);
-    set(Buf::MoeSlots, pairs * c.dim);
     if (c.shared_expert_hidden_dim > 0) {
       set(Buf::Shared, c.dim);
       set(Buf::SharedGate, 1);

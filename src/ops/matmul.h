@@ -21,10 +21,10 @@ namespace fak {
 enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
 
 std::string_view wtype_name(WType t);
-std::optional<QuantType> wtype_quant(WType t);  // the block format of a quantised WType
+std::optional<QuantType> wtype_quant(WType t);       // the block format of a quantised WType
 std::optional<WType> wtype_from_quant(QuantType t);  // nullopt for Q8_K (activations only)
-size_t wtype_row_bytes(WType t, int64_t cols);  // bytes of one row of `cols` elements
-int64_t wtype_block(WType t);                   // elements per block (1 for float types)
+size_t wtype_row_bytes(WType t, int64_t cols);       // bytes of one row of `cols` elements
+int64_t wtype_block(WType t);                        // elements per block (1 for float types)
 
 struct WeightMatrix {
   WType type = WType::F32;
@@ -36,7 +36,9 @@ struct WeightMatrix {
   // starts, not row r, and only matmul and dequantize_row know the layout.
   bool panels = false;
 
-  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes; }
+  const uint8_t* row(int64_t r) const {
+    return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes;
+  }
   size_t bytes() const { return row_bytes * size_t(rows); }
 };
 

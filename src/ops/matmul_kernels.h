@@ -47,7 +47,6 @@ struct QuantTask {
 };
 void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 
-
 // Computes outputs of rows [r0, r1) for every token of q, bit-identical to q.dot per output.
 using QuantTileFn = void (*)(const QuantTask& q, int64_t r0, int64_t r1);
 
@@ -63,8 +62,8 @@ struct QuantPrepared {
 };
 // `reuse`: a prepared product over the same x (same activation type and width) whose quantised
 // activations are taken instead of quantising x again; may be null.
-void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y,
-                   QuantPrepared& p, const QuantPrepared* reuse = nullptr);
+void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y, QuantPrepared& p,
+                   const QuantPrepared* reuse = nullptr);
 void run_quant(const QuantPrepared& p, int64_t r0, int64_t r1);
 // The register-tiled prefill kernel for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_tile_kernel(QuantType t);

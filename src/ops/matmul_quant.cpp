@@ -127,8 +127,8 @@ QuantTileFn quant_gemv_kernel(QuantType t) {
   return quant_kernels().isa == "avx2" ? quant_gemv_avx2(t) : nullptr;
 }
 
-void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y,
-                   QuantPrepared& p, const QuantPrepared* reuse) {
+void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y, QuantPrepared& p,
+                   const QuantPrepared* reuse) {
   const QuantType qt = *wtype_quant(w.type);
   const QuantKernels& k = quant_kernels();
   const QuantType at = dot_activation_type(qt);
@@ -160,8 +160,7 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
                     : quant_gemv_kernel(qt);
   check(p.tile || !w.panels, "matmul: packed weights without their kernel");
   if (reuse && reuse->act_type == at && reuse->q.act_row_bytes == q.act_row_bytes &&
-      reuse->q.n_tokens == n_tokens &&
-      (!want_scales || reuse->q.act_scales)) {
+      reuse->q.n_tokens == n_tokens && (!want_scales || reuse->q.act_scales)) {
     q.act = reuse->q.act;
     q.act_scales = want_scales ? reuse->q.act_scales : nullptr;
     q.act_sums = want_sums ? reuse->q.act_sums : nullptr;
