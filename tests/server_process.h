@@ -4,6 +4,7 @@
 // It can be stopped and started again in the same directory, as a server is restarted.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <filesystem>
@@ -52,6 +53,19 @@ class ServerProcess {
   int exit_code_ = -1;
   int port_ = 0;
   std::filesystem::path dir_;
+};
+
+// A test suite whose tests share one server with two slots (the common case): started before the
+// suite's first test, stopped after its last.
+class TwoSlotServerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerProcess("--parallel 2"); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static int port() { return server_->port(); }
+  static inline ServerProcess* server_ = nullptr;
 };
 
 }  // namespace fak::test

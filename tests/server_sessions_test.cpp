@@ -17,22 +17,14 @@
 namespace fak::test {
 namespace {
 
-class SessionEdges : public ::testing::Test {
+class SessionEdges : public TwoSlotServerSuite {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess("--parallel 2"); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  static int port() { return server_->port(); }
   static HttpReply post(const std::string& path, const ojson& body) {
     return post_json(port(), path, body);
   }
   static HttpReply get(const std::string& path) { return get_json(port(), path); }
   static ojson listed() { return get("/v1/fak/sessions").j()["data"]; }
-  static ServerProcess* server_;
 };
-ServerProcess* SessionEdges::server_ = nullptr;
 
 TEST_F(SessionEdges, ARefusedCreateLeavesNothing) {
   const int tokenizer_ids = pycoder_tokenizer().vocab_size();

@@ -117,17 +117,9 @@ std::vector<ojson> chunks(const std::string& raw) {
 }
 
 // The server, with the bundled model forced into the tool-call grammar.
-class ToolCallsServer : public ::testing::Test {
+class ToolCallsServer : public TwoSlotServerSuite {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess("--parallel 2"); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  static int port() { return server_->port(); }
-  static ServerProcess* server_;
 };
-ServerProcess* ToolCallsServer::server_ = nullptr;
 
 const ojson kTools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather",
   "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
