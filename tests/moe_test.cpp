@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -289,30 +290,57 @@ TEST(MoeModel, BadConfigsAreRefusedNamingTheField) {
             std::string::npos);
 }
 
-// A Qwen3 MoE of 256-wide rows (so every K-quant fits whole blocks), dense layers between the
-// sparse ones (decoder_sparse_step 2, and layer 3 in mlp_only_layers), from `fak synth`.
-std::filesystem::path synth_moe(const std::string& name) {
+// A random-weight model from `fak synth`: a fixture's config, edited, with its tokenizer.
+std::filesystem::path synth_from(const std::string& fixture, const std::string& name,
+                                 const std::function<void(json&)>& edit) {
   const auto dir = test::temp_dir() / name;
   std::filesystem::create_directories(dir);
-  json c = json::parse(test::read_file(test::data_path("oracle/qwen3-moe-tiny/config.json")));
-  c["hidden_size"] = 256;
-  c["num_attention_heads"] = 4;
-  c["num_key_value_heads"] = 2;
-  c["head_dim"] = 64;
-  c["intermediate_size"] = 512;
-  c["moe_intermediate_size"] = 256;
-  c["num_experts"] = 16;
-  c["num_experts_per_tok"] = 4;
-  c["num_hidden_layers"] = 4;
-  c["decoder_sparse_step"] = 2;
-  c["mlp_only_layers"] = {3};
+  json c = json::parse(test::read_file(test::data_path("oracle/" + fixture + "/config.json")));
+  edit(c);
   test::write_file(dir / "in.json", c.dump(2));
   const auto r = test::run_fak("synth --config " + (dir / "in.json").string() + " -o " +
                                (dir / "hf").string() + " --dtype f32 --std 0.05 --seed 7");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    std::filesystem::copy_file(test::data_path("oracle/qwen3-moe-tiny") / f, dir / "hf" / f);
+    std::filesystem::copy_file(test::data_path("oracle/" + fixture) / f, dir / "hf" / f);
   return dir / "hf";
+}
+
+// A Qwen3 MoE of 256-wide rows (so every K-quant fits whole blocks), dense layers between the
+// sparse ones (decoder_sparse_step 2, and layer 3 in mlp_only_layers).
+std::filesystem::path synth_moe(const std::string& name) {
+  return synth_from("qwen3-moe-tiny", name, [](json& c) {
+    c["hidden_size"] = 256;
+    c["num_attention_heads"] = 4;
+    c["num_key_value_heads"] = 2;
+    c["head_dim"] = 64;
+    c["intermediate_size"] = 512;
+    c["moe_intermediate_size"] = 256;
+    c["num_experts"] = 16;
+    c["num_experts_per_tok"] = 4;
+    c["num_hidden_layers"] = 4;
+    c["decoder_sparse_step"] = 2;
+    c["mlp_only_layers"] = {3};
+  });
+}
+
+// Value heads wider than key heads: fak runs it from HF and from its own GGUF, and says that
+// llama.cpp (which takes one width for both) would refuse the file.
+TEST(MoeModel, HybridWithValueHeadsWiderThanKeyHeads) {
+  const auto dir = synth_from("qwen35-moe-tiny", "wide_values", [](json& c) {
+    c["linear_value_head_dim"] = 24;
+    c["num_experts"] = 6;
+    c["num_experts_per_tok"] = 3;
+  });
+  const auto hf = Model::load(dir);
+  ASSERT_EQ(hf->config().linear_value_head_dim, 24);
+  const ExportStats stats = export_gguf(*hf, FileType::F32, dir / "f32.gguf");
+  ASSERT_EQ(stats.warnings.size(), 1u);
+  EXPECT_NE(stats.warnings[0].find("linear_value_head_dim (24)"), std::string::npos);
+  const auto g = Model::load(dir / "f32.gguf", {.load_tokenizer = false});
+  EXPECT_EQ(g->config().linear_value_head_dim, 24);
+  const auto ids = random_ids(40, hf->config().vocab, 5);
+  EXPECT_TRUE(bit_equal(prompt_logits(hf, ids), prompt_logits(g, ids)));
 }
 
 TEST(MoeModel, DenseLayersBetweenSparseOnesInHfAndGguf) {

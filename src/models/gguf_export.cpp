@@ -151,6 +151,12 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
         "ffn_up / ffn_down, which fak reads but llama.cpp's " +
         std::string(c.family->gguf_arch()) + " does not");
 
+  if (c.is_hybrid() && c.linear_key_head_dim != c.linear_value_head_dim)
+    col.stats.warnings.push_back(
+        "linear_key_head_dim (" + std::to_string(c.linear_key_head_dim) +
+        ") differs from linear_value_head_dim (" + std::to_string(c.linear_value_head_dim) +
+        "): fak reads the file back, but llama.cpp assumes they are equal and refuses it");
+
   auto type_of = [&](const TensorDef& d, const WeightMatrix& m) {
     // The router and the shared expert's gate stay f32 as llama.cpp's converter writes them.
     if (d.keep_float) return WType::F32;
