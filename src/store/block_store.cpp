@@ -190,23 +190,30 @@ void BlockStore::publish(const std::string& partition, const Session& session) {
 }
 
 bool BlockStore::upload(const std::vector<BlockUpload>& uploads) {
-  if (uploads.empty()) return true;
-  std::vector<RedisArgs> cmds;
-  for (const auto& u : uploads) cmds.push_back({"SET", u.key, u.bytes, "EX", ttl_});
-  std::vector<RedisReply> replies;
-  if (!call([&](RedisConnection& c) { replies = c.pipeline(cmds); })) return false;
   bool ok = true;
-  size_t written = 0;
-  for (size_t i = 0; i < replies.size(); ++i) {
-    if (replies[i].error()) {
-      ok = false;
-      refused("a block", replies[i].str);
-      continue;
+  // In pieces of a few MiB: hiredis keeps a pipeline's commands in one buffer and moves what is
+  // left of it after every partial write, which costs the square of its size.
+  for (size_t at = 0; at < uploads.size();) {
+    std::vector<RedisArgs> cmds;
+    size_t bytes = 0, first = at;
+    for (; at < uploads.size() && (cmds.empty() || bytes < options_.upload_bytes); ++at) {
+      cmds.push_back({"SET", uploads[at].key, uploads[at].bytes, "EX", ttl_});
+      bytes += uploads[at].bytes.size();
     }
-    mark_known(uploads[i].key);
-    ++written;
+    std::vector<RedisReply> replies;
+    if (!call([&](RedisConnection& c) { replies = c.pipeline(cmds); })) return false;
+    size_t written = 0;
+    for (size_t i = 0; i < replies.size(); ++i) {
+      if (replies[i].error()) {
+        ok = false;
+        refused("a block", replies[i].str);
+        continue;
+      }
+      mark_known(uploads[first + i].key);
+      ++written;
+    }
+    metrics_.add_published(written);
   }
-  metrics_.add_published(written);
   return ok;
 }
 

@@ -2,9 +2,12 @@
 
 #include <hiredis.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 namespace fak::store {
 
@@ -155,6 +158,7 @@ void RedisConnection::connect() {
   }
   redisSetTimeout(ctx_, to_timeval(timeout_));
   redisEnableKeepAlive(ctx_);
+  ctx_->reader->maxbuf = 0;  // keep the reader's buffer between replies of a MiB each
   std::vector<std::vector<std::string>> setup;
   if (!url_.password.empty()) {
     if (url_.user.empty())
@@ -205,18 +209,37 @@ std::vector<RedisReply> RedisConnection::pipeline(const std::vector<RedisArgs>& 
       throw StoreUnavailable(url_.shown + ": out of memory building a command");
     }
   }
+  const auto lost = [&](const std::string& why) {
+    close();
+    return StoreUnavailable(url_.shown + ": " + why);
+  };
+  for (int done = 0; !done;)
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK)
+      throw lost(ctx_->errstr[0] ? ctx_->errstr : "write failed");
+  // note: replies are read here in large pieces and fed to hiredis's parser, not through
+  // redisGetReply, which reads 16 KiB at a time: a KV block is a MiB or more, and those small
+  // reads (with the copies behind them) halved what a resume could read from the store.
   std::vector<RedisReply> out;
   out.reserve(commands.size());
-  for (size_t i = 0; i < commands.size(); ++i) {
+  while (out.size() < commands.size()) {
     void* raw = nullptr;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) {
-      const std::string why = ctx_->errstr[0] ? ctx_->errstr : "connection lost";
-      close();
-      throw StoreUnavailable(url_.shown + ": " + why);
+    if (redisReaderGetReply(ctx_->reader, &raw) != REDIS_OK)
+      throw lost(std::string("protocol error: ") + ctx_->reader->errstr);
+    if (raw) {
+      auto* r = static_cast<redisReply*>(raw);
+      out.push_back(convert(r, &bytes_in_));
+      freeReplyObject(r);
+      continue;
     }
-    auto* r = static_cast<redisReply*>(raw);
-    out.push_back(convert(r, &bytes_in_));
-    freeReplyObject(r);
+    read_buf_.resize(size_t(1) << 20);
+    const ssize_t n = ::read(ctx_->fd, read_buf_.data(), read_buf_.size());
+    if (n == 0) throw lost("the server closed the connection");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw lost(errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : std::strerror(errno));
+    }
+    if (redisReaderFeed(ctx_->reader, read_buf_.data(), size_t(n)) != REDIS_OK)
+      throw lost("out of memory reading a reply");
   }
   return out;
 }

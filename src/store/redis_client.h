@@ -78,6 +78,7 @@ class RedisConnection {
   RedisUrl url_;
   std::chrono::milliseconds timeout_;
   redisContext* ctx_ = nullptr;
+  std::string read_buf_;
   size_t bytes_out_ = 0, bytes_in_ = 0;
 };
 
