@@ -145,6 +145,17 @@ TEST(ServerStore, APromptPrefilledOnAIsACacheHitOnBAndTenantsNeverMeet) {
   ASSERT_EQ(hit.status, 200) << hit.body;
   EXPECT_GE(cached(hit.j()), prompt - 32) << "all but the last block, from the store";
   EXPECT_EQ(hit.j()["choices"], cold.j()["choices"]) << "logprobs included: bit-identical";
+  // The store's counters moved: A missed and wrote, B hit and read, both timed their calls.
+  EXPECT_GE(metric(a.port(), "fak_store_misses_total"), 1);
+  EXPECT_GE(metric(a.port(), "fak_store_bytes_out_total"), 100000);
+  EXPECT_GE(metric(b.port(), "fak_store_lookups_total"), 1);
+  EXPECT_GE(metric(b.port(), "fak_store_hit_blocks_total"), (prompt - 32) / 32);
+  EXPECT_GE(metric(b.port(), "fak_store_bytes_in_total"),
+            metric(a.port(), "fak_store_bytes_out_total") / 2);
+  EXPECT_GE(metric(b.port(), "fak_store_call_seconds_count"), 1);
+  EXPECT_GT(metric(b.port(), "fak_store_call_seconds_sum"), 0);
+  EXPECT_EQ(metric(b.port(), "fak_store_up"), 1);
+  EXPECT_EQ(metric(b.port(), "fak_store_errors_total{kind=\"unreachable\"}"), 0);
   // Another API key on B: nothing from key-a's partition.
   const HttpReply other =
       post(b.port(), "/v1/chat/completions", chat_turn("write tool_40"), "key-b");
@@ -302,6 +313,9 @@ TEST(ServerStore, RedisStoppedMidRunAndRestartedFailsNoRequest) {
   }
   EXPECT_EQ(during.status, 200) << during.body;
   EXPECT_EQ(during.j(), get(single.port(), kSessions + "/during").j());
+  // The outage shows in /metrics.
+  EXPECT_GE(metric(a.port(), "fak_store_errors_total{kind=\"unreachable\"}"), 1);
+  EXPECT_EQ(metric(a.port(), "fak_store_up"), 1);
   // One line when it went, one when it came back.
   const std::string log = a.log();
   EXPECT_EQ(log.find(" unreachable ("), log.rfind(" unreachable (")) << log;
@@ -326,11 +340,17 @@ TEST(ServerStore, AStalledStoreDoesNotStallReplies) {
   redis.resume();
 }
 
-// SIGTERM: /health says draining while a stream is in flight, the stream finishes whole, then the
-// replica exits cleanly.
+// SIGTERM: /health says draining while a stream is in flight, the stream finishes whole, the
+// session only this replica holds (made while Redis was down) is published, then the replica
+// exits cleanly and another replica continues that session.
 TEST(ServerStore, SigtermDrainsWhatIsInFlightThenExits) {
   RedisProcess redis;
-  ServerProcess a(replica_args(redis) + " --drain-timeout 30", setup());
+  ServerProcess a(replica_args(redis) + " --drain-timeout 30", setup()),
+      b(replica_args(redis), setup()), single("--parallel 2", setup());
+  redis.stop();
+  const json create = {
+      {"id", "only-on-a"}, {"messages", messages("tool_5?")}, {"add_generation_prompt", true}};
+  on_each({a.port(), single.port()}, kSessions, create, 201);
   std::string raw;
   std::atomic<bool> started{false};
   std::thread client([&] {
@@ -363,6 +383,7 @@ TEST(ServerStore, SigtermDrainsWhatIsInFlightThenExits) {
   }
   EXPECT_EQ(health.status, 503);
   EXPECT_EQ(health.j()["status"], "draining") << health.body;
+  redis.start();
   client.join();
   EXPECT_NE(raw.find("\"finish_reason\":\"length\""), std::string::npos) << raw.substr(0, 300);
   EXPECT_NE(raw.find("data: [DONE]"), std::string::npos);
@@ -373,6 +394,12 @@ TEST(ServerStore, SigtermDrainsWhatIsInFlightThenExits) {
   const std::string log = a.log();
   EXPECT_NE(log.find("fak serve: draining (at most 30 s)"), std::string::npos) << log;
   EXPECT_NE(log.find("fak serve: drained in "), std::string::npos) << log;
+  EXPECT_EQ(log.find("not published"), std::string::npos) << log;
+  const auto g = on_each({b.port(), single.port()}, kSessions + "/only-on-a/generate",
+                         json{{"max_tokens", 8}});
+  EXPECT_EQ(g[0].j()["ids"], g[1].j()["ids"]);
+  EXPECT_EQ(get(b.port(), kSessions + "/only-on-a").j(),
+            get(single.port(), kSessions + "/only-on-a").j());
 }
 
 }  // namespace fak::test
