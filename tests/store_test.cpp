@@ -142,6 +142,55 @@ TEST(RedisPool, ADownStoreIsLoggedOnceSkippedAndRetried) {
   EXPECT_NE(lines[1].find("reachable again"), std::string::npos) << lines[1];
 }
 
+// The client's own reply parser: every RESP type, nested arrays, binary bulk strings of every
+// size (across the socket reads, into a BulkArena from 64 KiB), and the pipeline after them intact.
+TEST(RedisConnection, ParsesEveryReplyTypeAndLargeBulksIntoAnArena) {
+  test::RedisProcess redis;
+  store::RedisConnection c(store::parse_redis_url(redis.url()), std::chrono::milliseconds(2000));
+  std::vector<std::string> values;
+  for (size_t n : {size_t(0), size_t(1), size_t(65534), size_t(65536), size_t(3) << 20}) {
+    std::string v(n, '\0');
+    for (size_t i = 0; i < n; ++i) v[i] = char((i * 131 + n) % 251);
+    if (n > 2) v[n / 2] = '\r', v[n / 2 + 1] = '\n';
+    values.push_back(v);
+  }
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(c.command({"SET", "v" + std::to_string(i), values[i]}).str, "OK");
+  store::BulkArena arena(size_t(4) << 20);
+  std::vector<store::RedisArgs> cmds;
+  const std::vector<std::string> keys = {"v0", "v1", "v2", "v3", "v4"};
+  for (const auto& k : keys) cmds.push_back({"GET", k});
+  cmds.push_back({"GET", "missing"});
+  cmds.push_back({"INCRBY", "n", "-7"});
+  cmds.push_back({"LPUSH", "list", "a"});
+  cmds.push_back({"EVAL", "return {1, 'two', {3, false}, redis.error_reply('no')}", "0"});
+  cmds.push_back({"NOSUCHCOMMAND"});
+  cmds.push_back({"PING"});
+  auto r = c.pipeline(cmds, &arena);
+  ASSERT_EQ(r.size(), cmds.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(r[i].type, store::RedisReply::Type::String) << i;
+    EXPECT_TRUE(r[i].text() == values[i]) << i;
+    EXPECT_EQ(bool(r[i].owner), values[i].size() >= 65534) << i << " in the arena from 64 KiB";
+  }
+  EXPECT_TRUE(r[5].nil());
+  EXPECT_EQ(r[6].integer, -7);
+  EXPECT_EQ(r[7].type, store::RedisReply::Type::Integer);
+  ASSERT_EQ(r[8].type, store::RedisReply::Type::Array);
+  ASSERT_EQ(r[8].elements.size(), 4u);
+  EXPECT_EQ(r[8].elements[1].str, "two");
+  ASSERT_EQ(r[8].elements[2].elements.size(), 2u);
+  EXPECT_TRUE(r[8].elements[2].elements[1].nil());
+  EXPECT_TRUE(r[8].elements[3].error());
+  EXPECT_TRUE(r[9].error());
+  EXPECT_EQ(r[10].str, "PONG");
+  // Without an arena every bulk is a std::string; the big one still reads whole.
+  r = c.pipeline({{"GET", "v4"}, {"PING"}});
+  EXPECT_FALSE(r[0].owner);
+  EXPECT_TRUE(r[0].str == values[4]);
+  EXPECT_EQ(r[1].str, "PONG");
+}
+
 // A store that accepts connections but does not answer (stopped, swapping): the call fails after
 // the timeout instead of hanging the replica.
 TEST(RedisPool, AStalledStoreTimesOutQuickly) {

@@ -525,6 +525,8 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
 
 struct PrefixRecord::Parsed {
   ParsedFile f;
+  std::shared_ptr<const void> owner;  // of the bytes, when f.owned does not hold them
+  size_t bytes = 0;
   size_t bs = 0;
 };
 
@@ -562,8 +564,22 @@ PrefixRecord PrefixRecord::parse(std::string bytes, const Model& model, const Kv
                                  const std::string& label) {
   auto p = std::make_unique<Parsed>();
   p->f.owned = std::move(bytes);
+  p->bytes = p->f.owned.size();
   p->bs = size_t(cache.block_size());
   parse_bytes(p->f, p->f.owned, label, model, cache);
+  for (size_t i = 0; i < p->f.n; ++i)
+    if (p->f.meta[i].parent != int(i) - 1) fail(label + " is not a chain of blocks");
+  return PrefixRecord(std::move(p));
+}
+
+PrefixRecord PrefixRecord::parse(std::string_view bytes, std::shared_ptr<const void> owner,
+                                 const Model& model, const KvCache& cache,
+                                 const std::string& label) {
+  auto p = std::make_unique<Parsed>();
+  p->owner = std::move(owner);
+  p->bytes = bytes.size();
+  p->bs = size_t(cache.block_size());
+  parse_bytes(p->f, bytes, label, model, cache);
   for (size_t i = 0; i < p->f.n; ++i)
     if (p->f.meta[i].parent != int(i) - 1) fail(label + " is not a chain of blocks");
   return PrefixRecord(std::move(p));
@@ -582,7 +598,7 @@ size_t PrefixRecord::size() const {
   return p_->f.n;
 }
 size_t PrefixRecord::bytes() const {
-  return p_->f.owned.size();
+  return p_->bytes;
 }
 
 std::vector<int32_t> PrefixRecord::tokens(size_t i) const {

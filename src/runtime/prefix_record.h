@@ -38,6 +38,10 @@ class PrefixRecord {
   // Throws fak::Error starting with label and saying what is wrong, as a file's reload does.
   static PrefixRecord parse(std::string bytes, const Model& model, const KvCache& cache,
                             const std::string& label);
+  // The same over bytes someone else owns (a store reply read into huge pages), kept alive by
+  // owner for as long as the record.
+  static PrefixRecord parse(std::string_view bytes, std::shared_ptr<const void> owner,
+                            const Model& model, const KvCache& cache, const std::string& label);
   PrefixRecord(PrefixRecord&&) noexcept;
   PrefixRecord& operator=(PrefixRecord&&) noexcept;
   ~PrefixRecord();

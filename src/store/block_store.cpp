@@ -72,12 +72,13 @@ std::shared_ptr<Prefetched> BlockStore::fetch(const PrefixCache& cache,
   auto p = std::make_shared<Prefetched>();
   p->partition = partition;
   p->first = local;
+  BulkArena arena;
   for (size_t at = local; at < max_blocks;) {
     const size_t n = std::min(options_.fetch_batch, max_blocks - at);
     std::vector<RedisArgs> cmds;
     for (size_t j = 0; j < n; ++j) cmds.push_back({"GETEX", keys[at + j], "EX", ttl_});
     std::vector<RedisReply> replies;
-    if (!call([&](RedisConnection& c) { replies = c.pipeline(cmds); })) break;
+    if (!call([&](RedisConnection& c) { replies = c.pipeline(cmds, &arena); })) break;
     bool more = true;
     for (size_t j = 0; j < n && more; ++j) {
       RedisReply& r = replies[j];
@@ -88,8 +89,10 @@ std::shared_ptr<Prefetched> BlockStore::fetch(const PrefixCache& cache,
         break;
       }
       try {
-        PrefixRecord rec =
-            PrefixRecord::parse(std::move(r.str), *model_, *cache_, "store record " + key);
+        PrefixRecord rec = r.owner ? PrefixRecord::parse(r.bulk, std::move(r.owner), *model_,
+                                                         *cache_, "store record " + key)
+                                   : PrefixRecord::parse(std::move(r.str), *model_, *cache_,
+                                                         "store record " + key);
         const size_t i = at + j;
         const auto& h = rec.header();
         if (rec.size() != 1 || rec.depth() != int(i) || rec.partition() != partition ||

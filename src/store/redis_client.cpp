@@ -47,37 +47,6 @@ int parse_int(std::string_view s, int lo, int hi, const std::string& what) {
   return v;
 }
 
-RedisReply convert(const redisReply* r, size_t* bytes) {
-  RedisReply out;
-  switch (r->type) {
-    case REDIS_REPLY_INTEGER:
-      out.type = RedisReply::Type::Integer;
-      out.integer = r->integer;
-      break;
-    case REDIS_REPLY_STRING:
-      out.type = RedisReply::Type::String;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_STATUS:
-      out.type = RedisReply::Type::Status;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ERROR:
-      out.type = RedisReply::Type::Error;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ARRAY:
-      out.type = RedisReply::Type::Array;
-      for (size_t i = 0; i < r->elements; ++i)
-        out.elements.push_back(convert(r->element[i], bytes));
-      break;
-    default:
-      out.type = RedisReply::Type::Nil;
-  }
-  *bytes += out.str.size();
-  return out;
-}
-
 }  // namespace
 
 RedisUrl parse_redis_url(const std::string& url) {
@@ -158,7 +127,6 @@ void RedisConnection::connect() {
   }
   redisSetTimeout(ctx_, to_timeval(timeout_));
   redisEnableKeepAlive(ctx_);
-  ctx_->reader->maxbuf = 0;  // keep the reader's buffer between replies of a MiB each
   std::vector<std::vector<std::string>> setup;
   if (!url_.password.empty()) {
     if (url_.user.empty())
@@ -192,7 +160,20 @@ void RedisConnection::connect() {
   }
 }
 
-std::vector<RedisReply> RedisConnection::pipeline(const std::vector<RedisArgs>& commands) {
+char* BulkArena::allocate(size_t n, std::shared_ptr<const void>* owner) {
+  if (!chunk_ || chunk_->size() - used_ < n) {
+    chunk_ = std::make_shared<AnonMemory>(std::max(n, chunk_bytes_), "a store reply");
+    used_ = 0;
+  }
+  char* p = reinterpret_cast<char*>(chunk_->data()) + used_;
+  used_ += (n + 63) / 64 * 64;
+  used_ = std::min(used_, chunk_->size());
+  *owner = chunk_;
+  return p;
+}
+
+std::vector<RedisReply> RedisConnection::pipeline(const std::vector<RedisArgs>& commands,
+                                                  BulkArena* arena) {
   if (!ctx_) connect();
   std::vector<const char*> argv;
   std::vector<size_t> len;
@@ -216,32 +197,127 @@ std::vector<RedisReply> RedisConnection::pipeline(const std::vector<RedisArgs>& 
   for (int done = 0; !done;)
     if (redisBufferWrite(ctx_, &done) != REDIS_OK)
       throw lost(ctx_->errstr[0] ? ctx_->errstr : "write failed");
-  // note: replies are read here in large pieces and fed to hiredis's parser, not through
-  // redisGetReply, which reads 16 KiB at a time: a KV block is a MiB or more, and those small
-  // reads (with the copies behind them) halved what a resume could read from the store.
+  // note: replies are parsed here, not by hiredis: a KV block is a MiB or more, and hiredis
+  // copies each one three times (its read buffer, which it also moves as it consumes it, then the
+  // reply object, then ours), in 16 KiB reads. Here a bulk string is read straight into the
+  // std::string the caller keeps, in as few reads as the socket allows.
+  in_pos_ = in_end_ = 0;
   std::vector<RedisReply> out;
   out.reserve(commands.size());
-  while (out.size() < commands.size()) {
-    void* raw = nullptr;
-    if (redisReaderGetReply(ctx_->reader, &raw) != REDIS_OK)
-      throw lost(std::string("protocol error: ") + ctx_->reader->errstr);
-    if (raw) {
-      auto* r = static_cast<redisReply*>(raw);
-      out.push_back(convert(r, &bytes_in_));
-      freeReplyObject(r);
-      continue;
-    }
-    read_buf_.resize(size_t(1) << 20);
-    const ssize_t n = ::read(ctx_->fd, read_buf_.data(), read_buf_.size());
-    if (n == 0) throw lost("the server closed the connection");
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw lost(errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : std::strerror(errno));
-    }
-    if (redisReaderFeed(ctx_->reader, read_buf_.data(), size_t(n)) != REDIS_OK)
-      throw lost("out of memory reading a reply");
+  try {
+    while (out.size() < commands.size()) out.push_back(read_reply(0, arena));
+  } catch (const StoreUnavailable& e) {
+    throw lost(e.what());
   }
   return out;
+}
+
+// Up to n more bytes into [dst, dst + n), from what is buffered first, then from the socket.
+size_t RedisConnection::read_some(char* dst, size_t n) {
+  if (in_pos_ < in_end_) {
+    const size_t k = std::min(n, in_end_ - in_pos_);
+    std::memcpy(dst, in_.data() + in_pos_, k);
+    in_pos_ += k;
+    return k;
+  }
+  for (;;) {
+    const ssize_t got = ::read(ctx_->fd, dst, n);
+    if (got > 0) return size_t(got);
+    if (got == 0) throw StoreUnavailable("the server closed the connection");
+    if (errno == EINTR) continue;
+    throw StoreUnavailable(errno == EAGAIN || errno == EWOULDBLOCK ? "timed out"
+                                                                   : std::strerror(errno));
+  }
+}
+
+// One CRLF-terminated line (without it), refilling the buffer from the socket as needed.
+std::string_view RedisConnection::read_line() {
+  for (;;) {
+    const char* b = in_.data() + in_pos_;
+    if (const void* cr = std::memchr(b, '\r', in_end_ - in_pos_);
+        cr && static_cast<const char*>(cr) + 1 < in_.data() + in_end_) {
+      const size_t len = size_t(static_cast<const char*>(cr) - b);
+      in_pos_ += len + 2;
+      return {b, len};
+    }
+    if (in_pos_ > 0) {  // keep the partial line at the front
+      std::memmove(in_.data(), b, in_end_ - in_pos_);
+      in_end_ -= in_pos_;
+      in_pos_ = 0;
+    }
+    if (in_.size() < (size_t(1) << 20)) in_.resize(size_t(1) << 20);
+    if (in_end_ == in_.size()) throw StoreUnavailable("protocol error: a reply line too long");
+    const size_t saved = in_end_;
+    in_pos_ = in_end_;  // empty, so read_some goes to the socket
+    const size_t got = read_some(in_.data() + saved, in_.size() - saved);
+    in_pos_ = 0;
+    in_end_ = saved + got;
+  }
+}
+
+RedisReply RedisConnection::read_reply(int depth, BulkArena* arena) {
+  if (depth > 8) throw StoreUnavailable("protocol error: replies nested too deep");
+  const std::string_view line = read_line();
+  if (line.empty()) throw StoreUnavailable("protocol error: an empty reply line");
+  const std::string_view rest = line.substr(1);
+  const auto number = [&] {
+    long long v = 0;
+    const bool neg = !rest.empty() && rest[0] == '-';
+    const std::string_view digits = neg ? rest.substr(1) : rest;
+    if (digits.empty() || digits.size() > 18 ||
+        digits.find_first_not_of("0123456789") != std::string_view::npos)
+      throw StoreUnavailable("protocol error: a bad length or integer");
+    for (char c : digits) v = v * 10 + (c - '0');
+    return neg ? -v : v;
+  };
+  RedisReply r;
+  switch (line[0]) {
+    case '+':
+      r.type = RedisReply::Type::Status;
+      r.str.assign(rest);
+      break;
+    case '-':
+      r.type = RedisReply::Type::Error;
+      r.str.assign(rest);
+      break;
+    case ':':
+      r.type = RedisReply::Type::Integer;
+      r.integer = number();
+      break;
+    case '$': {
+      const long long n = number();
+      if (n < 0) break;  // nil
+      r.type = RedisReply::Type::String;
+      const size_t len = size_t(n) + 2;  // with its CRLF
+      char* dst = nullptr;
+      if (arena && len >= (size_t(64) << 10)) {
+        dst = arena->allocate(len, &r.owner);
+      } else {
+        r.str.resize(len);
+        dst = r.str.data();
+      }
+      for (size_t at = 0; at < len;) at += read_some(dst + at, len - at);
+      if (dst[n] != '\r' || dst[n + 1] != '\n')
+        throw StoreUnavailable("protocol error: a bulk string without its CRLF");
+      if (r.owner)
+        r.bulk = std::string_view(dst, size_t(n));
+      else
+        r.str.resize(size_t(n));
+      bytes_in_ += size_t(n);
+      break;
+    }
+    case '*': {
+      const long long n = number();
+      if (n < 0) break;  // nil
+      r.type = RedisReply::Type::Array;
+      r.elements.reserve(size_t(std::min(n, 1LL << 16)));
+      for (long long i = 0; i < n; ++i) r.elements.push_back(read_reply(depth + 1, arena));
+      break;
+    }
+    default:
+      throw StoreUnavailable("protocol error: an unknown reply type");
+  }
+  return r;
 }
 
 RedisReply RedisConnection::command(const RedisArgs& args) {
