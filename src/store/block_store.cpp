@@ -1,7 +1,9 @@
 #include "store/block_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <optional>
 
 #include "store/store_keys.h"
 
@@ -69,47 +71,79 @@ std::shared_ptr<Prefetched> BlockStore::fetch(const PrefixCache& cache,
   const size_t local = cache.cached_blocks(partition, tokens);
   if (local >= max_blocks) return nullptr;
   const std::vector<std::string> keys = block_keys(ns_, partition, tokens, bs, max_blocks);
+  // Per block: its record, or why the run of blocks ends there (missing: an empty message).
+  const size_t n_blocks = max_blocks - local;
+  std::vector<std::optional<PrefixRecord>> got(n_blocks);
+  std::vector<std::string> why(n_blocks);
+  std::atomic<size_t> end{n_blocks};  // the first block known not to load
+  const auto stop_at = [&](size_t i) {
+    for (size_t e = end.load(); i < e && !end.compare_exchange_weak(e, i);) {
+    }
+  };
+  // Reader r takes batches r, r + readers, ...: its own connection, arena and parsing, so reads
+  // from the store, page faults and checksums of one reader overlap the other's.
+  const size_t batch = options_.fetch_batch;
+  const size_t batches = (n_blocks + batch - 1) / batch;
+  const size_t readers = std::min<size_t>(std::max<size_t>(1, options_.fetch_readers), batches);
+  const auto read = [&](size_t r) {
+    BulkArena arena;
+    for (size_t k = r; k < batches && k * batch < end.load(); k += readers) {
+      const size_t first = k * batch, n = std::min(batch, n_blocks - first);
+      std::vector<RedisArgs> cmds;
+      for (size_t j = 0; j < n; ++j) cmds.push_back({"GETEX", keys[local + first + j], "EX", ttl_});
+      std::vector<RedisReply> replies;
+      if (!call([&](RedisConnection& c) { replies = c.pipeline(cmds, &arena); })) {
+        stop_at(first);
+        return;
+      }
+      for (size_t j = 0; j < n; ++j) {
+        RedisReply& reply = replies[j];
+        const size_t i = local + first + j;
+        const std::string& key = keys[i];
+        if (reply.error()) refused("a read", reply.str);
+        if (reply.type != RedisReply::Type::String) {
+          stop_at(first + j);
+          return;
+        }
+        try {
+          const std::string label = "store record " + key;
+          PrefixRecord rec =
+              reply.owner
+                  ? PrefixRecord::parse(reply.bulk, std::move(reply.owner), *model_, *cache_, label)
+                  : PrefixRecord::parse(std::move(reply.str), *model_, *cache_, label);
+          const auto& h = rec.header();
+          if (rec.size() != 1 || rec.depth() != int(i) || rec.partition() != partition ||
+              !h.contains("key") || h["key"] != key ||
+              rec.tokens(0) != std::vector<int32_t>(tokens.begin() + long(i) * bs,
+                                                    tokens.begin() + long(i + 1) * bs))
+            fail(label + " is not the block its key names (a foreign record)");
+          got[first + j] = std::move(rec);
+        } catch (const Error& e) {
+          why[first + j] = e.what();
+          stop_at(first + j);
+          return;
+        }
+      }
+    }
+  };
+  if (readers > 1) {
+    std::vector<std::thread> others;
+    for (size_t r = 1; r < readers; ++r) others.emplace_back(read, r);
+    read(0);
+    for (auto& t : others) t.join();
+  } else {
+    read(0);
+  }
   auto p = std::make_shared<Prefetched>();
   p->partition = partition;
   p->first = local;
-  BulkArena arena;
-  for (size_t at = local; at < max_blocks;) {
-    const size_t n = std::min(options_.fetch_batch, max_blocks - at);
-    std::vector<RedisArgs> cmds;
-    for (size_t j = 0; j < n; ++j) cmds.push_back({"GETEX", keys[at + j], "EX", ttl_});
-    std::vector<RedisReply> replies;
-    if (!call([&](RedisConnection& c) { replies = c.pipeline(cmds, &arena); })) break;
-    bool more = true;
-    for (size_t j = 0; j < n && more; ++j) {
-      RedisReply& r = replies[j];
-      const std::string& key = keys[at + j];
-      if (r.error()) refused("a read", r.str);
-      if (r.type != RedisReply::Type::String) {
-        more = false;
-        break;
-      }
-      try {
-        PrefixRecord rec = r.owner ? PrefixRecord::parse(r.bulk, std::move(r.owner), *model_,
-                                                         *cache_, "store record " + key)
-                                   : PrefixRecord::parse(std::move(r.str), *model_, *cache_,
-                                                         "store record " + key);
-        const size_t i = at + j;
-        const auto& h = rec.header();
-        if (rec.size() != 1 || rec.depth() != int(i) || rec.partition() != partition ||
-            !h.contains("key") || h["key"] != key ||
-            rec.tokens(0) != std::vector<int32_t>(tokens.begin() + long(i) * bs,
-                                                  tokens.begin() + long(i + 1) * bs))
-          fail("store record " + key + " is not the block its key names (a foreign record)");
-        p->records.push_back(std::move(rec));
-        mark_known(key);
-      } catch (const Error& e) {
-        metrics_.add_damaged();
-        log_(std::string("warning: ") + e.what() + "; skipped, the block is prefilled instead");
-        more = false;
-      }
-    }
-    if (!more) break;
-    at += n;
+  for (size_t j = 0; j < n_blocks && got[j]; ++j) {
+    mark_known(keys[local + j]);
+    p->records.push_back(std::move(*got[j]));
+  }
+  if (const size_t j = p->records.size(); j < n_blocks && !why[j].empty()) {
+    metrics_.add_damaged();
+    log_("warning: " + why[j] + "; skipped, the block is prefilled instead");
   }
   // A hybrid restarts from a checkpoint: blocks past the deepest one are of no use.
   if (model_->config().is_hybrid())

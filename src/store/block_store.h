@@ -56,6 +56,9 @@ struct BlockStoreOptions {
   // MiB-sized replies several times slower than a few at a time (measured: 16 x 1.2 MB at
   // 200 MB/s, 1-4 at 1.1 GB/s, Redis 7.0 on loopback).
   size_t fetch_batch = 4;
+  // Threads reading one prompt's blocks at once, each on its own connection (a long resume:
+  // the network, page faults and checksums of one overlap the other's).
+  size_t fetch_readers = 2;
   size_t upload_bytes = size_t(8) << 20;  // written per round trip (hiredis's output buffer)
 };
 
