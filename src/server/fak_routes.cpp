@@ -222,15 +222,15 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                const auto call = open_shared(ctx, req, tenant, id);
                in_job(ctx, res, 200, [&] { return store.describe(tenant, id); });
              }));
-  router.add("DELETE", kId, guarded([&](const HttpRequest& req, HttpResponse& res) {
-               const std::string id = req.matches[1], tenant = tenant_of(req);
-               if (ctx.shared)
-                 ctx.shared->remove(tenant, id);
-               else
-                 ctx.scheduler->run_job([&] { store.remove(tenant, id); });
-               reply_json(res, 200,
-                          ojson{{"id", id}, {"object", "fak.session"}, {"deleted", true}});
-             }));
+  router.add(
+      "DELETE", kId, guarded([&](const HttpRequest& req, HttpResponse& res) {
+        const std::string id = req.matches[1], tenant = tenant_of(req);
+        if (ctx.shared)
+          ctx.shared->remove(tenant, id);
+        else
+          ctx.scheduler->run_job([&] { store.remove(tenant, id); });
+        reply_json(res, 200, ojson{{"id", id}, {"object", "fak.session"}, {"deleted", true}});
+      }));
   router.add("POST", kId + "/append", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
                const ojson body = body_of(req);
@@ -254,17 +254,17 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                if (call) call->commit();
                reply_json(res, 200, out);
              }));
-  router.add("POST", kId + "/clone", guarded([&](const HttpRequest& req, HttpResponse& res) {
-               const std::string id = req.matches[1], tenant = tenant_of(req);
-               const std::string wanted = get_string(body_of(req), "id").value_or("");
-               if (ctx.shared && !wanted.empty()) ctx.shared->check_new(tenant, wanted);
-               const auto call = open_shared(ctx, req, tenant, id);
-               std::string nid;
-               ctx.scheduler->run_job([&] { nid = store.clone(tenant, id, wanted); });
-               publish_new(ctx, tenant, nid);
-               reply_json(res, 201,
-                          ojson{{"id", nid}, {"object", "fak.session"}, {"cloned_from", id}});
-             }));
+  router.add(
+      "POST", kId + "/clone", guarded([&](const HttpRequest& req, HttpResponse& res) {
+        const std::string id = req.matches[1], tenant = tenant_of(req);
+        const std::string wanted = get_string(body_of(req), "id").value_or("");
+        if (ctx.shared && !wanted.empty()) ctx.shared->check_new(tenant, wanted);
+        const auto call = open_shared(ctx, req, tenant, id);
+        std::string nid;
+        ctx.scheduler->run_job([&] { nid = store.clone(tenant, id, wanted); });
+        publish_new(ctx, tenant, nid);
+        reply_json(res, 201, ojson{{"id", nid}, {"object", "fak.session"}, {"cloned_from", id}});
+      }));
   router.add("POST", kId + "/save", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
                const auto name = get_string(body_of(req), "name");

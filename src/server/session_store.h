@@ -181,7 +181,7 @@ class SessionStore {
   uint64_t counter_ = 0;
   uint64_t clock_ = 0;                                                 // Entry::used
   std::function<bool(const std::string&, const std::string&)> spare_;  // null: not shared
-  std::map<std::pair<std::string, std::string>, Entry> sessions_;  // (tenant, id)
+  std::map<std::pair<std::string, std::string>, Entry> sessions_;      // (tenant, id)
 };
 
 }  // namespace fak::server
