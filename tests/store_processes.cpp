@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "test_util.h"
@@ -62,6 +63,14 @@ bool answers(int port, const std::string& probe, const std::string& expect) {
   return ok;
 }
 
+// A clear failure (never a skip: CI must run these) when a package is missing.
+bool installed(const std::string& program) {
+  if (std::system(("command -v " + program + " > /dev/null 2>&1").c_str()) == 0) return true;
+  ADD_FAILURE() << program << " is not installed: .ci/install-deps installs it "
+                << "(Debian: redis-server, haproxy)";
+  return false;
+}
+
 }  // namespace
 
 int free_port() {
@@ -89,6 +98,7 @@ RedisProcess::~RedisProcess() {
 }
 
 void RedisProcess::start() {
+  if (!installed("redis-server") || !installed("redis-cli")) return;
   // The repo's configuration, on a port and directory of the test's own, with a budget that
   // makes eviction reachable.
   pid_ = spawn("exec redis-server " + source_path("deploy/redis.conf").string() + " --port " +
@@ -127,6 +137,7 @@ std::string RedisProcess::log() const {
 
 HaproxyProcess::HaproxyProcess(const std::vector<int>& replica_ports) {
   dir_ = temp_dir();
+  if (!installed("haproxy")) return;
   port_ = free_port();
   std::string env = "FAK_LB_BIND=127.0.0.1:" + std::to_string(port_);
   for (size_t i = 0; i < replica_ports.size(); ++i)
