@@ -159,6 +159,73 @@ void PrefixCache::insert_locked(const std::string& partition, const Session& ses
   evict_to_budget();
 }
 
+size_t PrefixCache::cached_blocks(const std::string& partition,
+                                  std::span<const int32_t> tokens) const {
+  const int bs = cache_->block_size();
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t max_blocks = tokens.empty() ? 0 : (tokens.size() - 1) / size_t(bs);
+  auto it = roots_.find(partition);
+  const Node* node = it == roots_.end() ? nullptr : it->second.get();
+  size_t n = 0, usable = 0;
+  for (; node && n < max_blocks; ++n) {
+    std::vector<int32_t> key(tokens.begin() + long(n) * bs, tokens.begin() + long(n + 1) * bs);
+    auto c = node->children.find(key);
+    if (c == node->children.end()) break;
+    node = c->second.get();
+    if (!model_->config().is_hybrid() || node->checkpoint) usable = n + 1;
+  }
+  return usable;
+}
+
+size_t PrefixCache::adopt(const std::string& partition, std::span<const int32_t> tokens,
+                          std::vector<int32_t> blocks,
+                          std::vector<std::shared_ptr<const StateCheckpoint>> cps) {
+  const int bs = cache_->block_size();
+  check(tokens.size() % size_t(bs) == 0 && blocks.size() <= tokens.size() / size_t(bs) &&
+            cps.size() == blocks.size(),
+        "PrefixCache::adopt: tokens must be whole blocks, ending with the adopted ones");
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t head = tokens.size() / size_t(bs) - blocks.size();
+  auto& root = roots_[partition];
+  if (!root) root = std::make_unique<Node>();
+  Node* node = root.get();
+  auto key_of = [&](size_t i) {
+    return std::vector<int32_t>(tokens.begin() + long(i) * bs, tokens.begin() + long(i + 1) * bs);
+  };
+  for (size_t i = 0; i < head && node; ++i) {
+    auto c = node->children.find(key_of(i));
+    node = c == node->children.end() ? nullptr : c->second.get();
+  }
+  if (!node) {
+    for (int32_t b : blocks) cache_->release(b);
+    if (root->children.empty()) roots_.erase(partition);
+    return 0;
+  }
+  const uint64_t now = ++clock_;
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    auto& child = node->children[key_of(head + j)];
+    if (child) {
+      cache_->release(blocks[j]);  // cached meanwhile: keep the one that may be in use
+      touch(child.get(), now, /*hit=*/false);
+    } else {
+      child = std::make_unique<Node>();
+      child->parent = node;
+      child->depth = node->depth + 1;
+      child->block = blocks[j];
+      ++stats_.blocks;
+      touch(child.get(), now, /*hit=*/true);
+    }
+    node = child.get();
+    if (cps[j] && !node->checkpoint) {
+      node->checkpoint = std::move(cps[j]);
+      ++stats_.checkpoints;
+      stats_.checkpoint_bytes += node->checkpoint->bytes();
+    }
+  }
+  evict_to_budget();
+  return blocks.size();
+}
+
 double PrefixCache::cost(int depth) const {
   // Mean position of the block's tokens, over the crossover (see prefix_cache.h).
   return 1.0 + (double(depth) - 0.5) * double(cache_->block_size()) / crossover_;

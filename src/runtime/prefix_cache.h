@@ -111,6 +111,16 @@ class PrefixCache {
   // Offers a session's full blocks to the cache (e.g. after a turn), so later prompts can reuse
   // them. Hybrid models: with its cold checkpoints, and only the blocks up to the deepest of them.
   void insert(const std::string& partition, const Session& session);
+  // Hooks for a shared store (store/block_store.h), which fills the cache with blocks computed
+  // by other servers. cached_blocks: the whole blocks of tokens acquire would reuse now (no lookup
+  // counted). adopt: `tokens` is whole blocks, the last blocks.size() of them computed elsewhere
+  // (one reference each handed over; cps[i]: hybrid, the cold state at the end of blocks[i], or
+  // null); the blocks before them must be cached. Returns the blocks taken, 0 when the head is
+  // no longer cached (every reference is released then).
+  size_t cached_blocks(const std::string& partition, std::span<const int32_t> tokens) const;
+  size_t adopt(const std::string& partition, std::span<const int32_t> tokens,
+               std::vector<int32_t> blocks,
+               std::vector<std::shared_ptr<const StateCheckpoint>> cps);
   // Drops everything not in use by a session.
   void clear();
   // Frees up to n KV blocks that no session holds, lowest priority first; returns how many. The KV

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <queue>
 #include <set>
 
@@ -33,6 +34,7 @@
 #include "io/checked_file.h"
 #include "io/mapped_file.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/prefix_record.h"
 
 namespace fak {
 
@@ -125,14 +127,15 @@ nlohmann::json layout_header(const Model& model, const KvCache& cache) {
 }
 
 // Streams a file through an AtomicFile, summing as it goes: a cache of gigabytes is never held
-// twice in memory.
+// twice in memory. Without a path it collects the bytes instead (a store record).
 class FileWriter {
  public:
-  explicit FileWriter(const std::filesystem::path& path) : file_(path) {}
+  explicit FileWriter(const std::filesystem::path& path) : file_(std::in_place, path) {}
+  FileWriter() = default;
   void put(const void* data, size_t n) {
     sum_.update(data, n);
     buf_.append(static_cast<const char*>(data), n);
-    if (buf_.size() >= (size_t(4) << 20)) flush();
+    if (file_ && buf_.size() >= (size_t(4) << 20)) flush();
   }
   template <typename T>
   void put(const T& v) {
@@ -141,18 +144,20 @@ class FileWriter {
   size_t finish() {
     const uint64_t d = sum_.digest();
     buf_.append(reinterpret_cast<const char*>(&d), 8);
+    if (!file_) return buf_.size();
     flush();
-    file_.commit();
+    file_->commit();
     return written_;
   }
+  std::string take() { return std::move(buf_); }
 
  private:
   void flush() {
-    file_.write_all(buf_.data(), buf_.size());
+    file_->write_all(buf_.data(), buf_.size());
     written_ += buf_.size();
     buf_.clear();
   }
-  AtomicFile file_;
+  std::optional<AtomicFile> file_;
   Fnv1a sum_;
   std::string buf_;
   size_t written_ = 0;
@@ -162,7 +167,10 @@ class FileWriter {
 struct ParsedFile {
   std::filesystem::path path;
   MappedFile map;
+  std::string owned;  // a store record's bytes (map is empty then)
   std::string partition;
+  nlohmann::json header;
+  int depth = 0;                 // blocks above the first node (store records); 0 in files
   size_t n = 0, m = 0;           // blocks, checkpoints
   const char* nodes = nullptr;   // n records
   const char* tokens = nullptr;  // [n][block_size]
@@ -180,13 +188,10 @@ T get(const char* p) {
   return v;
 }
 
-ParsedFile parse(const std::filesystem::path& path, const Model& model, const KvCache& cache) {
-  const std::string label = "prefix cache file " + path.string();
-  ParsedFile f;
-  f.path = path;
-  f.map = MappedFile::open(path);
-  const CheckedFileView v =
-      open_checked_file(f.map.bytes(), kMagic, kVersion, label, "prefix cache");
+// Checks bytes (f.map's or f.owned) whole; throws fak::Error starting with label.
+void parse_bytes(ParsedFile& f, std::string_view bytes, const std::string& label,
+                 const Model& model, const KvCache& cache) {
+  const CheckedFileView v = open_checked_file(bytes, kMagic, kVersion, label, "prefix cache");
 
   // Every field checked for its type: a crafted file gets the same one-line refusal.
   const auto h = nlohmann::json::parse(v.header, nullptr, false);
@@ -212,6 +217,12 @@ ParsedFile parse(const std::filesystem::path& path, const Model& model, const Kv
     fail(label + " has blocks of " + h["block_size"].dump() + " tokens, not " +
          std::to_string(cache.block_size()));
   f.partition = h["partition"].get<std::string>();
+  // A store record holds a chain that starts below the root (runtime/prefix_record.h).
+  if (h.contains("depth")) {
+    if (!h["depth"].is_number_unsigned() || h["depth"].get<uint64_t>() > uint64_t(1) << 24) bad();
+    f.depth = h["depth"].get<int>();
+  }
+  f.header = h;
 
   const ModelConfig& c = model.config();
   const size_t bs = size_t(cache.block_size());
@@ -250,7 +261,7 @@ ParsedFile parse(const std::filesystem::path& path, const Model& model, const Kv
     if (e.parent < -1 || e.parent >= int64_t(i))
       corrupted("a corrupted tree (a parent after its child)");
     if (uses < 0 || !std::isfinite(e.priority)) corrupted("a corrupted node record");
-    e.depth = e.parent < 0 ? 1 : f.meta[size_t(e.parent)].depth + 1;
+    e.depth = e.parent < 0 ? f.depth + 1 : f.meta[size_t(e.parent)].depth + 1;
     for (size_t t = 0; t < bs; ++t) {
       const int32_t id = get<int32_t>(f.tokens + (i * bs + t) * 4);
       if (id < 0 || id >= c.vocab) corrupted("a token id outside the vocabulary");
@@ -267,7 +278,56 @@ ParsedFile parse(const std::filesystem::path& path, const Model& model, const Kv
     f.checkpoint_of[size_t(node)] = int(j);
     f.meta[size_t(node)].checkpoint = true;
   }
+}
+
+ParsedFile parse(const std::filesystem::path& path, const Model& model, const KvCache& cache) {
+  ParsedFile f;
+  f.path = path;
+  f.map = MappedFile::open(path);
+  parse_bytes(f, f.map.bytes(), "prefix cache file " + path.string(), model, cache);
   return f;
+}
+
+// The file's body after the layout fields in h: kept entries of list (parents first), cps those
+// of them with a checkpoint, index each kept entry's position among them.
+void write_tree(FileWriter& w, nlohmann::json h, const KvCache& cache,
+                const std::vector<PrefixCacheEntry>& list, const std::vector<size_t>& kept,
+                const std::vector<size_t>& cps, const std::vector<int>& index) {
+  const int bs = cache.block_size();
+  h["blocks"] = kept.size();
+  h["checkpoints"] = cps.size();
+  const std::string header = h.dump();
+  w.put(kMagic, 8);
+  w.put(kVersion);
+  w.put(uint32_t(header.size()));
+  w.put(header.data(), header.size());
+  for (size_t i : kept) {
+    const PrefixCacheEntry& e = list[i];
+    w.put(int32_t(e.parent < 0 ? -1 : index[size_t(e.parent)]));
+    w.put(int32_t(e.uses));
+    w.put(e.priority);
+    w.put(e.last_used);
+  }
+  for (size_t i : kept) w.put(list[i].tokens.data(), list[i].tokens.size() * 4);
+  for (size_t i : cps) {
+    w.put(int32_t(index[i]));
+    w.put(int32_t(list[i].checkpoint->pos));
+  }
+  std::vector<uint8_t> rows(size_t(bs) * cache.row_bytes());
+  for (size_t i : kept)
+    for (int l = 0; l < cache.n_layers(); ++l)
+      for (int plane = 0; plane < (cache.keeps_kraw() ? 3 : 2); ++plane) {
+        cache.read_rows(list[i].block, l, KvPlane(plane), bs, rows.data());
+        w.put(rows.data(), rows.size());
+      }
+  std::string state;
+  for (size_t i : cps) {
+    const StateCheckpoint& cp = *list[i].checkpoint;
+    w.put(cp.logits.data(), cp.logits.size() * 4);
+    state.clear();
+    cp.state.write(state);
+    w.put(state.data(), state.size());
+  }
 }
 
 }  // namespace
@@ -328,41 +388,8 @@ PrefixCacheFileReport PrefixCache::spill(const std::filesystem::path& dir, size_
     try {
       nlohmann::json h = layout;
       h["partition"] = partition;
-      h["blocks"] = kept.size();
-      h["checkpoints"] = cps.size();
-      const std::string header = h.dump();
       FileWriter w(path);
-      w.put(kMagic, 8);
-      w.put(kVersion);
-      w.put(uint32_t(header.size()));
-      w.put(header.data(), header.size());
-      for (size_t i : kept) {
-        const PrefixCacheEntry& e = list[i];
-        w.put(int32_t(e.parent < 0 ? -1 : index[size_t(e.parent)]));
-        w.put(int32_t(e.uses));
-        w.put(e.priority);
-        w.put(e.last_used);
-      }
-      for (size_t i : kept) w.put(list[i].tokens.data(), list[i].tokens.size() * 4);
-      for (size_t i : cps) {
-        w.put(int32_t(index[i]));
-        w.put(int32_t(list[i].checkpoint->pos));
-      }
-      std::vector<uint8_t> rows(size_t(bs) * cache_->row_bytes());
-      for (size_t i : kept)
-        for (int l = 0; l < cache_->n_layers(); ++l)
-          for (int plane = 0; plane < (cache_->keeps_kraw() ? 3 : 2); ++plane) {
-            cache_->read_rows(list[i].block, l, KvPlane(plane), bs, rows.data());
-            w.put(rows.data(), rows.size());
-          }
-      std::string state;
-      for (size_t i : cps) {
-        const StateCheckpoint& cp = *list[i].checkpoint;
-        w.put(cp.logits.data(), cp.logits.size() * 4);
-        state.clear();
-        cp.state.write(state);
-        w.put(state.data(), state.size());
-      }
+      write_tree(w, h, *cache_, list, kept, cps, index);
       r.bytes += w.finish();
       ++r.files;
       r.blocks += kept.size();
@@ -492,6 +519,128 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
     ++r.files;
   }
   return r;
+}
+
+// Store records (runtime/prefix_record.h): one chain in the file format, in memory.
+
+struct PrefixRecord::Parsed {
+  ParsedFile f;
+  std::shared_ptr<const void> owner;  // of the bytes, when f.owned does not hold them
+  size_t bytes = 0;
+  size_t bs = 0;
+};
+
+std::string write_prefix_record(const Model& model, const KvCache& cache,
+                                const std::string& partition, int depth,
+                                std::span<const PrefixRecordBlock> chain,
+                                const nlohmann::json& header) {
+  std::vector<PrefixCacheEntry> list;
+  std::vector<size_t> kept, cps;
+  std::vector<int> index;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    check(chain[i].tokens.size() == size_t(cache.block_size()),
+          "write_prefix_record: a block of the wrong size");
+    list.push_back({int(i) - 1, chain[i].tokens, chain[i].block, 1, 0, 0, chain[i].checkpoint});
+    kept.push_back(i);
+    index.push_back(int(i));
+    if (chain[i].checkpoint) cps.push_back(i);
+  }
+  nlohmann::json h = layout_header(model, cache);
+  for (const auto& [key, value] : header.items()) h[key] = value;
+  h["partition"] = partition;
+  h["depth"] = depth;
+  FileWriter w;
+  write_tree(w, h, cache, list, kept, cps, index);
+  w.finish();
+  return w.take();
+}
+
+PrefixRecord::PrefixRecord(std::unique_ptr<Parsed> p) : p_(std::move(p)) {}
+PrefixRecord::PrefixRecord(PrefixRecord&&) noexcept = default;
+PrefixRecord& PrefixRecord::operator=(PrefixRecord&&) noexcept = default;
+PrefixRecord::~PrefixRecord() = default;
+
+PrefixRecord PrefixRecord::parse(std::string bytes, const Model& model, const KvCache& cache,
+                                 const std::string& label) {
+  auto p = std::make_unique<Parsed>();
+  p->f.owned = std::move(bytes);
+  p->bytes = p->f.owned.size();
+  p->bs = size_t(cache.block_size());
+  parse_bytes(p->f, p->f.owned, label, model, cache);
+  for (size_t i = 0; i < p->f.n; ++i)
+    if (p->f.meta[i].parent != int(i) - 1) fail(label + " is not a chain of blocks");
+  return PrefixRecord(std::move(p));
+}
+
+PrefixRecord PrefixRecord::parse(std::string_view bytes, std::shared_ptr<const void> owner,
+                                 const Model& model, const KvCache& cache,
+                                 const std::string& label) {
+  auto p = std::make_unique<Parsed>();
+  p->owner = std::move(owner);
+  p->bytes = bytes.size();
+  p->bs = size_t(cache.block_size());
+  parse_bytes(p->f, bytes, label, model, cache);
+  for (size_t i = 0; i < p->f.n; ++i)
+    if (p->f.meta[i].parent != int(i) - 1) fail(label + " is not a chain of blocks");
+  return PrefixRecord(std::move(p));
+}
+
+const std::string& PrefixRecord::partition() const {
+  return p_->f.partition;
+}
+const nlohmann::json& PrefixRecord::header() const {
+  return p_->f.header;
+}
+int PrefixRecord::depth() const {
+  return p_->f.depth;
+}
+size_t PrefixRecord::size() const {
+  return p_->f.n;
+}
+size_t PrefixRecord::bytes() const {
+  return p_->bytes;
+}
+
+std::vector<int32_t> PrefixRecord::tokens(size_t i) const {
+  const size_t bs = p_->bs;
+  std::vector<int32_t> out(bs);
+  std::memcpy(out.data(), p_->f.tokens + i * bs * 4, bs * 4);
+  return out;
+}
+
+bool PrefixRecord::has_checkpoint(size_t i) const {
+  return p_->f.checkpoint_of[i] >= 0;
+}
+
+int32_t PrefixRecord::load_block(size_t i, KvCache& cache) const {
+  const int bs = cache.block_size();
+  const size_t planes = cache.keeps_kraw() ? 3 : 2;
+  const size_t plane_bytes = size_t(bs) * cache.row_bytes();
+  const int32_t block = cache.allocate();
+  const char* p = p_->f.rows + i * cache.block_bytes();
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (size_t plane = 0; plane < planes; ++plane, p += plane_bytes)
+      cache.write_rows(block, l, KvPlane(plane), bs, reinterpret_cast<const uint8_t*>(p));
+  return block;
+}
+
+std::shared_ptr<const StateCheckpoint> PrefixRecord::checkpoint(size_t i,
+                                                                const Model& model) const {
+  const int j = p_->f.checkpoint_of[i];
+  if (j < 0) return nullptr;
+  const ModelConfig& c = model.config();
+  const size_t vocab = size_t(c.vocab);
+  const size_t state_bytes = RecurrentState(c.recurrent_shape()).bytes();
+  const size_t bs = p_->bs;
+  auto cp = std::make_shared<StateCheckpoint>();
+  cp->pos = p_->f.meta[i].depth * int(bs);
+  cp->cold = true;
+  const char* s = p_->f.states + size_t(j) * (vocab * 4 + state_bytes);
+  cp->logits.resize(vocab);
+  std::memcpy(cp->logits.data(), s, vocab * 4);
+  cp->state = RecurrentState(c.recurrent_shape());
+  cp->state.read(s + vocab * 4, state_bytes);
+  return cp;
 }
 
 }  // namespace fak

@@ -8,6 +8,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "memory/kv_cache.h"
@@ -82,6 +84,11 @@ class Session {
   void save(const std::filesystem::path& path, const nlohmann::json& meta = nullptr) const;
   static Session load(const std::filesystem::path& path, std::shared_ptr<const Model> model,
                       std::shared_ptr<KvCache> cache, nlohmann::json* meta = nullptr);
+  // The same bytes without a file (a shared store keeps them); label names them in errors.
+  std::string to_bytes(const nlohmann::json& meta = nullptr) const;
+  static Session from_bytes(std::string_view bytes, const std::string& label,
+                            std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                            nlohmann::json* meta = nullptr);
 
   int size() const { return cells_.size(); }
   const std::vector<int32_t>& tokens() const { return cells_.tokens(); }

@@ -86,6 +86,10 @@ SessionHeader parse_header(std::string_view text, const std::string& label) {
 }  // namespace
 
 void Session::save(const std::filesystem::path& path, const nlohmann::json& meta) const {
+  write_file_atomic(path, to_bytes(meta));
+}
+
+std::string Session::to_bytes(const nlohmann::json& meta) const {
   check(logits_valid_ || tokens().empty(), "save: session has no logits");
   const ModelConfig& c = model_->config();
   const int n = size();
@@ -129,14 +133,20 @@ void Session::save(const std::filesystem::path& path, const nlohmann::json& meta
   Fnv1a sum;
   sum.update(out);
   put(out, sum.digest());
-  write_file_atomic(path, out);
+  return out;
 }
 
 Session Session::load(const std::filesystem::path& path, std::shared_ptr<const Model> model,
                       std::shared_ptr<KvCache> cache, nlohmann::json* meta) {
-  const std::string label = "session file " + path.string();
   MappedFile f = MappedFile::open(path);
-  const CheckedFileView v = open_checked_file(f.bytes(), kMagic, kVersion, label, "session");
+  return from_bytes(f.bytes(), "session file " + path.string(), std::move(model), std::move(cache),
+                    meta);
+}
+
+Session Session::from_bytes(std::string_view bytes, const std::string& label,
+                            std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+                            nlohmann::json* meta) {
+  const CheckedFileView v = open_checked_file(bytes, kMagic, kVersion, label, "session");
   const SessionHeader h = parse_header(v.header, label);
   const ModelConfig& c = model->config();
   if (h.model != model->identity())

@@ -142,7 +142,14 @@ void add_basic_routes(Router& router, ServerContext& ctx) {
   // Inline: answered on the I/O thread, so a load balancer's probe is never stuck behind work.
   router.add("GET", "/health", guarded([&](const HttpRequest&, HttpResponse& res) {
                const SchedulerGauges g = ctx.scheduler->gauges();
-               reply_json(res, 200, {{"status", "ok"}, {"active", g.active}, {"queued", g.queued}});
+               // Draining: 503, so a load balancer's check takes the replica out of rotation.
+               const bool draining = ctx.draining.load();
+               ojson body = {{"status", draining ? "draining" : "ok"},
+                             {"active", g.active},
+                             {"queued", g.queued}};
+               // A store that is down does not make the replica unhealthy: it serves from memory.
+               if (ctx.store_pool) body["store"] = ctx.store_pool->up() ? "up" : "down";
+               reply_json(res, draining ? 503 : 200, body);
              }),
              /*runs_inline=*/true);
   router.add(
@@ -161,6 +168,7 @@ void add_basic_routes(Router& router, ServerContext& ctx) {
                res.content_type = "text/plain; version=0.0.4";
                res.body = ctx.metrics.render(ctx.scheduler->gauges(), ctx.scheduler->cache_stats());
                res.body += kv_metrics(ctx);
+               if (ctx.store_metrics) res.body += ctx.store_metrics->render(ctx.store_pool->up());
              }),
              true);
 }
@@ -176,6 +184,39 @@ std::function<bool(const std::string&)> saved_partition_filter(const std::set<st
   return [hashes, well_formed](const std::string& p) {
     return well_formed(p) && hashes.count(p.substr(0, 32)) > 0;
   };
+}
+
+// --store: the Redis pool, the shared prefix cache and shared sessions; one line says whether the
+// store answers, and one more when its eviction policy could drop sessions.
+void attach_store(ServerContext& ctx, const std::function<void(const std::string&)>& log) {
+  const ServerOptions& o = ctx.options;
+  const store::RedisUrl url = store::parse_redis_url(o.store);
+  ctx.store_metrics = std::make_unique<store::StoreMetrics>();
+  store::RedisPoolOptions po;
+  po.timeout = std::chrono::milliseconds(std::max(1, o.store_timeout_ms));
+  store::StoreMetrics* m = ctx.store_metrics.get();
+  ctx.store_pool = std::make_unique<store::RedisPool>(
+      url, po, log,
+      [m](double s, size_t out, size_t in, bool failed) { m->observe_call(s, out, in, failed); });
+  ctx.blocks = std::make_shared<store::BlockStore>(*ctx.store_pool, ctx.model,
+                                                   ctx.scheduler->kv_cache(), *m, log);
+  ctx.scheduler->attach_store(ctx.blocks);
+  ctx.shared = std::make_unique<SharedSessions>(ctx, *ctx.blocks, log,
+                                                std::chrono::milliseconds(o.store_wait_ms));
+  std::vector<store::RedisReply> r;
+  const bool up = ctx.store_pool->run([&](store::RedisConnection& c) {
+    r = c.pipeline({{"PING"}, {"CONFIG", "GET", "maxmemory-policy"}});
+  });
+  if (!up) return;  // the pool logged why; the server starts and serves from memory
+  log("store " + url.shown + " reachable; keys under " + ctx.blocks->ns());
+  // CONFIG may be renamed away: then nothing is said.
+  if (r.size() == 2 && r[1].type == store::RedisReply::Type::Array && r[1].elements.size() == 2) {
+    const std::string policy = r[1].elements[1].str;
+    if (policy.rfind("allkeys-", 0) == 0)
+      log("warning: the store's maxmemory-policy is " + policy +
+          ": Redis may evict sessions, not only cached blocks; use volatile-lru "
+          "(deploy/redis.conf)");
+  }
 }
 
 }  // namespace
@@ -222,6 +263,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   ctx.sessions = std::make_unique<SessionStore>(
       model, ctx.scheduler->kv_cache(), ctx.chat.get(), options.session_dir, ctx.scheduler->ctx(),
       default_session_quota(kv_tokens, ctx.scheduler->ctx()));
+  if (!options.store.empty()) attach_store(ctx, so.log);
 
   Router& router = impl_->router;
   // Each API's clients read errors in their own shape, the transport's refusals included.
@@ -342,6 +384,51 @@ extern "C" void on_stop_signal(int) {
 
 }  // namespace
 
+namespace {
+
+// SIGTERM with a drain: /health says draining (the load balancer stops sending), requests in
+// flight get until the deadline to finish, then what only this replica holds goes to the store:
+// sessions changed while it was unreachable and blocks waiting for the uploader.
+void drain(ServerContext& ctx, const HttpServer& http) {
+  const ServerOptions& o = ctx.options;
+  const double seconds =
+      o.drain_timeout_s >= 0 ? o.drain_timeout_s : (o.store.empty() ? 0.0 : 30.0);
+  if (seconds <= 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(seconds));
+  ctx.draining = true;
+  std::fprintf(stderr, "fak serve: draining (at most %.0f s): requests in flight finish\n",
+               seconds);
+  std::fflush(stderr);
+  for (;;) {
+    const SchedulerGauges g = ctx.scheduler->gauges();
+    if (http.busy() == 0 && g.active == 0 && g.queued == 0) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr, "fak serve: drain deadline reached with %d requests in flight\n",
+                   http.busy());
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  size_t left = 0;
+  if (ctx.shared) {
+    // The store gets a few seconds even when the requests took the whole deadline.
+    const auto publish_by =
+        std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    left = ctx.shared->catch_up(publish_by);
+    ctx.blocks->flush(publish_by);
+  }
+  std::fprintf(
+      stderr, "fak serve: drained in %.2f s%s\n",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      left ? (", " + std::to_string(left) + " sessions not published (store unreachable)").c_str()
+           : "");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   // SIGINT / SIGTERM stop the server cleanly (and so save the prefix cache under --cache-dir).
   // note: a handler, not only sigwait on a blocked mask: threads started before this point
@@ -389,6 +476,7 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
     // A second signal ends the process at once, without saving: the way out of a slow stop.
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    drain(m.ctx, http);
     http.stop();
   });
   http.run();

@@ -3,6 +3,7 @@
 // replies, turning exceptions into OpenAI error bodies).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,6 +17,10 @@
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "server/session_store.h"
+#include "server/shared_sessions.h"
+#include "store/block_store.h"
+#include "store/redis_client.h"
+#include "store/store_metrics.h"
 
 namespace fak::server {
 
@@ -26,8 +31,18 @@ struct ServerContext {
   std::unique_ptr<ChatPrompt> chat;   // null when the model has no tokenizer
   SamplingOptions sampling_defaults;  // generation_config.json: what requests start from
   Metrics metrics;
+  // --store (null without): the Redis pool and the shared prefix cache's blocks, declared before
+  // the scheduler (which uses them) so that they outlive it; shared sessions after the session
+  // store, so that their background thread stops first.
+  std::unique_ptr<store::StoreMetrics> store_metrics;
+  std::unique_ptr<store::RedisPool> store_pool;
+  std::shared_ptr<store::BlockStore> blocks;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<SessionStore> sessions;  // touched only inside scheduler jobs
+  std::unique_ptr<SharedSessions> shared;
+  // SIGTERM with a drain (--drain-timeout): /health answers 503 "draining" so the load balancer
+  // sends nothing new, while what is in flight finishes.
+  std::atomic<bool> draining{false};
 };
 
 // The API key (empty without one): the bearer token, or Anthropic's x-api-key header. The tenant

@@ -15,10 +15,15 @@
 // Create, append and an exact quarantine's replay read their tokens through the scheduler like a
 // prompt (run_edit below), so a 32k-token session create costs other streams no more than a 32k
 // prompt does.
+//
+// With --store every call goes through SharedSessions (server/shared_sessions.h): the session is
+// brought up to the store's version first, and a call that changes it publishes it before the
+// reply.
 #include "runtime/generate.h"
 #include "server/api_error.h"
 #include "server/context.h"
 #include "server/openai_request.h"
+#include "server/shared_sessions.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak::server {
@@ -152,6 +157,20 @@ EvictMode mode_of(const ojson& body) {
   bad_request("`mode` must be \"exact\" or \"shift\"", "mode");
 }
 
+// --store: the call on an existing session (null without a store).
+std::unique_ptr<SharedSessions::Call> open_shared(ServerContext& ctx, const HttpRequest& req,
+                                                  const std::string& tenant,
+                                                  const std::string& id) {
+  if (!ctx.shared) return nullptr;
+  return ctx.shared->open(
+      tenant, id, [&](const SessionEdit& edit) { return run_edit(ctx, req, tenant, edit); });
+}
+
+// --store: publishes a session this replica has just made.
+void publish_new(ServerContext& ctx, const std::string& tenant, const std::string& id) {
+  if (ctx.shared) ctx.shared->made(tenant, id)->commit();
+}
+
 }  // namespace
 
 void add_fak_routes(Router& router, ServerContext& ctx) {
@@ -162,18 +181,24 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                const ojson body = body_of(req);
                const std::string wanted = get_string(body, "id").value_or("");
                const std::string tenant = tenant_of(req);
+               if (ctx.shared && !wanted.empty()) ctx.shared->check_new(tenant, wanted);
                SessionEdit edit;
                ctx.scheduler->run_job([&] { edit = store.begin_create(tenant, wanted, body); });
-               reply_json(res, 201, run_edit(ctx, req, tenant, edit));
+               const ojson out = run_edit(ctx, req, tenant, edit);
+               publish_new(ctx, tenant, out["id"].get<std::string>());
+               reply_json(res, 201, out);
              }));
   router.add("GET", "/v1/fak/sessions", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string tenant = tenant_of(req);
-               in_job(ctx, res, 200, [&] {
-                 ojson data = ojson::array();
-                 for (const std::string& id : store.list(tenant))
-                   data.push_back({{"id", id}, {"object", "fak.session"}});
-                 return ojson{{"object", "list"}, {"data", data}};
-               });
+               std::vector<std::string> ids;
+               if (ctx.shared)
+                 ids = ctx.shared->list(tenant);
+               else
+                 ctx.scheduler->run_job([&] { ids = store.list(tenant); });
+               ojson data = ojson::array();
+               for (const std::string& id : ids)
+                 data.push_back({{"id", id}, {"object", "fak.session"}});
+               reply_json(res, 200, ojson{{"object", "list"}, {"data", data}});
              }));
   router.add(
       "POST", "/v1/fak/sessions/load", guarded([&](const HttpRequest& req, HttpResponse& res) {
@@ -182,29 +207,39 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
         if (!name) bad_request("`name` is required", "name");
         const std::string wanted = get_string(body, "id").value_or("");
         const std::string tenant = tenant_of(req);
-        in_job(ctx, res, 201, [&] {
+        if (ctx.shared && !wanted.empty()) ctx.shared->check_new(tenant, wanted);
+        ojson out;
+        ctx.scheduler->run_job([&] {
           const std::string id = store.load(tenant, *name, wanted);
-          return ojson{
+          out = ojson{
               {"id", id}, {"object", "fak.session"}, {"size", store.describe(tenant, id)["size"]}};
         });
+        publish_new(ctx, tenant, out["id"].get<std::string>());
+        reply_json(res, 201, out);
       }));
   router.add("GET", kId, guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
+               const auto call = open_shared(ctx, req, tenant, id);
                in_job(ctx, res, 200, [&] { return store.describe(tenant, id); });
              }));
-  router.add("DELETE", kId, guarded([&](const HttpRequest& req, HttpResponse& res) {
-               const std::string id = req.matches[1], tenant = tenant_of(req);
-               in_job(ctx, res, 200, [&] {
-                 store.remove(tenant, id);
-                 return ojson{{"id", id}, {"object", "fak.session"}, {"deleted", true}};
-               });
-             }));
+  router.add(
+      "DELETE", kId, guarded([&](const HttpRequest& req, HttpResponse& res) {
+        const std::string id = req.matches[1], tenant = tenant_of(req);
+        if (ctx.shared)
+          ctx.shared->remove(tenant, id);
+        else
+          ctx.scheduler->run_job([&] { store.remove(tenant, id); });
+        reply_json(res, 200, ojson{{"id", id}, {"object", "fak.session"}, {"deleted", true}});
+      }));
   router.add("POST", kId + "/append", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
                const ojson body = body_of(req);
+               const auto call = open_shared(ctx, req, tenant, id);
                SessionEdit edit;
                ctx.scheduler->run_job([&] { edit = store.begin_append(tenant, id, body); });
-               reply_json(res, 200, run_edit(ctx, req, tenant, edit));
+               const ojson out = run_edit(ctx, req, tenant, edit);
+               if (call) call->commit();
+               reply_json(res, 200, out);
              }));
   router.add("POST", kId + "/generate", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
@@ -214,20 +249,27 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                o.sampling = parse_sampling(body);
                if (!get_bool(body, "ignore_eos").value_or(false))
                  o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
-               reply_json(res, 200, generate_batched(ctx, req, tenant, id, o));
+               const auto call = open_shared(ctx, req, tenant, id);
+               const ojson out = generate_batched(ctx, req, tenant, id, o);
+               if (call) call->commit();
+               reply_json(res, 200, out);
              }));
-  router.add("POST", kId + "/clone", guarded([&](const HttpRequest& req, HttpResponse& res) {
-               const std::string id = req.matches[1], tenant = tenant_of(req);
-               const std::string wanted = get_string(body_of(req), "id").value_or("");
-               in_job(ctx, res, 201, [&] {
-                 const std::string nid = store.clone(tenant, id, wanted);
-                 return ojson{{"id", nid}, {"object", "fak.session"}, {"cloned_from", id}};
-               });
-             }));
+  router.add(
+      "POST", kId + "/clone", guarded([&](const HttpRequest& req, HttpResponse& res) {
+        const std::string id = req.matches[1], tenant = tenant_of(req);
+        const std::string wanted = get_string(body_of(req), "id").value_or("");
+        if (ctx.shared && !wanted.empty()) ctx.shared->check_new(tenant, wanted);
+        const auto call = open_shared(ctx, req, tenant, id);
+        std::string nid;
+        ctx.scheduler->run_job([&] { nid = store.clone(tenant, id, wanted); });
+        publish_new(ctx, tenant, nid);
+        reply_json(res, 201, ojson{{"id", nid}, {"object", "fak.session"}, {"cloned_from", id}});
+      }));
   router.add("POST", kId + "/save", guarded([&](const HttpRequest& req, HttpResponse& res) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
                const auto name = get_string(body_of(req), "name");
                if (!name) bad_request("`name` is required", "name");
+               const auto call = open_shared(ctx, req, tenant, id);
                in_job(ctx, res, 200, [&] {
                  store.save(tenant, id, *name);
                  return ojson{{"id", id}, {"saved", *name}};
@@ -243,12 +285,16 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                if (message.has_value() == (begin.has_value() || end.has_value()) ||
                    begin.has_value() != end.has_value())
                  bad_request("give either `message` (a segment index) or both `begin` and `end`");
+               const auto call = open_shared(ctx, req, tenant, id);
                SessionEdit edit;
                ctx.scheduler->run_job([&] {
                  edit = message ? store.begin_evict(tenant, id, 0, 0, int(*message), mode)
                                 : store.begin_evict(tenant, id, int(*begin), int(*end), -1, mode);
                });
-               reply_json(res, 200, run_edit(ctx, req, tenant, edit));
+               const ojson out = run_edit(ctx, req, tenant, edit);
+               // A fence: no replica may serve the state before it once it has returned.
+               if (call) call->commit(/*fence=*/true);
+               reply_json(res, 200, out);
              }));
 }
 

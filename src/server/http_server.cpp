@@ -565,6 +565,10 @@ void HttpServer::run() {
   io.join();
 }
 
+int HttpServer::busy() const {
+  return impl_->workers->busy();
+}
+
 void HttpServer::stop() {
   {
     std::lock_guard<std::mutex> lock(impl_->stop_mu);

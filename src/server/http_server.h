@@ -52,6 +52,8 @@ class HttpServer {
   void run();
   // From any thread.
   void stop();
+  // Requests being handled or waiting for a worker, streams included (a drain waits for 0).
+  int busy() const;
 
   struct Impl;
 

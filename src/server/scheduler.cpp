@@ -11,6 +11,7 @@
 #include "runtime/model_cache.h"
 #include "server/api_error.h"
 #include "server/fair_share.h"
+#include "store/block_store.h"
 
 namespace fak::server {
 
@@ -153,6 +154,10 @@ void Scheduler::submit(GenRequest request) {
                    "`n` must be between 1 and the server's --parallel (" +
                        std::to_string(options_.parallel) + "), got " + std::to_string(request.n),
                    "n");
+  // The shared store's blocks are read here, on the caller's thread: the scheduler's never waits
+  // on the network.
+  if (store_ && !request.session && request.prompt.size() > 1)
+    request.prefetched = store_->fetch(*prefix_, request.partition, request.prompt);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
@@ -328,6 +333,10 @@ void Scheduler::admit(GenRequest r) {
     std::optional<Session> owned;
     int reused = 0;
     if (!r.session) {
+      if (r.prefetched) {
+        store_->install(*prefix_, r.prompt, *r.prefetched);
+        r.prefetched.reset();
+      }
       // Dense models: only the cached prefix here; the rest is prefilled in chunks by step().
       owned.emplace(prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false));
       if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
@@ -399,6 +408,7 @@ void Scheduler::finish(Active& a, const std::string& reason) {
   // (prompt + this reply) starts from these blocks.
   try {
     prefix_->insert(a.req.partition, *a.session);
+    if (store_) store_->publish(a.req.partition, *a.session);
   } catch (const std::exception&) {
     // A full cache only costs the next turn a prefill.
   }

@@ -34,6 +34,11 @@
 #include "server/cache_dir.h"
 #include "server/metrics.h"
 
+namespace fak::store {
+class BlockStore;
+struct Prefetched;
+}  // namespace fak::store
+
 namespace fak::server {
 
 struct GenEvent {
@@ -166,6 +171,9 @@ struct GenRequest {
   std::optional<ThinkBlock> think;
   std::optional<ReasoningBudget> reasoning_budget;
   bool reasoning_open = false;  // the prompt leaves the reply inside a <think> block
+  // --store: the prompt's blocks the shared store had beyond the local cache (fetched by submit,
+  // installed by admit).
+  std::shared_ptr<store::Prefetched> prefetched;
 };
 
 struct SchedulerOptions {
@@ -205,6 +213,10 @@ class Scheduler {
   // Queues a generation. Throws ApiError 429 when the queue is full, 503 when shutting down, 400
   // when it asks for more choices than --parallel.
   void submit(GenRequest request);
+  // --store (store/block_store.h): a prompt missing locally is looked up there (by submit, on the
+  // caller's thread) and every sequence's blocks are published there when it ends. Set before
+  // the first submit.
+  void attach_store(std::shared_ptr<store::BlockStore> store) { store_ = std::move(store); }
   // Runs fn on the scheduler thread between steps and waits; rethrows what fn throws.
   void run_job(std::function<void()> fn);
   // Stops admitting, ends queued and active generations with an error, joins the thread; then
@@ -249,6 +261,7 @@ class Scheduler {
   std::shared_ptr<KvCache> cache_;
   std::unique_ptr<PrefixCache> prefix_;
   std::unique_ptr<CacheDir> cache_dir_;
+  std::shared_ptr<store::BlockStore> store_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

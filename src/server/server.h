@@ -39,6 +39,16 @@ struct ServerOptions {
   // bounds).
   std::string cache_dir;
   size_t cache_dir_mib = 0;
+  // --store redis://[user:password@]host:port[/db] (server/shared_sessions.h, store/): sessions
+  // and the prefix cache shared with other replicas; empty = off. store_timeout_ms bounds each
+  // read or write on its socket; store_wait_ms is how long a fence (quarantine, delete) waits for
+  // an unreachable store.
+  std::string store;
+  int store_timeout_ms = 250;
+  int store_wait_ms = 10000;
+  // On SIGTERM: /health says draining, requests in flight get this long to finish, then sessions
+  // and queued blocks are published and the server stops (-1: 30 s with --store, 0 without).
+  double drain_timeout_s = -1;
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_id;  // name in /v1/models; empty = the model directory's name
   // The transport's limits (server/http_server.h says what each guards against).

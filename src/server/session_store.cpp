@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -84,6 +85,7 @@ SessionStore::Entry& SessionStore::get(const std::string& tenant, const std::str
         "session '" + id +
             "' is busy (generating, or an edit is being read); retry when that call is done",
         "id", "session_busy");
+  it->second.used = ++clock_;
   return it->second;
 }
 
@@ -99,8 +101,9 @@ int64_t SessionStore::tokens_of(const std::string& tenant) const {
   return n;
 }
 
-void SessionStore::check_tokens(const std::string& tenant, int64_t more) const {
+void SessionStore::check_tokens(const std::string& tenant, int64_t more) {
   if (more <= 0) return;
+  make_room(tenant, more);
   const int64_t mine = tokens_of(tenant), all = tokens_of("");
   if (mine + more > quota_.max_tokens_per_tenant)
     throw ApiError(429,
@@ -117,7 +120,8 @@ void SessionStore::check_tokens(const std::string& tenant, int64_t more) const {
                    "", "session_quota_exceeded");
 }
 
-std::string SessionStore::new_id(const std::string& tenant, const std::string& wanted) {
+void SessionStore::check_count(const std::string& tenant) {
+  make_room(tenant, 0);
   size_t mine = 0;
   for (const auto& [key, e] : sessions_) mine += key.first == tenant;
   if (sessions_.size() >= quota_.max_sessions)
@@ -130,8 +134,23 @@ std::string SessionStore::new_id(const std::string& tenant, const std::string& w
                    "too many sessions (" + std::to_string(quota_.max_sessions_per_tenant) +
                        " per API key); delete some first",
                    "", "too_many_sessions");
+}
+
+std::string SessionStore::new_id(const std::string& tenant, const std::string& wanted) {
+  check_count(tenant);
   std::string id = wanted;
-  if (id.empty()) {
+  if (id.empty() && spare_) {
+    // Shared through a store: a counter of this replica's would repeat another replica's ids.
+    static const char* kDigits = "0123456789abcdef";
+    std::random_device rd;
+    do {
+      id = "sess_";
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t r = rd();
+        for (int k = 0; k < 8; ++k) id += kDigits[(r >> (4 * k)) & 15];
+      }
+    } while (sessions_.count({tenant, id}));
+  } else if (id.empty()) {
     do id = "sess_" + std::to_string(++counter_);
     while (sessions_.count({tenant, id}));
   } else {
@@ -351,8 +370,10 @@ std::string SessionStore::clone(const std::string& tenant, const std::string& id
   std::string nid = new_id(tenant, wanted);
   Session copy = src.session.clone();
   std::vector<Segment> segments = src.segments;
-  sessions_.emplace(std::make_pair(tenant, nid),
-                    Entry(tenant, std::move(copy), std::move(segments)));
+  const bool canonical = src.canonical;
+  auto [it, inserted] = sessions_.emplace(std::make_pair(tenant, nid),
+                                          Entry(tenant, std::move(copy), std::move(segments)));
+  it->second.canonical = canonical;
   return nid;
 }
 
@@ -375,6 +396,8 @@ SessionEdit SessionStore::begin_evict(const std::string& tenant, const std::stri
     bad_request("mode shift needs Kraw in the cache", "mode");
   if (mode == EvictMode::Shift && end < n && model_->config().is_hybrid())
     bad_request("mode shift is not possible on hybrid models; use exact", "mode");
+  // Shifted rows are not what a cold prefill computes: the session's blocks are its own now.
+  if (mode == EvictMode::Shift && end < n) e.canonical = false;
   std::vector<Segment> kept;
   const int len = end - begin;
   for (Segment s : e.segments) {
@@ -481,8 +504,90 @@ std::string SessionStore::load(const std::string& tenant, const std::string& nam
         segments.push_back({int(begin), int(end), x[2].get<std::string>()});
     }
   std::string id = new_id(tenant, wanted);
-  sessions_.emplace(std::make_pair(tenant, id), Entry(tenant, std::move(s), std::move(segments)));
+  auto [it, inserted] = sessions_.emplace(std::make_pair(tenant, id),
+                                          Entry(tenant, std::move(s), std::move(segments)));
+  it->second.canonical = false;  // whatever wrote the file may have shifted its rows
   return id;
+}
+
+bool SessionStore::holds(const std::string& tenant, const std::string& id) const {
+  const auto it = sessions_.find({tenant, id});
+  return it != sessions_.end() && !it->second.creating;
+}
+
+SessionStore::Copy SessionStore::copy(const std::string& tenant, const std::string& id) const {
+  const auto it = sessions_.find({tenant, id});
+  check(it != sessions_.end(), "SessionStore::copy: no session '" + id + "'");
+  return {it->second.session.clone(), it->second.segments, it->second.canonical};
+}
+
+const Session& SessionStore::session_of(const std::string& tenant, const std::string& id) const {
+  const auto it = sessions_.find({tenant, id});
+  check(it != sessions_.end(), "SessionStore::session_of: no session '" + id + "'");
+  return it->second.session;
+}
+
+void SessionStore::put(const std::string& tenant, const std::string& id, Copy copy) {
+  auto it = sessions_.find({tenant, id});
+  if (it != sessions_.end()) {
+    Entry& e = it->second;
+    e.session = std::move(copy.session);
+    e.segments = std::move(copy.segments);
+    e.canonical = copy.canonical;
+    e.creating = false;
+    return;
+  }
+  check_tokens(tenant, copy.session.size());
+  check_count(tenant);
+  it = sessions_
+           .emplace(std::make_pair(tenant, id),
+                    Entry(tenant, std::move(copy.session), std::move(copy.segments)))
+           .first;
+  it->second.canonical = copy.canonical;
+  it->second.used = ++clock_;
+}
+
+void SessionStore::drop(const std::string& tenant, const std::string& id) {
+  sessions_.erase({tenant, id});
+}
+
+SessionEdit SessionStore::begin_install(const std::string& tenant, const std::string& id,
+                                        Session partial, std::vector<int32_t> target,
+                                        std::vector<Segment> segments) {
+  sessions_.erase({tenant, id});  // a stale copy
+  check_tokens(tenant, int64_t(target.size()));
+  check_count(tenant);
+  auto [it, inserted] =
+      sessions_.emplace(std::make_pair(tenant, id), Entry(tenant, std::move(partial)));
+  it->second.creating = true;
+  it->second.used = ++clock_;
+  ojson reply = {{"id", id}, {"size", target.size()}};
+  return lend(it->second, id, std::move(target), std::move(segments), std::move(reply));
+}
+
+void SessionStore::share(std::function<bool(const std::string&, const std::string&)> spare) {
+  spare_ = std::move(spare);
+}
+
+void SessionStore::make_room(const std::string& tenant, int64_t more) {
+  if (!spare_) return;
+  for (;;) {
+    size_t mine = 0;
+    for (const auto& [key, e] : sessions_) mine += key.first == tenant;
+    const bool fits = sessions_.size() < quota_.max_sessions &&
+                      mine < quota_.max_sessions_per_tenant &&
+                      tokens_of(tenant) + more <= quota_.max_tokens_per_tenant &&
+                      tokens_of("") + more <= quota_.max_tokens;
+    if (fits) return;
+    auto victim = sessions_.end();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      const Entry& e = it->second;
+      if (e.busy || e.creating || !spare_(it->first.first, it->first.second)) continue;
+      if (victim == sessions_.end() || e.used < victim->second.used) victim = it;
+    }
+    if (victim == sessions_.end()) return;
+    sessions_.erase(victim);
+  }
 }
 
 }  // namespace fak::server

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -107,6 +108,31 @@ class SessionStore {
   void save(const std::string& tenant, const std::string& id, const std::string& name) const;
   std::string load(const std::string& tenant, const std::string& name, const std::string& id);
 
+  // Hooks for --store (store/shared_sessions.h), where sessions live in a shared store and this
+  // replica holds copies. None of them answers 404 or 409: they see whatever this replica holds.
+  // canonical: the KV is what a cold prefill of the tokens computes (no shift eviction, not read
+  // from a file), so its whole blocks can be shared by content.
+  struct Copy {
+    Session session;
+    std::vector<Segment> segments;
+    bool canonical = true;
+  };
+  bool holds(const std::string& tenant, const std::string& id) const;
+  // A copy (blocks shared) of what this replica holds: to roll back to, or to publish.
+  Copy copy(const std::string& tenant, const std::string& id) const;
+  const Session& session_of(const std::string& tenant, const std::string& id) const;
+  // Replaces (or adds) this replica's copy; 429 when it would pass the quota.
+  void put(const std::string& tenant, const std::string& id, Copy copy);
+  void drop(const std::string& tenant, const std::string& id);
+  // A copy read from the store that holds `partial` so far and must come to hold target (the
+  // scheduler reads the rest, as for an append); end_edit commits it, or it is gone.
+  SessionEdit begin_install(const std::string& tenant, const std::string& id, Session partial,
+                            std::vector<int32_t> target, std::vector<Segment> segments);
+  // Ids made up by create are random (replicas must not pick the same one), and copies `spare`
+  // accepts (they are in the store) are dropped, least recently used first, to make room for
+  // others within the quota.
+  void share(std::function<bool(const std::string& tenant, const std::string& id)> spare);
+
  private:
   struct Entry {
     Entry(std::string tenant, Session session, std::vector<Segment> segments = {})
@@ -121,6 +147,8 @@ class SessionStore {
     std::optional<Session> backup;
     std::vector<Segment> segments_after;
     int pending_size = 0;
+    bool canonical = true;  // see Copy
+    uint64_t used = 0;      // when last got (for dropping spare copies)
   };
   Entry& get(const std::string& tenant, const std::string& id);
   const Entry& get(const std::string& tenant, const std::string& id) const;
@@ -134,11 +162,15 @@ class SessionStore {
   SessionEdit lend(Entry& e, const std::string& id, std::vector<int32_t> target,
                    std::vector<Segment> segments, ojson reply);
   std::string new_id(const std::string& tenant, const std::string& wanted);
+  void check_count(const std::string& tenant);  // 429 when one more session would pass the quota
   // 429 when `tenant`'s sessions would hold more than the quota with `more` tokens added.
-  void check_tokens(const std::string& tenant, int64_t more) const;
+  void check_tokens(const std::string& tenant, int64_t more);
   int64_t tokens_of(const std::string& tenant) const;  // "" = every tenant's
   std::filesystem::path file_for(const std::string& tenant, const std::string& name,
                                  bool create_dir) const;
+  // --store: drops spare copies (least recently used first) until `more` tokens and one more
+  // session fit, or none is left to drop.
+  void make_room(const std::string& tenant, int64_t more);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;
@@ -147,7 +179,9 @@ class SessionStore {
   int ctx_;
   SessionQuota quota_;
   uint64_t counter_ = 0;
-  std::map<std::pair<std::string, std::string>, Entry> sessions_;  // (tenant, id)
+  uint64_t clock_ = 0;                                                 // Entry::used
+  std::function<bool(const std::string&, const std::string&)> spare_;  // null: not shared
+  std::map<std::pair<std::string, std::string>, Entry> sessions_;      // (tenant, id)
 };
 
 }  // namespace fak::server

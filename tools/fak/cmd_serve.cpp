@@ -97,6 +97,26 @@ void register_serve(CLI::App& app) {
                 "are left out first (default: all the cache holds)")
       ->check(CLI::Range(size_t(1), size_t(1) << 30))
       ->needs(cache_dir);
+  auto* store =
+      c->add_option("--store", a->o.store,
+                    "share sessions and the prefix cache with other replicas through Redis: "
+                    "redis://[user:password@]host:port[/db] (off when unset; deploy/README.md)");
+  c->add_option("--store-timeout", a->o.store_timeout_ms,
+                "milliseconds a read or write to the store may stall before the replica serves "
+                "from its own memory and retries later")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 60000))
+      ->needs(store);
+  c->add_option("--store-wait", a->o.store_wait_ms,
+                "milliseconds a quarantine or delete waits for an unreachable store before it "
+                "fails (they return only once the store has them)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000))
+      ->needs(store);
+  c->add_option("--drain-timeout", a->o.drain_timeout_s,
+                "on SIGTERM, seconds requests in flight get to finish while /health says "
+                "draining (default: 30 with --store, 0 without)")
+      ->check(CLI::Range(0.0, 3600.0));
   c->add_option("--max-body", a->max_body_mib, "largest request body in MiB")
       ->capture_default_str();
   c->add_option("--model-name", a->o.model_id,
