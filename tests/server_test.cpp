@@ -517,9 +517,11 @@ TEST(ServerQueue, FullQueueIs429) {
   long_one.stop();
 }
 
-// A hybrid (Gated DeltaNet) model behind the server: the second request's prompt extends the
-// first, so it restarts from a state checkpoint in the prefix cache; its greedy reply must equal
-// the same request in another cache partition (a cold prefill).
+// A hybrid (Gated DeltaNet) model behind the server, as an agent drives it: each turn resends its
+// whole history (prompt, the reply's token ids, a new message) and restarts from the state
+// checkpoint the previous request left at its end, so everything but the new message is cached; the
+// greedy reply equals the same request's in another cache partition (a cold prefill). A prompt that
+// leaves the cached history midway restarts where the cache put a checkpoint for it.
 TEST(ServerHybrid, PrefixCacheHitEqualsColdPrefill) {
   const auto tmp = temp_dir();
   const auto model = tmp / "hybrid";
@@ -535,29 +537,52 @@ TEST(ServerHybrid, PrefixCacheHitEqualsColdPrefill) {
   httplib::Client c("127.0.0.1", server.port());
   c.set_read_timeout(60, 0);
   c.set_bearer_token_auth("key-a");
-  std::string history;
-  for (int i = 0; i < 24; ++i)
-    history += "def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + "\n";
-  auto complete = [&](const std::string& prompt, const std::string& salt) {
-    json req{{"model", "hybrid"}, {"prompt", prompt},   {"max_tokens", 8},
-             {"temperature", 0},  {"ignore_eos", true}, {"cache_salt", salt}};
+  auto complete = [&](const std::vector<int32_t>& prompt, const std::string& salt) {
+    json req{{"model", "hybrid"},       {"prompt", prompt},   {"max_tokens", 8},
+             {"temperature", 0},        {"ignore_eos", true}, {"cache_salt", salt},
+             {"return_token_ids", true}};
     auto r = c.Post("/v1/completions", req.dump(), "application/json");
     EXPECT_TRUE(r);
     EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
     return r ? json::parse(r->body) : json();
   };
+  auto cached = [](const json& r) {
+    return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  };
+  std::vector<int32_t> history;
+  for (int i = 0; i < 300; ++i) history.push_back(int32_t(100 + (i * 37) % 7000));
   auto first = complete(history, "a");
-  ASSERT_GT(first["usage"]["prompt_tokens"].get<int>(), 256) << first.dump();
-  const std::string next = history + "def g(y):\n";
-  auto hit = complete(next, "a");
-  auto cold = complete(next, "b");
-  EXPECT_GE(hit["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 256) << hit.dump();
-  EXPECT_EQ(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-  EXPECT_EQ(hit["choices"][0]["text"], cold["choices"][0]["text"]);
+  EXPECT_EQ(cached(first), 0);
+  for (int turn = 0; turn < 3; ++turn) {
+    const auto reply = first["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+    ASSERT_EQ(reply.size(), 8u) << first.dump();
+    const size_t before = history.size() + reply.size();
+    history.insert(history.end(), reply.begin(), reply.end());
+    for (int i = 0; i < 20; ++i) history.push_back(int32_t(200 + turn * 50 + i));
+    auto hit = complete(history, "a");
+    auto cold = complete(history, "b" + std::to_string(turn));
+    EXPECT_EQ(cached(hit), int(before)) << "turn " << turn << ": " << hit.dump();
+    EXPECT_EQ(cached(cold), 0);
+    EXPECT_EQ(hit["choices"][0]["token_ids"], cold["choices"][0]["token_ids"]) << "turn " << turn;
+    first = hit;
+  }
+  // Two requests leave the history at token 150: the first restarts from nothing and takes a
+  // checkpoint there for the cache, the second restarts there.
+  std::vector<int32_t> side(history.begin(), history.begin() + 150);
+  side.push_back(5);
+  auto side1 = complete(side, "a");
+  side.back() = 6;
+  auto side2 = complete(side, "a");
+  auto side_cold = complete(side, "c");
+  EXPECT_EQ(cached(side1), 0);
+  EXPECT_EQ(cached(side2), 150);
+  EXPECT_EQ(side2["choices"][0]["token_ids"], side_cold["choices"][0]["token_ids"]);
   auto metrics = c.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("fak_prefix_cache_checkpoints "), std::string::npos);
   EXPECT_EQ(metrics->body.find("fak_prefix_cache_checkpoints 0\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("fak_prefix_cache_checkpoint_hits_total 4\n"), std::string::npos)
+      << metrics->body;
 }
 
 // Prompts prefilled 5 tokens per step, interleaved with the other requests' decoding, give the

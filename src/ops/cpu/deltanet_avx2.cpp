@@ -1,0 +1,72 @@
+// The delta rule's recurrent step with AVX2: strips of 16 columns of S (8 KiB at dk = 128, so a
+// strip stays in L1 across a call's tokens), the reference's operations per element
+// (ops/deltanet_step.h), so the same bits.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "ops/deltanet_step.h"
+
+namespace fak {
+
+namespace {
+
+// Columns [c0, c0 + 8 NV) over the n tokens.
+template <int NV>
+void strip(float* S, int dk, int dv, const DeltaHeadRows& r, int n, int c0) {
+  __m256 kv[NV], delta[NV], o[NV];
+  for (int j = 0; j < NV; ++j) delta[j] = _mm256_setzero_ps();
+  for (int t = 0; t <= n; ++t) {
+    const bool prev = t > 0, cur = t < n;
+    const float* kp = prev ? r.k + size_t(t - 1) * r.qkv_stride : nullptr;
+    const float* qp = prev ? r.q + size_t(t - 1) * r.qkv_stride : nullptr;
+    const float* kt = cur ? r.k + size_t(t) * r.qkv_stride : nullptr;
+    const __m256 decay =
+        _mm256_set1_ps(cur ? float(std::exp(double(r.g[size_t(t) * r.gb_stride]))) : 0.0f);
+    for (int j = 0; j < NV; ++j) kv[j] = o[j] = _mm256_setzero_ps();
+    for (int kk = 0; kk < dk; ++kk) {
+      float* row = S + size_t(kk) * size_t(dv) + c0;
+      const __m256 kpb = _mm256_set1_ps(prev ? kp[kk] : 0.0f);
+      const __m256 qpb = _mm256_set1_ps(prev ? qp[kk] : 0.0f);
+      const __m256 ktb = _mm256_set1_ps(cur ? kt[kk] : 0.0f);
+      for (int j = 0; j < NV; ++j) {
+        __m256 x = _mm256_loadu_ps(row + 8 * j);
+        if (prev) {
+          x = _mm256_fmadd_ps(kpb, delta[j], x);
+          o[j] = _mm256_fmadd_ps(qpb, x, o[j]);
+        }
+        if (cur) {
+          x = _mm256_mul_ps(x, decay);
+          kv[j] = _mm256_fmadd_ps(ktb, x, kv[j]);
+        }
+        _mm256_storeu_ps(row + 8 * j, x);
+      }
+    }
+    if (prev) {
+      float* op = r.out + size_t(t - 1) * r.out_stride + c0;
+      for (int j = 0; j < NV; ++j) _mm256_storeu_ps(op + 8 * j, o[j]);
+    }
+    if (cur) {
+      const __m256 beta = _mm256_set1_ps(r.beta[size_t(t) * r.gb_stride]);
+      const float* v = r.v + size_t(t) * r.qkv_stride + c0;
+      for (int j = 0; j < NV; ++j)
+        delta[j] = _mm256_mul_ps(beta, _mm256_sub_ps(_mm256_loadu_ps(v + 8 * j), kv[j]));
+    }
+  }
+}
+
+void step(float* S, int dk, int dv, const DeltaHeadRows& r, int n) {
+  if (n <= 0) return;
+  int c = 0;
+  for (; c + 16 <= dv; c += 16) strip<2>(S, dk, dv, r, n, c);
+  for (; c + 8 <= dv; c += 8) strip<1>(S, dk, dv, r, n, c);
+  delta_step_columns(S, dk, dv, r, n, c, dv);
+}
+
+}  // namespace
+
+DeltaStepFn delta_step_avx2() {
+  return step;
+}
+
+}  // namespace fak
