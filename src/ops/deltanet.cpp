@@ -30,6 +30,7 @@
 #include "memory/recurrent_state.h"
 #include "ops/deltanet_step.h"
 #include "ops/matmul_kernels.h"
+#include "ops/vec.h"
 
 namespace fak {
 
@@ -51,32 +52,48 @@ struct Shape {
         group(nv / nk) {}
 };
 
-float silu(float x) {
-  return x / (1.0f + std::exp(-x));
-}
-
 double softplus(double x) {
   return x > 20.0 ? x : std::log1p(std::exp(x));
 }  // torch's threshold
 
-// Causal depthwise conv over [state | x] followed by SiLU, for one sequence. x, out: [n][conv_dim];
-// state: [conv_dim][kernel - 1], replaced by the last kernel - 1 inputs.
-void conv_silu(const Shape& s, const float* weight, float* state, const float* x, int n,
-               float* out) {
-  const int km1 = s.kernel - 1;
+// Causal depthwise conv over [state | x] followed by SiLU, for one sequence. wt: the weights
+// transposed, [kernel][conv_dim]; x, out: [n][conv_dim]; state: [conv_dim][kernel - 1], replaced by
+// the last kernel - 1 inputs.
+//
+// Token by token with the channels innermost, so each output row reads kernel contiguous input
+// rows and vectorises; SiLU is x / (1 + exp_poly(-x)) through the vector kernels (silu_mul by ones:
+// the same bits on every ISA). Each output depends on its own window only: no bit depends on the
+// call's other tokens, its length or the thread count.
+void conv_silu(const Shape& s, const float* wt, float* state, const float* x, int n, float* out) {
+  const int K = s.kernel, km1 = K - 1;
   const size_t cd = size_t(s.conv_dim);
+  thread_local std::vector<float> head, ones;
+  head.resize(size_t(km1) * cd);  // [K - 1][conv_dim]: the state as input rows
+  if (ones.size() < cd) ones.assign(cd, 1.0f);
+  for (size_t ch = 0; ch < cd; ++ch)
+    for (int i = 0; i < km1; ++i) head[size_t(i) * cd + ch] = state[ch * size_t(km1) + size_t(i)];
+  const float* hd = head.data();
+  auto in = [&](int i) { return i < km1 ? hd + size_t(i) * cd : x + size_t(i - km1) * cd; };
+  const float* w = wt;
+  const float* one = ones.data();
+  const auto silu_mul = vec_kernels().silu_mul;
 #pragma omp parallel for schedule(static) if (size_t(n) * cd >= (1u << 15))
-  for (int ch = 0; ch < s.conv_dim; ++ch) {
-    const float* w = weight + size_t(ch) * size_t(s.kernel);
-    float* st = state + size_t(ch) * size_t(km1);
-    auto in = [&](int i) { return i < km1 ? st[i] : x[size_t(i - km1) * cd + size_t(ch)]; };
-    for (int t = 0; t < n; ++t) {
-      float acc = 0.0f;
-      for (int j = 0; j < s.kernel; ++j) acc += w[j] * in(t + j);
-      out[size_t(t) * cd + size_t(ch)] = silu(acc);
+  for (int t = 0; t < n; ++t) {
+    float* o = out + size_t(t) * cd;
+    const float* r0 = in(t);
+    for (size_t ch = 0; ch < cd; ++ch) o[ch] = w[ch] * r0[ch];
+    for (int j = 1; j < K; ++j) {
+      const float* r = in(t + j);
+      const float* wj = w + size_t(j) * cd;
+      for (size_t ch = 0; ch < cd; ++ch) o[ch] += wj[ch] * r[ch];
     }
-    // In place is safe: st[i] is written after every read of st[<= i] and before none of st[> i].
-    for (int i = 0; i < km1; ++i) st[i] = in(n + i);
+    silu_mul(o, one, int(cd), o);
+  }
+  // The last K - 1 inputs become the state (read from head before it is overwritten: head is a
+  // copy).
+  for (int i = 0; i < km1; ++i) {
+    const float* r = in(n + i);
+    for (size_t ch = 0; ch < cd; ++ch) state[ch * size_t(km1) + size_t(i)] = r[ch];
   }
 }
 
@@ -108,13 +125,18 @@ void deltanet_core(const DeltaNetParams& p, int layer, std::span<const DeltaNetS
 
   std::vector<int> first(seqs.size());  // first row of each sequence
   {
+    thread_local std::vector<float> wt;  // [kernel][conv_dim]
+    wt.resize(size_t(s.kernel) * cd);
+    for (size_t ch = 0; ch < cd; ++ch)
+      for (int j = 0; j < s.kernel; ++j)
+        wt[size_t(j) * cd + ch] = (*p.conv)[ch * size_t(s.kernel) + size_t(j)];
     int t0 = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const DeltaNetSequence& q = seqs[i];
       check(q.state != nullptr && !q.state->empty(),
             "forward: a hybrid model needs a RecurrentState for every batch item");
       first[i] = t0;
-      conv_silu(s, p.conv->data(), q.state->conv(layer), qkv + size_t(t0) * cd, q.n_tokens,
+      conv_silu(s, wt.data(), q.state->conv(layer), qkv + size_t(t0) * cd, q.n_tokens,
                 &conv[size_t(t0) * cd]);
       t0 += q.n_tokens;
     }
