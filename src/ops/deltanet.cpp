@@ -17,8 +17,8 @@
 // draft all reproduce a cold run bit for bit, with no rule about call boundaries.
 //
 // Cost: per token and value head ~4 dk dv flops over a dk x dv memory that stays in cache, small
-// next to the layer's projections (bench/RESULTS.md, session 12, measures it against the chunked
-// form this replaced).
+// next to the layer's projections (bench/deltanet_bench.cpp: ~1.1M head-tokens/s with AVX-512 at
+// dk = dv = 128, so a Qwen3.5-0.8B token's 288 head-layers take ~0.25 ms on one core).
 #include "ops/deltanet.h"
 
 #include <algorithm>
