@@ -1,6 +1,7 @@
-// Qwen3.5 hybrid models (Gated DeltaNet + gated attention): parity with HF, the chunked prefill
-// against the recurrent step, and the reuse stack's exactness on sessions that carry DeltaNet state
-// (checkpoints + replay with the cold run's append boundaries, runtime/session_state.cpp).
+// Qwen3.5 hybrid models (Gated DeltaNet + gated attention): parity with HF, a state that does not
+// depend on how its tokens were grouped into calls, and the reuse stack's exactness on sessions
+// that carry DeltaNet state (checkpoints + replay, runtime/session_state.cpp) with the rule dense
+// models follow: bit-identical to one cold append of the same tokens.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,13 +36,17 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
-using Appends = std::vector<std::vector<int32_t>>;
+std::vector<int32_t> concat(std::initializer_list<std::vector<int32_t>> parts) {
+  std::vector<int32_t> out;
+  for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
 
 }  // namespace
 
 // On the CPU, and in a CUDA build on the GPU too (skipped, saying why, where none is): the same
-// reference and the same exactness rules (the device's DeltaNet is recurrent for every token,
-// which the CPU's chunked prefill matches to rounding).
+// reference and the same exactness rules (both run the delta rule's recurrent form for every
+// token, each backend with its own bits).
 class Hybrid : public ::testing::TestWithParam<Device> {
  protected:
   void SetUp() override {
@@ -53,15 +58,14 @@ class Hybrid : public ::testing::TestWithParam<Device> {
         KvCacheOptions{.block_size = 16, .storage = model->make_kv_storage()});
     vocab = model->config().vocab;
   }
-  // The reference for an edited session: a fresh session given the same appends.
-  Session cold(const Appends& appends) {
+  // The reference for any session: one cold append of its tokens.
+  Session cold(const std::vector<int32_t>& ids) {
     Session s(model, cache);
-    for (auto& a : appends) s.append(a);
+    s.append(ids);
     return s;
   }
   void expect_same(Session& got, Session& want, const std::string& what) {
     EXPECT_EQ(got.tokens(), want.tokens()) << what;
-    EXPECT_EQ(got.segment_starts(), want.segment_starts()) << what;
     EXPECT_TRUE(*got.recurrent_state() == *want.recurrent_state()) << what << ": state differs";
     EXPECT_EQ(got.has_logits(), want.has_logits()) << what;
     if (want.has_logits()) {
@@ -139,19 +143,19 @@ TEST_P(Hybrid, ForwardRefusesAMissingState) {
   cache->release(blocks[0]);
 }
 
-// One forward call over n tokens (chunked form, chunks of 64 from the start) against n one-token
-// calls (recurrent step): equal up to f32 rounding, at and around the chunk boundaries.
-TEST_P(Hybrid, ChunkedPrefillMatchesRecurrentDecode) {
+// One forward call over n tokens against n one-token calls and against calls of every other size:
+// the same bits, logits and state, at every length (the recurrent form runs for every token).
+TEST_P(Hybrid, StateDoesNotDependOnCallBoundaries) {
   for (int n : {1, 2, 63, 64, 65, 80, 130}) {
     auto ids = random_ids(n, vocab, 100 + uint32_t(n));
     std::vector<int32_t> blocks;
     while (blocks.size() * size_t(cache->block_size()) < ids.size())
       blocks.push_back(cache->allocate());
-    RecurrentState chunked(model->config().recurrent_shape());
+    RecurrentState whole(model->config().recurrent_shape());
     std::vector<float> prefill(size_t(n) * size_t(vocab));
     BatchItem it;
     it.blocks = &blocks;
-    it.state = &chunked;
+    it.state = &whole;
     it.tokens = ids.data();
     it.n_tokens = n;
     it.logits = prefill.data();
@@ -159,103 +163,90 @@ TEST_P(Hybrid, ChunkedPrefillMatchesRecurrentDecode) {
     model->forward({&it, 1}, *cache);
 
     Session step(model, cache);
-    double worst = 0;
     for (int i = 0; i < n; ++i) {
       step.append({&ids[size_t(i)], 1});
-      worst = std::max(worst, max_abs_diff(step.logits().data(),
-                                           &prefill[size_t(i) * size_t(vocab)], size_t(vocab)));
+      ASSERT_TRUE(
+          bit_equal(step.logits(), std::vector<float>(&prefill[size_t(i) * size_t(vocab)],
+                                                      &prefill[size_t(i + 1) * size_t(vocab)])))
+          << "n=" << n << " token " << i;
     }
-    const auto& rec = step.recurrent_state()->data;
-    const double state_diff = max_abs_diff(rec.data(), chunked.data.data(), rec.size());
-    std::printf("n=%d: max|dlogit| chunked vs recurrent %.3g, max|dstate| %.3g\n", n, worst,
-                state_diff);
-    EXPECT_LT(worst, 1e-4) << "n=" << n;
-    EXPECT_LT(state_diff, 1e-4) << "n=" << n;
-    if (n == 1) {
-      EXPECT_EQ(worst, 0.0) << "one token is the recurrent step either way";
-    }
+    EXPECT_TRUE(*step.recurrent_state() == whole) << "n=" << n;
+    // Ragged calls: 1, 2, 3, ... tokens.
+    Session ragged(model, cache);
+    for (int at = 0, k = 1; at < n; at += k, ++k)
+      ragged.append({ids.data() + at, size_t(std::min(k, n - at))});
+    EXPECT_TRUE(*ragged.recurrent_state() == whole) << "n=" << n;
+    EXPECT_TRUE(bit_equal(ragged.logits(), step.logits())) << "n=" << n;
     for (int32_t b : blocks) cache->release(b);
   }
 }
 
-// Appends longer than the checkpoint interval (128) run as several forward calls; that split must
-// not change anything (it falls on the 64-token chunk grid).
-TEST_P(Hybrid, LongAppendSplitsWithoutChangingTheResult) {
-  auto ids = random_ids(200, vocab, 7);
+// A session's append computes what one forward call does, and ends with a checkpoint there.
+TEST_P(Hybrid, AppendEqualsOneCallAndEndsWithACheckpoint) {
+  const int n = 500;
+  auto ids = random_ids(n, vocab, 7);
   std::vector<int32_t> blocks;
   while (blocks.size() * size_t(cache->block_size()) < ids.size())
     blocks.push_back(cache->allocate());
   RecurrentState state(model->config().recurrent_shape());
   std::vector<float> logits(static_cast<size_t>(vocab));
-  BatchItem it{&blocks, &state, ids.data(), int(ids.size()), 0, logits.data(), false};
+  BatchItem it;
+  it.blocks = &blocks;
+  it.state = &state;
+  it.tokens = ids.data();
+  it.n_tokens = n;
+  it.logits = logits.data();
   model->forward({&it, 1}, *cache);
-  Session s = cold({ids});
+  Session s = cold(ids);
   EXPECT_TRUE(bit_equal(s.logits(), logits));
   EXPECT_TRUE(*s.recurrent_state() == state);
-  EXPECT_EQ(s.segment_starts(), std::vector<int32_t>{0});
-  EXPECT_GE(s.n_checkpoints(), 2);  // at 128 and at 200
+  ASSERT_EQ(s.n_checkpoints(), 1);
+  EXPECT_EQ(s.checkpoints().back()->pos(), n);
   for (int32_t b : blocks) cache->release(b);
 }
 
-TEST_P(Hybrid, TruncateEqualsColdRunOfTheClippedAppends) {
+TEST_P(Hybrid, TruncateEqualsColdRunOfTheKeptTokens) {
   auto a = random_ids(150, vocab, 1), b = random_ids(20, vocab, 2), d = random_ids(4, vocab, 3);
-  Session base = cold({a, b});
+  Session base = cold(a);
+  base.append(b);
   for (int32_t t : d) base.append({&t, 1});  // decode steps: appends of one token
+  const auto all = concat({a, b, d});
   for (int n : {0, 1, 63, 64, 100, 128, 129, 140, 150, 151, 165, 170, 172}) {
     Session s = base.clone();
     s.truncate(n);
-    Appends want;
-    int pos = 0;
-    for (const auto& part : Appends{a, b, {d[0]}, {d[1]}, {d[2]}, {d[3]}}) {
-      const int take = std::clamp(n - pos, 0, int(part.size()));
-      if (take > 0) want.push_back({part.begin(), part.begin() + take});
-      pos += int(part.size());
-    }
-    Session ref = cold(want);
+    Session ref = cold({all.begin(), all.begin() + n});
     expect_same(s, ref, "truncate " + std::to_string(n));
     auto more = random_ids(9, vocab, 50 + uint32_t(n));
     s.append(more);
     ref.append(more);
     expect_same(s, ref, "truncate " + std::to_string(n) + " then append");
+    Session ref2 = cold(concat({{all.begin(), all.begin() + n}, more}));
+    expect_same(s, ref2, "truncate " + std::to_string(n) + " then append, against one append");
   }
 }
 
 TEST_P(Hybrid, ExactEvictEqualsColdRunWithoutTheSpan) {
   auto a = random_ids(150, vocab, 11), b = random_ids(20, vocab, 12), c = random_ids(30, vocab, 13);
-  struct Case {
-    int begin, end;
-    Appends want;
-  };
-  auto cut = [](const std::vector<int32_t>& v, int from, int to) {
-    return std::vector<int32_t>(v.begin() + from, v.begin() + to);
-  };
-  auto without = [](std::vector<int32_t> v, int from, int to) {
-    v.erase(v.begin() + from, v.begin() + to);
-    return v;
-  };
-  std::vector<Case> cases = {
-      {10, 20, {without(a, 10, 20), b, c}},            // inside the first append
-      {140, 155, {cut(a, 0, 140), cut(b, 5, 20), c}},  // across a boundary: b loses its head
-      {150, 170, {a, c}},                              // a whole append
-      {0, 150, {b, c}},                                // from the start
-      {160, 200, {a, cut(b, 0, 10)}},                  // to the end
-      {130, 175, {cut(a, 0, 130), cut(c, 5, 30)}},
-  };
-  for (const Case& k : cases) {
-    Session s = cold({a, b, c});
+  const auto all = concat({a, b, c});
+  for (auto [begin, end] : std::vector<std::pair<int, int>>{
+           {10, 20}, {140, 155}, {150, 170}, {0, 150}, {160, 200}, {130, 175}, {199, 200}}) {
+    Session s = cold(a);
+    s.append(b);
+    s.append(c);
     Session other = s.clone();
-    s.evict(k.begin, k.end, EvictMode::Exact);
-    Session ref = cold(k.want);
-    const std::string what =
-        "evict [" + std::to_string(k.begin) + ", " + std::to_string(k.end) + ")";
+    s.evict(begin, end, EvictMode::Exact);
+    auto want = all;
+    want.erase(want.begin() + begin, want.begin() + end);
+    Session ref = cold(want);
+    const std::string what = "evict [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
     expect_same(s, ref, what);
-    Session untouched = cold({a, b, c});
+    Session untouched = cold(all);
     expect_same(other, untouched, what + ": the clone");
   }
 }
 
 TEST_P(Hybrid, ShiftEvictIsRefused) {
-  Session s = cold({random_ids(40, vocab, 1)});
+  Session s = cold(random_ids(40, vocab, 1));
   EXPECT_THROW(s.evict(5, 10, EvictMode::Shift), Error);
   EXPECT_EQ(s.size(), 40);
 }
@@ -263,11 +254,11 @@ TEST_P(Hybrid, ShiftEvictIsRefused) {
 TEST_P(Hybrid, CloneCopiesTheState) {
   auto prefix = random_ids(70, vocab, 21), x = random_ids(5, vocab, 22),
        y = random_ids(66, vocab, 23);
-  Session base = cold({prefix});
+  Session base = cold(prefix);
   Session a = base.clone(), b = base.clone();
   a.append(x);
   b.append(y);
-  Session ra = cold({prefix, x}), rb = cold({prefix, y}), rbase = cold({prefix});
+  Session ra = cold(concat({prefix, x})), rb = cold(concat({prefix, y})), rbase = cold(prefix);
   expect_same(a, ra, "clone a");
   expect_same(b, rb, "clone b");
   expect_same(base, rbase, "the original");
@@ -275,7 +266,8 @@ TEST_P(Hybrid, CloneCopiesTheState) {
 
 TEST_P(Hybrid, SaveLoadEqualsUninterrupted) {
   auto a = random_ids(140, vocab, 31), b = random_ids(9, vocab, 32);
-  Session s = cold({a, b});
+  Session s = cold(a);
+  s.append(b);
   auto path = test::temp_dir() / "h.fak";
   s.save(path);
   Session loaded = Session::load(path, model, cache);
@@ -286,14 +278,17 @@ TEST_P(Hybrid, SaveLoadEqualsUninterrupted) {
     loaded.append({&t, 1});
   }
   expect_same(loaded, s, "decoded after load");
-  // Edits after a load replay with the saved append boundaries.
+  // Edits after a load replay from the loaded state's checkpoint or from the start.
   loaded.truncate(145);
-  Session ref = cold({a, {b.begin(), b.begin() + 5}});
+  Session ref = cold(concat({a, {b.begin(), b.begin() + 5}}));
   expect_same(loaded, ref, "truncated after load");
+  loaded.truncate(100);
+  Session ref2 = cold({a.begin(), a.begin() + 100});
+  expect_same(loaded, ref2, "truncated below the load");
 }
 
 TEST_P(Hybrid, SessionFileRefusesAStateOfTheWrongSize) {
-  Session s = cold({random_ids(10, vocab, 41)});
+  Session s = cold(random_ids(10, vocab, 41));
   auto path = test::temp_dir() / "h.fak";
   s.save(path);
   std::string bytes = test::read_file(path);
@@ -310,13 +305,13 @@ TEST_P(Hybrid, SessionFileRefusesAStateOfTheWrongSize) {
 
 TEST_P(Hybrid, BatchedDecodeEqualsAlone) {
   auto prefix = random_ids(66, vocab, 51);
-  Session base = cold({prefix});
+  Session base = cold(prefix);
   std::vector<Session> agents, alone;
   for (int i = 0; i < 4; ++i) {
     auto suffix = random_ids(1 + 30 * i, vocab, 60 + uint32_t(i));
     agents.push_back(base.clone());
     agents.back().append(suffix);
-    alone.push_back(cold({prefix, suffix}));
+    alone.push_back(cold(concat({prefix, suffix})));
   }
   for (int step = 0; step < 5; ++step) {
     std::vector<Session*> ptrs;
@@ -334,19 +329,54 @@ TEST_P(Hybrid, BatchedDecodeEqualsAlone) {
   }
 }
 
-TEST_P(Hybrid, CheckpointsAreBounded) {
-  Session s = cold({random_ids(300, vocab, 71)});
-  const size_t one =
+// A checkpoint at the end of every append of several tokens and every 256 decode steps, at most 8
+// (the oldest go), each in KV blocks of the cache; truncating below all of them replays from the
+// zero state, still exact.
+TEST_P(Hybrid, CheckpointsAreBoundedAndLiveInTheCache) {
+  Session s = cold(random_ids(200, vocab, 71));
+  const size_t payload =
       RecurrentState(model->config().recurrent_shape()).bytes() + size_t(vocab) * sizeof(float);
-  EXPECT_EQ(s.n_checkpoints(), 3);  // 128, 256, 300
-  EXPECT_EQ(s.checkpoint_bytes(), 3 * one);
+  const size_t one = StateCheckpoint::blocks_for(*cache, payload) * cache->block_bytes();
+  EXPECT_EQ(s.n_checkpoints(), 1);
+  EXPECT_EQ(s.checkpoint_bytes(), one);
+  const size_t blocks_before = cache->blocks_in_use();
   for (int i = 0; i < 12; ++i) s.append(random_ids(2, vocab, 80 + uint32_t(i)));
   EXPECT_EQ(s.n_checkpoints(), 8);
   EXPECT_EQ(s.checkpoint_bytes(), 8 * one);
-  // Truncating below every kept checkpoint replays from the zero state: still exact.
+  EXPECT_EQ(cache->blocks_in_use() - blocks_before,
+            7 * StateCheckpoint::blocks_for(*cache, payload) + 1)
+      << "7 more checkpoints and one more KV block";
+  EXPECT_EQ(s.checkpoints().front()->pos(), 200 + 2 * 5);
+  for (int i = 0; i < 260; ++i) {
+    const int32_t t = argmax(s.logits());
+    s.append({&t, 1});
+  }
+  EXPECT_EQ(s.checkpoints().back()->pos(), 224 + 256) << "one after 256 decode steps";
   s.truncate(200);
-  Session ref = cold({{s.tokens().begin(), s.tokens().end()}});
+  Session ref = cold({s.tokens().begin(), s.tokens().end()});
   expect_same(s, ref, "truncate below the kept checkpoints");
+}
+
+// A checkpoint that does not fit the KV budget is not taken, and the session goes on exactly.
+TEST_P(Hybrid, CheckpointsOutsideTheBudgetAreSkipped) {
+  const size_t payload =
+      RecurrentState(model->config().recurrent_shape()).bytes() + size_t(vocab) * sizeof(float);
+  auto small = std::make_shared<KvCache>(
+      model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
+      KvCacheOptions{
+          .block_size = 16,
+          .max_bytes = (StateCheckpoint::blocks_for(*cache, payload) + 3) * cache->block_bytes(),
+          .slab_bytes = 1,
+          .storage = model->make_kv_storage()});
+  Session s(model, small);
+  auto ids = random_ids(60, vocab, 5);  // 4 blocks of KV: no room left for a checkpoint
+  s.append(ids);
+  EXPECT_EQ(s.n_checkpoints(), 0);
+  Session ref = cold(ids);
+  expect_same(s, ref, "without a checkpoint");
+  s.truncate(30);
+  Session ref2 = cold({ids.begin(), ids.begin() + 30});
+  expect_same(s, ref2, "truncated, replayed from the zero state");
 }
 
 // The qwen3_5 multimodal checkpoint layout: config under text_config, the language model's weights
@@ -383,7 +413,7 @@ TEST_P(Hybrid, LoadsTheMultimodalLayout) {
                                             KvCacheOptions{.storage = vl->make_kv_storage()});
   Session s(vl, vl_cache);
   s.append(ids);
-  Session ref = cold({ids});
+  Session ref = cold(ids);
   EXPECT_TRUE(bit_equal(s.logits(), ref.logits()));
 }
 

@@ -112,7 +112,7 @@ TEST_F(BudgetedPrefixCache, GivesBlocksBackOnlyWhenASequenceNeedsThem) {
   EXPECT_EQ(run(pc, b), 0);
   EXPECT_EQ(pc.stats().blocks, 14u);
   EXPECT_EQ(pc.stats().blocks_evicted, 0);
-  EXPECT_EQ(run(pc, a), 16 * 7);  // all of a but the last token's block
+  EXPECT_EQ(run(pc, a), 16 * 8 - 1);  // all of a but the last token
   Session s(model, cache);
   s.append(random_ids(16 * 4, vocab, 3));  // 2 free blocks, then 2 taken back
   EXPECT_EQ(pc.stats().blocks_reclaimed, 2);
@@ -121,7 +121,7 @@ TEST_F(BudgetedPrefixCache, GivesBlocksBackOnlyWhenASequenceNeedsThem) {
   // b (used once, shallow) went, not a (used twice): a is still whole.
   int reused = -1;
   Session again = pc.acquire("t", a, &reused);
-  EXPECT_EQ(reused, 16 * 7);
+  EXPECT_EQ(reused, 16 * 8 - 1);
   Session cold(model, cache);
   EXPECT_THROW(cold.append(random_ids(16 * 8, vocab, 4)), KvBudgetError);
   try {
@@ -145,24 +145,25 @@ TEST_F(BudgetedPrefixCache, SideRequestsGoBeforeAnAgentsLongPrefix) {
   const auto turn1 = cat(system, random_ids(20, vocab, 11));
   EXPECT_EQ(run(pc, turn1), 0);
   const auto turn2 = cat(turn1, random_ids(30, vocab, 12));
-  EXPECT_EQ(run(pc, turn2), 16 * 31);
-  // 33 blocks for the agent; two side requests of 6 blocks each fill the budget to 45 of 48.
+  EXPECT_EQ(run(pc, turn2), int(turn1.size()));
+  // 34 blocks for the agent (33 whole, a tail of 2); two side requests of 6 blocks each fill the
+  // budget to 46 of 48.
   const auto side1 = random_ids(16 * 6, vocab, 13), side2 = random_ids(16 * 6, vocab, 14);
   EXPECT_EQ(run(pc, side1), 0);
   EXPECT_EQ(run(pc, side2), 0);
   EXPECT_EQ(pc.stats().blocks_evicted, 0);
-  // A third needs 6 with 3 free: 3 come back, from the first side request.
+  // A third needs 6 with 2 free: 4 come back, from the first side request.
   const auto side3 = random_ids(16 * 6, vocab, 15);
   EXPECT_EQ(run(pc, side3), 0);
-  EXPECT_EQ(pc.stats().blocks_reclaimed, 3);
+  EXPECT_EQ(pc.stats().blocks_reclaimed, 4);
   int reused = -1;
   Session agent = pc.acquire("t", cat(turn2, random_ids(7, vocab, 16)), &reused);
-  EXPECT_EQ(reused, int(turn2.size()) / 16 * 16) << "the agent's prefix lost blocks";
+  EXPECT_EQ(reused, int(turn2.size())) << "the agent's prefix lost blocks";
   Session cold = unbudgeted();
   cold.append(cat(turn2, random_ids(7, vocab, 16)));
   EXPECT_TRUE(bit_equal(agent.logits(), cold.logits()));
   Session s2 = pc.acquire("t", side2, &reused);
-  EXPECT_EQ(reused, 16 * 5) << "the second side request was younger than the first";
+  EXPECT_EQ(reused, 16 * 6 - 1) << "the second side request was younger than the first";
 }
 
 // Of two prompts used once and equally old, the shallow one goes before the deep one's tail: a

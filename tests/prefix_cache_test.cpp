@@ -1,4 +1,5 @@
-// Prefix cache: a hit is bit-identical to a cold prefill; partitions never share; LRU under budget.
+// Prefix cache: a hit is bit-identical to a cold prefill and reaches the last cached token (not
+// only whole blocks); partitions never share; LRU under budget.
 #include "runtime/prefix_cache.h"
 
 #include <gtest/gtest.h>
@@ -42,19 +43,19 @@ TEST_P(PrefixCacheTest, HitIsBitIdenticalToColdPrefill) {
   EXPECT_EQ(reused, 0);
   pc.insert("t", a);
   Session b = pc.acquire("t", turn2, &reused);
-  EXPECT_EQ(reused, 64);  // 4 whole blocks of the 70-token system prompt
+  EXPECT_EQ(reused, 70);  // the whole system prompt: 4 blocks and 6 tokens of the fifth
   Session cold(model, cache);
   cold.append(turn2);
   EXPECT_TRUE(bit_equal(b.logits(), cold.logits()));
-  // The same prompt again: everything but the last token's block comes from the cache.
+  // The same prompt again: everything but the last token (computed for fresh logits).
   pc.insert("t", b);
   Session c = pc.acquire("t", turn2, &reused);
-  EXPECT_EQ(reused, 80);
+  EXPECT_EQ(reused, 92);
   EXPECT_TRUE(bit_equal(c.logits(), cold.logits()));
   auto st = pc.stats();
   EXPECT_EQ(st.lookups, 3);
   EXPECT_EQ(st.hits, 2);
-  EXPECT_EQ(st.tokens_reused, 144);
+  EXPECT_EQ(st.tokens_reused, 162);
 }
 
 TEST_P(PrefixCacheTest, PartitionsNeverShare) {
@@ -66,7 +67,7 @@ TEST_P(PrefixCacheTest, PartitionsNeverShare) {
   Session b = pc.acquire("bob", prompt, &reused);
   EXPECT_EQ(reused, 0);
   Session c = pc.acquire("alice", prompt, &reused);
-  EXPECT_EQ(reused, 48);
+  EXPECT_EQ(reused, 49);
 }
 
 TEST_P(PrefixCacheTest, EvictsLeastRecentlyUsedUnderBudget) {
@@ -86,7 +87,7 @@ TEST_P(PrefixCacheTest, EvictsLeastRecentlyUsedUnderBudget) {
   EXPECT_GT(st.blocks_evicted, 0);
   int reused = -1;
   Session again = pc.acquire("t", p2, &reused);
-  EXPECT_EQ(reused, 48);  // p2 is recent: fully there (minus the last token's block)
+  EXPECT_EQ(reused, 63);  // p2 is recent: fully there (minus the last token)
   Session cold(model, cache);
   cold.append(p2);
   EXPECT_TRUE(bit_equal(again.logits(), cold.logits()));
@@ -105,7 +106,7 @@ TEST_P(PrefixCacheTest, CachedBlocksSurviveTheSessionThatMadeThem) {
   }
   int reused = -1;
   Session b = pc.acquire("t", prompt, &reused);
-  EXPECT_EQ(reused, 32);
+  EXPECT_EQ(reused, 39);
   Session cold(model, cache);
   cold.append(prompt);
   EXPECT_TRUE(bit_equal(b.logits(), cold.logits()));

@@ -1,7 +1,7 @@
 // Speculative decoding (runtime/speculative.h): prompt-lookup drafts, and verification that leaves
-// output and session exactly as plain decoding does — same tokens, same logits bits, same KV — on
-// every dense model fixture, with drafts accepted, rejected, cut by max_tokens, a stop token or the
-// context; hybrid models refused cleanly.
+// output and session exactly as plain decoding does — same tokens, same logits bits, same KV and
+// (hybrid models) the same DeltaNet state — on every model fixture, with drafts accepted, rejected,
+// cut by max_tokens, a stop token or the context.
 #include "runtime/speculative.h"
 
 #include <gtest/gtest.h>
@@ -82,12 +82,20 @@ struct ModelCase {
   std::string dir;
 };
 
-std::vector<ModelCase> dense_models() {
+std::vector<ModelCase> models() {
   return {{"pycoder_6m", test::source_path("models/pycoder-6m")},
           {"llama_tiny", test::data_path("oracle/llama-tiny")},
           {"qwen2_tiny", test::data_path("oracle/qwen2-tiny")},
           {"qwen3_tiny", test::data_path("oracle/qwen3-tiny")},
-          {"qwen3_moe_tiny", test::data_path("oracle/qwen3-moe-tiny")}};
+          {"qwen3_moe_tiny", test::data_path("oracle/qwen3-moe-tiny")},
+          {"qwen35_hybrid_tiny", test::data_path("oracle/qwen35-hybrid-tiny")},
+          {"qwen35_moe_tiny", test::data_path("oracle/qwen35-moe-tiny")}};
+}
+
+// Hybrid sessions carry a DeltaNet state: equal bit for bit, or both absent.
+bool same_state(const Session& a, const Session& b) {
+  const RecurrentState *x = a.recurrent_state(), *y = b.recurrent_state();
+  return (!x && !y) || (x && y && *x == *y);
 }
 
 // Proposes the continuation of `truth` (a plain run's prompt + output) after the history, with
@@ -155,6 +163,7 @@ class Speculative : public ::testing::TestWithParam<ModelCase> {
     EXPECT_EQ(a.finish_reason, b.finish_reason) << what;
     EXPECT_EQ(plain.tokens(), spec.tokens()) << what;
     EXPECT_TRUE(bit_equal(plain.logits(), spec.logits())) << what;
+    EXPECT_TRUE(same_state(plain, spec)) << what << ": DeltaNet state";
     // The KV rows too: what a later append computes from them must be the same bits.
     const auto more = random_ids(5, vocab, 77);
     plain.append(more);
@@ -306,6 +315,7 @@ TEST_P(Speculative, RejectedTokensLeaveTheSessionAsIfNeverSeen) {
   EXPECT_EQ(v.drafted, 6);
   EXPECT_EQ(s.tokens(), probe.tokens());
   EXPECT_TRUE(bit_equal(s.logits(), probe.logits()));
+  EXPECT_TRUE(same_state(s, probe));
   const auto more = random_ids(12, vocab, 11);
   s.append(more);
   probe.append(more);
@@ -321,6 +331,7 @@ TEST_P(Speculative, RejectedTokensLeaveTheSessionAsIfNeverSeen) {
   b.truncate(n);
   EXPECT_EQ(a.tokens(), b.tokens());
   EXPECT_TRUE(bit_equal(a.logits(), b.logits()));
+  EXPECT_TRUE(same_state(a, b));
   a.append(draft);
   b.append(draft);
   EXPECT_TRUE(bit_equal(a.logits(), b.logits()));
@@ -429,12 +440,13 @@ TEST_P(Speculative, BatchedVerifyEqualsVerifyingAlone) {
     EXPECT_EQ(got[i].next, want.next) << i;
     EXPECT_EQ(bs[i].tokens(), as[i].tokens()) << i;
     EXPECT_TRUE(bit_equal(bs[i].logits(), as[i].logits())) << i;
+    EXPECT_TRUE(same_state(bs[i], as[i])) << i;
   }
   EXPECT_EQ(got[1].accepted.size(), 2u);
   EXPECT_EQ(got[2].accepted.size(), 6u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Speculative, ::testing::ValuesIn(dense_models()),
+INSTANTIATE_TEST_SUITE_P(Models, Speculative, ::testing::ValuesIn(models()),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The bundled model on real code: an agent's rewrite of a file it just read. Drafts are accepted
@@ -466,36 +478,38 @@ TEST(SpeculativeCode, RewriteOfCodeInTheContextIsAcceptedAndExact) {
   EXPECT_LT(b.forward_calls * 2, int(b.ids.size()));
 }
 
-// Hybrid models: verification is refused with the reason, and generate() decodes plainly.
-TEST(SpeculativeHybrid, IsRefusedAndGenerateFallsBackToPlain) {
+// Hybrid models: a verify call keeps its DeltaNet inputs so a rejected tail is dropped without a
+// forward call; truncate with logits is refused outside that call, leaving the session untouched.
+TEST(SpeculativeHybrid, TruncateWithLogitsOnlyInsideTheLastVerify) {
   auto model = Model::load(test::data_path("oracle/qwen35-hybrid-tiny"), {.load_tokenizer = false});
-  EXPECT_NE(speculation_unsupported(*model).find("hybrid"), std::string::npos);
+  EXPECT_EQ(speculation_unsupported(*model), "");
   auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
                                          model->config().head_dim);
-  const auto prompt = random_ids(30, model->config().vocab, 21);
-  Session a(model, cache), b(model, cache);
+  const int vocab = model->config().vocab;
+  const auto prompt = random_ids(30, vocab, 21), more = random_ids(6, vocab, 22);
+  Session a(model, cache), ref(model, cache);
   a.append(prompt);
-  b.append(prompt);
-  GenerateOptions o;
-  o.max_tokens = 24;
-  const GenerateResult plain = generate(a, o);
-  o.drafter = ngram_drafter({});
-  const GenerateResult r = generate(b, o);
-  EXPECT_NE(r.spec_off.find("hybrid"), std::string::npos);
-  EXPECT_EQ(r.spec_steps, 0);
-  EXPECT_EQ(plain.ids, r.ids);
-  EXPECT_EQ(a.tokens(), b.tokens());
-  EXPECT_TRUE(bit_equal(a.logits(), b.logits()));
-  Sampler greedy;
-  const std::vector<int32_t> draft{1, 2};
-  try {
-    verify_draft({&b, 3, draft, &greedy, {}});
-    FAIL() << "verify_draft accepted a hybrid session";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("hybrid"), std::string::npos);
+  ref.append(prompt);
+  std::vector<float> rows;
+  a.append(more, &rows);
+  // Every cut inside the call, one after another from the end.
+  for (int keep = int(more.size()) - 1; keep >= 4; --keep) {
+    Session c = a.clone();
+    EXPECT_THROW(c.truncate(int(prompt.size()) + keep, {rows.data(), size_t(vocab)}), Error)
+        << "a clone has no record of the call";
   }
-  EXPECT_THROW(b.truncate(b.size() - 1, b.logits()), Error);
-  EXPECT_EQ(a.tokens(), b.tokens()) << "a refused verify must leave the session untouched";
+  a.truncate(int(prompt.size()) + 4, {rows.data() + 3 * size_t(vocab), size_t(vocab)});
+  ref.append({more.data(), 4});
+  EXPECT_EQ(a.tokens(), ref.tokens());
+  EXPECT_TRUE(same_state(a, ref));
+  EXPECT_TRUE(bit_equal(a.logits(), ref.logits()));
+  // The record is spent: a second cut is refused and changes nothing.
+  EXPECT_THROW(a.truncate(a.size() - 1, {rows.data(), size_t(vocab)}), Error);
+  EXPECT_EQ(a.tokens(), ref.tokens());
+  EXPECT_TRUE(same_state(a, ref));
+  // A plain append keeps no record either.
+  a.append(more);
+  EXPECT_THROW(a.truncate(a.size() - 1, {rows.data(), size_t(vocab)}), Error);
 }
 
 }  // namespace fak

@@ -292,7 +292,9 @@ class SharedBlocks : public ::testing::TestWithParam<std::string> {
   Replica replica() {
     Replica r;
     r.cache = make_cache(*model);
-    r.prefix = std::make_unique<PrefixCache>(model, r.cache, 64 << 20);
+    // Hybrids: the cache's own checkpoints every 128 tokens (1024 in a server), the block-aligned
+    // restart points the store shares.
+    r.prefix = std::make_unique<PrefixCache>(model, r.cache, 64 << 20, /*checkpoint_every=*/128);
     r.blocks = std::make_unique<store::BlockStore>(
         *pool, model, r.cache, metrics, [this](const std::string& l) { log.push_back(l); });
     return r;

@@ -39,6 +39,7 @@ struct BatchItem {
   // Logits output: [n_tokens][vocab] when all_logits, else [vocab] for the last token. May be null.
   float* logits = nullptr;
   bool all_logits = false;
+  DeltaNetTrail* trail = nullptr;  // hybrid models: record the DeltaNet inputs (ops/deltanet.h)
 };
 
 // The batch rows whose logits someone asked for (token index within the batch: the last token of

@@ -155,7 +155,22 @@ class CpuCall final : public BackendCall {
   void deltanet(const DeltaNetParams& p, int layer, const float* qkv, const float* b,
                 const float* a, float* core) override {
     std::vector<DeltaNetSequence> seqs;
-    for (const BatchItem& it : batch_) seqs.push_back({it.state, it.n_tokens});
+    size_t t = 0;
+    for (const BatchItem& it : batch_) {
+      seqs.push_back({it.state, it.n_tokens});
+      if (DeltaNetTrail* tr = it.trail) {
+        const size_t cd = size_t(p.conv_dim()), nv = size_t(p.n_v_heads), n = size_t(it.n_tokens);
+        const size_t layers = it.state->slot.size();
+        if (tr->qkv.size() != layers)
+          tr->qkv.resize(layers), tr->b.resize(layers), tr->a.resize(layers);
+        tr->qkv[size_t(layer)].assign(qkv + t * cd, qkv + (t + n) * cd);
+        tr->b[size_t(layer)].assign(b + t * nv, b + (t + n) * nv);
+        tr->a[size_t(layer)].assign(a + t * nv, a + (t + n) * nv);
+        tr->n_tokens = it.n_tokens;
+        tr->recorded = true;
+      }
+      t += size_t(it.n_tokens);
+    }
     deltanet_core(p, layer, seqs, qkv, b, a,
                   {buf(Buf::DeltaConv), buf(Buf::DeltaBeta), buf(Buf::DeltaG)}, core);
   }

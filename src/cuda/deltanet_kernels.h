@@ -1,9 +1,8 @@
 // The CUDA kernels of a Gated DeltaNet layer (ops/deltanet.cpp is the CPU version and says what
-// the layer computes). On the device every token goes through the recurrent form of the delta rule
-// (no chunked form): the state after a sequence then depends on its tokens only, not on how they
-// were grouped into forward calls, and each value head's memory is one block's, so the batch never
-// changes a bit. The CPU's chunked prefill agrees with it to f32 rounding (as its own chunked and
-// recurrent forms do).
+// the layer computes). On the device, as on the CPU, every token goes through the recurrent form of
+// the delta rule (no chunked form): the state after a sequence then depends on its tokens only, not
+// on how they were grouped into forward calls, and each value head's memory is one block's, so the
+// batch never changes a bit. The two backends agree to f32 rounding (each has its own bits).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -179,6 +179,45 @@ void KvCache::write_rows(int32_t block, int layer, KvPlane plane, int n, const u
                       in + size_t(h) * head_bytes_, row_bytes_, head_bytes_, size_t(n));
 }
 
+// A block's bytes are n_layers x planes x n_kv_heads runs of block_size x head_bytes (one head's
+// rows, contiguous in the slab): the payload fills them in that order.
+void KvCache::write_block_bytes(int32_t block, const uint8_t* src, size_t n) {
+  check(n <= block_bytes_, "KvCache: more bytes than a block holds");
+  const size_t run = size_t(block_size_) * head_bytes_;
+  for (int l = 0; l < n_layers_ && n > 0; ++l)
+    for (int p = 0; p < planes() && n > 0; ++p) {
+      const size_t heads = std::min(size_t(n_kv_heads_), (n + run - 1) / run);
+      const size_t whole = std::min(heads, n / run);
+      uint8_t* base = row(block, l, KvPlane(p), 0);
+      if (whole > 0)
+        storage_->copy_2d(CopyKind::FromHost, base, head_stride_, src, run, run, whole);
+      if (heads > whole)  // the payload ends inside this run
+        storage_->copy(CopyKind::FromHost, base + whole * head_stride_, src + whole * run,
+                       n - whole * run);
+      const size_t done = std::min(n, heads * run);
+      src += done;
+      n -= done;
+    }
+}
+
+void KvCache::read_block_bytes(int32_t block, uint8_t* dst, size_t n) const {
+  check(n <= block_bytes_, "KvCache: more bytes than a block holds");
+  const size_t run = size_t(block_size_) * head_bytes_;
+  for (int l = 0; l < n_layers_ && n > 0; ++l)
+    for (int p = 0; p < planes() && n > 0; ++p) {
+      const size_t heads = std::min(size_t(n_kv_heads_), (n + run - 1) / run);
+      const size_t whole = std::min(heads, n / run);
+      const uint8_t* base = row(block, l, KvPlane(p), 0);
+      if (whole > 0) storage_->copy_2d(CopyKind::ToHost, dst, run, base, head_stride_, run, whole);
+      if (heads > whole)
+        storage_->copy(CopyKind::ToHost, dst + whole * run, base + whole * head_stride_,
+                       n - whole * run);
+      const size_t done = std::min(n, heads * run);
+      dst += done;
+      n -= done;
+    }
+}
+
 void KvCache::move_row(int32_t dst_block, int dst_slot, int32_t src_block, int src_slot, int layer,
                        KvPlane plane) {
   uint8_t* dst = row(dst_block, layer, plane, dst_slot);

@@ -100,6 +100,11 @@ class KvCache : public BlockPool {
   // session files keep, whatever the block layout.
   void read_rows(int32_t block, int layer, KvPlane plane, int n, uint8_t* out) const;
   void write_rows(int32_t block, int layer, KvPlane plane, int n, const uint8_t* in);
+  // A block as plain storage for something that is not KV (runtime state checkpoints,
+  // memory/state_checkpoint.h): n <= block_bytes() bytes written or read in a fixed order over the
+  // block's rows, whatever the KV type (no conversion: what goes in comes out bit for bit).
+  void write_block_bytes(int32_t block, const uint8_t* src, size_t n);
+  void read_block_bytes(int32_t block, uint8_t* dst, size_t n) const;
   // Copies one row (every head) of a plane; the two may be in the same block.
   void move_row(int32_t dst_block, int dst_slot, int32_t src_block, int src_slot, int layer,
                 KvPlane plane);

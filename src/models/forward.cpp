@@ -12,7 +12,9 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "memory/recurrent_state.h"
 #include "models/model.h"
+#include "ops/deltanet.h"
 
 namespace fak {
 
@@ -69,6 +71,17 @@ BufferSizes forward_buffer_sizes(const ModelConfig& c, int T) {
 }
 
 namespace {
+
+DeltaNetParams deltanet_params(const ModelConfig& c, const DeltaNetWeights& D) {
+  return {c.linear_num_key_heads,
+          c.linear_num_value_heads,
+          c.linear_key_head_dim,
+          c.linear_value_head_dim,
+          c.linear_conv_kernel,
+          &D.conv1d,
+          &D.ssm_a,
+          &D.dt_bias};
+}
 
 // One forward call: the blocks, each reading a normed input and writing its output to Proj.
 class Pass {
@@ -148,14 +161,7 @@ class Pass {
   // Gated DeltaNet (ops/deltanet.h): projections, the conv + delta rule over each sequence's
   // recurrent state, a gated RMSNorm per value head, out_proj.
   void deltanet_block(const DeltaNetWeights& D, int layer, const float* xn, float* out) {
-    const DeltaNetParams p{c_.linear_num_key_heads,
-                           c_.linear_num_value_heads,
-                           c_.linear_key_head_dim,
-                           c_.linear_value_head_dim,
-                           c_.linear_conv_kernel,
-                           &D.conv1d,
-                           &D.ssm_a,
-                           &D.dt_bias};
+    const DeltaNetParams p = deltanet_params(c_, D);
     float* qkv = b_.buf(Buf::DeltaQkv);    // [T][conv_dim] q | k | v
     float* z = b_.buf(Buf::DeltaZ);        // [T][value_dim] output gate
     float* beta = b_.buf(Buf::DeltaB);     // [T][n_v_heads]
@@ -213,6 +219,32 @@ class Pass {
 };
 
 }  // namespace
+
+void Model::rewind_state(RecurrentState& state, const DeltaNetTrail& trail, int n) const {
+  check(trail.recorded && trail.before && n >= 0 && n <= trail.n_tokens &&
+            trail.before->bytes() == state.bytes(),
+        "rewind_state: no recorded call covers " + std::to_string(n) + " tokens");
+  state.data = trail.before->data;
+  if (n == 0) return;
+  // The conv + delta rule of each DeltaNet layer again over the kept tokens' recorded inputs: the
+  // same per-token operations as the call (ops/deltanet.cpp), so the same bits.
+  const ModelConfig& c = config_;
+  const size_t conv_dim = size_t(2 * c.linear_num_key_heads * c.linear_key_head_dim +
+                                 c.linear_num_value_heads * c.linear_value_head_dim);
+  const size_t nv = size_t(c.linear_num_value_heads);
+  std::vector<float> conv(size_t(n) * conv_dim), beta(size_t(n) * nv), g(size_t(n) * nv),
+      core(size_t(n) * nv * size_t(c.linear_value_head_dim));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = weights_.layers[size_t(l)];
+    if (L.kind != LayerKind::LinearAttention) continue;
+    check(size_t(l) < trail.qkv.size() && trail.qkv[size_t(l)].size() >= size_t(n) * conv_dim,
+          "rewind_state: the trail misses layer " + std::to_string(l));
+    const DeltaNetSequence seq{&state, n};
+    deltanet_core(deltanet_params(c, L.delta), l, {&seq, 1}, trail.qkv[size_t(l)].data(),
+                  trail.b[size_t(l)].data(), trail.a[size_t(l)].data(),
+                  {conv.data(), beta.data(), g.data()}, core.data());
+  }
+}
 
 void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
                     const HiddenHook* hook) const {

@@ -76,6 +76,10 @@ class Model {
 
   void forward(std::span<const BatchItem> batch, KvCache& cache,
                const HiddenHook* hook = nullptr) const;
+  // Hybrid models: `state` as it was after the first n tokens of the call `trail` recorded
+  // (ops/deltanet.h), from the state before it and the inputs of its DeltaNet layers alone (no
+  // matmul): the bits the forward itself computed after those tokens.
+  void rewind_state(RecurrentState& state, const DeltaNetTrail& trail, int n) const;
 
   // What loading left out, in one line for the user ("the vision tower (333 tensors) is not
   // loaded: fak runs the language model"), or empty.

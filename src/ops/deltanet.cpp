@@ -8,31 +8,34 @@
 //   S_t  = e^g_t S_{t-1} + k_t [beta_t (v_t - (e^g_t S_{t-1})^T k_t)]^T,   o_t = S_t^T q_t
 //   y    = out_proj(RMSNorm(o_t per head) * norm.weight * SiLU(in_proj_z x))   (in forward.cpp)
 //
-// The recurrence runs in chunks of kChunk tokens counted from the first token of each batch item:
-// a chunk of several tokens uses the chunked form (HF torch_chunk_gated_delta_rule: a UT transform
-// turns the chunk's delta updates into triangular solves and small matmuls), a chunk of one token
-// the recurrent step (torch_recurrent_gated_delta_rule).
+// The delta rule runs its recurrent form (HF torch_recurrent_gated_delta_rule) for every token of
+// every call, prefill included (ops/deltanet_step.h): HF's chunked prefill form is the same
+// recurrence in exact arithmetic but rounds differently, so a state computed in chunks would depend
+// on how its tokens were grouped into calls. This way the state after a sequence depends on its
+// tokens alone, whatever the calls, the batch or the thread count, as on the CUDA backend: a
+// prefix-cache hit, a replay after an edit, a clone, a batched step and a verified speculative
+// draft all reproduce a cold run bit for bit, with no rule about call boundaries.
 //
-// note: the two forms are equal in exact arithmetic, not in f32. So the state after a sequence
-// depends on how its tokens were grouped into forward calls — and on nothing else: given the same
-// grouping the result is bit-identical whatever the thread count or the other items in the batch.
-// runtime/session keeps each sequence's grouping and replays with it, which is what keeps the
-// reuse stack (cache hit, truncate, evict, save/load, batched decode) exact on hybrid models.
+// Cost: per token and value head ~4 dk dv flops over a dk x dv memory that stays in cache, small
+// next to the layer's projections (bench/deltanet_bench.cpp: ~1.1M head-tokens/s with AVX-512 at
+// dk = dv = 128, so a Qwen3.5-0.8B token's 288 head-layers take ~0.25 ms on one core).
 #include "ops/deltanet.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
 #include "memory/recurrent_state.h"
+#include "ops/deltanet_step.h"
+#include "ops/matmul_kernels.h"
+#include "ops/vec.h"
 
 namespace fak {
 
 namespace {
 
-constexpr int kChunk = 64;           // HF's chunk_size
 constexpr double kL2NormEps = 1e-6;  // HF l2norm's own eps, not rms_norm_eps
 
 struct Shape {
@@ -49,32 +52,48 @@ struct Shape {
         group(nv / nk) {}
 };
 
-float silu(float x) {
-  return x / (1.0f + std::exp(-x));
-}
-
 double softplus(double x) {
   return x > 20.0 ? x : std::log1p(std::exp(x));
 }  // torch's threshold
 
-// Causal depthwise conv over [state | x] followed by SiLU, for one sequence. x, out: [n][conv_dim];
-// state: [conv_dim][kernel - 1], replaced by the last kernel - 1 inputs.
-void conv_silu(const Shape& s, const float* weight, float* state, const float* x, int n,
-               float* out) {
-  const int km1 = s.kernel - 1;
+// Causal depthwise conv over [state | x] followed by SiLU, for one sequence. wt: the weights
+// transposed, [kernel][conv_dim]; x, out: [n][conv_dim]; state: [conv_dim][kernel - 1], replaced by
+// the last kernel - 1 inputs.
+//
+// Token by token with the channels innermost, so each output row reads kernel contiguous input
+// rows and vectorises; SiLU is x / (1 + exp_poly(-x)) through the vector kernels (silu_mul by ones:
+// the same bits on every ISA). Each output depends on its own window only: no bit depends on the
+// call's other tokens, its length or the thread count.
+void conv_silu(const Shape& s, const float* wt, float* state, const float* x, int n, float* out) {
+  const int K = s.kernel, km1 = K - 1;
   const size_t cd = size_t(s.conv_dim);
+  thread_local std::vector<float> head, ones;
+  head.resize(size_t(km1) * cd);  // [K - 1][conv_dim]: the state as input rows
+  if (ones.size() < cd) ones.assign(cd, 1.0f);
+  for (size_t ch = 0; ch < cd; ++ch)
+    for (int i = 0; i < km1; ++i) head[size_t(i) * cd + ch] = state[ch * size_t(km1) + size_t(i)];
+  const float* hd = head.data();
+  auto in = [&](int i) { return i < km1 ? hd + size_t(i) * cd : x + size_t(i - km1) * cd; };
+  const float* w = wt;
+  const float* one = ones.data();
+  const auto silu_mul = vec_kernels().silu_mul;
 #pragma omp parallel for schedule(static) if (size_t(n) * cd >= (1u << 15))
-  for (int ch = 0; ch < s.conv_dim; ++ch) {
-    const float* w = weight + size_t(ch) * size_t(s.kernel);
-    float* st = state + size_t(ch) * size_t(km1);
-    auto in = [&](int i) { return i < km1 ? st[i] : x[size_t(i - km1) * cd + size_t(ch)]; };
-    for (int t = 0; t < n; ++t) {
-      float acc = 0.0f;
-      for (int j = 0; j < s.kernel; ++j) acc += w[j] * in(t + j);
-      out[size_t(t) * cd + size_t(ch)] = silu(acc);
+  for (int t = 0; t < n; ++t) {
+    float* o = out + size_t(t) * cd;
+    const float* r0 = in(t);
+    for (size_t ch = 0; ch < cd; ++ch) o[ch] = w[ch] * r0[ch];
+    for (int j = 1; j < K; ++j) {
+      const float* r = in(t + j);
+      const float* wj = w + size_t(j) * cd;
+      for (size_t ch = 0; ch < cd; ++ch) o[ch] += wj[ch] * r[ch];
     }
-    // In place is safe: st[i] is written after every read of st[<= i] and before none of st[> i].
-    for (int i = 0; i < km1; ++i) st[i] = in(n + i);
+    silu_mul(o, one, int(cd), o);
+  }
+  // The last K - 1 inputs become the state (read from head before it is overwritten: head is a
+  // copy).
+  for (int i = 0; i < km1; ++i) {
+    const float* r = in(n + i);
+    for (size_t ch = 0; ch < cd; ++ch) state[ch * size_t(km1) + size_t(i)] = r[ch];
   }
 }
 
@@ -85,111 +104,13 @@ void l2_normalise(float* x, int n, double scale) {
   for (int i = 0; i < n; ++i) x[i] *= f;
 }
 
-float dot(const float* a, const float* b, int n) {
-  float acc = 0.0f;
-  for (int i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-void axpy(float* y, float a, const float* x, int n) {
-  for (int i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-// One head's view of a run of tokens: row i of q/k/v is at q + i * qkv_stride, etc.
-struct HeadRows {
-  const float *q, *k, *v;
-  size_t qkv_stride;
-  const float *beta, *g;  // stride gb_stride
-  size_t gb_stride;
-  float* out;  // [i * out_stride][dv]
-  size_t out_stride;
-};
-
-// One token through one head's memory S [dk][dv].
-void recurrent_step(const Shape& s, float* S, const HeadRows& r, float* tmp) {
-  const float decay = float(std::exp(double(r.g[0])));
-  const float beta = r.beta[0];
-  float* kv = tmp;  // [dv]: (decayed S)^T k
-  std::memset(kv, 0, sizeof(float) * size_t(s.dv));
-  for (int kk = 0; kk < s.dk; ++kk) {
-    float* row = S + size_t(kk) * size_t(s.dv);
-    for (int d = 0; d < s.dv; ++d) row[d] *= decay;
-    axpy(kv, r.k[kk], row, s.dv);
-  }
-  for (int d = 0; d < s.dv; ++d) kv[d] = beta * (r.v[d] - kv[d]);  // now the delta
-  std::memset(r.out, 0, sizeof(float) * size_t(s.dv));
-  for (int kk = 0; kk < s.dk; ++kk) {
-    float* row = S + size_t(kk) * size_t(s.dv);
-    axpy(row, r.k[kk], kv, s.dv);
-    axpy(r.out, r.q[kk], row, s.dv);
-  }
-}
-
-struct ChunkScratch {
-  std::vector<double> G;  // [L] cumulative log decay within the chunk
-  std::vector<float> A;   // [L][L] strictly lower: beta_i (k_i . k_j) e^(G_i - G_j)
-  std::vector<float> U;   // [L][dv] solved values, then v_new
-  std::vector<float> W;   // [L][dk] solved decayed keys (HF k_cumdecay)
-  std::vector<float> tmp;
-};
-
-// L > 1 tokens through one head's memory S [dk][dv], HF torch_chunk_gated_delta_rule for one
-// chunk. Loops only touch j <= i, so row i's output never depends on later rows of the chunk.
-void chunk_step(const Shape& s, float* S, const HeadRows& r, int L, ChunkScratch& w) {
-  const int dk = s.dk, dv = s.dv;
-  const size_t qs = r.qkv_stride;
-  auto q = [&](int i) { return r.q + size_t(i) * qs; };
-  auto k = [&](int i) { return r.k + size_t(i) * qs; };
-  auto beta = [&](int i) { return r.beta[size_t(i) * r.gb_stride]; };
-  w.G.resize(size_t(L));
-  w.A.resize(size_t(L) * size_t(L));
-  w.U.resize(size_t(L) * size_t(dv));
-  w.W.resize(size_t(L) * size_t(dk));
-  double acc = 0.0;
-  for (int i = 0; i < L; ++i) w.G[size_t(i)] = acc += double(r.g[size_t(i) * r.gb_stride]);
-  auto decay = [&](int i, int j) { return float(std::exp(w.G[size_t(i)] - w.G[size_t(j)])); };
-
-  // Forward substitution of (I + A) [U | W] = [beta v | beta e^G k].
-  for (int i = 0; i < L; ++i) {
-    float* a = &w.A[size_t(i) * size_t(L)];
-    for (int j = 0; j < i; ++j) a[j] = beta(i) * dot(k(i), k(j), dk) * decay(i, j);
-    float* u = &w.U[size_t(i) * size_t(dv)];
-    float* wk = &w.W[size_t(i) * size_t(dk)];
-    const float* v = r.v + size_t(i) * qs;
-    for (int d = 0; d < dv; ++d) u[d] = beta(i) * v[d];
-    const float bg = beta(i) * float(std::exp(w.G[size_t(i)]));
-    for (int d = 0; d < dk; ++d) wk[d] = bg * k(i)[d];
-    for (int j = 0; j < i; ++j) {
-      axpy(u, -a[j], &w.U[size_t(j) * size_t(dv)], dv);
-      axpy(wk, -a[j], &w.W[size_t(j) * size_t(dk)], dk);
-    }
-  }
-  // v_new_i = U_i - S^T W_i: the part of the update the incoming state does not already predict.
-  for (int i = 0; i < L; ++i) {
-    float* u = &w.U[size_t(i) * size_t(dv)];
-    const float* wk = &w.W[size_t(i) * size_t(dk)];
-    for (int kk = 0; kk < dk; ++kk) axpy(u, -wk[kk], S + size_t(kk) * size_t(dv), dv);
-  }
-  // o_i = e^G_i S^T q_i + sum_{j <= i} (q_i . k_j) e^(G_i - G_j) v_new_j
-  for (int i = 0; i < L; ++i) {
-    float* o = r.out + size_t(i) * r.out_stride;
-    std::memset(o, 0, sizeof(float) * size_t(dv));
-    const float eg = float(std::exp(w.G[size_t(i)]));
-    for (int kk = 0; kk < dk; ++kk) axpy(o, eg * q(i)[kk], S + size_t(kk) * size_t(dv), dv);
-    for (int j = 0; j <= i; ++j)
-      axpy(o, dot(q(i), k(j), dk) * decay(i, j), &w.U[size_t(j) * size_t(dv)], dv);
-  }
-  // S = e^G_last S + sum_j e^(G_last - G_j) k_j v_new_j^T
-  const float el = float(std::exp(w.G[size_t(L - 1)]));
-  for (size_t i = 0; i < size_t(dk) * size_t(dv); ++i) S[i] *= el;
-  for (int j = 0; j < L; ++j) {
-    const float kd = decay(L - 1, j);
-    const float* u = &w.U[size_t(j) * size_t(dv)];
-    for (int kk = 0; kk < dk; ++kk) axpy(S + size_t(kk) * size_t(dv), kd * k(j)[kk], u, dv);
-  }
-}
-
 }  // namespace
+
+DeltaStepFn delta_step_kernel() {
+  if (kernels::avx512_enabled()) return delta_step_avx512();
+  static const DeltaStepFn fn = kernels::cpu_has_avx2() ? delta_step_avx2() : delta_step_ref;
+  return fn;
+}
 
 void deltanet_core(const DeltaNetParams& p, int layer, std::span<const DeltaNetSequence> seqs,
                    const float* qkv, const float* b, const float* a, const DeltaNetScratch& scratch,
@@ -204,13 +125,18 @@ void deltanet_core(const DeltaNetParams& p, int layer, std::span<const DeltaNetS
 
   std::vector<int> first(seqs.size());  // first row of each sequence
   {
+    thread_local std::vector<float> wt;  // [kernel][conv_dim]
+    wt.resize(size_t(s.kernel) * cd);
+    for (size_t ch = 0; ch < cd; ++ch)
+      for (int j = 0; j < s.kernel; ++j)
+        wt[size_t(j) * cd + ch] = (*p.conv)[ch * size_t(s.kernel) + size_t(j)];
     int t0 = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const DeltaNetSequence& q = seqs[i];
       check(q.state != nullptr && !q.state->empty(),
             "forward: a hybrid model needs a RecurrentState for every batch item");
       first[i] = t0;
-      conv_silu(s, p.conv->data(), q.state->conv(layer), qkv + size_t(t0) * cd, q.n_tokens,
+      conv_silu(s, wt.data(), q.state->conv(layer), qkv + size_t(t0) * cd, q.n_tokens,
                 &conv[size_t(t0) * cd]);
       t0 += q.n_tokens;
     }
@@ -233,35 +159,28 @@ void deltanet_core(const DeltaNetParams& p, int layer, std::span<const DeltaNetS
   }
 
   // The delta rule: one task per (sequence, value head), each sequential over its tokens.
+  const DeltaStepFn step = delta_step_kernel();
   const int n_tasks = int(seqs.size()) * s.nv;
   const size_t work = size_t(T) * nv * size_t(s.dk) * size_t(s.dv);
 #pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work >= (1u << 16))
   for (int task = 0; task < n_tasks; ++task) {
     const DeltaNetSequence& q = seqs[size_t(task / s.nv)];
+    if (q.n_tokens == 0) continue;
     const int h = task % s.nv;
     const int kh = h / s.group;
     float* S = q.state->ssm(layer) + size_t(h) * size_t(s.dk) * size_t(s.dv);
-    thread_local ChunkScratch scratch;
-    scratch.tmp.resize(size_t(s.dv));
-    for (int c0 = 0; c0 < q.n_tokens; c0 += kChunk) {
-      const size_t t = size_t(first[size_t(task / s.nv)] + c0);
-      const float* row = &conv[t * cd];
-      HeadRows r{row + size_t(kh) * size_t(s.dk),
-                 row + size_t(s.key_dim) + size_t(kh) * size_t(s.dk),
-                 row + 2 * size_t(s.key_dim) + size_t(h) * size_t(s.dv),
-                 cd,
-                 &beta[t * nv + size_t(h)],
-                 &g[t * nv + size_t(h)],
-                 nv,
-                 &core[t * vd + size_t(h) * size_t(s.dv)],
-                 vd};
-      const int L = std::min(kChunk, q.n_tokens - c0);
-      if (L == 1) {
-        recurrent_step(s, S, r, scratch.tmp.data());
-      } else {
-        chunk_step(s, S, r, L, scratch);
-      }
-    }
+    const size_t t = size_t(first[size_t(task / s.nv)]);
+    const float* row = &conv[t * cd];
+    const DeltaHeadRows r{row + size_t(kh) * size_t(s.dk),
+                          row + size_t(s.key_dim) + size_t(kh) * size_t(s.dk),
+                          row + 2 * size_t(s.key_dim) + size_t(h) * size_t(s.dv),
+                          cd,
+                          &beta[t * nv + size_t(h)],
+                          &g[t * nv + size_t(h)],
+                          nv,
+                          &core[t * vd + size_t(h) * size_t(s.dv)],
+                          vd};
+    step(S, s.dk, s.dv, r, q.n_tokens);
   }
 }
 

@@ -34,6 +34,20 @@ struct DeltaNetSequence {
 struct DeltaNetScratch {
   float *conv, *beta, *g;
 };
+
+// What one call's DeltaNet layers read for one sequence, kept so that its state can be wound back
+// to any token of the call without a forward call (speculative decoding drops rejected draft tokens
+// this way: Model::rewind_state). `before` is the state before the call (the session copies it);
+// the inputs are the backend's to record (the CPU's does; where `recorded` stays false the caller
+// restores `before` and replays the tokens it keeps with a forward call instead).
+struct DeltaNetTrail {
+  RecurrentState* before = nullptr;
+  int n_tokens = 0;
+  bool recorded = false;
+  // Per model layer (empty for attention layers): the call's qkv [n][conv_dim], b and a
+  // [n][n_v_heads] rows, as deltanet_core took them.
+  std::vector<std::vector<float>> qkv, b, a;
+};
 void deltanet_core(const DeltaNetParams& p, int layer, std::span<const DeltaNetSequence> seqs,
                    const float* qkv, const float* b, const float* a, const DeltaNetScratch& scratch,
                    float* core);

@@ -24,24 +24,39 @@ double attention_crossover(const ModelConfig& c, int n_attention_layers) {
   return std::max(1.0, weights / attention);
 }
 
+// How many of `key`'s tokens `tokens` starts with.
+size_t common_prefix(const std::vector<int32_t>& key, std::span<const int32_t> tokens) {
+  const size_t n = std::min(key.size(), tokens.size());
+  size_t i = 0;
+  while (i < n && key[i] == tokens[i]) ++i;
+  return i;
+}
+
 }  // namespace
 
-// One node per cached block: the edge from its parent is the block's block_size token ids.
+// One node per cached block: the edge from its parent is the block's tokens, block_size of them,
+// or fewer for a tail (the partly filled last block of a sequence that ended there; never a
+// parent).
 struct PrefixCache::Node {
   Node* parent = nullptr;
   int32_t block = -1;  // -1 at the root
-  int depth = 0;       // blocks from the root: the node's block ends at position depth * block_size
+  int end = 0;         // the position after the node's last token
+  int len = 0;         // its tokens (block_size, or fewer for a tail)
   uint64_t last_used = 0;
-  int uses = 0;         // requests that started from the block (at most kMaxUses)
-  double priority = 0;  // GreedyDual: L + uses x cost when last used
-  bool queued = false;  // in the eviction heap
-  std::shared_ptr<const StateCheckpoint> checkpoint;  // hybrid: the state at the end of the block
+  int uses = 0;            // requests that started from the block (at most kMaxUses)
+  double priority = 0;     // GreedyDual: L + uses x cost when last used
+  double cp_priority = 0;  // the same for its checkpoint, per block of memory
+  bool queued = false, cp_queued = false;             // in the eviction heap
+  std::shared_ptr<const StateCheckpoint> checkpoint;  // hybrid: the state at `end`
   std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
 };
 
 PrefixCache::PrefixCache(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
-                         size_t max_bytes)
-    : model_(std::move(model)), cache_(std::move(cache)), max_bytes_(max_bytes) {
+                         size_t max_bytes, int checkpoint_every)
+    : model_(std::move(model)),
+      cache_(std::move(cache)),
+      max_bytes_(max_bytes),
+      checkpoint_every_(std::max(1, checkpoint_every)) {
   stats_.max_bytes = max_bytes;
   crossover_ = attention_crossover(model_->config(), model_->n_attention_layers());
   cache_->set_reclaimer(this, [this](size_t n) { return reclaim(n); });
@@ -56,57 +71,111 @@ PrefixCache::~PrefixCache() {
     Node* n = stack.back();
     stack.pop_back();
     if (n->block >= 0) cache_->release(n->block);
+    n->checkpoint.reset();
     for (auto& [_, c] : n->children) stack.push_back(c.get());
   }
 }
 
 Session PrefixCache::acquire(const std::string& partition, std::span<const int32_t> tokens,
-                             int* reused, bool prefill_rest) {
+                             int* reused, bool prefill_rest, std::vector<int>* checkpoint_at) {
   const int bs = cache_->block_size();
   const bool hybrid = model_->config().is_hybrid();
   std::vector<int32_t> blocks;
   std::shared_ptr<const StateCheckpoint> cp;
+  int pos = 0;
+  int shared = 0;  // how many of the prompt's tokens the tree holds, checkpoint or not
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.lookups;
-    const size_t max_blocks = tokens.empty() ? 0 : (tokens.size() - 1) / size_t(bs);
+    // Dense: the last token is computed here (fresh logits); hybrid: a checkpoint brings them.
+    const int limit = hybrid ? int(tokens.size()) : std::max(0, int(tokens.size()) - 1);
     auto it = roots_.find(partition);
-    Node* node = it == roots_.end() ? nullptr : it->second.get();
-    std::vector<Node*> path;
-    for (size_t i = 0; node && i < max_blocks; ++i) {
-      std::vector<int32_t> key(tokens.begin() + long(i) * bs, tokens.begin() + long(i + 1) * bs);
+    Node* root = it == roots_.end() ? nullptr : it->second.get();
+    std::vector<Node*> path;  // whole blocks matched, root excluded
+    for (Node* node = root; node && node->end + bs <= limit;) {
+      const std::vector<int32_t> key(tokens.begin() + node->end, tokens.begin() + node->end + bs);
       auto c = node->children.find(key);
       if (c == node->children.end()) break;
       node = c->second.get();
       path.push_back(node);
     }
-    // Hybrids restart from the deepest checkpoint on the match; blocks past it are recomputed.
-    if (hybrid) {
-      while (!path.empty() && !path.back()->checkpoint) path.pop_back();
-      if (!path.empty()) cp = path.back()->checkpoint;
+    Node* last = nullptr;  // where the reuse ends: a node of the path, or a tail / partial block
+    Node* partial = nullptr;
+    if (root) {
+      // The deepest whole block, then the longest common prefix with one of its children.
+      Node* deepest = path.empty() ? root : path.back();
+      size_t best = 0;
+      const auto rest = tokens.subspan(size_t(deepest->end), size_t(limit - deepest->end));
+      for (auto& [key, child] : deepest->children)
+        if (const size_t n = common_prefix(key, rest); n > best) {
+          best = n;
+          partial = child.get();
+        }
+      shared = deepest->end + int(best);
+      if (!hybrid) {
+        pos = shared;
+        last = partial ? partial : deepest;
+      }
+    }
+    if (root && hybrid) {
+      // The deepest checkpoint: a tail of a path node that the prompt matches whole, or a node's.
+      for (size_t d = path.size() + 1; d-- > 0 && !cp;) {
+        Node* node = d == 0 ? root : path[d - 1];
+        Node* tail = nullptr;
+        for (auto& [key, child] : node->children) {
+          if (!child->checkpoint || int(key.size()) >= bs || node->end + int(key.size()) > limit ||
+              (tail && tail->len >= child->len))
+            continue;
+          if (common_prefix(key, tokens.subspan(size_t(node->end))) == key.size())
+            tail = child.get();
+        }
+        Node* at = tail ? tail : node->checkpoint ? node : nullptr;
+        if (!at) continue;
+        path.resize(d);
+        cp = at->checkpoint;
+        pos = at->end;
+        last = at;
+      }
+      if (!cp) path.clear();
     }
     const uint64_t now = ++clock_;
+    if (last && last != root && (path.empty() || last != path.back())) path.push_back(last);
     for (Node* n : path) {
       touch(n, now, /*hit=*/true);
       cache_->retain(n->block);  // the session's reference
       blocks.push_back(n->block);
     }
-    const int n_reused = int(blocks.size()) * bs;
-    stats_.tokens_reused += n_reused;
-    stats_.tokens_computed += int64_t(tokens.size()) - n_reused;
-    if (n_reused > 0) ++stats_.hits;
+    stats_.tokens_reused += pos;
+    stats_.tokens_computed += int64_t(tokens.size()) - pos;
+    if (pos > 0) ++stats_.hits;
+    if (cp) ++stats_.checkpoint_hits;
   }
-  const size_t n_reused = blocks.size() * size_t(bs);
-  if (reused) *reused = int(n_reused);
-  std::vector<int32_t> head(tokens.begin(), tokens.begin() + long(n_reused));
+  if (reused) *reused = pos;
+  // The cache's own checkpoints for this prompt: where it leaves the cached tokens, and along it.
+  std::vector<int> wishes;
+  if (hybrid) {
+    const int n = int(tokens.size());
+    for (int p = (pos / checkpoint_every_ + 1) * checkpoint_every_; p < n; p += checkpoint_every_)
+      wishes.push_back(p);
+    if (shared > pos && shared < n) wishes.push_back(shared);
+    std::sort(wishes.begin(), wishes.end());
+    wishes.erase(std::unique(wishes.begin(), wishes.end()), wishes.end());
+  }
+  if (checkpoint_at) *checkpoint_at = wishes;
+  std::vector<int32_t> head(tokens.begin(), tokens.begin() + pos);
   Session s = cp ? Session::from_checkpoint(model_, cache_, std::move(head), std::move(blocks), cp)
                  : Session::from_blocks(model_, cache_, std::move(head), std::move(blocks));
-  if (prefill_rest || hybrid) s.append(tokens.subspan(n_reused));
-  // A hybrid session keeps a bounded list of checkpoints and a long reply can push the prompt's
-  // cold ones out: offer them now, while the session still holds them.
-  if (hybrid) {
-    std::lock_guard<std::mutex> lock(mu_);
-    insert_locked(partition, s);
+  if (prefill_rest && pos < int(tokens.size())) {
+    for (int w : wishes) {
+      s.append(tokens.subspan(size_t(s.size()), size_t(w - s.size())));
+      s.checkpoint();
+    }
+    s.append(tokens.subspan(size_t(s.size())));
+    // Its checkpoints, offered while the session still holds them.
+    if (hybrid) {
+      std::lock_guard<std::mutex> lock(mu_);
+      insert_locked(partition, s);
+    }
   }
   return s;
 }
@@ -117,43 +186,79 @@ void PrefixCache::insert(const std::string& partition, const Session& session) {
   insert_locked(partition, session);
 }
 
+PrefixCache::Node* PrefixCache::add_child(Node* parent, std::vector<int32_t> key, int32_t block,
+                                          uint64_t now) {
+  const bool hybrid = model_->config().is_hybrid();
+  const int bs = cache_->block_size();
+  auto& child = parent->children[key];
+  if (child) {
+    touch(child.get(), now, /*hit=*/false);  // the acquire that matched it counted the use
+    return child.get();
+  }
+  if (!hybrid) {
+    // A dense hit may end inside any child, so an entry whose tokens begin another's adds nothing,
+    // and one that begins the new entry's is subsumed by it.
+    for (auto& [k, c] : parent->children)
+      if (c && c.get() != child.get() && k.size() > key.size() &&
+          std::equal(key.begin(), key.end(), k.begin())) {
+        parent->children.erase(key);
+        touch(c.get(), now, /*hit=*/false);
+        return c.get();
+      }
+    for (auto it = parent->children.begin(); it != parent->children.end();) {
+      Node* c = it->second.get();
+      const bool subsumed = c && c != child.get() && it->first.size() < key.size() &&
+                            c->children.empty() &&
+                            std::equal(it->first.begin(), it->first.end(), key.begin());
+      ++it;
+      if (subsumed) remove_leaf(c, /*evicted=*/false);
+    }
+  }
+  child = std::make_unique<Node>();
+  child->parent = parent;
+  child->len = int(key.size());
+  child->end = parent->end + child->len;
+  child->block = block;
+  cache_->retain(block);
+  ++stats_.blocks;
+  touch(child.get(), now, /*hit=*/true);  // its first use
+  (void)bs;
+  return child.get();
+}
+
 void PrefixCache::insert_locked(const std::string& partition, const Session& session) {
   const int bs = cache_->block_size();
   const auto& tokens = session.tokens();
-  size_t full = tokens.size() / size_t(bs);
-  // Hybrid: the cold checkpoints by the block they end, and no blocks past the deepest one.
-  std::map<size_t, std::shared_ptr<const StateCheckpoint>> cps;
+  const int n = int(tokens.size());
+  // The positions reuse may end at: the session's end (dense), its checkpoints (hybrid).
+  std::map<int, std::shared_ptr<const StateCheckpoint>> points;
   if (model_->config().is_hybrid()) {
     for (const auto& cp : session.checkpoints())
-      if (cp->cold && cp->pos > 0 && cp->pos % bs == 0 && size_t(cp->pos / bs) <= full)
-        cps[size_t(cp->pos / bs)] = cp;
-    full = cps.empty() ? 0 : cps.rbegin()->first;
-    if (full == 0) return;
+      if (cp->pos() > 0 && cp->pos() <= n) points[cp->pos()] = cp;
+  } else if (n > 0) {
+    points[n] = nullptr;
   }
+  if (points.empty()) return;
   auto& root = roots_[partition];
   if (!root) root = std::make_unique<Node>();
-  Node* node = root.get();
   const uint64_t now = ++clock_;
-  for (size_t i = 0; i < full; ++i) {
-    std::vector<int32_t> key(tokens.begin() + long(i) * bs, tokens.begin() + long(i + 1) * bs);
-    auto& child = node->children[key];
-    if (!child) {
-      child = std::make_unique<Node>();
-      child->parent = node;
-      child->depth = node->depth + 1;
-      child->block = session.blocks()[i];
-      cache_->retain(child->block);
-      ++stats_.blocks;
-      touch(child.get(), now, /*hit=*/true);  // its first use
-    } else {
-      touch(child.get(), now, /*hit=*/false);  // the acquire that matched it counted the use
+  const int deepest = points.rbegin()->first;
+  std::vector<Node*> path{root.get()};  // path[i]: the node ending at i * bs
+  for (int i = 0; (i + 1) * bs <= deepest; ++i) {
+    std::vector<int32_t> key(tokens.begin() + i * bs, tokens.begin() + (i + 1) * bs);
+    path.push_back(add_child(path.back(), std::move(key), session.blocks()[size_t(i)], now));
+  }
+  for (const auto& [p, cp] : points) {
+    Node* node = path[size_t(p / bs)];
+    if (p % bs != 0) {
+      std::vector<int32_t> key(tokens.begin() + (p - p % bs), tokens.begin() + p);
+      node = add_child(node, std::move(key), session.blocks()[size_t(p / bs)], now);
     }
-    node = child.get();
-    auto cp = cps.find(i + 1);
-    if (cp != cps.end() && !node->checkpoint) {
-      node->checkpoint = cp->second;
+    if (cp && !node->checkpoint && node->end == p) {
+      node->checkpoint = cp;
+      node->cp_priority = checkpoint_priority(node);
       ++stats_.checkpoints;
-      stats_.checkpoint_bytes += cp->second->bytes();
+      stats_.checkpoint_bytes += cp->bytes();
     }
   }
   evict_to_budget();
@@ -162,17 +267,19 @@ void PrefixCache::insert_locked(const std::string& partition, const Session& ses
 size_t PrefixCache::cached_blocks(const std::string& partition,
                                   std::span<const int32_t> tokens) const {
   const int bs = cache_->block_size();
+  const bool hybrid = model_->config().is_hybrid();
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t max_blocks = tokens.empty() ? 0 : (tokens.size() - 1) / size_t(bs);
+  // As acquire: dense reuse stops before the last token; a hybrid restarts at a checkpoint.
+  const size_t limit = hybrid ? tokens.size() : (tokens.empty() ? 0 : tokens.size() - 1);
   auto it = roots_.find(partition);
   const Node* node = it == roots_.end() ? nullptr : it->second.get();
   size_t n = 0, usable = 0;
-  for (; node && n < max_blocks; ++n) {
+  for (; node && (n + 1) * size_t(bs) <= limit; ++n) {
     std::vector<int32_t> key(tokens.begin() + long(n) * bs, tokens.begin() + long(n + 1) * bs);
     auto c = node->children.find(key);
     if (c == node->children.end()) break;
     node = c->second.get();
-    if (!model_->config().is_hybrid() || node->checkpoint) usable = n + 1;
+    if (!hybrid || node->checkpoint) usable = n + 1;
   }
   return usable;
 }
@@ -186,12 +293,12 @@ size_t PrefixCache::adopt(const std::string& partition, std::span<const int32_t>
         "PrefixCache::adopt: tokens must be whole blocks, ending with the adopted ones");
   std::lock_guard<std::mutex> lock(mu_);
   const size_t head = tokens.size() / size_t(bs) - blocks.size();
-  auto& root = roots_[partition];
-  if (!root) root = std::make_unique<Node>();
-  Node* node = root.get();
   auto key_of = [&](size_t i) {
     return std::vector<int32_t>(tokens.begin() + long(i) * bs, tokens.begin() + long(i + 1) * bs);
   };
+  auto& root = roots_[partition];
+  if (!root) root = std::make_unique<Node>();
+  Node* node = root.get();
   for (size_t i = 0; i < head && node; ++i) {
     auto c = node->children.find(key_of(i));
     node = c == node->children.end() ? nullptr : c->second.get();
@@ -203,21 +310,13 @@ size_t PrefixCache::adopt(const std::string& partition, std::span<const int32_t>
   }
   const uint64_t now = ++clock_;
   for (size_t j = 0; j < blocks.size(); ++j) {
-    auto& child = node->children[key_of(head + j)];
-    if (child) {
-      cache_->release(blocks[j]);  // cached meanwhile: keep the one that may be in use
-      touch(child.get(), now, /*hit=*/false);
-    } else {
-      child = std::make_unique<Node>();
-      child->parent = node;
-      child->depth = node->depth + 1;
-      child->block = blocks[j];
-      ++stats_.blocks;
-      touch(child.get(), now, /*hit=*/true);
-    }
-    node = child.get();
-    if (cps[j] && !node->checkpoint) {
+    // add_child takes its own reference (or keeps the block cached meanwhile, which may be in
+    // use): the one handed over goes back either way.
+    node = add_child(node, key_of(head + j), blocks[j], now);
+    cache_->release(blocks[j]);
+    if (cps[j] && !node->checkpoint && node->end == cps[j]->pos()) {
       node->checkpoint = std::move(cps[j]);
+      node->cp_priority = checkpoint_priority(node);
       ++stats_.checkpoints;
       stats_.checkpoint_bytes += node->checkpoint->bytes();
     }
@@ -226,21 +325,43 @@ size_t PrefixCache::adopt(const std::string& partition, std::span<const int32_t>
   return blocks.size();
 }
 
-double PrefixCache::cost(int depth) const {
+double PrefixCache::cost(const Node* node) const {
   // Mean position of the block's tokens, over the crossover (see prefix_cache.h).
-  return 1.0 + (double(depth) - 0.5) * double(cache_->block_size()) / crossover_;
+  return 1.0 + (double(node->end) - 0.5 * double(node->len)) / crossover_;
+}
+
+double PrefixCache::checkpoint_priority(const Node* node) const {
+  // The previous restart point on the node's tokens: an ancestor's checkpoint, or one on a tail of
+  // an ancestor whose tokens begin the path (the deepest wins, and deeper levels hold deeper ones).
+  int from = 0;
+  const Node* child = node;
+  for (const Node* p = node->parent; p && from == 0; child = p, p = p->parent) {
+    const std::vector<int32_t>* path_key = nullptr;
+    for (const auto& [k, c] : p->children)
+      if (c.get() == child) path_key = &k;
+    for (const auto& [k, c] : p->children)
+      if (c.get() != child && c->checkpoint && path_key && k.size() < path_key->size() &&
+          std::equal(k.begin(), k.end(), path_key->begin()))
+        from = std::max(from, c->end);
+    if (p->checkpoint) from = std::max(from, p->end);
+  }
+  const double blocks = double(std::max<size_t>(1, node->checkpoint->n_blocks()));
+  return inflation_ + double(node->uses) * cost(node) * double(node->end - from) /
+                          (double(cache_->block_size()) * blocks);
 }
 
 void PrefixCache::touch(Node* node, uint64_t now, bool hit) {
   if (hit) node->uses = std::min(node->uses + 1, kMaxUses);
   node->last_used = now;
-  node->priority = inflation_ + double(node->uses) * cost(node->depth);
+  node->priority = inflation_ + double(node->uses) * cost(node);
+  if (node->checkpoint) node->cp_priority = checkpoint_priority(node);
 }
 
-void PrefixCache::remove_leaf(Node* leaf) {
+void PrefixCache::remove_leaf(Node* leaf, bool evicted) {
+  if (leaf->checkpoint) drop_checkpoint(leaf);
   cache_->release(leaf->block);
   --stats_.blocks;
-  ++stats_.blocks_evicted;
+  if (evicted) ++stats_.blocks_evicted;
   Node* parent = leaf->parent;
   for (auto it = parent->children.begin(); it != parent->children.end(); ++it)
     if (it->second.get() == leaf) {
@@ -253,36 +374,45 @@ void PrefixCache::drop_checkpoint(Node* node) {
   stats_.checkpoint_bytes -= node->checkpoint->bytes();
   --stats_.checkpoints;
   ++stats_.checkpoints_evicted;
-  node->checkpoint.reset();
+  node->checkpoint.reset();  // its blocks go back unless a session still holds it
 }
 
 size_t PrefixCache::evict(const std::function<bool(size_t freed)>& done, bool blocks_only) {
   const bool hybrid = model_->config().is_hybrid();
-  // An unreferenced leaf frees its block; with blocks_only false a hybrid checkpoint can also go
-  // alone (it is bytes of the cache's own cap, not a KV block).
+  // Two kinds of candidate: an unreferenced leaf (frees its block), and a hybrid checkpoint alone
+  // (frees its blocks when no session shares it; blocks_only: only then). A hybrid leaf keeps its
+  // checkpoint until the checkpoint's own turn comes; then, useless, it goes next.
   auto removable = [&](const Node* n) {
-    return n->children.empty() && cache_->refcount(n->block) == 1;
+    return n->children.empty() && cache_->refcount(n->block) == 1 && !n->checkpoint;
+  };
+  auto droppable = [&](const Node* n) {
+    return n->checkpoint && (!blocks_only || n->checkpoint.use_count() == 1);
   };
   struct Candidate {
     int rank;  // 0: a hybrid leaf without a checkpoint (useless: nothing restarts from it)
     double priority;
     uint64_t last_used;
-    int depth;
+    int end;
     Node* node;
+    bool checkpoint;  // drop the node's checkpoint, not the node
     bool operator>(const Candidate& o) const {
       if (rank != o.rank) return rank > o.rank;
       if (priority != o.priority) return priority > o.priority;
       if (last_used != o.last_used) return last_used > o.last_used;
-      return depth > o.depth;
+      return end > o.end;
     }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
   auto push = [&](Node* n) {
-    if (n->queued || n->block < 0) return;
-    const bool leaf = removable(n);
-    if (!leaf && !(hybrid && n->checkpoint && !blocks_only)) return;
-    n->queued = true;
-    heap.push({leaf && hybrid && !n->checkpoint ? 0 : 1, n->priority, n->last_used, n->depth, n});
+    if (n->block < 0) return;
+    if (!n->queued && removable(n)) {
+      n->queued = true;
+      heap.push({hybrid ? 0 : 1, n->priority, n->last_used, n->end, n, false});
+    }
+    if (!n->cp_queued && droppable(n)) {
+      n->cp_queued = true;
+      heap.push({1, n->cp_priority, n->last_used, n->end, n, true});
+    }
   };
   std::vector<Node*> stack;
   for (auto& [_, root] : roots_) stack.push_back(root.get());
@@ -293,24 +423,26 @@ size_t PrefixCache::evict(const std::function<bool(size_t freed)>& done, bool bl
     push(n);
   }
   size_t freed = 0;
+  const size_t in_use = cache_->blocks_in_use();
   while (!heap.empty() && !done(freed)) {
     const Candidate c = heap.top();
     heap.pop();
     Node* n = c.node;
-    n->queued = false;
+    (c.checkpoint ? n->cp_queued : n->queued) = false;
+    if (c.checkpoint ? !droppable(n) : !removable(n)) continue;  // changed since it was queued
     if (c.rank == 1) inflation_ = std::max(inflation_, c.priority);
-    if (removable(n)) {
-      if (n->checkpoint) drop_checkpoint(n);
+    if (c.checkpoint) {
+      drop_checkpoint(n);
+      push(n);  // a leaf without its checkpoint: useless on a hybrid, next to go
+    } else {
       Node* parent = n->parent;
       remove_leaf(n);  // n is gone
-      ++freed;
-      push(parent);  // it may be a leaf now
-    } else if (n->checkpoint) {
-      drop_checkpoint(n);
+      push(parent);    // it may be a leaf now
     }
+    freed = in_use - std::min(in_use, cache_->blocks_in_use());
   }
   while (!heap.empty()) {
-    heap.top().node->queued = false;
+    (heap.top().checkpoint ? heap.top().node->cp_queued : heap.top().node->queued) = false;
     heap.pop();
   }
   return freed;
@@ -364,6 +496,7 @@ void PrefixCache::restore(const std::string& partition, std::vector<PrefixCacheE
   std::lock_guard<std::mutex> lock(mu_);
   auto& root = roots_[partition];
   if (!root) root = std::make_unique<Node>();
+  const int bs = cache_->block_size();
   std::vector<Node*> nodes(entries.size(), nullptr);
   // The entries' recency order, after everything this cache has seen so far.
   const uint64_t base = clock_;
@@ -373,7 +506,9 @@ void PrefixCache::restore(const std::string& partition, std::vector<PrefixCacheE
     Node* parent = e.parent < 0           ? root.get()
                    : size_t(e.parent) < i ? nodes[size_t(e.parent)]
                                           : nullptr;
-    if (!parent || int(e.tokens.size()) != cache_->block_size()) {
+    // A tail is never a parent; an entry holds 1..block_size tokens.
+    if (!parent || (parent != root.get() && parent->len != bs) || e.tokens.empty() ||
+        int(e.tokens.size()) > bs) {
       cache_->release(block);
       continue;
     }
@@ -383,7 +518,8 @@ void PrefixCache::restore(const std::string& partition, std::vector<PrefixCacheE
     } else {
       child = std::make_unique<Node>();
       child->parent = parent;
-      child->depth = parent->depth + 1;
+      child->len = int(e.tokens.size());
+      child->end = parent->end + child->len;
       child->block = block;
       child->uses = std::clamp(e.uses, 1, kMaxUses);
       child->priority = inflation_ + e.priority;
@@ -392,8 +528,9 @@ void PrefixCache::restore(const std::string& partition, std::vector<PrefixCacheE
       ++stats_.blocks;
     }
     nodes[i] = child.get();
-    if (e.checkpoint && !child->checkpoint) {
+    if (e.checkpoint && !child->checkpoint && e.checkpoint->pos() == child->end) {
       child->checkpoint = e.checkpoint;
+      child->cp_priority = checkpoint_priority(child.get());
       ++stats_.checkpoints;
       stats_.checkpoint_bytes += e.checkpoint->bytes();
     }

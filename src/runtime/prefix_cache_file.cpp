@@ -1,4 +1,4 @@
-// Prefix cache files: one partition's radix tree of KV blocks (and a hybrid model's cold state
+// Prefix cache files: one partition's radix tree of KV blocks (and a hybrid model's state
 // checkpoints), written by PrefixCache::spill when a server stops and read back by reload when it
 // starts again, so the prefixes it had cached do not cost a cold prefill after a restart.
 //
@@ -11,13 +11,15 @@
 //
 // Layout (little-endian):
 //   magic "FAKPREFX" | u32 version | u32 header_len | header JSON
-//   | nodes[n]: i32 parent, i32 uses, f64 priority, u64 last_used   (parents before children)
-//   | i32 tokens[n][block_size]
-//   | checkpoints[m]: i32 node, i32 pos
-//   | per node: per attention layer: K, V, (Kraw) rows [block_size][kv_dim]  (KvCache::read_rows)
-//   | per checkpoint: f32 logits[vocab], f32 recurrent state (RecurrentState layout)
+//   | nodes[n]: i32 parent, i32 uses, f64 priority, u64 last_used, i32 len   (parents first)
+//   | i32 tokens[len] per node (block_size, or fewer for a tail: a partly filled last block)
+//   | checkpoints[m]: i32 node, i32 pos (the node's end)
+//   | per node: per attention layer: K, V, (Kraw) rows [len][kv_dim]  (KvCache::read_rows)
+//   | per checkpoint: f32 recurrent state (RecurrentState layout), f32 logits[vocab]
 //   | u64 fnv1a(all before)
 // The tables come before the rows so a reload decides what fits before it copies any KV.
+// Version 2 added tails and checkpoints at any position (version 1: whole blocks, checkpoints on
+// the 128-token grid of the chunked prefill, whose states a replay today would not reproduce).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -41,8 +43,8 @@ namespace fak {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'A', 'K', 'P', 'R', 'E', 'F', 'X'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kNodeRecord = 24, kCheckpointRecord = 8;
+constexpr uint32_t kVersion = 2;
+constexpr size_t kNodeRecord = 28, kCheckpointRecord = 8;
 constexpr const char* kSuffix = ".fakprefix";
 
 std::string file_name(const std::string& partition) {
@@ -54,7 +56,8 @@ std::string file_name(const std::string& partition) {
 // What the trimming below needs of a block, in a spill or a reload alike.
 struct Meta {
   int parent = -1;
-  int depth = 1;
+  int end = 0;  // the position after the entry's last token
+  int len = 0;  // its tokens
   int children = 0;
   double priority = 0;
   uint64_t last_used = 0;
@@ -80,19 +83,19 @@ size_t trim(std::vector<std::vector<Meta>>& parts, bool hybrid,
     int rank;
     double priority;
     uint64_t last_used;
-    int depth;
+    int end;
     size_t part, index;
     bool operator>(const Leaf& o) const {
       if (rank != o.rank) return rank > o.rank;
       if (priority != o.priority) return priority > o.priority;
       if (last_used != o.last_used) return last_used > o.last_used;
-      return depth > o.depth;
+      return end > o.end;
     }
   };
   std::priority_queue<Leaf, std::vector<Leaf>, std::greater<Leaf>> heap;
   auto push = [&](size_t part, size_t index) {
     const Meta& m = parts[part][index];
-    heap.push({hybrid && !m.checkpoint ? 0 : 1, m.priority, m.last_used, m.depth, part, index});
+    heap.push({hybrid && !m.checkpoint ? 0 : 1, m.priority, m.last_used, m.end, part, index});
   };
   for (size_t p = 0; p < parts.size(); ++p)
     for (size_t i = 0; i < parts[p].size(); ++i)
@@ -173,12 +176,13 @@ struct ParsedFile {
   int depth = 0;                 // blocks above the first node (store records); 0 in files
   size_t n = 0, m = 0;           // blocks, checkpoints
   const char* nodes = nullptr;   // n records
-  const char* tokens = nullptr;  // [n][block_size]
+  const char* tokens = nullptr;  // the nodes' tokens, one after another
   const char* cps = nullptr;     // m records
-  const char* rows = nullptr;    // n x block_bytes
-  const char* states = nullptr;  // m x (logits + state)
+  const char* rows = nullptr;    // the nodes' rows, one after another
+  const char* states = nullptr;  // m x (state + logits)
   std::vector<Meta> meta;
-  std::vector<int> checkpoint_of;  // per node: its index among checkpoints, or -1
+  std::vector<size_t> first_token;  // per node: its first token among all nodes'
+  std::vector<int> checkpoint_of;   // per node: its index among checkpoints, or -1
 };
 
 template <typename T>
@@ -226,7 +230,7 @@ void parse_bytes(ParsedFile& f, std::string_view bytes, const std::string& label
 
   const ModelConfig& c = model.config();
   const size_t bs = size_t(cache.block_size());
-  const size_t node_bytes = kNodeRecord + bs * 4 + cache.block_bytes();
+  const size_t row_all = cache.block_bytes() / bs;  // one token's rows in every layer and plane
   const size_t state_bytes = RecurrentState(c.recurrent_shape()).bytes();
   const size_t cp_bytes = kCheckpointRecord + size_t(c.vocab) * 4 + state_bytes;
   const size_t body = v.body.size();
@@ -237,20 +241,15 @@ void parse_bytes(ParsedFile& f, std::string_view bytes, const std::string& label
     return v.get<uint64_t>();
   };
   const uint64_t n = count("blocks"), m = count("checkpoints");
-  if (n > body / node_bytes) fail(label + " is truncated");
+  if (n > body / kNodeRecord) fail(label + " is truncated");
   if (m > n || (m > 0 && !c.is_hybrid())) bad();
   f.n = size_t(n);
   f.m = size_t(m);
-  if (body != f.n * node_bytes + f.m * cp_bytes)
-    fail(label + " is truncated or has trailing bytes");
-
   f.nodes = v.body.data();
-  f.tokens = f.nodes + f.n * kNodeRecord;
-  f.cps = f.tokens + f.n * bs * 4;
-  f.rows = f.cps + f.m * kCheckpointRecord;
-  f.states = f.rows + f.n * cache.block_bytes();
   const auto corrupted = [&](const char* what) { fail(label + " has " + what); };
   f.meta.resize(f.n);
+  f.first_token.resize(f.n);
+  size_t total_tokens = 0;
   for (size_t i = 0; i < f.n; ++i) {
     const char* r = f.nodes + i * kNodeRecord;
     Meta& e = f.meta[i];
@@ -258,22 +257,33 @@ void parse_bytes(ParsedFile& f, std::string_view bytes, const std::string& label
     const int32_t uses = get<int32_t>(r + 4);
     e.priority = get<double>(r + 8);
     e.last_used = get<uint64_t>(r + 16);
+    e.len = get<int32_t>(r + 24);
     if (e.parent < -1 || e.parent >= int64_t(i))
       corrupted("a corrupted tree (a parent after its child)");
-    if (uses < 0 || !std::isfinite(e.priority)) corrupted("a corrupted node record");
-    e.depth = e.parent < 0 ? f.depth + 1 : f.meta[size_t(e.parent)].depth + 1;
-    for (size_t t = 0; t < bs; ++t) {
-      const int32_t id = get<int32_t>(f.tokens + (i * bs + t) * 4);
-      if (id < 0 || id >= c.vocab) corrupted("a token id outside the vocabulary");
-    }
+    if (e.parent >= 0 && f.meta[size_t(e.parent)].len != int(bs))
+      corrupted("a corrupted tree (a tail with children)");
+    if (uses < 0 || !std::isfinite(e.priority) || e.len < 1 || size_t(e.len) > bs)
+      corrupted("a corrupted node record");
+    e.end = (e.parent < 0 ? f.depth * int(bs) : f.meta[size_t(e.parent)].end) + e.len;
+    f.first_token[i] = total_tokens;
+    total_tokens += size_t(e.len);
+  }
+  if (body != f.n * kNodeRecord + total_tokens * (4 + row_all) + f.m * cp_bytes)
+    fail(label + " is truncated or has trailing bytes");
+  f.tokens = f.nodes + f.n * kNodeRecord;
+  f.cps = f.tokens + total_tokens * 4;
+  f.rows = f.cps + f.m * kCheckpointRecord;
+  f.states = f.rows + total_tokens * row_all;
+  for (size_t t = 0; t < total_tokens; ++t) {
+    const int32_t id = get<int32_t>(f.tokens + t * 4);
+    if (id < 0 || id >= c.vocab) corrupted("a token id outside the vocabulary");
   }
   f.checkpoint_of.assign(f.n, -1);
   for (size_t j = 0; j < f.m; ++j) {
     const int32_t node = get<int32_t>(f.cps + j * kCheckpointRecord);
     const int32_t pos = get<int32_t>(f.cps + j * kCheckpointRecord + 4);
     if (node < 0 || size_t(node) >= f.n || f.checkpoint_of[size_t(node)] >= 0 ||
-        int64_t(pos) != int64_t(f.meta[size_t(node)].depth) * int64_t(bs) ||
-        pos % kStateCheckpointInterval != 0)
+        pos != f.meta[size_t(node)].end)
       corrupted("a corrupted checkpoint record");
     f.checkpoint_of[size_t(node)] = int(j);
     f.meta[size_t(node)].checkpoint = true;
@@ -307,26 +317,26 @@ void write_tree(FileWriter& w, nlohmann::json h, const KvCache& cache,
     w.put(int32_t(e.uses));
     w.put(e.priority);
     w.put(e.last_used);
+    w.put(int32_t(e.tokens.size()));
   }
   for (size_t i : kept) w.put(list[i].tokens.data(), list[i].tokens.size() * 4);
   for (size_t i : cps) {
     w.put(int32_t(index[i]));
-    w.put(int32_t(list[i].checkpoint->pos));
+    w.put(int32_t(list[i].checkpoint->pos()));
   }
   std::vector<uint8_t> rows(size_t(bs) * cache.row_bytes());
-  for (size_t i : kept)
+  for (size_t i : kept) {
+    const int len = int(list[i].tokens.size());
     for (int l = 0; l < cache.n_layers(); ++l)
       for (int plane = 0; plane < (cache.keeps_kraw() ? 3 : 2); ++plane) {
-        cache.read_rows(list[i].block, l, KvPlane(plane), bs, rows.data());
-        w.put(rows.data(), rows.size());
+        cache.read_rows(list[i].block, l, KvPlane(plane), len, rows.data());
+        w.put(rows.data(), size_t(len) * cache.row_bytes());
       }
-  std::string state;
+  }
+  std::vector<char> payload;
   for (size_t i : cps) {
-    const StateCheckpoint& cp = *list[i].checkpoint;
-    w.put(cp.logits.data(), cp.logits.size() * 4);
-    state.clear();
-    cp.state.write(state);
-    w.put(state.data(), state.size());
+    list[i].checkpoint->payload(payload);
+    w.put(payload.data(), payload.size());
   }
 }
 
@@ -356,13 +366,17 @@ PrefixCacheFileReport PrefixCache::spill(const std::filesystem::path& dir, size_
     std::vector<Meta>& m = metas.emplace_back(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       const PrefixCacheEntry& e = list[i];
-      m[i] = {e.parent,    e.parent < 0 ? 1 : m[size_t(e.parent)].depth + 1,
-              0,           e.priority,
-              e.last_used, e.checkpoint != nullptr,
-              true};
+      Meta& x = m[i];
+      x.parent = e.parent;
+      x.len = int(e.tokens.size());
+      x.end = (e.parent < 0 ? 0 : m[size_t(e.parent)].end) + x.len;
+      x.priority = e.priority;
+      x.last_used = e.last_used;
+      x.checkpoint = e.checkpoint != nullptr;
     }
   }
-  // Headers are a few hundred bytes each: counted roughly, the cap is on the KV.
+  // Headers are a few hundred bytes each: counted roughly, the cap is on the KV (a tail counted as
+  // a whole block).
   const size_t overhead = parts.size() * (512 + 16 + 8);
   r.dropped_blocks = trim(metas, hybrid, [&](size_t blocks, size_t checkpoints) {
     return max_bytes == 0 || overhead + blocks * node_bytes + checkpoints * cp_bytes <= max_bytes;
@@ -450,24 +464,23 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
   // Most valuable first, across every partition: what eviction would drop goes until the rest
   // fits the KV cache's free blocks and this cache's own cap.
   const bool hybrid = model_->config().is_hybrid();
-  const size_t cp_bytes = size_t(model_->config().vocab) * 4 +
-                          RecurrentState(model_->config().recurrent_shape()).bytes();
+  const size_t state_bytes = RecurrentState(model_->config().recurrent_shape()).bytes();
+  const size_t payload_bytes = size_t(model_->config().vocab) * 4 + state_bytes;
+  const size_t cp_blocks = hybrid ? StateCheckpoint::blocks_for(*cache_, payload_bytes) : 0;
   const size_t capacity = cache_->capacity_blocks();
   const size_t free_blocks =
       capacity == SIZE_MAX ? SIZE_MAX : capacity - std::min(capacity, cache_->blocks_in_use());
   const PrefixCacheStats now = stats();
   std::vector<std::vector<Meta>> metas;
   for (ParsedFile& f : files) metas.push_back(f.meta);
+  // A checkpoint's state lives in KV blocks too (memory/state_checkpoint.h).
   r.dropped_blocks = trim(metas, hybrid, [&](size_t blocks, size_t checkpoints) {
-    const size_t bytes = now.bytes + blocks * cache_->block_bytes() + checkpoints * cp_bytes;
-    return blocks <= free_blocks && (max_bytes_ == 0 || bytes <= max_bytes_);
+    const size_t need = blocks + checkpoints * cp_blocks;
+    return need <= free_blocks &&
+           (max_bytes_ == 0 || now.bytes + need * cache_->block_bytes() <= max_bytes_);
   });
 
-  const int bs = cache_->block_size();
   const size_t planes = cache_->keeps_kraw() ? 3 : 2;
-  const size_t plane_bytes = size_t(bs) * cache_->row_bytes();
-  const size_t state_bytes = RecurrentState(model_->config().recurrent_shape()).bytes();
-  const size_t vocab = size_t(model_->config().vocab);
   for (size_t fi = 0; fi < files.size(); ++fi) {
     const ParsedFile& f = files[fi];
     const std::vector<Meta>& meta = metas[fi];
@@ -482,27 +495,23 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
         e.uses = get<int32_t>(rec + 4);
         e.priority = meta[i].priority;
         e.last_used = meta[i].last_used;
-        e.tokens.resize(size_t(bs));
-        std::memcpy(e.tokens.data(), f.tokens + i * size_t(bs) * 4, size_t(bs) * 4);
+        const size_t len = size_t(meta[i].len);
+        e.tokens.resize(len);
+        std::memcpy(e.tokens.data(), f.tokens + f.first_token[i] * 4, len * 4);
         e.block = cache_->allocate();
         index[i] = int(entries.size());
         entries.push_back(std::move(e));
-        const char* p = f.rows + i * cache_->block_bytes();
+        const size_t plane_bytes = len * cache_->row_bytes();
+        const char* p =
+            f.rows + f.first_token[i] * planes * size_t(cache_->n_layers()) * cache_->row_bytes();
         for (int l = 0; l < cache_->n_layers(); ++l)
           for (size_t plane = 0; plane < planes; ++plane, p += plane_bytes)
-            cache_->write_rows(entries.back().block, l, KvPlane(plane), bs,
+            cache_->write_rows(entries.back().block, l, KvPlane(plane), int(len),
                                reinterpret_cast<const uint8_t*>(p));
-        if (const int j = f.checkpoint_of[i]; j >= 0) {
-          auto cp = std::make_shared<StateCheckpoint>();
-          cp->pos = meta[i].depth * bs;
-          cp->cold = true;
-          const char* s = f.states + size_t(j) * (vocab * 4 + state_bytes);
-          cp->logits.resize(vocab);
-          std::memcpy(cp->logits.data(), s, vocab * 4);
-          cp->state = RecurrentState(model_->config().recurrent_shape());
-          cp->state.read(s + vocab * 4, state_bytes);
-          entries.back().checkpoint = std::move(cp);
-        }
+        if (const int j = f.checkpoint_of[i]; j >= 0)
+          entries.back().checkpoint = StateCheckpoint::from_payload(
+              cache_, meta[i].end, {f.states + size_t(j) * payload_bytes, payload_bytes},
+              state_bytes);
       }
     } catch (const std::exception& e) {
       // Out of KV memory after all (something else took blocks): keep what is loaded so far, a
@@ -568,7 +577,8 @@ PrefixRecord PrefixRecord::parse(std::string bytes, const Model& model, const Kv
   p->bs = size_t(cache.block_size());
   parse_bytes(p->f, p->f.owned, label, model, cache);
   for (size_t i = 0; i < p->f.n; ++i)
-    if (p->f.meta[i].parent != int(i) - 1) fail(label + " is not a chain of blocks");
+    if (p->f.meta[i].parent != int(i) - 1 || p->f.meta[i].len != cache.block_size())
+      fail(label + " is not a chain of whole blocks");
   return PrefixRecord(std::move(p));
 }
 
@@ -581,7 +591,8 @@ PrefixRecord PrefixRecord::parse(std::string_view bytes, std::shared_ptr<const v
   p->bs = size_t(cache.block_size());
   parse_bytes(p->f, bytes, label, model, cache);
   for (size_t i = 0; i < p->f.n; ++i)
-    if (p->f.meta[i].parent != int(i) - 1) fail(label + " is not a chain of blocks");
+    if (p->f.meta[i].parent != int(i) - 1 || p->f.meta[i].len != cache.block_size())
+      fail(label + " is not a chain of whole blocks");
   return PrefixRecord(std::move(p));
 }
 
@@ -604,7 +615,7 @@ size_t PrefixRecord::bytes() const {
 std::vector<int32_t> PrefixRecord::tokens(size_t i) const {
   const size_t bs = p_->bs;
   std::vector<int32_t> out(bs);
-  std::memcpy(out.data(), p_->f.tokens + i * bs * 4, bs * 4);
+  std::memcpy(out.data(), p_->f.tokens + p_->f.first_token[i] * 4, bs * 4);
   return out;
 }
 
@@ -617,30 +628,24 @@ int32_t PrefixRecord::load_block(size_t i, KvCache& cache) const {
   const size_t planes = cache.keeps_kraw() ? 3 : 2;
   const size_t plane_bytes = size_t(bs) * cache.row_bytes();
   const int32_t block = cache.allocate();
-  const char* p = p_->f.rows + i * cache.block_bytes();
+  const char* p =
+      p_->f.rows + p_->f.first_token[i] * planes * size_t(cache.n_layers()) * cache.row_bytes();
   for (int l = 0; l < cache.n_layers(); ++l)
     for (size_t plane = 0; plane < planes; ++plane, p += plane_bytes)
       cache.write_rows(block, l, KvPlane(plane), bs, reinterpret_cast<const uint8_t*>(p));
   return block;
 }
 
-std::shared_ptr<const StateCheckpoint> PrefixRecord::checkpoint(size_t i,
-                                                                const Model& model) const {
+std::shared_ptr<const StateCheckpoint> PrefixRecord::checkpoint(
+    size_t i, const Model& model, const std::shared_ptr<KvCache>& cache) const {
   const int j = p_->f.checkpoint_of[i];
   if (j < 0) return nullptr;
   const ModelConfig& c = model.config();
-  const size_t vocab = size_t(c.vocab);
   const size_t state_bytes = RecurrentState(c.recurrent_shape()).bytes();
-  const size_t bs = p_->bs;
-  auto cp = std::make_shared<StateCheckpoint>();
-  cp->pos = p_->f.meta[i].depth * int(bs);
-  cp->cold = true;
-  const char* s = p_->f.states + size_t(j) * (vocab * 4 + state_bytes);
-  cp->logits.resize(vocab);
-  std::memcpy(cp->logits.data(), s, vocab * 4);
-  cp->state = RecurrentState(c.recurrent_shape());
-  cp->state.read(s + vocab * 4, state_bytes);
-  return cp;
+  const size_t payload_bytes = size_t(c.vocab) * 4 + state_bytes;
+  return StateCheckpoint::from_payload(cache, p_->f.meta[i].end,
+                                       {p_->f.states + size_t(j) * payload_bytes, payload_bytes},
+                                       state_bytes);
 }
 
 }  // namespace fak

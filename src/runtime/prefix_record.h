@@ -1,9 +1,9 @@
-// Prefix cache records: a chain of cached blocks (and a hybrid model's cold state checkpoints) as
-// bytes, for a shared store (store/block_store.h) rather than a file. The same format as the
-// prefix cache files (runtime/prefix_cache_file.cpp) — the header names the model, the KV layout
-// and the partition, a checksum closes it — with a "depth" field in the header: the chain's first
-// block is the child of a block that many levels below the root, so its checkpoint positions can
-// be checked as a file's are.
+// Prefix cache records: a chain of cached blocks (and a hybrid model's state checkpoints at their
+// ends) as bytes, for a shared store (store/block_store.h) rather than a file. The same format as
+// the prefix cache files (runtime/prefix_cache_file.cpp) — the header names the model, the KV
+// layout and the partition, a checksum closes it — with a "depth" field in the header: the chain's
+// first block is the child of a block that many levels below the root, so its checkpoint positions
+// can be checked as a file's are.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ namespace fak {
 struct PrefixRecordBlock {
   std::vector<int32_t> tokens;  // block_size ids: the edge from the block before
   int32_t block = -1;           // in the KV cache; read, not retained
-  std::shared_ptr<const StateCheckpoint> checkpoint;  // hybrid: the cold state at its end, or null
+  std::shared_ptr<const StateCheckpoint> checkpoint;  // hybrid: the state at its end, or null
 };
 
 // chain[0] ends at position (depth + 1) * block_size; each block is the child of the one before.
@@ -55,7 +55,9 @@ class PrefixRecord {
   bool has_checkpoint(size_t i) const;
   // Block i's rows in a new KV block (refcount 1, the caller's): on the thread that owns the cache.
   int32_t load_block(size_t i, KvCache& cache) const;
-  std::shared_ptr<const StateCheckpoint> checkpoint(size_t i, const Model& model) const;
+  // Block i's checkpoint (hybrid), its state in new blocks of `cache`, or null.
+  std::shared_ptr<const StateCheckpoint> checkpoint(size_t i, const Model& model,
+                                                    const std::shared_ptr<KvCache>& cache) const;
 
   struct Parsed;
 

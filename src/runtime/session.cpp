@@ -27,9 +27,14 @@ Session::Session(Session&& o) noexcept
       logits_(std::move(o.logits_)),
       logits_valid_(o.logits_valid_),
       state_(std::move(o.state_)),
-      starts_(std::move(o.starts_)),
       checkpoints_(std::move(o.checkpoints_)),
-      continue_append_(o.continue_append_) {}
+      trail_(std::move(o.trail_)),
+      trail_before_(std::move(o.trail_before_)),
+      trail_base_(o.trail_base_),
+      trail_pending_(o.trail_pending_),
+      trail_valid_(o.trail_valid_) {
+  trail_.before = &trail_before_;
+}
 
 Session& Session::operator=(Session&& o) noexcept {
   if (this != &o) {
@@ -39,9 +44,13 @@ Session& Session::operator=(Session&& o) noexcept {
     logits_ = std::move(o.logits_);
     logits_valid_ = o.logits_valid_;
     state_ = std::move(o.state_);
-    starts_ = std::move(o.starts_);
     checkpoints_ = std::move(o.checkpoints_);
-    continue_append_ = o.continue_append_;
+    trail_ = std::move(o.trail_);
+    trail_before_ = std::move(o.trail_before_);
+    trail_.before = &trail_before_;
+    trail_base_ = o.trail_base_;
+    trail_pending_ = o.trail_pending_;
+    trail_valid_ = o.trail_valid_;
   }
   return *this;
 }
@@ -59,27 +68,46 @@ void Session::reserve_for_append(int n) {
   cells_.reserve(size(), size() + n);
 }
 
-void Session::commit_append(std::span<const int32_t> tokens, bool new_append) {
-  if (hybrid() && new_append) starts_.push_back(size());
-  continue_append_ = false;
+DeltaNetTrail* Session::begin_trail() {
+  if (!hybrid()) return nullptr;
+  trail_before_ = state_;
+  trail_.before = &trail_before_;
+  trail_.recorded = false;
+  trail_.n_tokens = 0;
+  trail_base_ = size();
+  trail_pending_ = true;
+  return &trail_;
+}
+
+void Session::commit_append(std::span<const int32_t> tokens) {
   cells_.push(tokens);
   logits_valid_ = true;
-  if (hybrid()) maybe_checkpoint(int(tokens.size()));
+  trail_valid_ = trail_pending_;
+  trail_pending_ = false;
+  if (hybrid() && tokens.size() == 1) decode_checkpoint();
 }
 
 void Session::append(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
   if (tokens.empty()) return;
+  if (hybrid() && all_logits && tokens.size() <= size_t(kHybridCallTokens)) {
+    // One call whose tail truncate(n, logits) can drop (a speculative verify): no checkpoint.
+    all_logits->resize(tokens.size() * size_t(model_->config().vocab));
+    begin_trail();
+    forward_segment(tokens, all_logits->data());
+    return;
+  }
   if (hybrid()) return append_hybrid(tokens, all_logits);
   if (all_logits) all_logits->resize(tokens.size() * size_t(model_->config().vocab));
-  forward_segment(tokens, all_logits ? all_logits->data() : nullptr, true);
+  forward_segment(tokens, all_logits ? all_logits->data() : nullptr);
 }
 
-void Session::forward_segment(std::span<const int32_t> tokens, float* all_logits, bool new_append) {
+void Session::forward_segment(std::span<const int32_t> tokens, float* all_logits) {
   reserve_for_append(int(tokens.size()));
   const int vocab = model_->config().vocab;
   BatchItem it;
   it.blocks = &cells_.blocks();
   it.state = recurrent_state();
+  it.trail = trail_pending_ ? &trail_ : nullptr;
   it.tokens = tokens.data();
   it.n_tokens = int(tokens.size());
   it.start_pos = size();
@@ -90,12 +118,17 @@ void Session::forward_segment(std::span<const int32_t> tokens, float* all_logits
   } else {
     it.logits = logits_.data();
   }
-  model_->forward({&it, 1}, *cache_);
+  try {
+    model_->forward({&it, 1}, *cache_);
+  } catch (...) {
+    trail_pending_ = false;
+    throw;
+  }
   if (all_logits) {
     const float* last = all_logits + (tokens.size() - 1) * size_t(vocab);
     logits_.assign(last, last + vocab);
   }
-  commit_append(tokens, new_append);
+  commit_append(tokens);
 }
 
 Session Session::from_blocks(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
@@ -111,9 +144,7 @@ Session Session::clone() const {
   s.logits_ = logits_;
   s.logits_valid_ = logits_valid_;
   s.state_ = state_;
-  s.starts_ = starts_;
   s.checkpoints_ = checkpoints_;
-  s.continue_append_ = continue_append_;
   return s;
 }
 
@@ -134,11 +165,27 @@ void Session::truncate(int n) {
 }
 
 void Session::truncate(int n, std::span<const float> logits) {
-  check(!hybrid(), "truncate with logits: not possible on hybrid models (use truncate(n))");
   check(n >= 1 && n <= size(),
         "truncate: " + std::to_string(n) + " is outside 1.." + std::to_string(size()));
   check(logits.size() == size_t(model_->config().vocab),
         "truncate: the logits are not one row of the vocabulary");
+  if (hybrid() && n < size()) {
+    check(trail_valid_ && n >= trail_base_,
+          "truncate with logits: on a hybrid model only back into the last append made with "
+          "all_logits (use truncate(n))");
+    trail_valid_ = false;
+    while (!checkpoints_.empty() && checkpoints_.back()->pos() > n) checkpoints_.pop_back();
+    if (trail_.recorded) {
+      model_->rewind_state(state_, trail_, n - trail_base_);
+    } else {
+      // The backend kept no inputs: the state from before the call, and the kept tokens again
+      // (one forward call; the same bits, ops/deltanet.cpp).
+      const std::vector<int32_t> kept(tokens().begin() + trail_base_, tokens().begin() + n);
+      state_ = trail_before_;
+      cells_.truncate(trail_base_);
+      if (!kept.empty()) forward_segment(kept, nullptr);
+    }
+  }
   cells_.truncate(n);
   logits_.assign(logits.begin(), logits.end());
   logits_valid_ = true;

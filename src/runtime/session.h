@@ -15,25 +15,14 @@
 #include "memory/kv_cache.h"
 #include "memory/kv_cells.h"
 #include "memory/recurrent_state.h"
+#include "memory/state_checkpoint.h"
 #include "models/model.h"
 
 namespace fak {
 
-// Hybrid models: a long append runs as forward calls of this many tokens (a multiple of the
-// DeltaNet chunk, 64), and a cold checkpoint sits at a multiple of it (runtime/session_state.cpp).
-constexpr int kStateCheckpointInterval = 128;
-
-// A hybrid session's DeltaNet state at a position, with the next-token logits there. Immutable once
-// taken: shared by clones and by the prefix cache.
-struct StateCheckpoint {
-  int pos = 0;
-  RecurrentState state;
-  std::vector<float> logits;  // next-token logits at pos
-  // The state one cold append of tokens [0, pos) computes (every forward call before pos on that
-  // append's grid), so any prompt that starts with those tokens can restart from it exactly.
-  bool cold = false;
-  size_t bytes() const { return state.bytes() + logits.size() * sizeof(float); }
-};
+// Hybrid models: an append runs as forward calls of at most this many tokens (it bounds the
+// activations; where calls split changes no bit, ops/deltanet.cpp).
+constexpr int kHybridCallTokens = 512;
 
 enum class EvictMode {
   Exact,  // recompute what followed the span: bit-identical to a context that never saw it
@@ -50,7 +39,9 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   // Prefills tokens. Afterwards logits() holds the next-token logits. With all_logits, receives
-  // [tokens.size()][vocab] (perplexity, parity).
+  // [tokens.size()][vocab] (perplexity, parity, a speculative verify); on hybrid models such a call
+  // (of at most kHybridCallTokens) keeps what truncate(n, logits) needs to drop its tail, and
+  // takes no checkpoint (any other append of several tokens ends with one).
   void append(std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
 
   // A session over already-computed blocks that cover `tokens` exactly (whole blocks). The caller
@@ -58,9 +49,9 @@ class Session {
   static Session from_blocks(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
                              std::vector<int32_t> tokens, std::vector<int32_t> blocks);
 
-  // Hybrid models: a session over blocks covering `tokens` (whole blocks, one reference each handed
-  // over) whose DeltaNet state is `cp` (cold, cp->pos == tokens.size()). The next append continues
-  // the cold append, so the session equals one cold append of everything (prefix cache hits).
+  // Hybrid models: a session over blocks covering `tokens` (one reference each handed over; the
+  // last block may be partly filled) whose DeltaNet state and logits are `cp`'s (cp->pos() ==
+  // tokens.size()): bit-identical to a cold append of the tokens (prefix cache hits).
   static Session from_checkpoint(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
                                  std::vector<int32_t> tokens, std::vector<int32_t> blocks,
                                  std::shared_ptr<const StateCheckpoint> cp);
@@ -69,10 +60,12 @@ class Session {
   Session clone() const;
   // Keeps the first n tokens; logits() becomes the next-token logits after token n - 1.
   void truncate(int n);
-  // Dense models: truncate(n) without its forward call, for a caller that already holds the
-  // next-token logits after token n - 1 (a row of append's all_logits: speculative decoding drops
-  // rejected draft tokens this way). By the forward's determinism the result is bit-identical to
-  // truncate(n). Throws on hybrid models, whose recurrent state cannot be cut.
+  // truncate(n) without its forward call, for a caller that already holds the next-token logits
+  // after token n - 1 (a row of append's all_logits: speculative decoding drops rejected draft
+  // tokens this way). By the forward's determinism the result is bit-identical to truncate(n).
+  // Hybrid models: n must lie within the last append, made with all_logits; its DeltaNet state is
+  // wound back from the inputs that call recorded (Model::rewind_state), or where the backend
+  // records none (a GPU's) restored from before the call and the kept tokens replayed.
   void truncate(int n, std::span<const float> logits);
   // Removes tokens [begin, end). Exact: keeps [0, begin), recomputes the suffix at its new
   // positions. Shift: moves the suffix rows down and re-rotates K from Kraw (needs keep_kraw).
@@ -105,16 +98,21 @@ class Session {
 
   // For batched decode (runtime/batch): make [size, size + n) writable, then commit after forward.
   void reserve_for_append(int n);
-  // new_append: the tokens start an append of their own (false: they continue the previous one,
-  // which hybrid replays must know to reproduce its grouping).
-  void commit_append(std::span<const int32_t> tokens, bool new_append = true);
+  void commit_append(std::span<const int32_t> tokens);
+  // Hybrid models, for a batched call with all_logits (append_batch): where that call records its
+  // DeltaNet inputs, so that truncate(n, logits) can drop its tail afterwards. Null on dense
+  // models.
+  DeltaNetTrail* begin_trail();
   std::vector<float>& mutable_logits() { return logits_; }
 
-  // Hybrid models (runtime/session_state.cpp): the live DeltaNet state (null on dense models), the
-  // start of every forward call so far (the grouping a replay must reproduce), and the state
-  // checkpoints that truncate/evict restart from.
+  // Hybrid models (runtime/session_state.cpp): the live DeltaNet state (null on dense models) and
+  // the state checkpoints that truncate and evict restart from and the prefix cache shares.
   RecurrentState* recurrent_state() { return state_.empty() ? nullptr : &state_; }
-  const std::vector<int32_t>& segment_starts() const { return starts_; }
+  const RecurrentState* recurrent_state() const { return state_.empty() ? nullptr : &state_; }
+  // Takes a checkpoint at the current position (the end of a request or a session call). A no-op
+  // on dense models, on an empty session and where the newest one already is; false when the KV
+  // budget cannot hold it (the session goes on without it: a later edit replays further).
+  bool checkpoint();
   int n_checkpoints() const { return int(checkpoints_.size()); }
   size_t checkpoint_bytes() const;
   const std::vector<std::shared_ptr<const StateCheckpoint>>& checkpoints() const {
@@ -124,13 +122,13 @@ class Session {
  private:
   bool hybrid() const { return !state_.empty(); }
   // One forward call; all_logits: [tokens.size()][vocab] or null for the last row only.
-  void forward_segment(std::span<const int32_t> tokens, float* all_logits, bool new_append);
+  void forward_segment(std::span<const int32_t> tokens, float* all_logits);
   void append_hybrid(std::span<const int32_t> tokens, std::vector<float>* all_logits);
+  void decode_checkpoint();
   void truncate_hybrid(int n);
   void evict_hybrid(int begin, int end);
-  void maybe_checkpoint(int segment_tokens);
-  void rewind(const std::vector<int32_t>& tokens, const std::vector<int32_t>& starts,
-              int unchanged);
+  // Makes the session hold `tokens`, given that its first `unchanged` tokens stay as they are.
+  void rewind(const std::vector<int32_t>& tokens, int unchanged);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;
@@ -138,11 +136,14 @@ class Session {
   std::vector<float> logits_;
   bool logits_valid_ = false;
   RecurrentState state_;
-  std::vector<int32_t> starts_;
-  // Immutable once taken, so clones share them.
+  // Oldest first. Immutable once taken, so clones share them.
   std::vector<std::shared_ptr<const StateCheckpoint>> checkpoints_;
-  // Set by from_checkpoint: the next append continues the append the checkpoint ended inside.
-  bool continue_append_ = false;
+  // The last call's DeltaNet inputs and the state before it (begin_trail), valid until the
+  // session changes otherwise; kept allocated between calls (a state is megabytes).
+  DeltaNetTrail trail_;
+  RecurrentState trail_before_;
+  int trail_base_ = 0;
+  bool trail_pending_ = false, trail_valid_ = false;
 };
 
 // One decode step for many sessions at once: each weight is read once for the whole batch.
@@ -152,8 +153,8 @@ void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> t
 
 // One forward call appending tokens[i] to sessions[i] (prefill of several sequences at once: the
 // weights are read once for all of them and matmuls see more rows). Each session's KV and logits
-// are bit-identical to appending its tokens alone. Multi-token appends to hybrid sessions run one
-// by one (their recurrent-state checkpoints are taken per append). all_logits: empty, or one per
+// are bit-identical to appending its tokens alone, hybrid models included (a DeltaNet state does
+// not depend on how its tokens are grouped into calls). all_logits: empty, or one per
 // session, each null or receiving [tokens[i].size()][vocab] as Session::append's does (speculative
 // verification of several sequences in one call).
 void append_batch(std::span<Session* const> sessions,

@@ -85,12 +85,6 @@ void append_batch(std::span<Session* const> sessions,
           "append_batch: sessions must share model and cache");
     if (tokens[i].empty()) continue;
     std::vector<float>* all = all_logits.empty() ? nullptr : all_logits[i];
-    // Hybrid appends take recurrent-state checkpoints as they go: keep their own path (a
-    // multi-token append of a hybrid session is per session; single tokens batch like dense ones).
-    if (s.recurrent_state() && tokens[i].size() > 1) {
-      s.append(tokens[i], all);
-      continue;
-    }
     s.reserve_for_append(int(tokens[i].size()));
     s.mutable_logits().resize(size_t(model.config().vocab));
     BatchItem it;
@@ -104,6 +98,7 @@ void append_batch(std::span<Session* const> sessions,
       all->resize(tokens[i].size() * size_t(model.config().vocab));
       it.logits = all->data();
       it.all_logits = true;
+      it.trail = s.begin_trail();  // hybrid: a verify whose rejected tail may be dropped
     }
     items.push_back(it);
     in_batch.push_back(i);

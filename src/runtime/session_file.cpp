@@ -7,9 +7,11 @@
 //   magic "FAKSESS\0" | u32 version | u32 header_len | header JSON | payload | u64 fnv1a(all
 //   before) payload: i32 tokens[n] | f32 logits[vocab] | per attention layer: K, V, (Kraw) rows
 //   [n][kv_dim]
-//            | i32 append starts[n_starts] | f32 recurrent state (RecurrentState layout)
-// Version 2 added the last two (empty on dense models): the state, and the append boundaries that
-// later exact edits of a hybrid session must replay with (runtime/session_state.cpp).
+//            | f32 recurrent state (RecurrentState layout; empty on dense models)
+// Version 3 dropped version 2's append boundaries: a hybrid state no longer depends on how its
+// tokens were grouped into calls (ops/deltanet.cpp), so edits need no record of them. A version 2
+// file is refused: its state came from the chunked prefill, whose bits a replay today would not
+// reproduce.
 #include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -32,7 +34,7 @@ const char* kv_dtype_name(DType t) {
 }
 
 constexpr char kMagic[8] = {'F', 'A', 'K', 'S', 'E', 'S', 'S', '\0'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 
 template <typename T>
 void put(std::string& out, const T& v) {
@@ -44,8 +46,7 @@ void put(std::string& out, const T& v) {
 struct SessionHeader {
   nlohmann::json meta;  // the caller's, null if none
   std::string model, model_type, kv_dtype;
-  int64_t n_tokens = -1, vocab = 0, attention_layers = -1, kv_dim = 0, n_starts = -1,
-          recurrent_bytes = -1;
+  int64_t n_tokens = -1, vocab = 0, attention_layers = -1, kv_dim = 0, recurrent_bytes = -1;
   bool kraw = false;
 };
 
@@ -74,7 +75,6 @@ SessionHeader parse_header(std::string_view text, const std::string& label) {
   r.vocab = num("vocab");
   r.attention_layers = num("attention_layers");
   r.kv_dim = num("kv_dim");
-  r.n_starts = num("n_starts");
   r.recurrent_bytes = num("recurrent_bytes");
   const auto kraw = h.find("kraw");
   if (kraw == h.end() || !kraw->is_boolean()) bad();
@@ -101,7 +101,6 @@ std::string Session::to_bytes(const nlohmann::json& meta) const {
                    {"kv_dim", c.kv_dim()},
                    {"kv_dtype", kv_dtype_name(cache_->dtype())},
                    {"kraw", cache_->keeps_kraw()},
-                   {"n_starts", starts_.size()},
                    {"recurrent_bytes", state_.bytes()}};
   if (!meta.is_null()) h["meta"] = meta;
   const std::string header = h.dump();
@@ -128,7 +127,6 @@ std::string Session::to_bytes(const nlohmann::json& meta) const {
       }
     }
   }
-  out.append(reinterpret_cast<const char*>(starts_.data()), starts_.size() * 4);
   state_.write(out);
   Fnv1a sum;
   sum.update(out);
@@ -160,14 +158,13 @@ Session Session::from_bytes(std::string_view bytes, const std::string& label,
   if (h.kv_dtype != kv_dtype_name(cache->dtype()))
     fail(label + " holds " + h.kv_dtype + " KV rows but this cache stores " +
          kv_dtype_name(cache->dtype()) + " (use the same --kv-type)");
-  const int64_t n_starts = h.n_starts;
   const size_t state_bytes = RecurrentState(c.recurrent_shape()).bytes();
-  if (n_starts < 0 || n_starts > n || h.recurrent_bytes != int64_t(state_bytes))
+  if (h.recurrent_bytes != int64_t(state_bytes))
     fail(label + " has a recurrent state layout that does not match the model");
   const size_t row = cache->row_bytes();
   const size_t expect = size_t(n) * 4 + (n > 0 ? size_t(c.vocab) * 4 : 0) +
                         size_t(model->n_attention_layers()) * (kraw ? 3 : 2) * size_t(n) * row +
-                        size_t(n_starts) * 4 + state_bytes;
+                        state_bytes;
   if (v.body.size() != expect) fail(label + " is truncated or has trailing bytes");
 
   Session s(std::move(model), std::move(cache));
@@ -196,19 +193,10 @@ Session Session::from_bytes(std::string_view bytes, const std::string& label,
       }
     }
   }
-  s.starts_.resize(size_t(n_starts));
-  if (n_starts > 0) std::memcpy(s.starts_.data(), p, size_t(n_starts) * 4);
-  p += size_t(n_starts) * 4;
-  for (size_t i = 0; i < s.starts_.size(); ++i)
-    if ((i == 0 && s.starts_[i] != 0) || (i > 0 && s.starts_[i] <= s.starts_[i - 1]) ||
-        s.starts_[i] >= n)
-      fail(label + " has corrupted append boundaries");
-  if (s.hybrid() && n > 0 && s.starts_.empty()) fail(label + " has no append boundaries");
   s.state_.read(p, state_bytes);
   p += state_bytes;
-  // The loaded state is a restart point like the saving session's last checkpoint (a 1-token
-  // session gets none: replaying it from the zero state costs one token).
-  if (s.hybrid() && n > 0) s.maybe_checkpoint(n);
+  // The loaded state is a restart point like the saving session's last checkpoint.
+  if (n > 0) s.checkpoint();
   if (s.cache_->keeps_kraw() && !kraw && n > 0)
     fail(label + " was saved without Kraw, which this cache needs (for shift eviction)");
   if (meta) *meta = h.meta;

@@ -45,12 +45,9 @@ Drafter ngram_drafter(const DraftOptions& options) {
   };
 }
 
-std::string speculation_unsupported(const Model& model) {
-  if (model.config().is_hybrid())
-    return "speculative decoding is off on hybrid (Gated DeltaNet) models: a verify call of "
-           "several tokens runs the DeltaNet in its chunked form, which rounds differently from "
-           "one-token decode steps, and its recurrent state cannot drop rejected tokens without a "
-           "checkpoint restore and replay; decoding plainly";
+std::string speculation_unsupported(const Model&) {
+  // Every model: hybrids too, since a DeltaNet state does not depend on how its tokens were grouped
+  // into calls and a verify call records what drops its rejected tail (Session::truncate).
   return "";
 }
 

@@ -29,10 +29,10 @@
 // mass on d, min(1, p(d)/q(d)) = p(d) is the chance the sample equals d, and a rejected sample is
 // distributed as p without d, which is the residual max(0, p - q) normalised.)
 //
-// Hybrid (Gated DeltaNet) models are refused (speculation_unsupported says why): the DeltaNet runs
-// a call of several tokens in its chunked form, which rounds differently from one-token steps, and
-// its recurrent state cannot drop rejected tokens except by restoring a checkpoint and replaying
-// (up to 128 tokens). generate() falls back to plain decoding there and says so.
+// Hybrid (Gated DeltaNet) models too: their state does not depend on how tokens were grouped into
+// calls (ops/deltanet.cpp), and a verify call records its DeltaNet inputs, so the rejected tail is
+// dropped by winding the state back over the accepted tokens alone (Model::rewind_state; a
+// backend that records nothing restores the state from before the call and replays them).
 //
 // A batched scheduler verifies several sequences in one forward call with verify_drafts: each
 // appends 1 + k_i tokens through append_batch (which returns every position's logits per session
@@ -91,7 +91,7 @@ struct Verified {
 
 // Appends [last] + draft and accepts as above. Afterwards the session holds its tokens before,
 // `last` and `accepted`, with logits() after the last of them: bit-identical to a session that
-// appended them one by one. Throws fak::Error on hybrid models (see speculation_unsupported).
+// appended them one by one (hybrid models: the same DeltaNet state too).
 Verified verify_draft(const VerifyRequest& request);
 
 // The same for many sequences in one forward call (they must share model and cache); result i is

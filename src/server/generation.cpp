@@ -149,6 +149,7 @@ void Generation::on_event(const GenEvent& e, std::vector<ChoiceDelta>& out) {
       Text& t = *text_[size_t(e.index)];
       ++usage_.completion_tokens;
       ++c.tokens;
+      c.token_ids.push_back(e.token);
       c.sum_logprob += e.logprob;
       ChoiceDelta& d = delta_for(e.index, out);
       if (wants_logprobs_) {

@@ -62,7 +62,8 @@ class Generation {
     std::string finish_reason;
     std::string stop_sequence;  // the stop string that ended it, if one did
     std::vector<TokenLogprob> logprobs;
-    double sum_logprob = 0;  // over the choice's tokens (best_of ranks by it)
+    std::vector<int32_t> token_ids;  // every token it generated, in order
+    double sum_logprob = 0;          // over the choice's tokens (best_of ranks by it)
     int tokens = 0;
     bool done = false;
     ExtractedToolCalls tool_calls;  // filled when done, if the spec captures them

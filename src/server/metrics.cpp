@@ -59,7 +59,7 @@ std::string Metrics::render(const SchedulerGauges& g, const PrefixCacheStats& c)
   add("fak_parallel_max %d\n", g.parallel);
   metric("fak_prefix_cache_lookups_total", "counter", "prefix-cache lookups");
   add("fak_prefix_cache_lookups_total %lld\n", (long long)c.lookups);
-  metric("fak_prefix_cache_hits_total", "counter", "lookups that reused at least one block");
+  metric("fak_prefix_cache_hits_total", "counter", "lookups that reused at least one token");
   add("fak_prefix_cache_hits_total %lld\n", (long long)c.hits);
   metric("fak_prefix_cache_hit_ratio", "gauge", "hits / lookups");
   add("fak_prefix_cache_hit_ratio %.6f\n", c.lookups ? double(c.hits) / double(c.lookups) : 0.0);
@@ -73,8 +73,15 @@ std::string Metrics::render(const SchedulerGauges& g, const PrefixCacheStats& c)
   metric("fak_prefix_cache_checkpoints", "gauge",
          "hybrid models: recurrent-state checkpoints held");
   add("fak_prefix_cache_checkpoints %zu\n", c.checkpoints);
-  metric("fak_prefix_cache_checkpoint_bytes", "gauge", "bytes of those checkpoints");
+  metric("fak_prefix_cache_checkpoint_bytes", "gauge",
+         "KV-budget bytes of those checkpoints (they are stored in KV blocks)");
   add("fak_prefix_cache_checkpoint_bytes %zu\n", c.checkpoint_bytes);
+  metric("fak_prefix_cache_checkpoint_hits_total", "counter",
+         "hybrid models: lookups that restarted from a state checkpoint");
+  add("fak_prefix_cache_checkpoint_hits_total %lld\n", (long long)c.checkpoint_hits);
+  metric("fak_prefix_cache_checkpoints_evicted_total", "counter",
+         "hybrid models: state checkpoints the prefix cache let go");
+  add("fak_prefix_cache_checkpoints_evicted_total %lld\n", (long long)c.checkpoints_evicted);
   metric("fak_time_to_first_token_seconds", "histogram", "from request arrival to first token");
   for (size_t i = 0; i < kTtftBuckets.size(); ++i)
     add("fak_time_to_first_token_seconds_bucket{le=\"%g\"} %lld\n", kTtftBuckets[i],

@@ -263,6 +263,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat,
   }
   if (auto v = get_string(j, "cache_salt")) r.cache_salt = *v;
   if (auto v = get_bool(j, "ignore_eos")) r.ignore_eos = *v;
+  if (auto v = get_bool(j, "return_token_ids")) r.return_token_ids = *v;
   // Chat asks for logprobs with a boolean and top_logprobs (0-20), completions with a count (0-5).
   if (chat) {
     if (get_bool(j, "logprobs").value_or(false)) r.top_logprobs = 0;

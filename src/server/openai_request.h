@@ -44,6 +44,9 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   std::string cache_salt;
   bool ignore_eos = false;  // extension (llama.cpp's name): generate through end tokens
+  // Extension (vLLM's name): each choice of a whole (not streamed) reply also carries the ids of
+  // its generated tokens, so an agent can resend its history as ids, exactly as it was decoded.
+  bool return_token_ids = false;
   // Extension: special_tokens_in_content: true lets added tokens spelled in message content
   // become their ids, as before issue 23 (chat_prompt.h). Off: content is text.
   ContentTokens content_tokens = ContentTokens::Text;

@@ -56,6 +56,7 @@ ojson whole_reply(ServerContext& ctx, const CompletionRequest& r, const Response
       choices.push_back(chat_choice(int(i), chat_message(c), c.finish_reason, lps));
     else
       choices.push_back(completion_choice(int(i), c.content, c.finish_reason, lps));
+    if (r.return_token_ids) choices.back()["token_ids"] = c.token_ids;
   }
   return r.chat ? chat_response(meta, choices, gen.usage())
                 : completion_response(meta, choices, gen.usage());

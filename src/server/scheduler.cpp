@@ -58,7 +58,14 @@ struct Scheduler::Active {
   // Inside a <think> block, and how many tokens it holds (for req.reasoning_budget).
   bool reasoning = false;
   int reasoning_tokens = 0;
-  // Dense models prefill the uncached part of the prompt in chunks, inside decode steps.
+  // Hybrid models: where the prefix cache asked for checkpoints of this prompt (ascending).
+  std::vector<int> checkpoint_at;
+  bool read_prompt = false;  // this step's call reads a chunk of the prompt
+  // The reply is out; the session appends the token sampled last (or the stop token) in the next
+  // step, so the prefix cache holds the whole context an agent resends next turn.
+  bool closing = false;
+  int32_t close_token = -1;
+  // The uncached part of the prompt is prefilled in chunks, inside decode steps.
   bool prefilling() const { return session->size() < int(req.prompt.size()); }
   int prefill_left() const { return prefilling() ? int(req.prompt.size()) - session->size() : 0; }
 };
@@ -300,7 +307,8 @@ void Scheduler::loop() {
   // Shutting down: whoever is still waiting hears so.
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& a : active_) {
-    a->req.stream->push(GenEvent::error("the server is shutting down", a->index, 503));
+    if (!a->closing)  // a closing sequence's reply is out already
+      a->req.stream->push(GenEvent::error("the server is shutting down", a->index, 503));
     // With --cache-dir, what a sequence has read so far is saved too: the client that retries
     // after the restart starts from it.
     if (cache_dir_ && a->owned) {
@@ -332,13 +340,15 @@ void Scheduler::admit(GenRequest r) {
     if (r.grammar) matcher.emplace(r.grammar, token_index(), r.stop_ids);
     std::optional<Session> owned;
     int reused = 0;
+    std::vector<int> checkpoint_at;
     if (!r.session) {
       if (r.prefetched) {
         store_->install(*prefix_, r.prompt, *r.prefetched);
         r.prefetched.reset();
       }
-      // Dense models: only the cached prefix here; the rest is prefilled in chunks by step().
-      owned.emplace(prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false));
+      // Only the cached prefix here; the rest is prefilled in chunks by step().
+      owned.emplace(
+          prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false, &checkpoint_at));
       if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
     } else {
       // An empty prompt: nothing to read, decode from where the session is.
@@ -360,6 +370,7 @@ void Scheduler::admit(GenRequest r) {
       a->session = a->req.session;  // a caller's session: decoding starts at the next step
     }
     a->sampler = std::move(sampler);
+    a->checkpoint_at = std::move(checkpoint_at);
     a->choices_left = a->req.n - 1;
     a->matcher = std::move(matcher);
     // Constrained from the first token, unless the reply starts inside a reasoning block; a model
@@ -383,7 +394,7 @@ void Scheduler::admit(GenRequest r) {
   }
 }
 
-void Scheduler::finish(Active& a, const std::string& reason) {
+void Scheduler::finish(Active& a, const std::string& reason, int32_t tail) {
   a.done = true;
   if (metrics_) metrics_->add_generated(a.generated);
   if (a.choices_left > 0) {
@@ -393,7 +404,9 @@ void Scheduler::finish(Active& a, const std::string& reason) {
     a.choices_left = 0;
   }
   if (a.req.on_finish) {
-    // A caller's session goes back to its owner before the reply is released.
+    // A caller's session goes back to its owner before the reply is released, with a checkpoint
+    // at the end of the call (hybrid models: what a later edit restarts from).
+    if (a.session) a.session->checkpoint();
     try {
       a.req.on_finish(reason, a.last);
     } catch (const std::exception& e) {
@@ -404,9 +417,22 @@ void Scheduler::finish(Active& a, const std::string& reason) {
     return;
   }
   a.req.stream->push(GenEvent::done(reason, a.index));
-  // The conversation so far, offered to the cache: an agent resending this history next turn
-  // (prompt + this reply) starts from these blocks.
+  // The whole reply goes into the session first (the next step appends its last token with the
+  // others' steps), so that an agent resending this history next turn (prompt + reply) reuses all
+  // of it; then offer_to_cache.
+  if (tail >= 0 && a.owned && a.session->size() + 1 <= ctx_) {
+    a.done = false;
+    a.closing = true;
+    a.close_token = tail;
+    return;
+  }
+  offer_to_cache(a);
+}
+
+void Scheduler::offer_to_cache(Active& a) {
+  // The conversation so far, offered to the cache, with a checkpoint at its end on hybrid models.
   try {
+    a.session->checkpoint();
     prefix_->insert(a.req.partition, *a.session);
     if (store_) store_->publish(a.req.partition, *a.session);
   } catch (const std::exception&) {
@@ -469,14 +495,26 @@ void Scheduler::step() {
   for (size_t ai = 0; ai < active_.size(); ++ai) {
     Active& a = *active_[ai];
     a.verify_base = -1;
+    a.read_prompt = false;
+    if (a.closing) {
+      // The reply is out already: only its last token goes into the session.
+      batch.push_back(a.session);
+      spans.emplace_back(&a.close_token, 1);
+      members.push_back(&a);
+      continue;
+    }
     if (a.req.stream->cancelled() || a.req.stream->choice_cancelled(a.index)) {
       if (metrics_ && a.req.stream->client_gone() && a.index == 0) metrics_->add_cancelled();
       finish(a, "cancelled");
       continue;
     }
     if (a.prefilling()) {
-      const int n = prefill[ai];
+      int n = prefill[ai];
+      // A chunk ends where the prefix cache wants a checkpoint.
+      if (!a.checkpoint_at.empty())
+        n = std::min(n, std::max(1, a.checkpoint_at.front() - a.session->size()));
       if (n <= 0) continue;
+      a.read_prompt = true;
       batch.push_back(a.session);
       spans.emplace_back(a.req.prompt.data() + a.session->size(), size_t(n));
       members.push_back(&a);
@@ -530,7 +568,7 @@ void Scheduler::step() {
         a.constrained = true;  // the constraint starts with the next token
     }
     if (std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), next) != a.req.stop_ids.end()) {
-      finish(a, "stop");
+      finish(a, "stop", next);
       continue;
     }
     if (a.generated == 0 && a.index == 0 && metrics_)
@@ -544,11 +582,11 @@ void Scheduler::step() {
     // A grammar that is complete and admits nothing more ends the choice (with no stop id to
     // sample, e.g. under ignore_eos, the mask would be empty).
     if (a.constrained && a.matcher->is_complete() && !a.matcher->can_continue()) {
-      finish(a, "stop");
+      finish(a, "stop", next);
       continue;
     }
     if (a.generated >= a.req.max_tokens || a.session->size() + 1 > ctx_) {
-      finish(a, "length");
+      finish(a, "length", next);
       continue;
     }
     if (a.speculates && draft_len > 0) {
@@ -582,12 +620,24 @@ void Scheduler::step() {
       std::vector<std::vector<float>*> rows;
       for (Active* a : members) rows.push_back(a->verify_base >= 0 ? &a->verify_rows : nullptr);
       append_batch(batch, spans, rows);
-      for (Active* a : members)
+      for (Active* a : members) {
         if (a->verify_base >= 0) accept_verified(*a);
+        if (a->closing) {
+          a->closing = false;
+          a->done = true;
+          offer_to_cache(*a);
+        } else if (a->read_prompt && a->owned) {
+          after_prompt_chunk(*a);
+        }
+      }
     } catch (const std::exception& e) {
       // E.g. the KV memory budget is spent: these sequences end, the server goes on.
       for (Active* a : members) {
         a->done = true;
+        if (a->closing) {  // its reply is out already
+          a->closing = false;
+          continue;
+        }
         if (a->req.on_finish) {
           try {
             a->req.on_finish("error", -1);
@@ -599,6 +649,19 @@ void Scheduler::step() {
     }
   }
   std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->done; });
+}
+
+// Hybrid models: a checkpoint where the prefix cache asked for one and at the end of the prompt,
+// offered to the cache at once (a request sharing this prompt can restart there while this one
+// decodes). Dense models need none: their blocks are offered when the request ends.
+void Scheduler::after_prompt_chunk(Active& a) {
+  if (!model_->config().is_hybrid()) return;
+  bool take = !a.prefilling();
+  while (!a.checkpoint_at.empty() && a.checkpoint_at.front() <= a.session->size()) {
+    take |= a.checkpoint_at.front() == a.session->size();
+    a.checkpoint_at.erase(a.checkpoint_at.begin());
+  }
+  if (take) offer_to_cache(a);
 }
 
 std::vector<int> Scheduler::plan_prefill() const {
@@ -661,13 +724,25 @@ void Scheduler::reserve_kv(std::vector<Session*>& batch,
         a.session->reserve_for_append(int(spans[i].size()));
         break;
       } catch (const KvBudgetError& e) {
+        if (a.closing) {  // the reply is out: it goes to the cache without its last token
+          a.closing = false;
+          a.done = true;
+          offer_to_cache(a);
+          break;
+        }
         bool released = false;
-        for (auto& other : active_)
+        for (auto& other : active_) {
+          if (other->closing) {  // likewise, to free what it holds
+            other->closing = false;
+            other->done = true;
+            offer_to_cache(*other);
+          }
           if (other->done && other->owned) {
             other->session = nullptr;
             other->owned.reset();
             released = true;
           }
+        }
         if (released) continue;
         // Who gives way (fair_share.h): the newest sequence of the API key holding the most KV
         // beyond an equal share; within one key the older request wins.

@@ -240,7 +240,11 @@ class Scheduler {
   void spawn_choices();
   void step();
   void accept_verified(Active& a);
-  void finish(Active& a, const std::string& reason);
+  // tail: the token sampled last and not appended (the stop token, or the last one emitted); a
+  // sequence from the prefix cache appends it in the next step before it is offered back.
+  void finish(Active& a, const std::string& reason, int32_t tail = -1);
+  void offer_to_cache(Active& a);
+  void after_prompt_chunk(Active& a);
   // KV for this step's batch before its forward call (see scheduler.cpp); drops who cannot have it.
   void reserve_kv(std::vector<Session*>& batch, std::vector<std::span<const int32_t>>& spans,
                   std::vector<Active*>& members);

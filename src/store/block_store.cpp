@@ -160,7 +160,7 @@ size_t BlockStore::install(PrefixCache& cache, std::span<const int32_t> tokens, 
   try {
     for (const PrefixRecord& r : p.records) {
       blocks.push_back(r.load_block(0, *cache_));
-      cps.push_back(r.checkpoint(0, *model_));
+      cps.push_back(r.checkpoint(0, *model_, cache_));
     }
   } catch (const std::exception&) {
     // The KV budget has no room for them (after the cache gave back what it could): prefill.
@@ -182,13 +182,13 @@ std::vector<BlockUpload> BlockStore::collect(const std::string& partition, const
   const int bs = cache_->block_size();
   const auto& tokens = session.tokens();
   size_t full = tokens.size() / size_t(bs);
-  // Hybrid: as PrefixCache::insert, only blocks up to the deepest cold checkpoint, which ride
+  // Hybrid: as PrefixCache::insert, only blocks up to the deepest checkpoint, which ride
   // with the block they end.
   std::map<size_t, std::shared_ptr<const StateCheckpoint>> cps;
   if (model_->config().is_hybrid()) {
     for (const auto& cp : session.checkpoints())
-      if (cp->cold && cp->pos > 0 && cp->pos % bs == 0 && size_t(cp->pos / bs) <= full)
-        cps[size_t(cp->pos / bs)] = cp;
+      if (cp->pos() > 0 && cp->pos() % bs == 0 && size_t(cp->pos() / bs) <= full)
+        cps[size_t(cp->pos() / bs)] = cp;
     full = cps.empty() ? 0 : cps.rbegin()->first;
   }
   std::vector<BlockUpload> out;

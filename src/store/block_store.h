@@ -4,8 +4,10 @@
 // looks there before it prefills. What it loads is the computing replica's bytes, checked whole
 // (runtime/prefix_record.h: checksum, model, layout, partition, key, tokens): bit-identical to
 // computing it, since a dense model's KV for a token prefix depends on nothing else and a hybrid's
-// is only shared up to a cold state checkpoint, as the local cache does. A damaged or foreign
-// record ends the lookup there with one log line; the rest is prefilled.
+// is only shared up to a state checkpoint that ends a block (the prefix cache's own along a long
+// prompt, every kCheckpointEvery tokens; a request's end rarely falls on a block boundary, so the
+// last < 1024 tokens of a hybrid's prompt are recomputed by a replica that loads it). A damaged or
+// foreign record ends the lookup there with one log line; the rest is prefilled.
 //
 // Threads: fetch runs on the HTTP worker that submits the request (network I/O never stalls the
 // scheduler); install, collect and publish run on the scheduler thread (they touch the KV cache);
@@ -83,7 +85,7 @@ class BlockStore {
   // Scheduler thread: into the prefix cache (so acquire then reuses them). Returns the blocks
   // taken: none when the KV budget has no room or the local blocks before them went meanwhile.
   size_t install(PrefixCache& cache, std::span<const int32_t> tokens, Prefetched& p);
-  // Scheduler thread: the session's whole blocks (hybrid: up to its deepest cold checkpoint) this
+  // Scheduler thread: the session's whole blocks (hybrid: up to its deepest checkpoint) this
   // replica has not published lately, as records.
   std::vector<BlockUpload> collect(const std::string& partition, const Session& session);
   // Scheduler thread: collect, queued for the uploader thread.

@@ -91,11 +91,15 @@ void bench(const BenchArgs& a) {
     return v;
   };
   auto cache = a.kv.make_cache(*model);
-  // Warm-up: touch every weight once so the first timed run does not pay for page faults.
+  // Warm-up: touch every weight once so the first timed run does not pay for page faults. As long
+  // as the longest prompt (up to 512 tokens), as llama-bench's warm-up run is: 8 tokens route to
+  // few of a MoE's experts, and the first pp512 repetition used to pay for the rest (a third of
+  // the later repetitions' speed on Qwen3.5-35B-A3B).
   {
     Session s(model, cache);
-    auto t = random_tokens(8);
-    s.append(t);
+    int n = 8;
+    for (int p : prompts) n = std::max(n, std::min(p, 512));
+    s.append(random_tokens(n));
   }
   // Bytes a decode step streams (tensor_table.h active_bytes_per_token): every matrix except an
   // untied embedding (one row is looked up) — Qwen3.5's 248K x 5120 embedding would otherwise
