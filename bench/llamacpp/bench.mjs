@@ -70,9 +70,10 @@ function stats(xs) {
 
 const tests = [];
 const at = depth > 0 ? ` @ d${depth}` : "";
-// Warm-up (page faults, thread start), not counted.
+// Warm-up (page faults, thread start), not counted: as long as the prompt test (up to 512, as fak
+// bench does), so that a MoE model's experts are all touched before the first timed repetition.
 await seq.clearHistory();
-await seq.evaluateWithoutGeneratingNewTokens(randomTokens(Math.min(pp || 16, 64)));
+await seq.evaluateWithoutGeneratingNewTokens(randomTokens(Math.min(pp || 16, 512)));
 // The depth's context, prefilled once (in every sequence); reset() brings them back to it.
 for (const q of seqs) {
   await q.clearHistory();
