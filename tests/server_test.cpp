@@ -522,19 +522,6 @@ TEST(ServerQueue, FullQueueIs429) {
 // checkpoint the previous request left at its end, so everything but the new message is cached; the
 // greedy reply equals the same request's in another cache partition (a cold prefill). A prompt that
 // leaves the cached history midway restarts where the cache put a checkpoint for it.
-// A random hybrid of the tiny fixture's shape with the bundled tokenizer, in tmp/hybrid.
-std::filesystem::path synth_hybrid(const std::filesystem::path& tmp) {
-  const auto model = tmp / "hybrid";
-  auto cfg = json::parse(read_file(data_path("oracle/qwen35-hybrid-tiny/config.json")));
-  cfg["vocab_size"] = 8192;  // the bundled tokenizer's
-  write_file(tmp / "hybrid.json", cfg.dump());
-  auto synth =
-      run_fak("synth --config " + (tmp / "hybrid.json").string() + " -o " + model.string() +
-              " --dtype f32 --std 0.1 --tokenizer " + source_path("models/pycoder-6m").string());
-  EXPECT_EQ(synth.exit_code, 0) << synth.err;
-  return model;
-}
-
 TEST(ServerHybrid, PrefixCacheHitEqualsColdPrefill) {
   const auto tmp = temp_dir();
   const auto model = synth_hybrid(tmp);

@@ -162,4 +162,16 @@ std::filesystem::path padded_vocab_model(int tokenizer_ids) {
   return dir;
 }
 
+std::filesystem::path synth_hybrid(const std::filesystem::path& tmp) {
+  const auto model = tmp / "hybrid";
+  auto cfg = nlohmann::json::parse(read_file(data_path("oracle/qwen35-hybrid-tiny/config.json")));
+  cfg["vocab_size"] = 8192;  // the bundled tokenizer's
+  write_file(tmp / "hybrid.json", cfg.dump());
+  auto synth =
+      run_fak("synth --config " + (tmp / "hybrid.json").string() + " -o " + model.string() +
+              " --dtype f32 --std 0.1 --tokenizer " + source_path("models/pycoder-6m").string());
+  EXPECT_EQ(synth.exit_code, 0) << synth.err;
+  return model;
+}
+
 }  // namespace fak::test

@@ -21,6 +21,9 @@ struct CommandResult {
 // Runs `fak <args>` (args are passed to /bin/sh, quote as needed).
 CommandResult run_fak(const std::string& args);
 std::string read_file(const std::filesystem::path& path);
+// A random-weight hybrid (Gated DeltaNet) of the tiny fixture's shape with the bundled model's
+// tokenizer, written to tmp/hybrid by `fak synth`; returns its directory.
+std::filesystem::path synth_hybrid(const std::filesystem::path& tmp);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 
 // Runs fn with writes past `bytes` of any file failing (RLIMIT_FSIZE, SIGXFSZ ignored), as a full
