@@ -180,42 +180,43 @@ void KvCache::write_rows(int32_t block, int layer, KvPlane plane, int n, const u
 }
 
 // A block's bytes are n_layers x planes x n_kv_heads runs of block_size x head_bytes (one head's
-// rows, contiguous in the slab): the payload fills them in that order.
-void KvCache::write_block_bytes(int32_t block, const uint8_t* src, size_t n) {
+// rows, contiguous in the slab): a payload of n bytes fills them in that order. Calls
+// fn(slab address of a (layer, plane)'s first run, payload offset, whole runs there, bytes past
+// them) for each (layer, plane) the payload reaches.
+template <typename Fn>
+void KvCache::for_each_payload_run(int32_t block, size_t n, Fn&& fn) const {
   check(n <= block_bytes_, "KvCache: more bytes than a block holds");
   const size_t run = size_t(block_size_) * head_bytes_;
-  for (int l = 0; l < n_layers_ && n > 0; ++l)
-    for (int p = 0; p < planes() && n > 0; ++p) {
-      const size_t heads = std::min(size_t(n_kv_heads_), (n + run - 1) / run);
-      const size_t whole = std::min(heads, n / run);
-      uint8_t* base = row(block, l, KvPlane(p), 0);
-      if (whole > 0)
-        storage_->copy_2d(CopyKind::FromHost, base, head_stride_, src, run, run, whole);
-      if (heads > whole)  // the payload ends inside this run
-        storage_->copy(CopyKind::FromHost, base + whole * head_stride_, src + whole * run,
-                       n - whole * run);
-      const size_t done = std::min(n, heads * run);
-      src += done;
-      n -= done;
+  size_t at = 0;
+  for (int l = 0; l < n_layers_ && at < n; ++l)
+    for (int p = 0; p < planes() && at < n; ++p) {
+      const size_t left = n - at;
+      const size_t whole = std::min(size_t(n_kv_heads_), left / run);
+      const size_t tail = whole < size_t(n_kv_heads_) ? std::min(run, left - whole * run) : 0;
+      fn(row(block, l, KvPlane(p), 0), at, whole, tail);
+      at += whole * run + tail;
     }
 }
 
-void KvCache::read_block_bytes(int32_t block, uint8_t* dst, size_t n) const {
-  check(n <= block_bytes_, "KvCache: more bytes than a block holds");
+void KvCache::write_block_bytes(int32_t block, const uint8_t* src, size_t n) {
   const size_t run = size_t(block_size_) * head_bytes_;
-  for (int l = 0; l < n_layers_ && n > 0; ++l)
-    for (int p = 0; p < planes() && n > 0; ++p) {
-      const size_t heads = std::min(size_t(n_kv_heads_), (n + run - 1) / run);
-      const size_t whole = std::min(heads, n / run);
-      const uint8_t* base = row(block, l, KvPlane(p), 0);
-      if (whole > 0) storage_->copy_2d(CopyKind::ToHost, dst, run, base, head_stride_, run, whole);
-      if (heads > whole)
-        storage_->copy(CopyKind::ToHost, dst + whole * run, base + whole * head_stride_,
-                       n - whole * run);
-      const size_t done = std::min(n, heads * run);
-      dst += done;
-      n -= done;
-    }
+  for_each_payload_run(block, n, [&](const uint8_t* slab, size_t at, size_t whole, size_t tail) {
+    uint8_t* base = const_cast<uint8_t*>(slab);  // this cache's own slab, written by its owner
+    if (whole > 0)
+      storage_->copy_2d(CopyKind::FromHost, base, head_stride_, src + at, run, run, whole);
+    if (tail > 0)  // the payload ends inside this run
+      storage_->copy(CopyKind::FromHost, base + whole * head_stride_, src + at + whole * run, tail);
+  });
+}
+
+void KvCache::read_block_bytes(int32_t block, uint8_t* dst, size_t n) const {
+  const size_t run = size_t(block_size_) * head_bytes_;
+  for_each_payload_run(block, n, [&](const uint8_t* base, size_t at, size_t whole, size_t tail) {
+    if (whole > 0)
+      storage_->copy_2d(CopyKind::ToHost, dst + at, run, base, head_stride_, run, whole);
+    if (tail > 0)
+      storage_->copy(CopyKind::ToHost, dst + at + whole * run, base + whole * head_stride_, tail);
+  });
 }
 
 void KvCache::move_row(int32_t dst_block, int dst_slot, int32_t src_block, int src_slot, int layer,

@@ -148,6 +148,9 @@ class KvCache : public BlockPool {
   void clear_reclaimer(const void* owner);
 
  private:
+  // write_block_bytes / read_block_bytes walk a payload over a block's runs with this.
+  template <typename Fn>
+  void for_each_payload_run(int32_t block, size_t n, Fn&& fn) const;
   int planes() const { return keep_kraw_ ? 3 : 2; }
   [[noreturn]] void fail_budget() const;
 
