@@ -15,6 +15,8 @@ namespace fak {
 
 using test::bit_equal;
 using test::cat;
+using test::joined;
+using test::kv_bytes;
 using test::random_ids;
 
 namespace {
@@ -23,26 +25,6 @@ std::vector<std::filesystem::path> files_in(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> out;
   for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path());
   std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string joined(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const auto& l : lines) s += l + "\n";
-  return s;
-}
-
-// Every plane of every layer of the session's first n blocks, as stored.
-std::string kv_bytes(const Session& s, size_t n_blocks) {
-  const KvCache& c = s.cache();
-  std::string out;
-  std::vector<uint8_t> rows(size_t(c.block_size()) * c.row_bytes());
-  for (size_t b = 0; b < n_blocks; ++b)
-    for (int l = 0; l < c.n_layers(); ++l)
-      for (int p = 0; p < (c.keeps_kraw() ? 3 : 2); ++p) {
-        c.read_rows(s.blocks()[b], l, KvPlane(p), c.block_size(), rows.data());
-        out.append(reinterpret_cast<const char*>(rows.data()), rows.size());
-      }
   return out;
 }
 

@@ -20,29 +20,11 @@ namespace fak {
 
 using test::bit_equal;
 using test::cat;
+using test::joined;
+using test::kv_bytes;
 using test::random_ids;
 
 namespace {
-
-std::string joined(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const auto& l : lines) s += l + "\n";
-  return s;
-}
-
-// Every plane of every layer of the session's first n blocks, as stored.
-std::string kv_bytes(const Session& s, size_t n_blocks) {
-  const KvCache& c = s.cache();
-  std::string out;
-  std::vector<uint8_t> rows(size_t(c.block_size()) * c.row_bytes());
-  for (size_t b = 0; b < n_blocks; ++b)
-    for (int l = 0; l < c.n_layers(); ++l)
-      for (int p = 0; p < (c.keeps_kraw() ? 3 : 2); ++p) {
-        c.read_rows(s.blocks()[b], l, KvPlane(p), c.block_size(), rows.data());
-        out.append(reinterpret_cast<const char*>(rows.data()), rows.size());
-      }
-  return out;
-}
 
 std::shared_ptr<KvCache> make_cache(const Model& m) {
   return std::make_shared<KvCache>(m.n_attention_layers(), m.config().n_kv_heads,

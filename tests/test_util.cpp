@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "runtime/session.h"
 
 namespace fak::test {
 
@@ -172,6 +173,25 @@ std::filesystem::path synth_hybrid(const std::filesystem::path& tmp) {
               " --dtype f32 --std 0.1 --tokenizer " + source_path("models/pycoder-6m").string());
   EXPECT_EQ(synth.exit_code, 0) << synth.err;
   return model;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += l + "\n";
+  return s;
+}
+
+std::string kv_bytes(const Session& s, size_t n_blocks) {
+  const KvCache& c = s.cache();
+  std::string out;
+  std::vector<uint8_t> rows(size_t(c.block_size()) * c.row_bytes());
+  for (size_t b = 0; b < n_blocks; ++b)
+    for (int l = 0; l < c.n_layers(); ++l)
+      for (int p = 0; p < (c.keeps_kraw() ? 3 : 2); ++p) {
+        c.read_rows(s.blocks()[b], l, KvPlane(p), c.block_size(), rows.data());
+        out.append(reinterpret_cast<const char*>(rows.data()), rows.size());
+      }
+  return out;
 }
 
 }  // namespace fak::test

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace fak {
+class Session;
+}
+
 namespace fak::test {
 
 std::filesystem::path data_path(const std::string& relative);    // tests/data/<relative>
@@ -21,6 +25,10 @@ struct CommandResult {
 // Runs `fak <args>` (args are passed to /bin/sh, quote as needed).
 CommandResult run_fak(const std::string& args);
 std::string read_file(const std::filesystem::path& path);
+// The lines, each ending with a newline (for failure messages).
+std::string joined(const std::vector<std::string>& lines);
+// Every plane of every layer of the session's first n blocks, as the KV cache stores them.
+std::string kv_bytes(const Session& s, size_t n_blocks);
 // A random-weight hybrid (Gated DeltaNet) of the tiny fixture's shape with the bundled model's
 // tokenizer, written to tmp/hybrid by `fak synth`; returns its directory.
 std::filesystem::path synth_hybrid(const std::filesystem::path& tmp);
