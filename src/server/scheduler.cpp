@@ -298,6 +298,12 @@ void Scheduler::loop() {
     }
     for (auto& job : jobs) job();
     if (stopping) break;
+    // A reply that is out but not yet in the cache (its last token still to append, see finish)
+    // goes there before anyone new is admitted: an agent's next turn, sent as soon as it read the
+    // reply, then finds all of it.
+    if (!admitted.empty() &&
+        std::any_of(active_.begin(), active_.end(), [](const auto& a) { return a->closing; }))
+      step();
     for (auto& r : admitted) admit(std::move(r));
     step();
     std::lock_guard<std::mutex> lock(mu_);
