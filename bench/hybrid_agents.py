@@ -44,8 +44,7 @@ def workload(args):
 def run_fak(args, work):
     cmd = [args.fak, "serve", "-m", args.model, "--port", "0", "-t", str(args.threads),
            "--parallel", str(args.agents), "--ctx", "4096"] + args.fak_args
-    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     port = None
     for line in p.stderr:
         m = re.search(r"listening on \S*:(\d+)", line)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/memory_info.h"
 #include "models/config.h"
@@ -54,6 +55,31 @@ TEST(KvBudget, MappedBytesNeverPassTheBudget) {
       EXPECT_EQ(cache.mapped_bytes(), cache.capacity_blocks() * block);
     }
   }
+}
+
+// map_all maps what allocate would map block by block, at once: every block then comes from the
+// mapped slabs, none of them twice, and nothing more is ever mapped. Without a budget it maps
+// nothing.
+TEST(KvBudget, MapAllMapsTheWholeBudgetUpFront) {
+  constexpr int kLayers = 2, kHeads = 2, kDim = 8, kBs = 4;
+  const size_t block = size_t(kLayers) * 3 * kBs * kHeads * kDim * 4;
+  KvCache cache(kLayers, kHeads, kDim,
+                {.block_size = kBs, .max_bytes = 300 * block + 7, .slab_bytes = 64 * block});
+  const int32_t first = cache.allocate();
+  EXPECT_EQ(cache.map_all(), cache.capacity_blocks() * block);
+  EXPECT_EQ(cache.mapped_bytes(), cache.capacity_blocks() * block);
+  std::set<int32_t> seen = {first};
+  for (size_t i = 1; i < cache.capacity_blocks(); ++i) {
+    const int32_t b = cache.allocate();
+    EXPECT_TRUE(seen.insert(b).second) << "block " << b << " handed out twice";
+    const float row[kHeads * kDim] = {float(b)};
+    cache.store_row(b, 1, KvPlane::V, kBs - 1, row);  // every block is backed memory
+  }
+  EXPECT_EQ(cache.mapped_bytes(), cache.capacity_blocks() * block);
+  EXPECT_THROW(cache.allocate(), KvBudgetError);
+  KvCache unbounded(kLayers, kHeads, kDim, {.block_size = kBs});
+  EXPECT_EQ(unbounded.map_all(), 0u);
+  EXPECT_EQ(unbounded.mapped_bytes(), 0u);
 }
 
 TEST(KvBudget, ABudgetBelowOneBlockIsRefusedNamingBoth) {

@@ -132,6 +132,35 @@ TEST(ServerKvBudget, DefaultBudgetKeepsTheAgentPrefixAcrossASideRequest) {
               prompt_tokens(turn1), prompt_tokens(side), cached(turn2), prompt_tokens(turn2));
 }
 
+// `fak serve` as a user starts it: the whole budget mapped and a warm-up run before it listens,
+// neither of which leaves anything behind (no block in use, nothing cached) or changes a reply.
+TEST(ServerKvBudget, ServeMapsTheBudgetAndWarmsUpBeforeListening) {
+  ServerSetup full = with_ctx(1024);
+  full.quick_start = false;
+  ServerProcess server("--parallel 3 --kv-mem 64", full);
+  ASSERT_NE(server.port(), 0);
+  const std::string log = server.log();
+  EXPECT_NE(log.find("MiB mapped at start in"), std::string::npos) << log;
+  EXPECT_NE(log.find("warmed up in"), std::string::npos) << log;
+  EXPECT_LT(log.find("warmed up in"), log.find("listening on")) << log;
+  Client c(server);
+  // All the budget holds in whole slabs (a little under 64 MiB).
+  EXPECT_EQ(c.metric("fak_kv_mapped_bytes"),
+            c.metric("fak_kv_capacity_tokens") * c.metric("fak_kv_bytes_per_token"));
+  EXPECT_GT(c.metric("fak_kv_mapped_bytes"), 60 << 20);
+  EXPECT_EQ(c.metric("fak_kv_used_bytes"), 0) << "the warm-up's sequences are gone";
+  ServerProcess lazy("--parallel 3 --kv-mem 64", with_ctx(1024));
+  ASSERT_NE(lazy.port(), 0);
+  EXPECT_EQ(lazy.log().find("warmed up in"), std::string::npos);
+  Client l(lazy);
+  EXPECT_LT(l.metric("fak_kv_mapped_bytes"), 60 << 20);
+  const json body = side_request("gamma", 12);
+  const json a = c.ok("/v1/chat/completions", body), b = l.ok("/v1/chat/completions", body);
+  EXPECT_EQ(cached(a), 0) << "the warm-up put nothing in the prefix cache";
+  EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+  EXPECT_EQ(prompt_tokens(a), prompt_tokens(b));
+}
+
 // A budget that cannot hold everything (16 MiB = 3584 tokens: the agent's ~3100 and two side
 // requests of ~430): the side requests are what goes, the older one first, and the agent's third
 // turn still reuses its whole second-turn prompt. Least-recently-used eviction would have cut the

@@ -47,8 +47,8 @@ void ServerProcess::start(const std::string& extra_args_in, const ServerSetup& s
   const std::string ctx = setup.ctx > 0 ? " --ctx " + std::to_string(setup.ctx) : "";
   const std::string cmd = setup.shell_prefix + " exec " + setup.wrapper + " " + FAK_BINARY +
                           " serve --port 0 -t " + std::to_string(setup.threads) + ctx +
-                          " --api-key-env FAK_TEST_KEYS "
-                          "--session-dir " +
+                          " --api-key-env FAK_TEST_KEYS " +
+                          (setup.quick_start ? "--kv-lazy --no-warmup " : "") + "--session-dir " +
                           (dir_ / "sessions").string() + " " + extra_args + " 2>" + log;
   const pid_t parent = ::getpid();
   pid_ = ::fork();

@@ -22,6 +22,9 @@ struct ServerSetup {
   int ctx = 512;                         // --ctx; 0 = the model's
   std::string api_keys = "key-a,key-b";  // the accepted keys, comma-separated
   int threads = 1;                       // -t
+  // --kv-lazy --no-warmup: test servers start at once (the default start maps the whole KV budget
+  // and runs a warm-up; ServerKvBudget.ServeMapsTheBudgetAndWarmsUpBeforeListening tests it).
+  bool quick_start = true;
 };
 
 class ServerProcess {

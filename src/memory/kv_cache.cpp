@@ -236,19 +236,28 @@ void KvCache::fail_budget() const {
                       " hold are in use by sequences and sessions");
 }
 
+void KvCache::map_slab(bool populate) {
+  const int32_t first = int32_t(refcounts_.size());
+  slabs_.push_back(storage_->map_slab(slab_bytes(), "KV cache"));
+  if (populate) storage_->populate(slabs_.back(), slab_bytes());
+  mapped_slabs_.store(slabs_.size(), std::memory_order_relaxed);
+  refcounts_.resize(refcounts_.size() + size_t(blocks_per_slab_), 0);
+  for (int i = blocks_per_slab_ - 1; i >= 0; --i) free_.push_back(first + i);
+}
+
+size_t KvCache::map_all() {
+  if (capacity_blocks_ == SIZE_MAX) return 0;
+  while ((slabs_.size() + 1) * size_t(blocks_per_slab_) <= capacity_blocks_) map_slab(true);
+  return mapped_bytes();
+}
+
 int32_t KvCache::allocate() {
   if (free_.empty() && (slabs_.size() + 1) * size_t(blocks_per_slab_) > capacity_blocks_) {
     // note: the reclaimer releases blocks through release(), which refills free_.
     if (reclaimer_) reclaimer_(1);
     if (free_.empty()) fail_budget();
   }
-  if (free_.empty()) {
-    int32_t first = int32_t(refcounts_.size());
-    slabs_.push_back(storage_->map_slab(slab_bytes(), "KV cache"));
-    mapped_slabs_.store(slabs_.size(), std::memory_order_relaxed);
-    refcounts_.resize(refcounts_.size() + size_t(blocks_per_slab_), 0);
-    for (int i = blocks_per_slab_ - 1; i >= 0; --i) free_.push_back(first + i);
-  }
+  if (free_.empty()) map_slab(false);
   int32_t b = free_.back();
   free_.pop_back();
   refcounts_[size_t(b)] = 1;

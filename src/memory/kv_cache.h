@@ -140,6 +140,11 @@ class KvCache : public BlockPool {
     return mapped_slabs_.load(std::memory_order_relaxed) * slab_bytes();
   }
 
+  // Maps every slab the budget allows and backs it with memory now, so that no step pays for the
+  // first touch of its KV (a server's choice, as llama.cpp clears its whole KV at start; a cache
+  // without a budget maps as it goes). Returns the bytes mapped.
+  size_t map_all();
+
   // Gives back up to n unreferenced blocks held elsewhere (the prefix cache) when the budget is
   // spent; returns how many it freed. One at a time: `owner` names who set it, so a reclaimer
   // that goes away clears only its own. It runs inside allocate(), on the allocating thread.
@@ -153,6 +158,7 @@ class KvCache : public BlockPool {
   void for_each_payload_run(int32_t block, size_t n, Fn&& fn) const;
   int planes() const { return keep_kraw_ ? 3 : 2; }
   [[noreturn]] void fail_budget() const;
+  void map_slab(bool populate);  // one more slab, its blocks free
 
   int n_layers_, n_kv_heads_, head_dim_, kv_dim_, block_size_;
   bool keep_kraw_;

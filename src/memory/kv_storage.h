@@ -31,6 +31,9 @@ class KvStorage {
   // A zero-filled slab of `bytes`; throws fak::Error naming `what` when it cannot be had.
   virtual uint8_t* map_slab(size_t bytes, const char* what) = 0;
   virtual void unmap_slab(uint8_t* slab, size_t bytes) noexcept = 0;
+  // Backs a mapped slab with memory now rather than at each page's first write (host memory: a
+  // first touch zeroes the page, and on a VM the host may have to supply it, 2-3 ms per MiB).
+  virtual void populate(uint8_t* /*slab*/, size_t /*bytes*/) {}
   // `height` runs of `width` bytes, each run `src_pitch` after the previous in the source and
   // `dst_pitch` in the destination (one head's rows of a block <-> a token-major buffer).
   virtual void copy_2d(CopyKind kind, void* dst, size_t dst_pitch, const void* src,

@@ -85,6 +85,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> history) {
   const SamplingOptions& o = options_;
   check(!logits.empty(), "sample: no logits to sample from");
+  if (o.temperature == 0.0f && o.repetition_penalty == 1.0f && generated_counts_.empty()) {
+    // Plain greedy: the first of the largest, as below, without copying the vocabulary.
+    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], int32_t(i)};
   if (o.repetition_penalty != 1.0f && !history.empty()) {

@@ -246,6 +246,8 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   so.cache_bytes = options.cache_mib << 20;
   so.kv_type = options.kv_type;
   so.keep_kraw = options.kv_kraw;
+  so.map_kv_at_start = options.map_kv_at_start;
+  so.warm_up = options.warm_up;
   so.ctx = options.ctx;
   so.prefill_chunk = options.prefill_chunk;
   so.draft = options.draft;

@@ -1,7 +1,11 @@
 #include "server/scheduler.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <future>
 #include <limits>
 #include <map>
@@ -128,6 +132,16 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   ko.dtype = options_.kv_type;
   ko.max_bytes = budget_.bytes;
   cache_ = make_kv_cache(*model_, ko);
+  if (options_.map_kv_at_start) {
+    const auto start = std::chrono::steady_clock::now();
+    const size_t mapped = cache_->map_all();
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "KV memory: %zu MiB mapped at start in %.1f s (--kv-lazy maps it as needed)",
+                  mapped >> 20,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    log()(line);
+  }
   // No sequence can hold more than the budget: a prompt that could never fit is refused up front
   // (400 context_length_exceeded) instead of failing half-way through its prefill.
   ctx_ = int(std::min<size_t>(size_t(ctx_), cache_->capacity_tokens()));
@@ -138,7 +152,20 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
     cache_dir_ = std::make_unique<CacheDir>(options_.cache_dir, *model_, *cache_);
     cache_dir_->reload(*prefix_, options_.cache_dir_keep, log());
   }
-  thread_ = std::thread([this] { loop(); });
+  // The forward runs on the scheduler's thread with as many OpenMP threads as its creator was set
+  // to use (omp_set_num_threads holds for the calling thread only).
+  // The warm-up runs there too (its buffers are that thread's), and is over before the server
+  // listens.
+  const int threads = omp_get_max_threads();
+  std::promise<void> warm;
+  std::future<void> warmed = warm.get_future();
+  thread_ = std::thread([this, threads, &warm] {
+    omp_set_num_threads(threads);
+    if (options_.warm_up) warm_up();
+    warm.set_value();
+    loop();
+  });
+  warmed.wait();
 }
 
 Scheduler::~Scheduler() {
@@ -246,6 +273,30 @@ CacheDir::Log Scheduler::log() const {
 SchedulerGauges Scheduler::gauges() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {int(queue_.size()), active_count_, options_.parallel, options_.max_queue};
+}
+
+// Throwaway sequences: nothing goes into the prefix cache or the metrics, and their KV goes back.
+void Scheduler::warm_up() {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    const int prompt = std::max(1, std::min(options_.prefill_chunk, ctx_ - 2));
+    std::vector<int32_t> tokens(static_cast<size_t>(prompt));
+    for (int i = 0; i < prompt; ++i) tokens[size_t(i)] = int32_t(i % model_->config().vocab);
+    Session first(model_, cache_);
+    first.append(tokens);
+    std::vector<Session> clones;
+    for (int i = 0; i < options_.parallel; ++i) clones.push_back(first.clone());
+    std::vector<Session*> batch;
+    for (Session& s : clones) batch.push_back(&s);
+    decode_batch(batch, std::vector<int32_t>(batch.size(), 0));
+  } catch (const std::exception& e) {
+    log()(std::string("warm-up skipped: ") + e.what());
+    return;
+  }
+  char line[96];
+  std::snprintf(line, sizeof(line), "warmed up in %.2f s (--no-warmup skips it)",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  log()(line);
 }
 
 void Scheduler::loop() {

@@ -188,6 +188,13 @@ struct SchedulerOptions {
   size_t available_memory = 0;
   DType kv_type = DType::F32;
   bool keep_kraw = true;
+  // Map and back the whole KV budget at start (KvCache::map_all), so no request pays for the first
+  // touch of its memory; false: slabs are mapped as sequences need them.
+  bool map_kv_at_start = false;
+  // Before the first request, on the scheduler's thread: one --prefill-chunk of a prompt and one
+  // decode step of --parallel sequences, so that the first requests do not pay for sizing (and, on
+  // a VM, faulting in) the forward's buffers: 150 ms on the first chunk of a 0.8B hybrid.
+  bool warm_up = false;
   int ctx = 0;              // context limit (0 = the model's; never more than the budget holds)
   int prefill_chunk = 256;  // prompt tokens prefilled per step, all requests together
   // Speculative decoding with prompt-lookup drafts (runtime/speculative.h), for sequences that
@@ -235,6 +242,7 @@ class Scheduler {
  private:
   struct Active;
   void loop();
+  void warm_up();
   void admit(GenRequest request);
   // A request's first choice clones the rest once its prompt is read: one prefill for n choices.
   void spawn_choices();

@@ -29,7 +29,12 @@ struct ServerOptions {
   size_t kv_mib = 0;
   size_t cache_mib = 0;
   DType kv_type = DType::F32;
-  bool kv_kraw = true;                // keep pre-RoPE keys (shift-mode quarantine needs them)
+  bool kv_kraw = true;  // keep pre-RoPE keys (shift-mode quarantine needs them)
+  // What `fak serve` does before it listens (off here, so that tests start at once): map and back
+  // the whole KV budget (--kv-lazy turns it off), and run one prompt chunk and one decode step of
+  // --parallel sequences on the scheduler's thread, which sizes its buffers (--no-warmup).
+  bool map_kv_at_start = false;
+  bool warm_up = false;
   int prefill_chunk = 256;            // prompt tokens prefilled per scheduler step
   std::optional<DraftOptions> draft;  // speculative decoding (prompt lookup); nullopt = off
   int ctx = 0;                        // 0 = the model's context

@@ -1,6 +1,10 @@
 // fak serve: the OpenAI-compatible HTTP server (src/server/) over one model.
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <thread>
 
 #include "common.h"
 #include "core/error.h"
@@ -16,14 +20,47 @@ struct ServeArgs {
   DraftOptions draft_options;
   int threads = 0;
   size_t max_body_mib = 8;
+  bool kv_lazy = false, no_warmup = false;
   KvFlags kv;
   server::ServerOptions o;
 };
 
+// The model is read on a thread of its own, which ends: OpenMP keeps a pool of workers for every
+// thread that ran a parallel region, and the main thread's would outlive the load beside the
+// scheduler's. With more workers than cores libgomp stops spin-waiting between regions, so every
+// region of every step would wake its workers from sleep (20% slower decode on 2 cores), and under
+// OMP_WAIT_POLICY=active the idle pool would spin on a core for the server's whole life.
+std::shared_ptr<const Model> load_off_the_main_thread(const ServeArgs& a) {
+  std::shared_ptr<const Model> model;
+  std::exception_ptr error;
+  std::thread([&] {
+    try {
+      set_threads(a.threads);
+      model = load_model(a.model);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
+  return model;
+}
+
+// Buffers of a few MiB come and go with every request and step (a hybrid's 20 MiB recurrent state
+// per sequence, logits rows). glibc would hand each back to the kernel when freed, so the next one
+// faults in and zeroes fresh pages again (on this VM 3.5 us per 4 KiB page: 70 ms per state); kept
+// in the heap they are reused at once. The heap then holds at most what a busy moment needed.
+void keep_freed_buffers() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest: below it, from the heap
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 void serve(ServeArgs& a) {
+  keep_freed_buffers();
   set_threads(a.threads);
   a.o.kv_type = parse_kv_type(a.kv.type);
   a.o.kv_kraw = !a.kv.no_kraw;
+  a.o.map_kv_at_start = !a.kv_lazy;
+  a.o.warm_up = !a.no_warmup;
   if (!a.api_key_env.empty()) {
     const char* v = std::getenv(a.api_key_env.c_str());
     if (!v || !*v)
@@ -42,7 +79,7 @@ void serve(ServeArgs& a) {
     a.draft_options.validate();
     a.o.draft = a.draft_options;
   }
-  server::serve(load_model(a.model), a.o);
+  server::serve(load_off_the_main_thread(a), a.o);
 }
 
 }  // namespace
@@ -78,6 +115,13 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(size_t(1), size_t(1) << 30))
       ->excludes(kv_mem);
   a->kv.add_to(c);
+  c->add_flag("--no-warmup", a->no_warmup,
+              "start without running a prompt chunk and a decode step first (the first requests "
+              "then size the forward's buffers)");
+  c->add_flag("--kv-lazy", a->kv_lazy,
+              "map KV memory as sequences need it instead of all of --kv-mem at start (a quicker "
+              "start and less memory until it is used; the first touch of each slab then lands "
+              "on a request)");
   add_load_flags(c);
   c->add_option("--prefill-chunk", a->o.prefill_chunk,
                 "prompt tokens prefilled per step (smaller: steadier decoding for others while a "
