@@ -211,8 +211,10 @@ TEST(GgufHybrid, ValueHeadOrderIsLlamaCppsTiling) {
 }
 
 // llama.cpp files of Qwen3.5/3.6 may append multi-token-prediction blocks: block_count counts them
-// and nextn_predict_layers says how many; they are loaded past the decoder and not used here.
-TEST(GgufHybrid, IgnoresTheMtpBlocks) {
+// and nextn_predict_layers says how many. The decoder computes the same without them; a block
+// without the head's projection is not a head (it is left unread), and one that has it but misses
+// another of the head's tensors is refused naming it (tests/mtp_test.cpp loads whole heads).
+TEST(GgufHybrid, MtpBlocksLeaveTheDecoderAsItIs) {
   const auto dir = fixture_with_tokenizer();
   auto hf = Model::load(dir);
   export_gguf(*hf, FileType::F32, dir / "m.gguf");
@@ -224,12 +226,25 @@ TEST(GgufHybrid, IgnoresTheMtpBlocks) {
   w.set_u32("qwen35.nextn_predict_layers", 1);
   for (const GgufTensor& t : f.tensors())
     w.add_tensor(t.name, t.ggml_type, t.dims, {t.data, t.nbytes});
-  std::vector<float> eh(64 * 128, 0.25f);
-  w.add_tensor("blk.4.nextn.eh_proj.weight", 0, {128, 64},
-               {reinterpret_cast<const uint8_t*>(eh.data()), eh.size() * 4});
+  std::vector<float> norm(64, 1.0f);
+  w.add_tensor("blk.4.nextn.enorm.weight", 0, {64},
+               {reinterpret_cast<const uint8_t*>(norm.data()), norm.size() * 4});
   w.write(dir / "mtp.gguf");
   auto g = Model::load(dir / "mtp.gguf");
   EXPECT_EQ(g->config().n_layers, 4);
+  EXPECT_EQ(g->config().mtp_layers, 0);
+  // With the projection but not the rest of the head: refused, naming what is missing.
+  std::vector<float> eh(64 * 128, 0.25f);
+  w.add_tensor("blk.4.nextn.eh_proj.weight", 0, {128, 64},
+               {reinterpret_cast<const uint8_t*>(eh.data()), eh.size() * 4});
+  w.write(dir / "half-mtp.gguf");
+  try {
+    Model::load(dir / "half-mtp.gguf");
+    ADD_FAILURE() << "a head missing its tensors loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing tensor 'blk.4.nextn."), std::string::npos)
+        << e.what();
+  }
   auto plain = Model::load(dir / "m.gguf");
   std::vector<int32_t> ids = {5, 77, 301, 9, 12, 480, 33};
   auto logits = [&](std::shared_ptr<const Model> m) {

@@ -40,6 +40,9 @@ struct BatchItem {
   float* logits = nullptr;
   bool all_logits = false;
   DeltaNetTrail* trail = nullptr;  // hybrid models: record the DeltaNet inputs (ops/deltanet.h)
+  // Host output [n_tokens][dim]: each token's last hidden state (after the final norm), which the
+  // MTP head drafts from. May be null.
+  float* hidden = nullptr;
 };
 
 // The batch rows whose logits someone asked for (token index within the batch: the last token of
@@ -80,6 +83,8 @@ enum class Buf : uint8_t {
   MoeSlots,    // the same by token and rank [T][k][dim]
   Shared,      // MoE shared expert output [T][dim]
   SharedGate,  // MoE shared expert gate logit [T][1]
+  MtpHidden,   // the MTP head's input hidden states [T][dim]
+  MtpCat,      // its [embedding | hidden] rows, normed [T][2 dim]
   kCount,
 };
 using BufferSizes = std::array<size_t, size_t(Buf::kCount)>;  // floats per buffer
@@ -135,6 +140,10 @@ class BackendCall {
                       const WeightMatrix& head, const LogitRows& rows) = 0;
   // x's first n floats readable on the host (a copy from a device), for hidden-state hooks.
   virtual const float* host_view(const float* x, size_t n) = 0;
+  // n floats from host memory into a buffer of this call.
+  virtual void from_host(float* dst, const float* src, size_t n) = 0;
+  // out[t] = [a[t] | b[t]]: rows of width_a and width_b side by side.
+  virtual void concat(const float* a, int width_a, const float* b, int width_b, float* out) = 0;
   // Ends the call: recurrent states are written back (a device's come home), nothing before.
   virtual void finish() = 0;
 };

@@ -215,6 +215,16 @@ class CpuCall final : public BackendCall {
   const float* host_view(const float* x, size_t) override {
     return x;
   }
+  void from_host(float* dst, const float* src, size_t n) override {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+  void concat(const float* a, int width_a, const float* b, int width_b, float* out) override {
+    const size_t wa = size_t(width_a), wb = size_t(width_b);
+    for (size_t t = 0; t < size_t(T_); ++t) {
+      std::memcpy(out + t * (wa + wb), a + t * wa, wa * sizeof(float));
+      std::memcpy(out + t * (wa + wb) + wa, b + t * wb, wb * sizeof(float));
+    }
+  }
   void finish() override {}
 
  private:

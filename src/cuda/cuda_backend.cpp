@@ -107,6 +107,19 @@ class CudaCall final : public BackendCall {
                "cudaMemcpy (hidden states)");
     return host_.data();
   }
+  void from_host(float* dst, const float* src, size_t n) override {
+    cuda_check(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice),
+               "cudaMemcpy (MTP hidden states)");
+  }
+  void concat(const float* a, int width_a, const float* b, int width_b, float* out) override {
+    const size_t wa = size_t(width_a) * sizeof(float), wb = size_t(width_b) * sizeof(float);
+    const size_t rows = size_t(T_);
+    cuda_check(cudaMemcpy2DAsync(out, wa + wb, a, wa, wa, rows, cudaMemcpyDeviceToDevice, kStream),
+               "cudaMemcpy2D (concat)");
+    cuda_check(cudaMemcpy2DAsync(reinterpret_cast<char*>(out) + wa, wa + wb, b, wb, wb, rows,
+                                 cudaMemcpyDeviceToDevice, kStream),
+               "cudaMemcpy2D (concat)");
+  }
   void finish() override;
 
  private:

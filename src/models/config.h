@@ -69,6 +69,11 @@ struct ModelConfig {
   int n_experts = 0, n_experts_used = 0, expert_hidden_dim = 0, shared_expert_hidden_dim = 0;
   bool norm_topk_prob = true;  // renormalise the chosen experts' weights to sum to 1
 
+  // The multi-token-prediction head of the Qwen3.5 / 3.6 hybrids (runtime/mtp_draft.h): HF
+  // mtp_num_hidden_layers, GGUF <arch>.nextn_predict_layers; 0 when the file has no MTP weights.
+  // It drafts tokens for speculative decoding and is never part of the model's own forward.
+  int mtp_layers = 0;
+
   std::optional<int32_t> bos_id;
   std::vector<int32_t> eos_ids;
 

@@ -89,7 +89,7 @@ class Pass {
   Pass(const Model& m, BackendCall& b, int T)
       : m_(m), c_(m.config()), w_(m.weights()), b_(b), T_(T) {}
 
-  void run(const HiddenHook* hook, const LogitRows& rows) {
+  void run(std::span<const BatchItem> batch, const HiddenHook* hook, const LogitRows& rows) {
     float* x = b_.buf(Buf::X);       // [T][dim] the residual stream
     float* xn = b_.buf(Buf::XN);     // [T][dim] a block's normed input
     float* out = b_.buf(Buf::Proj);  // [T][dim] a block's output
@@ -114,11 +114,50 @@ class Pass {
       b_.add(x, out, n);
       if (hook) (*hook)(l + 1, b_.host_view(x, n), T_);
     }
-    if (hook) {  // HF's last hidden state is after the final norm
+    const bool keep = std::any_of(batch.begin(), batch.end(),
+                                  [](const BatchItem& it) { return it.hidden != nullptr; });
+    if (hook || keep) {  // HF's last hidden state is after the final norm
       b_.rmsnorm(x, w_.final_norm, T_, c_.dim, c_.rms_eps, xn);
-      (*hook)(c_.n_layers + 1, b_.host_view(xn, n), T_);
+      const float* normed = b_.host_view(xn, n);
+      if (hook) (*hook)(c_.n_layers + 1, normed, T_);
+      copy_hidden(batch, normed);
     }
     b_.logits(x, w_.final_norm, c_.rms_eps, w_.lm_head, rows);
+  }
+
+  // The MTP head (runtime/mtp_draft.h): fc([norm(embedding) | norm(hidden)]), one full-attention
+  // decoder layer over the head's own KV (attention layer 0 of the call's cache), its final norm,
+  // the model's output head.
+  void run_mtp(const float* hidden, float* hidden_out, const LogitRows& rows) {
+    const MtpWeights& M = w_.mtp;
+    float* x = b_.buf(Buf::X);
+    float* xn = b_.buf(Buf::XN);
+    float* out = b_.buf(Buf::Proj);
+    float* h = b_.buf(Buf::MtpHidden);
+    float* cat = b_.buf(Buf::MtpCat);
+    const size_t n = size_t(T_) * size_t(c_.dim);
+    b_.from_host(h, hidden, n);
+    b_.embed(w_.embed, x);
+    b_.rmsnorm(x, M.norm_embedding, T_, c_.dim, c_.rms_eps, xn);
+    b_.rmsnorm(h, M.norm_hidden, T_, c_.dim, c_.rms_eps, h);
+    b_.concat(xn, c_.dim, h, c_.dim, cat);  // the embedding first, as the checkpoints' fc reads
+    b_.matmul(M.fc, cat, T_, x);
+    const LayerWeights& L = M.layer;
+    b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
+    attention_block(L.attn, 0, xn, out);
+    b_.add(x, out, n);
+    b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
+    if (L.ffn == FfnKind::Moe) {
+      moe_block(L.moe, xn, out);
+    } else {
+      mlp_block(L.mlp, xn, out);
+    }
+    b_.add(x, out, n);
+    if (hidden_out) {
+      b_.rmsnorm(x, M.final_norm, T_, c_.dim, c_.rms_eps, xn);
+      std::copy_n(b_.host_view(xn, n), n, hidden_out);
+    }
+    b_.logits(x, M.final_norm, c_.rms_eps, w_.lm_head, rows);
   }
 
  private:
@@ -211,6 +250,16 @@ class Pass {
     }
   }
 
+  // Each item's rows of the normed last hidden state, to where it asked.
+  void copy_hidden(std::span<const BatchItem> batch, const float* normed) {
+    size_t t = 0;
+    for (const BatchItem& it : batch) {
+      const size_t rows = size_t(it.n_tokens) * size_t(c_.dim);
+      if (it.hidden) std::copy_n(normed + t, rows, it.hidden);
+      t += rows;
+    }
+  }
+
   const Model& m_;
   const ModelConfig& c_;
   const ModelWeights& w_;
@@ -246,9 +295,10 @@ void Model::rewind_state(RecurrentState& state, const DeltaNetTrail& trail, int 
   }
 }
 
-void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
-                    const HiddenHook* hook) const {
-  const ModelConfig& c = config_;
+namespace {
+
+// The tokens of a batch, checked against the model's limits.
+int batch_tokens(const ModelConfig& c, std::span<const BatchItem> batch) {
   int T = 0;
   for (const BatchItem& it : batch) {
     if (it.n_tokens <= 0) fail("forward: empty batch item");
@@ -261,20 +311,45 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
              std::to_string(c.vocab - 1) + ")");
     T += it.n_tokens;
   }
-  if (T == 0) return;
-  // Per-token RoPE angles (shared by every layer).
-  const int half = rope_->rotary_dim() / 2;
+  return T;
+}
+
+// A backend call over the batch, with each token's RoPE angles (shared by every layer).
+std::unique_ptr<BackendCall> begin_call(const Backend& backend, const Rope& rope,
+                                        std::span<const BatchItem> batch, KvCache& cache,
+                                        const BufferSizes& sizes, int T) {
+  const int half = rope.rotary_dim() / 2;
   std::vector<float> cos(size_t(T) * size_t(half)), sin(size_t(T) * size_t(half));
-  {
-    int t = 0;
-    for (const BatchItem& it : batch)
-      for (int i = 0; i < it.n_tokens; ++i, ++t)
-        rope_->angles(it.start_pos + i, &cos[size_t(t) * size_t(half)],
-                      &sin[size_t(t) * size_t(half)]);
-  }
-  std::unique_ptr<BackendCall> call = backend_->begin(batch, cache, forward_buffer_sizes(c, T),
-                                                      std::move(cos), std::move(sin), half);
-  Pass(*this, *call, T).run(hook, logit_rows(batch, c.vocab));
+  int t = 0;
+  for (const BatchItem& it : batch)
+    for (int i = 0; i < it.n_tokens; ++i, ++t)
+      rope.angles(it.start_pos + i, &cos[size_t(t) * size_t(half)], &sin[size_t(t) * size_t(half)]);
+  return backend.begin(batch, cache, sizes, std::move(cos), std::move(sin), half);
+}
+
+}  // namespace
+
+void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
+                    const HiddenHook* hook) const {
+  const int T = batch_tokens(config_, batch);
+  if (T == 0) return;
+  std::unique_ptr<BackendCall> call =
+      begin_call(*backend_, *rope_, batch, cache, forward_buffer_sizes(config_, T), T);
+  Pass(*this, *call, T).run(batch, hook, logit_rows(batch, config_.vocab));
+  call->finish();
+}
+
+void Model::mtp_forward(std::span<const BatchItem> batch, KvCache& cache, const float* hidden,
+                        float* hidden_out) const {
+  check(config_.mtp_layers > 0, "mtp_forward: the model has no MTP head");
+  check(cache.n_layers() == 1, "mtp_forward: the MTP head's cache has one attention layer");
+  const int T = batch_tokens(config_, batch);
+  if (T == 0) return;
+  BufferSizes sizes = forward_buffer_sizes(config_, T);
+  sizes[size_t(Buf::MtpHidden)] = size_t(T) * size_t(config_.dim);
+  sizes[size_t(Buf::MtpCat)] = 2 * size_t(T) * size_t(config_.dim);
+  std::unique_ptr<BackendCall> call = begin_call(*backend_, *rope_, batch, cache, sizes, T);
+  Pass(*this, *call, T).run_mtp(hidden, hidden_out, logit_rows(batch, config_.vocab));
   call->finish();
 }
 

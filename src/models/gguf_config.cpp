@@ -96,6 +96,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     if (nextn >= uint64_t(c.n_layers))
       fail(f.name() + ": " + p + "nextn_predict_layers must be below block_count");
     c.n_layers -= int(nextn);
+    c.mtp_layers = int(nextn);
   }
   // The file must hold every layer it declares: checked on the last one before anything per
   // layer is built, so a small file claiming thousands of layers is refused at once.
@@ -106,6 +107,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
   c.ffn_kinds.assign(size_t(c.n_layers), FfnKind::Dense);
   c.family->read_gguf(f, p, c);
+  // fak runs the MTP head of the Qwen3.5 hybrids; another family's NextN blocks, and blocks
+  // without the head's own projection, are left unread.
+  if (!c.is_hybrid() || !f.tensor("blk." + std::to_string(c.n_layers) + ".nextn.eh_proj.weight"))
+    c.mtp_layers = 0;
   const bool any_dense =
       std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
   if (any_dense || f.find(p + "feed_forward_length"))

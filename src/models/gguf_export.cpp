@@ -53,7 +53,9 @@ void write_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::s
   w.set_string("general.name", name);
   w.set_u32("general.file_type", uint32_t(ft));
   w.set_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, written by the converter
-  w.set_u32(p + "block_count", uint32_t(c.n_layers));
+  // As llama.cpp's converter: the MTP head is one more block, after the decoder's.
+  w.set_u32(p + "block_count", uint32_t(c.n_layers + std::min(c.mtp_layers, 1)));
+  if (c.mtp_layers > 0) w.set_u32(p + "nextn_predict_layers", 1);
   w.set_u32(p + "context_length", uint32_t(c.max_seq_len));
   w.set_u32(p + "embedding_length", uint32_t(c.dim));
   if (c.hidden_dim > 0) w.set_u32(p + "feed_forward_length", uint32_t(c.hidden_dim));
@@ -165,7 +167,7 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
   };
   // note: the walk binds entries into the model's own weights; it only reads through them.
   ModelWeights& w = const_cast<ModelWeights&>(model.weights());
-  for (int l = -1; l < c.n_layers; ++l) {
+  for (int l = -1; l < table_parts_end(c); ++l) {
     for (const TensorDef& d : tensor_table_part(c, w, l)) {
       switch (d.kind) {
         case TensorKind::Vector: {

@@ -105,13 +105,17 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
   if (!std::filesystem::exists(config_path)) fail(path.string() + ": no config.json");
   m->config_ = load_hf_config(config_path);
   m->store_ = std::make_shared<TensorStore>(TensorStore::open_dir(path));
+  // A config may name an MTP head its checkpoint does not hold (stripped, or made without it).
+  if (m->config_.mtp_layers > 0 && !m->store_->find("mtp.fc.weight")) m->config_.mtp_layers = 0;
   std::string prefix = "model.";
   if (m->store_->find("model.language_model.embed_tokens.weight")) prefix = "model.language_model.";
   size_t skipped = 0;
   m->weights_ = load_hf_weights(*m->store_, m->config_, prefix, &skipped);
   if (skipped > 0)
-    m->load_note_ = "the checkpoint's vision tower and MTP head (" + std::to_string(skipped) +
-                    " tensors) are not loaded: fak runs the language model";
+    m->load_note_ = "the checkpoint's " + std::to_string(skipped) +
+                    " tensors beside the language model (a vision tower, MTP weights the config "
+                    "does not use) are not loaded: fak runs the language model" +
+                    (m->config_.mtp_layers > 0 ? " and its MTP head" : "");
 
   Fnv1a h;
   h.update(read_text(config_path));
@@ -156,7 +160,7 @@ void Model::place_on(const Device& device) {
     if (d.role != "token_embd") backend_->upload(m);
   });
   if (config_.tie_embeddings) backend_->upload(weights_.lm_head);
-  for (int l = -1; l < config_.n_layers; ++l)
+  for (int l = -1; l < table_parts_end(config_); ++l)
     for (const TensorDef& d : tensor_table_part(config_, weights_, l))
       if (d.kind == TensorKind::Vector) backend_->upload(*d.vector);
   // A device computes other bits than the CPU: KV and logits saved from one (session files, the

@@ -80,6 +80,14 @@ class Model {
   // (ops/deltanet.h), from the state before it and the inputs of its DeltaNet layers alone (no
   // matmul): the bits the forward itself computed after those tokens.
   void rewind_state(RecurrentState& state, const DeltaNetTrail& trail, int n) const;
+  // The multi-token-prediction head (config().mtp_layers > 0; runtime/mtp_draft.h): row t of an
+  // item pairs the model's last hidden state at position start_pos + t (`hidden`, [T][dim] in batch
+  // order) with the token after that position (tokens[t]), and predicts the token after that one.
+  // Its attention layer reads and writes `cache` (the head's own: one attention layer). Logits go
+  // where the items say; hidden_out ([T][dim], may be null) gets the head's normed output, which
+  // a chained draft feeds back as the next row's hidden state.
+  void mtp_forward(std::span<const BatchItem> batch, KvCache& cache, const float* hidden,
+                   float* hidden_out) const;
 
   // What loading left out, in one line for the user ("the vision tower (333 tensors) is not
   // loaded: fak runs the language model"), or empty.

@@ -20,6 +20,21 @@ void shape_weights(const ModelConfig& c, ModelWeights& w) {
       L.moe.down.assign(size_t(c.n_experts), WeightMatrix{});
     }
   }
+  w.mtp = MtpWeights{};
+  if (c.mtp_layers > 0) {
+    LayerWeights& L = w.mtp.layer;
+    L.kind = LayerKind::FullAttention;
+    L.ffn = c.is_moe() ? FfnKind::Moe : FfnKind::Dense;
+    if (L.ffn == FfnKind::Moe) {
+      L.moe.gate.assign(size_t(c.n_experts), WeightMatrix{});
+      L.moe.up.assign(size_t(c.n_experts), WeightMatrix{});
+      L.moe.down.assign(size_t(c.n_experts), WeightMatrix{});
+    }
+  }
+}
+
+int table_parts_end(const ModelConfig& c) {
+  return c.n_layers + (c.mtp_layers > 0 ? 1 : 0);
 }
 
 std::vector<TensorDef> tensor_table_part(const ModelConfig& c, ModelWeights& w, int layer) {
@@ -35,7 +50,7 @@ std::vector<TensorDef> tensor_table_part(const ModelConfig& c, ModelWeights& w, 
 std::vector<TensorDef> tensor_table(const ModelConfig& c, ModelWeights& w) {
   shape_weights(c, w);
   std::vector<TensorDef> all = tensor_table_part(c, w, -1);
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = 0; l < table_parts_end(c); ++l) {
     std::vector<TensorDef> part = tensor_table_part(c, w, l);
     all.insert(all.end(), std::make_move_iterator(part.begin()),
                std::make_move_iterator(part.end()));
@@ -48,7 +63,7 @@ namespace {
 // The table of an already loaded model, without resizing its layers (which would drop them).
 template <typename Fn>
 void walk_loaded(const ModelConfig& c, ModelWeights& w, Fn&& fn) {
-  for (int l = -1; l < c.n_layers; ++l)
+  for (int l = -1; l < table_parts_end(c); ++l)
     for (const TensorDef& d : tensor_table_part(c, w, l)) fn(d);
 }
 

@@ -92,8 +92,11 @@ std::vector<TensorDef> tensor_table(const ModelConfig& c, ModelWeights& w);
 // Sizes `w` for `c` (layers and their kinds, empty otherwise): tensor_table's first step, also
 // for loaders that check the last layer before listing the rest.
 void shape_weights(const ModelConfig& c, ModelWeights& w);
-// One layer's (or, with -1, the non-layer) part of the table.
+// One layer's (or, with -1, the non-layer) part of the table. Part n_layers, when the model has
+// an MTP head, is the head (GGUF block n_layers, as llama.cpp's converter writes it).
 std::vector<TensorDef> tensor_table_part(const ModelConfig& c, ModelWeights& w, int layer);
+// One past the last part: n_layers, or n_layers + 1 with an MTP head.
+int table_parts_end(const ModelConfig& c);
 
 // Every matrix of w once (expert matrices one by one; a tied output head is the embedding and is
 // not visited again), for packing, quantising and copying to a device. `def` is its entry.

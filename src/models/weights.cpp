@@ -175,7 +175,7 @@ ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
       fail(store.source().string() + ": missing tensor '" + name +
            "' (config.json says num_hidden_layers = " + std::to_string(c.n_layers) + ")");
   }
-  for (int l = -1; l < c.n_layers; ++l)
+  for (int l = -1; l < table_parts_end(c); ++l)
     for (const TensorDef& d : tensor_table_part(c, w, l)) {
       if (d.layer < 0 && d.hf_root && !ld.has(d.hf) && d.role == "output")
         fail(store.source().string() + ": missing tensor '" + d.hf +

@@ -55,11 +55,21 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
+// The Qwen3.5 / 3.6 multi-token-prediction head (runtime/mtp_draft.h): fc over [normed embedding |
+// normed hidden state], one full-attention decoder layer, a final norm; it shares the model's
+// embedding and output head.
+struct MtpWeights {
+  WeightMatrix fc;  // [dim, 2 dim]
+  std::vector<float> norm_embedding, norm_hidden, final_norm;
+  LayerWeights layer;
+};
+
 struct ModelWeights {
   WeightMatrix embed;    // [vocab, dim]
   WeightMatrix lm_head;  // [vocab, dim]; the embedding itself when tied
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
+  MtpWeights mtp;    // empty unless config.mtp_layers > 0
   size_t bytes = 0;  // matrix bytes (a tied head once), for GB/s figures
 };
 

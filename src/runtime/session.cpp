@@ -32,7 +32,8 @@ Session::Session(Session&& o) noexcept
       trail_before_(std::move(o.trail_before_)),
       trail_base_(o.trail_base_),
       trail_pending_(o.trail_pending_),
-      trail_valid_(o.trail_valid_) {
+      trail_valid_(o.trail_valid_),
+      hidden_(std::move(o.hidden_)) {
   trail_.before = &trail_before_;
 }
 
@@ -51,8 +52,42 @@ Session& Session::operator=(Session&& o) noexcept {
     trail_base_ = o.trail_base_;
     trail_pending_ = o.trail_pending_;
     trail_valid_ = o.trail_valid_;
+    hidden_ = std::move(o.hidden_);
   }
   return *this;
+}
+
+void Session::keep_hidden(bool on) {
+  hidden_ = KeptHidden{};
+  hidden_.on = on;
+}
+
+std::span<const float> Session::hidden(int from, int to) const {
+  const size_t dim = size_t(model_->config().dim);
+  const int kept = hidden_.base + int(hidden_.rows.size() / dim);
+  if (!hidden_.on || from < hidden_.base || to > std::min(kept, size()) || from > to) return {};
+  return {hidden_.rows.data() + size_t(from - hidden_.base) * dim, size_t(to - from) * dim};
+}
+
+float* Session::hidden_out(int start, int n) {
+  if (!hidden_.on) return nullptr;
+  // Rows from `start` on are rewritten; rows before it stay when they lead up to it.
+  constexpr int kKeptRows = 4096;
+  const size_t dim = size_t(model_->config().dim);
+  const int kept = hidden_.base + int(hidden_.rows.size() / dim);
+  if (start < hidden_.base || start > kept) {
+    hidden_.rows.clear();
+    hidden_.base = start;
+  }
+  hidden_.rows.resize(size_t(start - hidden_.base) * dim);
+  if (start - hidden_.base > kKeptRows) {
+    const int drop = start - hidden_.base - kKeptRows / 2;
+    hidden_.rows.erase(hidden_.rows.begin(), hidden_.rows.begin() + std::ptrdiff_t(drop * dim));
+    hidden_.base += drop;
+  }
+  const size_t at = hidden_.rows.size();
+  hidden_.rows.resize(at + size_t(n) * dim);
+  return hidden_.rows.data() + at;
 }
 
 std::span<const float> Session::sampleable_logits() const {
@@ -111,6 +146,7 @@ void Session::forward_segment(std::span<const int32_t> tokens, float* all_logits
   it.tokens = tokens.data();
   it.n_tokens = int(tokens.size());
   it.start_pos = size();
+  it.hidden = hidden_out(size(), int(tokens.size()));
   logits_.resize(size_t(vocab));
   if (all_logits) {
     it.logits = all_logits;
@@ -145,6 +181,7 @@ Session Session::clone() const {
   s.logits_valid_ = logits_valid_;
   s.state_ = state_;
   s.checkpoints_ = checkpoints_;
+  s.hidden_ = hidden_;  // empty unless keep_hidden
   return s;
 }
 

@@ -105,6 +105,16 @@ class Session {
   DeltaNetTrail* begin_trail();
   std::vector<float>& mutable_logits() { return logits_; }
 
+  // Keeps the last hidden state (after the final norm) of every position the session's forward
+  // calls compute from now on: what the MTP head drafts from (runtime/mtp_draft.h). Off by
+  // default; at most the last few thousand positions are kept.
+  void keep_hidden(bool on);
+  // Rows [from, to) of the kept hidden states ([to - from][dim]); empty when any of them is not
+  // kept (computed before keep_hidden, dropped as old, or past size()).
+  std::span<const float> hidden(int from, int to) const;
+  // For a forward call computing [start, start + n): where its hidden rows go (null when off).
+  float* hidden_out(int start, int n);
+
   // Hybrid models (runtime/session_state.cpp): the live DeltaNet state (null on dense models) and
   // the state checkpoints that truncate and evict restart from and the prefix cache shares.
   RecurrentState* recurrent_state() { return state_.empty() ? nullptr : &state_; }
@@ -144,6 +154,11 @@ class Session {
   RecurrentState trail_before_;
   int trail_base_ = 0;
   bool trail_pending_ = false, trail_valid_ = false;
+  struct KeptHidden {
+    bool on = false;
+    int base = 0;             // the position of rows' first row
+    std::vector<float> rows;  // [positions][dim]
+  } hidden_;
 };
 
 // One decode step for many sessions at once: each weight is read once for the whole batch.

@@ -93,6 +93,7 @@ void append_batch(std::span<Session* const> sessions,
     it.tokens = tokens[i].data();
     it.n_tokens = int(tokens[i].size());
     it.start_pos = s.size();
+    it.hidden = s.hidden_out(s.size(), it.n_tokens);
     it.logits = s.mutable_logits().data();
     if (all) {
       all->resize(tokens[i].size() * size_t(model.config().vocab));

@@ -6,6 +6,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "runtime/generate.h"
+#include "runtime/mtp_draft.h"
 #include "runtime/session.h"
 #include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -46,6 +47,12 @@ void run(const RunArgs& a) {
   Session session(model, cache);
   if (!a.session.empty() && std::filesystem::exists(a.session))
     session = Session::load(a.session, model, cache);
+  std::shared_ptr<MtpDrafter> head;
+  if (a.draft == "mtp") {
+    // The head drafts from the prompt's hidden states too (a loaded session's were not kept).
+    session.keep_hidden(true);
+    head = std::make_shared<MtpDrafter>(session, a.draft_options.max_draft);
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   session.append(prompt);
@@ -59,6 +66,7 @@ void run(const RunArgs& a) {
   if (!a.ignore_eos) g.stop_ids = model_stop_ids(*model);
   g.append_last = !a.session.empty();
   if (a.draft == "ngram") g.drafter = ngram_drafter(a.draft_options);
+  if (head) g.drafter = mtp_drafter(head);
 
   std::unique_ptr<StreamDecoder> stream;
   if (tok) stream = std::make_unique<StreamDecoder>(*tok);
@@ -145,9 +153,9 @@ void register_run(CLI::App& app) {
   c->add_option("--session", a->session, "resume from / save to this session file");
   c->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text");
   c->add_option("--draft", a->draft,
-                "speculative decoding: ngram (prompt lookup; same output, fewer forward calls) "
-                "or none")
-      ->check(CLI::IsMember({"none", "ngram"}));
+                "speculative decoding (same output, fewer forward calls): ngram (prompt lookup), "
+                "mtp (the model's multi-token-prediction head: Qwen3.5 / 3.6) or none")
+      ->check(CLI::IsMember({"none", "ngram", "mtp"}));
   c->add_option("--draft-max", a->draft_options.max_draft, "tokens drafted per step, 1 to 64");
   c->add_option("--draft-ngram", a->draft_options.max_ngram,
                 "longest context suffix looked up for a draft, 1 to 16 (down to 1)");

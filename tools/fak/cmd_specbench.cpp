@@ -9,6 +9,11 @@
 //                plain run: every draft is accepted, so this is the mechanism's upper bound at k.
 //                It is how to measure a random-weight model of a real shape (`fak synth`), whose
 //                output does not repeat the prompt by itself.
+//   mtp k        (models with an MTP head: the Qwen3.5 / 3.6 hybrids) drafts of up to k tokens
+//                from the head (runtime/mtp_draft.h);
+//   mtp+oracle k (with --oracle) the head runs as in `mtp k`, but its drafts are replaced by
+//                plain greedy's tokens: the upper bound with the head's own cost paid, for a
+//                random-weight head that accepts nothing.
 // Every arm must produce the plain arm's tokens (checked; `identical` in the JSON). speedup: the
 // median over reps of an arm's tok/s over the plain arm's in the same rep (paired, so a shared
 // host's slow spells cancel); "best" is the fastest rep, the least disturbed one.
@@ -23,6 +28,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "runtime/generate.h"
+#include "runtime/mtp_draft.h"
 #include "runtime/session.h"
 #include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -41,7 +47,7 @@ struct SpecArgs {
 struct Arm {
   std::string name;
   int k = 0;
-  bool oracle = false;
+  bool oracle = false, mtp = false;
   std::vector<double> tok_s = {}, ratio = {};  // per rep; ratio: over the plain arm's tok/s
   GenerateResult last = {};
   bool identical = true;
@@ -100,16 +106,19 @@ void specbench(const SpecArgs& a) {
   const std::vector<int32_t> prompt = tok->encode(edit_prompt(read_text_file(file), a.code_chars));
   auto cache = a.kv.make_cache(*model);
   Session base(model, cache);
+  const bool mtp = model->config().mtp_layers > 0;
+  base.keep_hidden(mtp);  // the MTP head drafts from the prompt's states too
   base.append(prompt);
 
   GenerateOptions g;
   g.max_tokens = a.n;
   g.append_last = false;  // as fak bench's tg: the last token's logits are never read
   // No stop ids: every arm decodes exactly n tokens.
-  auto run = [&](const Drafter& drafter) {
+  // The arm's drafter is made for its own copy of the prompt's session.
+  auto run = [&](const std::function<Drafter(Session&)>& drafter_for) {
     Session s = base.clone();
     GenerateOptions o = g;
-    o.drafter = drafter;
+    if (drafter_for) o.drafter = drafter_for(s);
     return generate(s, o);
   };
   // Untimed: touches every weight, and gives the tokens the oracle drafts.
@@ -122,22 +131,41 @@ void specbench(const SpecArgs& a) {
   if (a.oracle)
     for (int k : ks)
       arms.push_back({.name = "oracle k=" + std::to_string(k), .k = k, .oracle = true});
+  if (mtp)
+    for (int k : ks) arms.push_back({.name = "mtp k=" + std::to_string(k), .k = k, .mtp = true});
+  if (mtp && a.oracle)
+    for (int k : ks)
+      arms.push_back(
+          {.name = "mtp+oracle k=" + std::to_string(k), .k = k, .oracle = true, .mtp = true});
   for (int rep = 0; rep < a.reps; ++rep) {
     double plain_tok_s = 0;
     for (Arm& arm : arms) {
-      Drafter d;
-      if (arm.k > 0 && !arm.oracle)
-        d = ngram_drafter({.max_draft = arm.k, .max_ngram = a.max_ngram});
-      if (arm.oracle) {
-        d = [&full, k = arm.k](std::span<const int32_t> history, int max_tokens) {
-          std::vector<int32_t> out;
-          if (history.size() >= full.size()) return out;
-          const size_t n = std::min({size_t(k), size_t(max_tokens), full.size() - history.size()});
-          out.assign(full.begin() + long(history.size()), full.begin() + long(history.size() + n));
-          return out;
+      const Drafter oracle = [&full, k = arm.k](std::span<const int32_t> history, int max_tokens) {
+        std::vector<int32_t> out;
+        if (history.size() >= full.size()) return out;
+        const size_t n = std::min({size_t(k), size_t(max_tokens), full.size() - history.size()});
+        out.assign(full.begin() + long(history.size()), full.begin() + long(history.size() + n));
+        return out;
+      };
+      std::function<Drafter(Session&)> drafter_for;
+      if (arm.mtp) {
+        drafter_for = [&, k = arm.k, with_oracle = arm.oracle](Session& s) -> Drafter {
+          auto head = std::make_shared<MtpDrafter>(s, k);
+          if (!with_oracle) return mtp_drafter(head);
+          return [head, oracle](std::span<const int32_t> history, int max_tokens) {
+            std::vector<int32_t> d = head->draft(history, max_tokens);
+            std::vector<int32_t> o = oracle(history, int(d.size()));
+            return o;
+          };
+        };
+      } else if (arm.oracle) {
+        drafter_for = [&](Session&) { return oracle; };
+      } else if (arm.k > 0) {
+        drafter_for = [&, k = arm.k](Session&) {
+          return ngram_drafter({.max_draft = k, .max_ngram = a.max_ngram});
         };
       }
-      arm.last = run(d);
+      arm.last = run(drafter_for);
       const double tok_s = double(arm.last.ids.size()) / arm.last.seconds;
       if (arm.k == 0) plain_tok_s = tok_s;
       arm.tok_s.push_back(tok_s);
@@ -152,10 +180,10 @@ void specbench(const SpecArgs& a) {
         "model: %s, threads: %d, prompt: %zu tokens (agent edit of %s), decode %d tokens\n\n",
         model->path().string().c_str(), omp_get_max_threads(), prompt.size(), file.c_str(), a.n);
     std::printf(
-        "| arm          | tok/s median |  best  | speedup | tok/step | accepted / drafted | same "
-        "|\n"
-        "|--------------|--------------|--------|---------|----------|--------------------|------|"
-        "\n");
+        "| arm              | tok/s median |  best  | speedup | tok/step | accepted / drafted | "
+        "same |\n"
+        "|------------------|--------------|--------|---------|----------|--------------------|"
+        "------|\n");
   }
   bool all_identical = true;
   for (const Arm& arm : arms) {
@@ -164,9 +192,11 @@ void specbench(const SpecArgs& a) {
     const double speedup = median(arm.ratio);
     all_identical = all_identical && arm.identical;
     out.push_back({{"arm", arm.name},
-                   {"draft", arm.k == 0   ? "none"
-                             : arm.oracle ? "oracle"
-                                          : "ngram"},
+                   {"draft", arm.k == 0              ? "none"
+                             : arm.mtp && arm.oracle ? "mtp+oracle"
+                             : arm.mtp               ? "mtp"
+                             : arm.oracle            ? "oracle"
+                                                     : "ngram"},
                    {"draft_max", arm.k},
                    {"tok_s", median(arm.tok_s)},
                    {"tok_s_min", *std::min_element(arm.tok_s.begin(), arm.tok_s.end())},
@@ -181,7 +211,7 @@ void specbench(const SpecArgs& a) {
                    {"spec_accepted", r.spec_accepted},
                    {"identical", arm.identical}});
     if (!a.json)
-      std::printf("| %-12s | %12.1f | %6.1f | %6.2fx | %8.2f | %8d / %-7d | %-4s |\n",
+      std::printf("| %-16s | %12.1f | %6.1f | %6.2fx | %8.2f | %8d / %-7d | %-4s |\n",
                   arm.name.c_str(), median(arm.tok_s),
                   *std::max_element(arm.tok_s.begin(), arm.tok_s.end()), speedup, per_step,
                   r.spec_accepted, r.spec_drafted, arm.identical ? "yes" : "NO");
@@ -208,7 +238,8 @@ void specbench(const SpecArgs& a) {
 void register_specbench(CLI::App& app) {
   auto a = std::make_shared<SpecArgs>();
   CLI::App* c = app.add_subcommand(
-      "specbench", "speculative decoding (n-gram drafts) vs plain greedy on an agent-edit prompt");
+      "specbench",
+      "speculative decoding (n-gram and MTP drafts) vs plain greedy on an agent-edit prompt");
   c->add_option("-m,--model", a->model, "model (default: the bundled pycoder-6m)");
   c->add_option("-f,--file", a->file, "code to edit (default: the bundled model's eval.txt)");
   c->add_option("--code-chars", a->code_chars, "characters of code in the prompt")

@@ -67,4 +67,9 @@ struct LayerStyle {
 void decoder_layer_tensors(const ModelConfig& c, LayerWeights& L, int layer,
                            const LayerStyle& style, std::vector<TensorDef>& out);
 
+// The multi-token-prediction head of the Qwen3.5 hybrids (table part n_layers; mtp_block.cpp):
+// its fc and norms, and a full-attention decoder layer in the family's style.
+void mtp_tensors(const ModelConfig& c, ModelWeights& w, const LayerStyle& style,
+                 std::vector<TensorDef>& out);
+
 }  // namespace fak

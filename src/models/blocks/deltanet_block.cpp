@@ -65,6 +65,7 @@ void read_deltanet_hf(const nlohmann::json& j, ModelConfig& c, const std::string
   c.linear_value_head_dim = json_int(j, "linear_value_head_dim", kMaxWidth, label);
   c.linear_num_key_heads = json_int(j, "linear_num_key_heads", kMaxWidth, label);
   c.linear_num_value_heads = json_int(j, "linear_num_value_heads", kMaxWidth, label);
+  c.mtp_layers = json_int_or(j, "mtp_num_hidden_layers", 0, kMaxLayers, label);
   if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
     fail(label + ": linear_num_value_heads must be a multiple of linear_num_key_heads");
   // Without layer_types: every full_attention_interval-th layer is attention, the rest DeltaNet.

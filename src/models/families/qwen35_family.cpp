@@ -27,8 +27,10 @@ class Qwen35Family final : public Family {
   }
   void tensors(const ModelConfig& c, ModelWeights& w, int layer,
                std::vector<TensorDef>& out) const override {
+    const LayerStyle style{"post_attention_norm"};
     if (layer < 0) return model_io_tensors(c, w, out);
-    decoder_layer_tensors(c, w.layers[size_t(layer)], layer, {"post_attention_norm"}, out);
+    if (layer == c.n_layers) return mtp_tensors(c, w, style, out);
+    decoder_layer_tensors(c, w.layers[size_t(layer)], layer, style, out);
   }
 };
 

@@ -1,0 +1,95 @@
+#include "runtime/mtp_draft.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "memory/kv_cache.h"
+#include "models/model.h"
+#include "runtime/sampler.h"
+
+namespace fak {
+
+MtpDrafter::MtpDrafter(Session& session, int max_draft) : session_(session), max_draft_(max_draft) {
+  const Model& m = session.model();
+  const ModelConfig& c = m.config();
+  check(c.mtp_layers > 0,
+        m.path().string() + " has no MTP head (mtp_num_hidden_layers) to draft with");
+  check(max_draft >= 1, "MTP drafts: the draft length must be at least 1");
+  KvCacheOptions o;
+  o.keep_kraw = false;
+  o.storage = m.make_kv_storage();
+  o.slab_bytes = size_t(16) << 20;
+  cache_ = std::make_shared<KvCache>(1, c.n_kv_heads, c.head_dim, o);
+}
+
+MtpDrafter::~MtpDrafter() {
+  for (int32_t b : blocks_) cache_->release(b);
+}
+
+void MtpDrafter::cover(int positions) {
+  while (int(blocks_.size()) * cache_->block_size() < positions)
+    blocks_.push_back(cache_->allocate());
+}
+
+std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> history, int limit) {
+  const Model& m = session_.model();
+  const ModelConfig& c = m.config();
+  const int size = session_.size();
+  check(int(history.size()) == size + 1, "MTP drafts: the history is the session and one token");
+  const int n_draft = std::min(max_draft_, limit);
+  if (n_draft <= 0 || size == 0) return {};
+  done_ = std::min(done_, size);  // the session was cut back since
+  std::span<const float> hidden = session_.hidden(done_, size);
+  if (hidden.empty()) {
+    // States not kept (the session read them before keep_hidden): start from what is kept, with a
+    // gap in the head's KV before it.
+    int from = size - 1;
+    while (from > done_ && !session_.hidden(from - 1, size).empty()) --from;
+    hidden = session_.hidden(from, size);
+    if (hidden.empty()) return {};
+    done_ = from;
+  }
+  const size_t dim = size_t(c.dim), vocab = size_t(c.vocab);
+  const size_t choose = std::min(vocab, size_t(m.sampleable_vocab()));
+  cover(size + n_draft);
+  logits_.resize(vocab);
+  std::vector<int32_t> out;
+  // 1. The rows since the last call: row t pairs the model's state at t with the token at t + 1.
+  BatchItem it;
+  it.blocks = &blocks_;
+  it.tokens = history.data() + done_ + 1;
+  it.n_tokens = size - done_;
+  it.start_pos = done_;
+  it.logits = logits_.data();
+  hidden_out_.resize(size_t(it.n_tokens) * dim);
+  m.mtp_forward({&it, 1}, *cache_, hidden.data(), hidden_out_.data());
+  ++calls_;
+  rows_computed_ += it.n_tokens;
+  done_ = size;
+  out.push_back(argmax({logits_.data(), choose}));
+  // 2. Chained rows: the head's own output and the token it drafted.
+  std::vector<float> h(hidden_out_.end() - std::ptrdiff_t(dim), hidden_out_.end());
+  for (int i = 1; i < n_draft; ++i) {
+    BatchItem step;
+    step.blocks = &blocks_;
+    step.tokens = &out.back();
+    step.n_tokens = 1;
+    step.start_pos = size + i - 1;
+    step.logits = logits_.data();
+    hidden_out_.resize(dim);
+    m.mtp_forward({&step, 1}, *cache_, h.data(), hidden_out_.data());
+    ++calls_;
+    ++rows_computed_;
+    h.assign(hidden_out_.begin(), hidden_out_.end());
+    out.push_back(argmax({logits_.data(), choose}));
+  }
+  return out;
+}
+
+Drafter mtp_drafter(std::shared_ptr<MtpDrafter> drafter) {
+  return [drafter](std::span<const int32_t> history, int max_tokens) {
+    return drafter->draft(history, max_tokens);
+  };
+}
+
+}  // namespace fak
