@@ -91,27 +91,13 @@ class Pass {
 
   void run(std::span<const BatchItem> batch, const HiddenHook* hook, const LogitRows& rows) {
     float* x = b_.buf(Buf::X);       // [T][dim] the residual stream
-    float* xn = b_.buf(Buf::XN);     // [T][dim] a block's normed input
-    float* out = b_.buf(Buf::Proj);  // [T][dim] a block's output
+    float* xn = b_.buf(Buf::XN);  // [T][dim] a block's normed input
     const size_t n = size_t(T_) * size_t(c_.dim);
     b_.embed(w_.embed, x);
     if (hook) (*hook)(0, b_.host_view(x, n), T_);
     for (int l = 0; l < c_.n_layers; ++l) {
       const LayerWeights& L = w_.layers[size_t(l)];
-      b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
-      if (L.kind == LayerKind::FullAttention) {
-        attention_block(L.attn, m_.attention_index(l), xn, out);
-      } else {
-        deltanet_block(L.delta, l, xn, out);
-      }
-      b_.add(x, out, n);
-      b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
-      if (L.ffn == FfnKind::Moe) {
-        moe_block(L.moe, xn, out);
-      } else {
-        mlp_block(L.mlp, xn, out);
-      }
-      b_.add(x, out, n);
+      decoder_layer(L, L.kind == LayerKind::FullAttention ? m_.attention_index(l) : -1, l);
       if (hook) (*hook)(l + 1, b_.host_view(x, n), T_);
     }
     const bool keep = std::any_of(batch.begin(), batch.end(),
@@ -132,7 +118,6 @@ class Pass {
     const MtpWeights& M = w_.mtp;
     float* x = b_.buf(Buf::X);
     float* xn = b_.buf(Buf::XN);
-    float* out = b_.buf(Buf::Proj);
     float* h = b_.buf(Buf::MtpHidden);
     float* cat = b_.buf(Buf::MtpCat);
     const size_t n = size_t(T_) * size_t(c_.dim);
@@ -142,17 +127,7 @@ class Pass {
     b_.rmsnorm(h, M.norm_hidden, T_, c_.dim, c_.rms_eps, h);
     b_.concat(xn, c_.dim, h, c_.dim, cat);  // the embedding first, as the checkpoints' fc reads
     b_.matmul(M.fc, cat, T_, x);
-    const LayerWeights& L = M.layer;
-    b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
-    attention_block(L.attn, 0, xn, out);
-    b_.add(x, out, n);
-    b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
-    if (L.ffn == FfnKind::Moe) {
-      moe_block(L.moe, xn, out);
-    } else {
-      mlp_block(L.mlp, xn, out);
-    }
-    b_.add(x, out, n);
+    decoder_layer(M.layer, 0, -1);
     if (hidden_out) {
       b_.rmsnorm(x, M.final_norm, T_, c_.dim, c_.rms_eps, xn);
       std::copy_n(b_.host_view(xn, n), n, hidden_out);
@@ -161,6 +136,29 @@ class Pass {
   }
 
  private:
+  // x += mixer(RMSNorm(x)); x += ffn(RMSNorm(x)). attention_layer: the layer's index among the
+  // call cache's attention layers (full attention), layer: the model's index (Gated DeltaNet).
+  void decoder_layer(const LayerWeights& L, int attention_layer, int layer) {
+    float* x = b_.buf(Buf::X);
+    float* xn = b_.buf(Buf::XN);
+    float* out = b_.buf(Buf::Proj);
+    const size_t n = size_t(T_) * size_t(c_.dim);
+    b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
+    if (L.kind == LayerKind::FullAttention) {
+      attention_block(L.attn, attention_layer, xn, out);
+    } else {
+      deltanet_block(L.delta, layer, xn, out);
+    }
+    b_.add(x, out, n);
+    b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
+    if (L.ffn == FfnKind::Moe) {
+      moe_block(L.moe, xn, out);
+    } else {
+      mlp_block(L.mlp, xn, out);
+    }
+    b_.add(x, out, n);
+  }
+
   // Causal self-attention over the paged KV cache; with an output gate (Qwen3.5) q_proj also
   // yields a per-head sigmoid gate on the attention output.
   void attention_block(const AttentionWeights& A, int al, const float* xn, float* out) {
