@@ -90,7 +90,7 @@ class Pass {
       : m_(m), c_(m.config()), w_(m.weights()), b_(b), T_(T) {}
 
   void run(std::span<const BatchItem> batch, const HiddenHook* hook, const LogitRows& rows) {
-    float* x = b_.buf(Buf::X);       // [T][dim] the residual stream
+    float* x = b_.buf(Buf::X);    // [T][dim] the residual stream
     float* xn = b_.buf(Buf::XN);  // [T][dim] a block's normed input
     const size_t n = size_t(T_) * size_t(c_.dim);
     b_.embed(w_.embed, x);
