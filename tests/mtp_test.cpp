@@ -9,6 +9,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "http_test_client.h"
 #include "io/gguf.h"
 #include "memory/kv_cache.h"
 #include "models/model.h"
@@ -16,6 +17,7 @@
 #include "runtime/model_cache.h"
 #include "runtime/mtp_draft.h"
 #include "runtime/speculative.h"
+#include "server_process.h"
 #include "test_util.h"
 
 namespace fak {
@@ -293,6 +295,50 @@ TEST_P(MtpDrafting, GivesPlainDecodingsTokensGreedyAndSeeded) {
     EXPECT_EQ(best.spec_accepted, best.spec_drafted);
     EXPECT_LE(best.forward_calls, 48 / 5 + 2);
   }
+}
+
+// fak serve --draft mtp: every reply is the one plain decoding gives (greedy at several lengths,
+// seeded sampling with two choices, a stop string), the head drafts (each sequence its own), and
+// a model without a head is refused at start naming the flag.
+TEST(MtpServer, RepliesEqualPlainDecoding) {
+  const auto tmp = test::temp_dir();
+  const std::string model = "-m " + mtp_model(tmp).string();
+  test::ServerProcess plain(model + " --parallel 3");
+  test::ServerProcess spec(model + " --parallel 3 --draft mtp --draft-max 4");
+  ASSERT_NE(plain.port(), 0);
+  ASSERT_NE(spec.port(), 0);
+  std::vector<nlohmann::json> requests;
+  for (int max_tokens : {1, 2, 5, 24})
+    requests.push_back({{"model", "mtp"},
+                        {"prompt", "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"},
+                        {"max_tokens", max_tokens},
+                        {"ignore_eos", true}});
+  nlohmann::json sampled = requests.back();
+  sampled["temperature"] = 0.9;
+  sampled["seed"] = 11;
+  sampled["n"] = 2;
+  requests.push_back(sampled);
+  nlohmann::json stopped = requests.front();
+  stopped["max_tokens"] = 24;
+  stopped["stop"] = {"a"};
+  requests.push_back(stopped);
+  for (const nlohmann::json& req : requests) {
+    const test::HttpReply a = test::post_json(plain.port(), "/v1/completions", req.dump());
+    const test::HttpReply b = test::post_json(spec.port(), "/v1/completions", req.dump());
+    ASSERT_EQ(a.status, 200) << a.body;
+    ASSERT_EQ(b.status, 200) << b.body;
+    EXPECT_EQ(a.j()["choices"], b.j()["choices"]) << req.dump();
+  }
+  httplib::Client c("127.0.0.1", spec.port());
+  const std::string metrics = c.Get("/metrics")->body;
+  const size_t at = metrics.find("\nfak_spec_drafted_tokens_total ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::atol(metrics.c_str() + at + 31), 10) << metrics;
+  const auto refused = test::run_fak("serve --port 0 --draft mtp -t 1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("--draft mtp: "), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("has no multi-token-prediction head"), std::string::npos)
+      << refused.err;
 }
 
 // The dense hybrid, and the MoE hybrid whose head's layer is a sparse MoE block (fused experts).

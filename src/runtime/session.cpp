@@ -72,7 +72,7 @@ std::span<const float> Session::hidden(int from, int to) const {
 float* Session::hidden_out(int start, int n) {
   if (!hidden_.on) return nullptr;
   // Rows from `start` on are rewritten; rows before it stay when they lead up to it.
-  constexpr int kKeptRows = 4096;
+  constexpr int kKeptRows = 2048;
   const size_t dim = size_t(model_->config().dim);
   const int kept = hidden_.base + int(hidden_.rows.size() / dim);
   if (start < hidden_.base || start > kept) {

@@ -107,7 +107,7 @@ class Session {
 
   // Keeps the last hidden state (after the final norm) of every position the session's forward
   // calls compute from now on: what the MTP head drafts from (runtime/mtp_draft.h). Off by
-  // default; at most the last few thousand positions are kept.
+  // default; the last 2048 to 4096 positions are kept.
   void keep_hidden(bool on);
   // Rows [from, to) of the kept hidden states ([to - from][dim]); empty when any of them is not
   // kept (computed before keep_hidden, dropped as old, or past size()).

@@ -59,6 +59,9 @@ struct DraftOptions {
   int max_draft = 8;  // k: tokens proposed per step
   int max_ngram = 3;  // the longest suffix of the history looked up ...
   int min_ngram = 1;  // ... down to this one
+  // Drafts from the model's multi-token-prediction head (runtime/mtp_draft.h) instead of prompt
+  // lookup (the n-gram sizes are then unused).
+  bool mtp = false;
   // Throws fak::Error naming the field (max_draft 1..64, 1 <= min_ngram <= max_ngram <= 16).
   void validate() const;
 };

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "runtime/model_cache.h"
+#include "runtime/mtp_draft.h"
 #include "server/api_error.h"
 #include "server/fair_share.h"
 #include "store/block_store.h"
@@ -58,6 +59,9 @@ struct Scheduler::Active {
   std::optional<int32_t> pending;
   std::vector<int32_t> verify_input;
   std::vector<float> verify_rows;
+  // --draft mtp: the head's drafter for this sequence's session (declared after `owned`, so it
+  // goes first).
+  std::unique_ptr<MtpDrafter> mtp;
   int verify_base = -1;  // -1: not verifying this step
   // Inside a <think> block, and how many tokens it holds (for req.reasoning_budget).
   bool reasoning = false;
@@ -438,6 +442,7 @@ void Scheduler::admit(GenRequest r) {
     // run could pass: those sequences decode one token at a time.
     a->speculates = options_.draft && !a->req.session && !a->matcher && a->req.top_logprobs < 0 &&
                     !a->req.reasoning_budget && speculation_unsupported(*model_).empty();
+    if (a->speculates && options_.draft->mtp) start_mtp(*a);
     a->reasoning = a->req.reasoning_open;
     active_.push_back(std::move(a));
   } catch (const std::exception& e) {
@@ -522,6 +527,7 @@ void Scheduler::spawn_choices() {
       c->constrained = a.constrained;
       c->may_open_think = a.may_open_think;
       c->speculates = a.speculates;
+      if (c->speculates && options_.draft->mtp) start_mtp(*c);
       c->reasoning = a.reasoning;
       spawned.push_back(std::move(c));
     }
@@ -654,7 +660,8 @@ void Scheduler::step() {
         history.assign(a.session->tokens().begin(), a.session->tokens().end());
         history.push_back(next);
         const std::vector<int32_t> draft =
-            ngram_draft(history, *options_.draft, std::min(room, draft_len));
+            a.mtp ? mtp_draft(a, history, std::min(room, draft_len))
+                  : ngram_draft(history, *options_.draft, std::min(room, draft_len));
         if (!draft.empty()) {
           a.verify_input.assign(1, next);
           a.verify_input.insert(a.verify_input.end(), draft.begin(), draft.end());
@@ -706,6 +713,21 @@ void Scheduler::step() {
     }
   }
   std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->done; });
+}
+
+// --draft mtp: the sequence's session keeps its hidden states from here (a cached prefix's were
+// not kept: the head then starts after them, which costs acceptance, never exactness).
+void Scheduler::start_mtp(Active& a) {
+  a.session->keep_hidden(true);
+  a.mtp = std::make_unique<MtpDrafter>(*a.session, options_.draft->max_draft);
+}
+
+std::vector<int32_t> Scheduler::mtp_draft(Active& a, std::span<const int32_t> history, int limit) {
+  try {
+    return a.mtp->draft(history, limit);
+  } catch (const std::exception&) {
+    return {};  // no draft: a plain decode step
+  }
 }
 
 // Hybrid models: a checkpoint where the prefix cache asked for one and at the end of the prompt,

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -243,6 +244,8 @@ class Scheduler {
   struct Active;
   void loop();
   void warm_up();
+  void start_mtp(Active& a);
+  std::vector<int32_t> mtp_draft(Active& a, std::span<const int32_t> history, int limit);
   void admit(GenRequest request);
   // A request's first choice clones the rest once its prompt is read: one prefill for n choices.
   void spawn_choices();

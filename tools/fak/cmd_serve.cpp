@@ -75,11 +75,16 @@ void serve(ServeArgs& a) {
                  "fak serve: no --api-key-env: requests are served without authentication\n");
   }
   a.o.max_body_bytes = a.max_body_mib << 20;
-  if (a.draft == "ngram") {
+  if (a.draft != "none") {
+    a.draft_options.mtp = a.draft == "mtp";
     a.draft_options.validate();
     a.o.draft = a.draft_options;
   }
-  server::serve(load_off_the_main_thread(a), a.o);
+  std::shared_ptr<const Model> model = load_off_the_main_thread(a);
+  if (a.draft == "mtp" && model->config().mtp_layers == 0)
+    fail("--draft mtp: " + model->path().string() +
+         " has no multi-token-prediction head (mtp_num_hidden_layers); use --draft ngram");
+  server::serve(std::move(model), a.o);
 }
 
 }  // namespace
@@ -182,10 +187,11 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0));
   c->add_flag("--log-requests", a->o.log_requests, "print one line per request on stderr");
   c->add_option("--draft", a->draft,
-                "speculative decoding for sequences that sample freely: ngram (prompt lookup; the "
-                "same output in fewer forward calls) or none")
+                "speculative decoding for sequences that sample freely (the same output in fewer "
+                "forward calls): ngram (prompt lookup), mtp (the model's multi-token-prediction "
+                "head: Qwen3.5 / 3.6) or none")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "ngram"}));
+      ->check(CLI::IsMember({"none", "ngram", "mtp"}));
   c->add_option("--draft-max", a->draft_options.max_draft,
                 "tokens drafted per step by a lone sequence (shared out across the batch), 1 to 64")
       ->capture_default_str();
