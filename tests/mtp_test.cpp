@@ -192,6 +192,43 @@ TEST(Mtp, RowsInOneCallEqualRowsOneByOne) {
   for (int32_t b : step_blocks) step_cache->release(b);
 }
 
+// Drafts from the frequent ids: the head's logits over the first rows of the output head are the
+// whole head's first logits, bit for bit, also where a quantised head is packed in 16-row panels.
+TEST(Mtp, ADraftVocabularyIsThePrefixOfTheWholeHeadsLogits) {
+  const auto tmp = test::temp_dir();
+  const auto dir = mtp_model(tmp);
+  for (const bool quantised : {false, true}) {
+    SCOPED_TRACE(quantised ? "q8_0" : "f32");
+    LoadOptions lo{.load_tokenizer = false};
+    if (quantised) lo.quant = QuantType::Q8_0;
+    auto model = Model::load(dir, lo);
+    const ModelConfig& c = model->config();
+    const std::vector<int32_t> tokens = {17, 4000, 8191};
+    std::vector<float> hidden(tokens.size() * size_t(c.dim));
+    for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = float(std::sin(0.21 * double(i)));
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const std::vector<float> h(hidden.begin() + std::ptrdiff_t(t * size_t(c.dim)),
+                                 hidden.begin() + std::ptrdiff_t((t + 1) * size_t(c.dim)));
+      std::vector<float> whole(size_t(c.vocab)), part(size_t(c.vocab), -1.0f);
+      for (const int rows : {0, 1000}) {
+        auto cache = head_cache(*model);
+        std::vector<int32_t> blocks = {cache->allocate()};
+        BatchItem it;
+        it.blocks = &blocks;
+        it.tokens = &tokens[t];
+        it.n_tokens = 1;
+        it.logits = rows ? part.data() : whole.data();
+        model->mtp_forward({&it, 1}, *cache, h.data(), nullptr, rows);
+        cache->release(blocks[0]);
+      }
+      // 1000 rows are read as whole panels: 1008.
+      EXPECT_TRUE(test::bit_equal({part.begin(), part.begin() + 1008},
+                                  {whole.begin(), whole.begin() + 1008}));
+      EXPECT_EQ(part[1008], -1.0f) << "nothing past the draft vocabulary is written";
+    }
+  }
+}
+
 // fak convert writes the head as llama.cpp's converter does (one more block: nextn tensors and the
 // layer's own, nextn_predict_layers = 1, block_count counting it), and the GGUF's head computes
 // what the checkpoint's does.

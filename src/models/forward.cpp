@@ -114,7 +114,8 @@ class Pass {
   // The MTP head (runtime/mtp_draft.h): fc([norm(embedding) | norm(hidden)]), one full-attention
   // decoder layer over the head's own KV (attention layer 0 of the call's cache), its final norm,
   // the model's output head.
-  void run_mtp(const float* hidden, float* hidden_out, const LogitRows& rows) {
+  void run_mtp(const float* hidden, float* hidden_out, const WeightMatrix& head,
+               const LogitRows& rows) {
     const MtpWeights& M = w_.mtp;
     float* x = b_.buf(Buf::X);
     float* xn = b_.buf(Buf::XN);
@@ -132,7 +133,7 @@ class Pass {
       b_.rmsnorm(x, M.final_norm, T_, c_.dim, c_.rms_eps, xn);
       std::copy_n(b_.host_view(xn, n), n, hidden_out);
     }
-    b_.logits(x, M.final_norm, c_.rms_eps, w_.lm_head, rows);
+    b_.logits(x, M.final_norm, c_.rms_eps, head, rows);
   }
 
  private:
@@ -338,7 +339,7 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
 }
 
 void Model::mtp_forward(std::span<const BatchItem> batch, KvCache& cache, const float* hidden,
-                        float* hidden_out) const {
+                        float* hidden_out, int head_rows) const {
   check(config_.mtp_layers > 0, "mtp_forward: the model has no MTP head");
   check(cache.n_layers() == 1, "mtp_forward: the MTP head's cache has one attention layer");
   const int T = batch_tokens(config_, batch);
@@ -347,7 +348,13 @@ void Model::mtp_forward(std::span<const BatchItem> batch, KvCache& cache, const 
   sizes[size_t(Buf::MtpHidden)] = size_t(T) * size_t(config_.dim);
   sizes[size_t(Buf::MtpCat)] = 2 * size_t(T) * size_t(config_.dim);
   std::unique_ptr<BackendCall> call = begin_call(*backend_, *rope_, batch, cache, sizes, T);
-  Pass(*this, *call, T).run_mtp(hidden, hidden_out, logit_rows(batch, config_.vocab));
+  // The first head_rows rows of the output head (whole 16-row panels where it is packed in them:
+  // a panel group starts at row(16 g)). A device holds only the whole head.
+  WeightMatrix head = weights_.lm_head;
+  if (head_rows > 0 && head_rows < head.rows && device_.kind == DeviceKind::Cpu) {
+    head.rows = std::min<int64_t>(head.rows, (int64_t(head_rows) + 15) / 16 * 16);
+  }
+  Pass(*this, *call, T).run_mtp(hidden, hidden_out, head, logit_rows(batch, int(head.rows)));
   call->finish();
 }
 

@@ -86,8 +86,10 @@ class Model {
   // Its attention layer reads and writes `cache` (the head's own: one attention layer). Logits go
   // where the items say; hidden_out ([T][dim], may be null) gets the head's normed output, which
   // a chained draft feeds back as the next row's hidden state.
+  // head_rows > 0 (the CPU only): logits of the first head_rows ids alone, each row head_rows
+  // long (drafts from the most frequent ids: a fraction of the output head's cost).
   void mtp_forward(std::span<const BatchItem> batch, KvCache& cache, const float* hidden,
-                   float* hidden_out) const;
+                   float* hidden_out, int head_rows = 0) const;
 
   // What loading left out, in one line for the user ("the vision tower (333 tensors) is not
   // loaded: fak runs the language model"), or empty.

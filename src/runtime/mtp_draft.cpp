@@ -9,12 +9,17 @@
 
 namespace fak {
 
-MtpDrafter::MtpDrafter(Session& session, int max_draft) : session_(session), max_draft_(max_draft) {
+MtpDrafter::MtpDrafter(Session& session, int max_draft, int draft_vocab)
+    : session_(session), max_draft_(max_draft) {
   const Model& m = session.model();
   const ModelConfig& c = m.config();
   check(c.mtp_layers > 0,
         m.path().string() + " has no MTP head (mtp_num_hidden_layers) to draft with");
   check(max_draft >= 1, "MTP drafts: the draft length must be at least 1");
+  check(draft_vocab >= 0, "MTP drafts: the draft vocabulary cannot be negative");
+  head_rows_ = c.vocab;
+  if (draft_vocab > 0 && draft_vocab < c.vocab && m.device().kind == DeviceKind::Cpu)
+    head_rows_ = std::min(c.vocab, (draft_vocab + 15) / 16 * 16);  // whole panels
   KvCacheOptions o;
   o.keep_kraw = false;
   o.storage = m.make_kv_storage();
@@ -50,7 +55,7 @@ std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> history, int lim
     done_ = from;
   }
   const size_t dim = size_t(c.dim), vocab = size_t(c.vocab);
-  const size_t choose = std::min(vocab, size_t(m.sampleable_vocab()));
+  const size_t choose = std::min(size_t(head_rows_), size_t(m.sampleable_vocab()));
   cover(size + n_draft);
   logits_.resize(vocab);
   std::vector<int32_t> out;
@@ -62,7 +67,7 @@ std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> history, int lim
   it.start_pos = done_;
   it.logits = logits_.data();
   hidden_out_.resize(size_t(it.n_tokens) * dim);
-  m.mtp_forward({&it, 1}, *cache_, hidden.data(), hidden_out_.data());
+  m.mtp_forward({&it, 1}, *cache_, hidden.data(), hidden_out_.data(), head_rows_);
   ++calls_;
   rows_computed_ += it.n_tokens;
   done_ = size;
@@ -77,7 +82,7 @@ std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> history, int lim
     step.start_pos = size + i - 1;
     step.logits = logits_.data();
     hidden_out_.resize(dim);
-    m.mtp_forward({&step, 1}, *cache_, h.data(), hidden_out_.data());
+    m.mtp_forward({&step, 1}, *cache_, h.data(), hidden_out_.data(), head_rows_);
     ++calls_;
     ++rows_computed_;
     h.assign(hidden_out_.begin(), hidden_out_.end());
