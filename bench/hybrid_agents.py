@@ -14,13 +14,13 @@ import argparse
 import json
 import os
 import random
-import re
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import urllib.request
+
+import fak_serve
 
 here = os.path.dirname(os.path.abspath(__file__))
 
@@ -44,17 +44,7 @@ def workload(args):
 def run_fak(args, work):
     cmd = [args.fak, "serve", "-m", args.model, "--port", "0", "-t", str(args.threads),
            "--parallel", str(args.agents), "--ctx", "4096"] + args.fak_args
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    port = None
-    for line in p.stderr:
-        m = re.search(r"listening on \S*:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        p.kill()
-        sys.exit("fak serve did not start")
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    p, port = fak_serve.start(cmd)
     name = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models").read())
     name = name["data"][0]["id"]
     turns, replies = [], [None] * args.agents
