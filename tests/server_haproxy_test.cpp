@@ -138,7 +138,7 @@ TEST(ServerHaproxy, AgentsFinishWithOneServersRepliesWhileAReplicaIsKilled) {
     }
   }
   RedisProcess redis;
-  const std::string args = "--parallel 4 --store " + redis.url();
+  const std::string args = "--parallel 4 --store " + redis.url() + " --store-recovery-grace 500";
   ServerProcess r1(args, s), r2(args, s);
   ASSERT_TRUE(r1.port() && r2.port());
   HaproxyProcess lb({r1.port(), r2.port()});

@@ -3,8 +3,7 @@
 // the tokens the single server gives; a prompt prefilled on A is a prefix-cache hit on B; a
 // quarantine done on B is what A serves next; after A is SIGKILLed B continues A's sessions; two
 // tenants never meet; of two replicas writing one session at once one wins and the other gets 409;
-// Redis stopped mid-run and restarted (or stalled) fails no request a single server would have
-// answered; SIGTERM drains.
+// SIGTERM drains. The store's failures are server_store_faults_test.cpp's.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -23,8 +22,9 @@ namespace {
 
 using json = fak::ojson;
 
+// A short recovery window (a fresh Redis starts one; replicas listen after it) keeps tests quick.
 std::string replica_args(const RedisProcess& redis) {
-  return "--parallel 2 --store " + redis.url();
+  return "--parallel 2 --store " + redis.url() + " --store-recovery-grace 500";
 }
 
 ServerSetup setup() {
@@ -186,6 +186,10 @@ TEST(ServerStore, APromptPrefilledOnAIsACacheHitOnBAndTenantsNeverMeet) {
   EXPECT_GE(metric(b.port(), "fak_store_bytes_in_total"),
             metric(a.port(), "fak_store_bytes_out_total") / 2);
   EXPECT_GE(metric(b.port(), "fak_store_call_seconds_count"), 1);
+  // The prefix cache is published in the background: how long that took is in /metrics.
+  EXPECT_GE(metric(a.port(), "fak_store_publish_lag_seconds_count"), 1);
+  EXPECT_GT(metric(a.port(), "fak_store_publish_lag_seconds_sum"), 0);
+  EXPECT_EQ(metric(a.port(), "fak_store_publish_oldest_queued_ms"), 0);
   EXPECT_GT(metric(b.port(), "fak_store_call_seconds_sum"), 0);
   EXPECT_EQ(metric(b.port(), "fak_store_up"), 1);
   EXPECT_EQ(metric(b.port(), "fak_store_errors_total{kind=\"unreachable\"}"), 0);
@@ -300,89 +304,15 @@ TEST(ServerStore, TwoReplicasWritingOneSessionAtOnceOneWinsTheOtherGets409) {
   EXPECT_EQ(metric(ra.status == 200 ? b.port() : a.port(), "fak_store_session_conflicts_total"), 1);
 }
 
-// Redis goes away mid-run: completions and the sessions each replica holds are served from
-// memory, a quarantine waits for the store, and everything made meanwhile is published once it is
-// back. No call fails that the single server answers.
-TEST(ServerStore, RedisStoppedMidRunAndRestartedFailsNoRequest) {
-  RedisProcess redis;
-  ServerProcess a(replica_args(redis), setup()), b(replica_args(redis), setup()),
-      single("--parallel 2", setup());
-  const std::vector<int> a_and_single = {a.port(), single.port()};
-  on_each(a_and_single, kSessions, json{{"id", "out"}, {"messages", messages("tool_3?")}}, 201);
-  on_each({b.port(), single.port()}, "/v1/chat/completions", chat_turn("write tool_1"));
-
-  redis.stop();
-  // Completions on both replicas, a session append and generate on A, a new session on A.
-  for (int port : {a.port(), b.port()}) {
-    const auto r = on_each({port, single.port()}, "/v1/chat/completions", chat_turn("tool_2?"));
-    EXPECT_EQ(r[0].j()["choices"], r[1].j()["choices"]);
-  }
-  const json more = {{"messages", {{{"role", "user"}, {"content", "and tool_4"}}}},
-                     {"add_generation_prompt", true}};
-  const auto ap = on_each(a_and_single, kSessions + "/out/append", more);
-  EXPECT_EQ(ap[0].j(), ap[1].j());
-  const auto g = on_each(a_and_single, kSessions + "/out/generate", json{{"max_tokens", 8}});
-  EXPECT_EQ(g[0].j()["ids"], g[1].j()["ids"]);
-  on_each(a_and_single, kSessions, json{{"id", "during"}, {"text", system_prompt()}}, 201);
-  // A quarantine returns only once the store has it: Redis comes back while it waits.
-  HttpReply quarantined;
-  std::thread q([&] {
-    quarantined = post(a.port(), kSessions + "/out/quarantine", json{{"message", 1}});
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  redis.start();
-  q.join();
-  ASSERT_EQ(quarantined.status, 200) << quarantined.body;
-  EXPECT_EQ(quarantined.j(),
-            post(single.port(), kSessions + "/out/quarantine", json{{"message", 1}}).j());
-  // B sees all of it: the quarantined session and the one made during the outage (published by
-  // A's background sweep).
-  EXPECT_EQ(get(b.port(), kSessions + "/out").j(), get(single.port(), kSessions + "/out").j());
-  HttpReply during;
-  for (int i = 0; i < 100; ++i) {
-    during = get(b.port(), kSessions + "/during");
-    if (during.status == 200) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(during.status, 200) << during.body;
-  EXPECT_EQ(during.j(), get(single.port(), kSessions + "/during").j());
-  // The outage shows in /metrics.
-  EXPECT_GE(metric(a.port(), "fak_store_errors_total{kind=\"unreachable\"}"), 1);
-  EXPECT_EQ(metric(a.port(), "fak_store_up"), 1);
-  // One line when it went, one when it came back.
-  const std::string log = a.log();
-  EXPECT_EQ(log.find(" unreachable ("), log.rfind(" unreachable (")) << log;
-  EXPECT_NE(log.find("reachable again"), std::string::npos) << log;
-}
-
-// A Redis that accepts connections and answers nothing: replies come after the store's timeout,
-// not never.
-TEST(ServerStore, AStalledStoreDoesNotStallReplies) {
-  RedisProcess redis;
-  ServerProcess a(replica_args(redis) + " --store-timeout 200", setup()),
-      single("--parallel 2", setup());
-  on_each({a.port(), single.port()}, kSessions, json{{"id", "slow"}, {"text", "def f(x):"}}, 201);
-  redis.pause();
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto r = on_each({a.port(), single.port()}, "/v1/chat/completions", chat_turn("tool_9?"));
-  EXPECT_EQ(r[0].j()["choices"], r[1].j()["choices"]);
-  const auto g =
-      on_each({a.port(), single.port()}, kSessions + "/slow/generate", json{{"max_tokens", 6}});
-  EXPECT_EQ(g[0].j()["ids"], g[1].j()["ids"]);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
-  redis.resume();
-}
-
-// SIGTERM: /health says draining while a stream is in flight, the stream finishes whole, the
-// session only this replica holds (made while Redis was down) is published, then the replica
-// exits cleanly and another replica continues that session.
+// SIGTERM: /health says draining while a stream is in flight, the stream finishes whole, then the
+// replica exits cleanly and another replica continues the session it made (a session change is
+// in the store before its reply, so a drain has none to publish).
 TEST(ServerStore, SigtermDrainsWhatIsInFlightThenExits) {
   RedisProcess redis;
   ServerProcess a(replica_args(redis) + " --drain-timeout 30", setup()),
       b(replica_args(redis), setup()), single("--parallel 2", setup());
-  redis.stop();
   const json create = {
-      {"id", "only-on-a"}, {"messages", messages("tool_5?")}, {"add_generation_prompt", true}};
+      {"id", "made-on-a"}, {"messages", messages("tool_5?")}, {"add_generation_prompt", true}};
   on_each({a.port(), single.port()}, kSessions, create, 201);
   std::string raw;
   std::atomic<bool> started{false};
@@ -416,7 +346,6 @@ TEST(ServerStore, SigtermDrainsWhatIsInFlightThenExits) {
   }
   EXPECT_EQ(health.status, 503);
   EXPECT_EQ(health.j()["status"], "draining") << health.body;
-  redis.start();
   client.join();
   EXPECT_NE(raw.find("\"finish_reason\":\"length\""), std::string::npos) << raw.substr(0, 300);
   EXPECT_NE(raw.find("data: [DONE]"), std::string::npos);
@@ -427,12 +356,11 @@ TEST(ServerStore, SigtermDrainsWhatIsInFlightThenExits) {
   const std::string log = a.log();
   EXPECT_NE(log.find("fak serve: draining (at most 30 s)"), std::string::npos) << log;
   EXPECT_NE(log.find("fak serve: drained in "), std::string::npos) << log;
-  EXPECT_EQ(log.find("not published"), std::string::npos) << log;
-  const auto g = on_each({b.port(), single.port()}, kSessions + "/only-on-a/generate",
+  const auto g = on_each({b.port(), single.port()}, kSessions + "/made-on-a/generate",
                          json{{"max_tokens", 8}});
   EXPECT_EQ(g[0].j()["ids"], g[1].j()["ids"]);
-  EXPECT_EQ(get(b.port(), kSessions + "/only-on-a").j(),
-            get(single.port(), kSessions + "/only-on-a").j());
+  EXPECT_EQ(get(b.port(), kSessions + "/made-on-a").j(),
+            get(single.port(), kSessions + "/made-on-a").j());
 }
 
 }  // namespace fak::test

@@ -67,7 +67,7 @@ bool answers(int port, const std::string& probe, const std::string& expect) {
 bool installed(const std::string& program) {
   if (std::system(("command -v " + program + " > /dev/null 2>&1").c_str()) == 0) return true;
   ADD_FAILURE() << program << " is not installed: .ci/install-deps installs it "
-                << "(Debian: redis-server, haproxy)";
+                << "(Debian: redis-server, redis-sentinel, haproxy)";
   return false;
 }
 
@@ -85,7 +85,7 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-RedisProcess::RedisProcess() {
+RedisProcess::RedisProcess(std::string extra) : extra_(std::move(extra)) {
   ::signal(SIGPIPE, SIG_IGN);
   dir_ = temp_dir();
   port_ = free_port();
@@ -100,10 +100,13 @@ RedisProcess::~RedisProcess() {
 void RedisProcess::start() {
   if (!installed("redis-server") || !installed("redis-cli")) return;
   // The repo's configuration, on a port and directory of the test's own, with a budget that
-  // makes eviction reachable.
-  pid_ = spawn("exec redis-server " + source_path("deploy/redis.conf").string() + " --port " +
-               std::to_string(port_) + " --dir " + dir_.string() + " --maxmemory 512mb --logfile " +
-               (dir_ / "redis.log").string());
+  // makes eviction reachable. note: a copy: a failover makes Redis rewrite its config file.
+  const auto conf = dir_ / "redis.conf";
+  if (!std::filesystem::exists(conf))
+    std::filesystem::copy_file(source_path("deploy/redis.conf"), conf);
+  pid_ = spawn("exec redis-server " + conf.string() + " --port " + std::to_string(port_) +
+               " --dir " + dir_.string() + " --maxmemory 512mb --logfile " +
+               (dir_ / "redis.log").string() + " " + extra_);
   for (int i = 0; i < 200; ++i) {
     if (answers(port_, "PING\r\n", "+PONG")) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -113,6 +116,18 @@ void RedisProcess::start() {
 
 void RedisProcess::stop() {
   end(pid_, SIGTERM);
+}
+
+void RedisProcess::kill() {
+  end(pid_, SIGKILL);
+}
+
+void RedisProcess::restart_empty() {
+  end(pid_, SIGKILL);
+  for (const auto& e : std::filesystem::directory_iterator(dir_))
+    if (e.path().filename() != "redis.log" && e.path().filename() != "redis.conf")
+      std::filesystem::remove_all(e.path());
+  start();
 }
 
 void RedisProcess::pause() {
@@ -133,6 +148,45 @@ std::string RedisProcess::cli(const std::string& args) const {
 
 std::string RedisProcess::log() const {
   return read_file(dir_ / "redis.log");
+}
+
+SentinelProcess::SentinelProcess(int primary_port, int quorum) {
+  dir_ = temp_dir();
+  if (!installed("redis-sentinel")) return;
+  port_ = free_port();
+  // Sentinel rewrites its configuration file: a copy of the test's own.
+  write_file(dir_ / "sentinel.conf",
+             "port " + std::to_string(port_) + "\nbind 127.0.0.1\ndir " + dir_.string() +
+                 "\nsentinel monitor fakmain 127.0.0.1 " + std::to_string(primary_port) + " " +
+                 std::to_string(quorum) +
+                 "\nsentinel down-after-milliseconds fakmain 1000\n"
+                 "sentinel failover-timeout fakmain 4000\nsentinel parallel-syncs fakmain 1\n");
+  pid_ = spawn("exec redis-sentinel " + (dir_ / "sentinel.conf").string() + " --logfile " +
+               (dir_ / "sentinel.log").string());
+  for (int i = 0; i < 200; ++i) {
+    if (answers(port_, "PING\r\n", "+PONG")) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ADD_FAILURE() << "redis-sentinel did not start: " << log();
+}
+
+SentinelProcess::~SentinelProcess() {
+  end(pid_, SIGKILL);
+  std::filesystem::remove_all(dir_);
+}
+
+int SentinelProcess::primary_port() const {
+  const std::string out = (dir_ / "cli.out").string();
+  const std::string cmd = "redis-cli -p " + std::to_string(port_) +
+                          " SENTINEL get-master-addr-by-name fakmain > " + out + " 2>&1";
+  if (std::system(cmd.c_str()) != 0) return 0;
+  const std::string text = read_file(out);
+  const size_t nl = text.find('\n');
+  return nl == std::string::npos ? 0 : std::atoi(text.c_str() + nl + 1);
+}
+
+std::string SentinelProcess::log() const {
+  return read_file(dir_ / "sentinel.log");
 }
 
 HaproxyProcess::HaproxyProcess(const std::vector<int>& replica_ports) {

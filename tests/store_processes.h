@@ -16,7 +16,8 @@ int free_port();
 
 class RedisProcess {
  public:
-  RedisProcess();
+  // extra: more redis-server arguments (e.g. "--replicaof 127.0.0.1 6379").
+  explicit RedisProcess(std::string extra = "");
   ~RedisProcess();  // kills it and removes its directory
   RedisProcess(const RedisProcess&) = delete;
   RedisProcess& operator=(const RedisProcess&) = delete;
@@ -27,11 +28,37 @@ class RedisProcess {
   void stop();
   // Again on the same port and directory: it reads its data back.
   void start();
+  // SIGKILL, as a crash (or an OOM kill) ends it.
+  void kill();
+  // SIGKILL, its data files removed, and started again: a Redis without persistence restarted,
+  // or a failover to an empty replica.
+  void restart_empty();
   // SIGSTOP / SIGCONT: a store that is there but does not answer.
   void pause();
   void resume();
   // redis-cli -p PORT args..., stdout (args are passed to /bin/sh: quote as needed).
   std::string cli(const std::string& args) const;
+  std::string log() const;
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string extra_;
+  std::filesystem::path dir_;
+};
+
+// A redis-sentinel (Debian's redis-sentinel) watching one primary named "fakmain", quick to call a
+// failover (down after 1 s) so that tests can kill the primary and see one.
+class SentinelProcess {
+ public:
+  SentinelProcess(int primary_port, int quorum);
+  ~SentinelProcess();
+  SentinelProcess(const SentinelProcess&) = delete;
+  SentinelProcess& operator=(const SentinelProcess&) = delete;
+
+  int port() const { return port_; }
+  // The port of the primary this sentinel names now (0 when it names none).
+  int primary_port() const;
   std::string log() const;
 
  private:

@@ -10,6 +10,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "core/error.h"
@@ -190,7 +193,27 @@ std::function<bool(const std::string&)> saved_partition_filter(const std::set<st
 // store answers, and one more when its eviction policy could drop sessions.
 void attach_store(ServerContext& ctx, const std::function<void(const std::string&)>& log) {
   const ServerOptions& o = ctx.options;
-  const store::RedisUrl url = store::parse_redis_url(o.store);
+  store::RedisUrl url = store::parse_redis_url(o.store);
+  if (!url.password.empty() && !o.store_password_in_url)
+    fail(
+        "--store: the URL holds a password, which every local user can read in ps and "
+        "/proc/PID/cmdline: give it with --store-password-env VAR or --store-password-file "
+        "FILE (or allow it with --store-password-in-url)");
+  if (!o.store_password_env.empty()) {
+    const char* v = std::getenv(o.store_password_env.c_str());
+    if (!v || !*v)
+      fail("--store-password-env: the environment variable " + o.store_password_env +
+           " is not set or empty");
+    url.password = v;
+  }
+  if (!o.store_password_file.empty()) {
+    std::ifstream f(o.store_password_file, std::ios::binary);
+    if (!f) fail("--store-password-file: cannot read " + o.store_password_file);
+    std::string pw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    while (!pw.empty() && (pw.back() == '\n' || pw.back() == '\r')) pw.pop_back();
+    if (pw.empty()) fail("--store-password-file: " + o.store_password_file + " is empty");
+    url.password = pw;
+  }
   ctx.store_metrics = std::make_unique<store::StoreMetrics>();
   store::RedisPoolOptions po;
   po.timeout = std::chrono::milliseconds(std::max(1, o.store_timeout_ms));
@@ -201,14 +224,22 @@ void attach_store(ServerContext& ctx, const std::function<void(const std::string
   ctx.blocks = std::make_shared<store::BlockStore>(*ctx.store_pool, ctx.model,
                                                    ctx.scheduler->kv_cache(), *m, log);
   ctx.scheduler->attach_store(ctx.blocks);
-  ctx.shared = std::make_unique<SharedSessions>(ctx, *ctx.blocks, log,
-                                                std::chrono::milliseconds(o.store_wait_ms));
+  SharedSessions::Options so;
+  so.wait = std::chrono::milliseconds(o.store_wait_ms);
+  so.recovery_grace_ms = o.store_recovery_grace_ms;
+  so.sync_replicas =
+      o.store_sync_replicas >= 0 ? o.store_sync_replicas : (url.sentinels.empty() ? 0 : 1);
+  ctx.shared = std::make_unique<SharedSessions>(ctx, *ctx.blocks, log, so);
   std::vector<store::RedisReply> r;
   const bool up = ctx.store_pool->run([&](store::RedisConnection& c) {
     r = c.pipeline({{"PING"}, {"CONFIG", "GET", "maxmemory-policy"}});
   });
   if (!up) return;  // the pool logged why; the server starts and serves from memory
   log("store " + url.shown + " reachable; keys under " + ctx.blocks->ns());
+  // A store that has just started (or restarted, or failed over) is in a recovery window, when
+  // other replicas put back what it lost: this replica listens once it is over.
+  ctx.shared->wait_recovered(std::chrono::steady_clock::now() +
+                             std::chrono::milliseconds(o.store_recovery_grace_ms + 1000));
   // CONFIG may be renamed away: then nothing is said.
   if (r.size() == 2 && r[1].type == store::RedisReply::Type::Array && r[1].elements.size() == 2) {
     const std::string policy = r[1].elements[1].str;
@@ -388,9 +419,9 @@ extern "C" void on_stop_signal(int) {
 
 namespace {
 
-// SIGTERM with a drain: /health says draining (the load balancer stops sending), requests in
-// flight get until the deadline to finish, then what only this replica holds goes to the store:
-// sessions changed while it was unreachable and blocks waiting for the uploader.
+// SIGTERM (or SIGHUP) with a drain: /health says draining (the load balancer stops sending),
+// requests in flight get until the deadline to finish, then the blocks waiting for the uploader go
+// to the store. (Sessions need nothing here: a session change is in the store before its reply.)
 void drain(ServerContext& ctx, const HttpServer& http) {
   const ServerOptions& o = ctx.options;
   const double seconds =
@@ -413,19 +444,14 @@ void drain(ServerContext& ctx, const HttpServer& http) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  size_t left = 0;
-  if (ctx.shared) {
+  if (ctx.blocks) {
     // The store gets a few seconds even when the requests took the whole deadline.
     const auto publish_by =
         std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-    left = ctx.shared->catch_up(publish_by);
     ctx.blocks->flush(publish_by);
   }
-  std::fprintf(
-      stderr, "fak serve: drained in %.2f s%s\n",
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-      left ? (", " + std::to_string(left) + " sessions not published (store unreachable)").c_str()
-           : "");
+  std::fprintf(stderr, "fak serve: drained in %.2f s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::fflush(stderr);
 }
 
@@ -444,12 +470,16 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
+  // SIGHUP too (a closed terminal, an init system's reload): its default would end the process
+  // with no drain, no --cache-dir write; fak has nothing to reload, so it stops as on SIGTERM.
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that left must not kill the server on write
   signal(SIGXFSZ, SIG_IGN);  // a file size limit fails the write (a 507), not the process
@@ -478,6 +508,7 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
     // A second signal ends the process at once, without saving: the way out of a slow stop.
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     drain(m.ctx, http);
     http.stop();
   });

@@ -292,8 +292,8 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                                 : store.begin_evict(tenant, id, int(*begin), int(*end), -1, mode);
                });
                const ojson out = run_edit(ctx, req, tenant, edit);
-               // A fence: no replica may serve the state before it once it has returned.
-               if (call) call->commit(/*fence=*/true);
+               // Like every change: no replica serves the state before it once it has returned.
+               if (call) call->commit();
                reply_json(res, 200, out);
              }));
 }

@@ -44,15 +44,21 @@ struct ServerOptions {
   // bounds).
   std::string cache_dir;
   size_t cache_dir_mib = 0;
-  // --store redis://[user:password@]host:port[/db] (server/shared_sessions.h, store/): sessions
-  // and the prefix cache shared with other replicas; empty = off. store_timeout_ms bounds each
-  // read or write on its socket; store_wait_ms is how long a fence (quarantine, delete) waits for
-  // an unreachable store.
+  // --store redis://host:port[/db] or redis-sentinel://host:port[,...]/primary[/db]
+  // (server/shared_sessions.h, store/): sessions and the prefix cache shared with other replicas;
+  // empty = off. store_timeout_ms bounds each read or write on its socket; store_wait_ms is how
+  // long a session write waits for an unreachable store before it is undone (503).
   std::string store;
   int store_timeout_ms = 250;
   int store_wait_ms = 10000;
-  // On SIGTERM: /health says draining, requests in flight get this long to finish, then sessions
-  // and queued blocks are published and the server stops (-1: 30 s with --store, 0 without).
+  // The store's password: read from this environment variable or file (never the command line,
+  // which every local user reads in ps); a password in the URL only with store_password_in_url.
+  std::string store_password_env, store_password_file;
+  bool store_password_in_url = false;
+  int store_recovery_grace_ms = 3000;  // store/session_records.h: the recovery window
+  int store_sync_replicas = -1;        // WAIT for this many Redis replicas (-1: 1 with sentinels)
+  // On SIGTERM or SIGHUP: /health says draining, requests in flight get this long to finish, then
+  // queued blocks are published and the server stops (-1: 30 s with --store, 0 without).
   double drain_timeout_s = -1;
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_id;  // name in /v1/models; empty = the model directory's name

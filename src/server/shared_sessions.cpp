@@ -70,33 +70,60 @@ SharedSessions::Call::~Call() {
   s_.unlock({tenant_, id_});
 }
 
-void SharedSessions::Call::commit(bool fence) {
-  s_.publish(*this, fence);
+void SharedSessions::Call::commit() {
+  s_.publish(*this);
 }
 
+namespace {
+
+ApiError recovering(const std::string& id, int64_t ms) {
+  return ApiError(503,
+                  "the session store is recovering from a loss (a restart or a failover): replicas "
+                  "are putting back the sessions they hold; session '" +
+                      id + "' is served again in about " + std::to_string(ms) + " ms",
+                  "", "store_recovering");
+}
+
+ApiError lost(const std::string& id) {
+  return ApiError(409,
+                  "session '" + id +
+                      "' was lost: the session store lost versions of it that were acknowledged "
+                      "and no replica could put them back; delete it and make it again",
+                  "id", "session_lost");
+}
+
+}  // namespace
+
 SharedSessions::SharedSessions(ServerContext& ctx, store::BlockStore& blocks, Log log,
-                               std::chrono::milliseconds wait)
+                               Options options)
     : ctx_(ctx),
       blocks_(blocks),
-      records_(blocks, blocks.ns()),
+      records_(blocks, blocks.ns(), options.recovery_grace_ms),
       log_(log ? std::move(log) : [](const std::string&) {}),
-      wait_(wait) {
+      options_(options) {
   ctx_.sessions->share(
       [this](const std::string& tenant, const std::string& id) { return spare(tenant, id); });
   sweeper_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!stopping_) {
+    for (uint64_t tick = 0; !stopping_; ++tick) {
       cv_.wait_for(lock, std::chrono::milliseconds(500));
-      if (stopping_) break;
-      const bool dirty =
-          std::any_of(held_.begin(), held_.end(), [](const auto& kv) { return kv.second.dirty; });
-      if (!dirty) continue;
+      if (stopping_ || known_.empty()) continue;
       lock.unlock();
       try {
-        sweep();
+        // A new generation (Redis restarted, or failed over): everything this replica knows is
+        // checked at once; otherwise a slice of it every second.
+        const auto gen = records_.generation();
+        if (gen) {
+          const bool changed = gen->first != generation_;
+          if (changed && !generation_.empty())
+            log_(
+                "store generation changed (a Redis restart or failover): checking the sessions "
+                "this replica knows");
+          generation_ = gen->first;
+          if (changed || tick % 2 == 0) sweep(changed);
+        }
       } catch (const std::exception& e) {
-        log_(std::string("warning: publishing sessions kept while the store was down: ") +
-             e.what());
+        log_(std::string("warning: checking sessions against the store: ") + e.what());
       }
       lock.lock();
     }
@@ -126,39 +153,41 @@ void SharedSessions::unlock(const Key& key) {
   calls_.erase(key);
 }
 
-std::optional<SharedSessions::Held> SharedSessions::held(const Key& key) {
+std::optional<SharedSessions::Known> SharedSessions::known(const Key& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = held_.find(key);
-  if (it == held_.end()) return std::nullopt;
+  const auto it = known_.find(key);
+  if (it == known_.end()) return std::nullopt;
   return it->second;
 }
 
-void SharedSessions::set_held(const Key& key, std::optional<Held> h) {
+void SharedSessions::learn(const Key& key, const store::SessionVersion& v, bool deleted) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (h)
-    held_[key] = *h;
-  else
-    held_.erase(key);
+  known_[key] = Known{v, deleted, std::chrono::steady_clock::now()};
+}
+
+bool SharedSessions::holds(const Key& key) {
+  bool h = false;
+  ctx_.scheduler->run_job([&] { h = ctx_.sessions->holds(key.first, key.second); });
+  return h;
+}
+
+void SharedSessions::drop_copy(const Key& key) {
+  ctx_.scheduler->run_job([&] { ctx_.sessions->drop(key.first, key.second); });
 }
 
 bool SharedSessions::spare(const std::string& tenant, const std::string& id) {
-  // Scheduler thread (inside SessionStore): never waits on it while holding mu_.
+  // Scheduler thread (inside SessionStore): never waits on it while holding mu_. A copy is
+  // always a version the store had: dropping it keeps what this replica knows (its version).
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = held_.find({tenant, id});
-  return it != held_.end() && !it->second.dirty && it->second.version >= 0 &&
-         !calls_.count({tenant, id});
-}
-
-void SharedSessions::forget(const std::string& tenant, const std::string& id) {
-  ctx_.scheduler->run_job([&] { ctx_.sessions->drop(tenant, id); });
-  set_held({tenant, id}, std::nullopt);
+  const auto it = known_.find({tenant, id});
+  return it != known_.end() && !it->second.deleted && !calls_.count({tenant, id});
 }
 
 std::unique_ptr<SharedSessions::Call> SharedSessions::open(const std::string& tenant,
                                                            const std::string& id,
                                                            const Prefill& prefill) {
   std::unique_ptr<Call> call(new Call(*this, tenant, id));
-  ensure_current(tenant, id, prefill);
+  bring_current(tenant, id, prefill);
   ctx_.scheduler->run_job([&] {
     if (!ctx_.sessions->holds(tenant, id)) throw not_found(id);
     call->before_.emplace(ctx_.sessions->copy(tenant, id));
@@ -174,71 +203,90 @@ std::unique_ptr<SharedSessions::Call> SharedSessions::made(const std::string& te
 }
 
 void SharedSessions::check_new(const std::string& tenant, const std::string& id) {
+  using State = store::SessionRecord::State;
   std::optional<store::SessionRecord> r;
   try {
-    r = records_.version(tenant_hash(tenant), id);
-  } catch (const store::StoreRefused&) {
+    r = records_.check(tenant_hash(tenant), id);
+  } catch (const store::StoreRefused& e) {
+    throw ApiError(507, e.what(), "", "store_refused");
   }
-  if (r && r->state == store::SessionRecord::State::Live)
+  if (!r) throw unreachable("a new session must be written to it");
+  if (r->recovering_ms > 0) {
+    blocks_.metrics().add_recovering();
+    throw recovering(id, r->recovering_ms);
+  }
+  if (r->state == State::Live)
     throw ApiError(409, "session '" + id + "' exists", "id", "session_exists");
+  if (r->state == State::Lost || r->state == State::Pending) throw lost(id);
 }
 
-void SharedSessions::ensure_current(const std::string& tenant, const std::string& id,
-                                    const Prefill& prefill) {
+void SharedSessions::bring_current(const std::string& tenant, const std::string& id,
+                                   const Prefill& prefill, int depth) {
   using State = store::SessionRecord::State;
-  std::optional<store::SessionRecord> look;
+  const Key key{tenant, id};
+  std::optional<store::SessionRecord> rec;
   try {
-    look = records_.version(tenant_hash(tenant), id);
-  } catch (const store::StoreRefused&) {
+    rec = records_.check(tenant_hash(tenant), id);
+  } catch (const store::StoreRefused& e) {
+    throw ApiError(507, e.what(), "", "store_refused");
   }
-  const std::optional<Held> h = held({tenant, id});
-  bool local = false;
-  ctx_.scheduler->run_job([&] { local = ctx_.sessions->holds(tenant, id); });
-  local = local && h.has_value();
-  // Without a copy the alternative is a 503: ask even while the pool backs off (the store may be
-  // back already).
-  if (!look && !local) {
-    try {
-      look = records_.version(tenant_hash(tenant), id, /*force=*/true);
-    } catch (const store::StoreRefused&) {
+  // note: no copy is served without the store: another replica may have written a newer version.
+  if (!rec) throw unreachable("session '" + id + "' cannot be checked against it");
+  if (rec->recovering_ms > 0) {
+    blocks_.metrics().add_recovering();
+    throw recovering(id, rec->recovering_ms);
+  }
+  const std::optional<Known> k = known(key);
+  const auto put_back = [&] {
+    // The store lost (part of) what this replica knows: put it back (a recovery window opens),
+    // or, when it is too late for that, the record is now marked lost.
+    const store::SessionWrite w = restore(key, *k);
+    if (depth > 0 || w.outcome == store::SessionWrite::Outcome::Lost) {
+      blocks_.metrics().add_session_lost();
+      throw lost(id);
     }
+    if (w.recovering_ms > 0) {
+      blocks_.metrics().add_recovering();
+      throw recovering(id, w.recovering_ms);
+    }
+    bring_current(tenant, id, prefill, depth + 1);
+  };
+  switch (rec->state) {
+    case State::Lost:
+    case State::Pending:  // a version only remembered, never filled in: lost as well
+      drop_copy(key);
+      blocks_.metrics().add_session_lost();
+      throw lost(id);
+    case State::Missing:
+      if (!k) throw not_found(id);
+      return put_back();
+    case State::Deleted:
+      if (k && k->version.seq > rec->version.seq) return put_back();
+      drop_copy(key);
+      learn(key, rec->version, true);
+      throw not_found(id);
+    case State::Live:
+      if (k && (k->version.seq > rec->version.seq ||
+                (k->version.seq == rec->version.seq && k->version.wid != rec->version.wid)))
+        return put_back();
+      if (k && !k->deleted && k->version == rec->version && holds(key)) return;
+      return materialise(tenant, id, prefill, depth);
   }
-  if (!look) {
-    if (local) return;  // serve what this replica holds
-    throw unreachable("this replica holds no copy of session '" + id + "'");
-  }
-  if (look->state == State::Deleted) {
-    if (local) forget(tenant, id);
-    throw not_found(id);
-  }
-  if (look->state == State::Missing) {
-    if (!local) throw not_found(id);
-    // Made here while the store was down, or lost by the store (a Redis without persistence
-    // restarted): this copy is the session; the next commit or the sweep publishes it.
-    if (!h->dirty) set_held({tenant, id}, Held{-1, true, -1});
-    return;
-  }
-  if (local && !h->dirty && h->version == look->version) return;
-  if (local && h->dirty && h->base == look->version) return;  // ours are on top of it
-  if (local && h->dirty)
-    log_("warning: session '" + id + "': the changes made here while the store was unreachable " +
-         "are dropped: another replica wrote version " + std::to_string(look->version) +
-         " meanwhile");
-  materialise(tenant, id, prefill);
 }
 
 void SharedSessions::materialise(const std::string& tenant, const std::string& id,
-                                 const Prefill& prefill) {
+                                 const Prefill& prefill, int depth) {
   std::optional<store::SessionRecord> rec;
   try {
-    rec = records_.read(tenant_hash(tenant), id);
+    rec = records_.check(tenant_hash(tenant), id, /*with_content=*/true);
   } catch (const store::StoreRefused& e) {
     throw unreachable(e.what());
   }
   if (!rec) throw unreachable("session '" + id + "' cannot be read from it");
-  if (rec->state != store::SessionRecord::State::Live) {
-    forget(tenant, id);
-    throw not_found(id);
+  if (rec->state != store::SessionRecord::State::Live || rec->recovering_ms > 0) {
+    // It changed between the two calls: judge the new state (once more at most).
+    if (depth > 1) throw unreachable("session '" + id + "' keeps changing in it");
+    return bring_current(tenant, id, prefill, depth + 1);
   }
   const Model& model = *ctx_.model;
   Meta m;
@@ -282,11 +330,12 @@ void SharedSessions::materialise(const std::string& tenant, const std::string& i
     });
     prefill(edit);
   }
-  set_held({tenant, id}, Held{rec->version, false, -1});
+  learn({tenant, id}, rec->version, false);
   blocks_.metrics().add_session_materialised();
 }
 
-SharedSessions::Payload SharedSessions::payload(const std::string& tenant, const std::string& id) {
+SharedSessions::Payload SharedSessions::payload(const std::string& tenant, const std::string& id,
+                                                bool blocks) {
   Payload p;
   SessionStore::Copy c = ctx_.sessions->copy(tenant, id);
   nlohmann::json segs = nlohmann::json::array();
@@ -298,35 +347,46 @@ SharedSessions::Payload SharedSessions::payload(const std::string& tenant, const
                                {"canonical", c.canonical},
                                {"kind", by_blocks ? "blocks" : "blob"}};
   p.meta = meta.dump();
-  if (by_blocks)
-    p.blocks = blocks_.collect(cache_partition(tenant, ""), c.session);
-  else
+  if (!by_blocks)
     p.blob = c.session.to_bytes();
+  else if (blocks)
+    p.blocks = blocks_.collect(cache_partition(tenant, ""), c.session);
   return p;
 }
 
-SharedSessions::Outcome SharedSessions::write(const std::string& tenant, const std::string& id,
-                                              int64_t expected, int64_t* version) {
+store::SessionWrite SharedSessions::restore(const Key& key, const Known& k) {
+  using Kind = store::SessionRecords::RestoreKind;
   Payload p;
-  bool present = false;
-  ctx_.scheduler->run_job([&] {
-    present = ctx_.sessions->holds(tenant, id);
-    if (present) p = payload(tenant, id);
-  });
-  if (!present) return Outcome::Committed;  // nothing left to publish
-  // Blocks first: a record never names KV the store was not given.
-  if (!blocks_.upload(p.blocks)) {
-    if (!blocks_.pool().up()) return Outcome::Unreachable;
-    throw store::StoreRefused("the session store (" + blocks_.pool().url().shown +
-                              ") refused the session's KV blocks");
+  Kind kind = k.deleted ? Kind::Tombstone : Kind::Ghost;
+  // A copy is the version this replica knows (every path that changes one commits or drops
+  // it). A dense one goes back without its blocks: a reader prefills what the store lacks.
+  if (!k.deleted)
+    ctx_.scheduler->run_job([&] {
+      if (!ctx_.sessions->holds(key.first, key.second)) return;
+      p = payload(key.first, key.second, /*blocks=*/false);
+      kind = Kind::Copy;
+    });
+  std::optional<store::SessionWrite> w;
+  try {
+    w = records_.restore(tenant_hash(key.first), key.second, k.version, kind, p.meta, p.blob);
+  } catch (const store::StoreRefused& e) {
+    throw ApiError(507, e.what(), "", "store_refused");
   }
-  const std::optional<store::SessionWrite> w =
-      records_.write(tenant_hash(tenant), id, expected, p.meta, p.blob);
-  if (!w) return Outcome::Unreachable;
-  *version = w->version;
-  if (!w->committed) return Outcome::Conflict;
-  blocks_.metrics().add_session_published();
-  return Outcome::Committed;
+  if (!w) throw unreachable("session '" + key.second + "' cannot be put back into it");
+  if (w->outcome == store::SessionWrite::Outcome::Lost) {
+    log_("warning: session '" + key.second + "': the store lost acknowledged versions of it (up " +
+         "to " + std::to_string(k.version.seq) + ") after its recovery window: marked lost");
+    drop_copy(key);
+  } else if (w->seq == k.version.seq && w->recovering_ms > 0) {
+    blocks_.metrics().add_session_restored();
+    log_("session '" + key.second + "': put back into the store (version " +
+         std::to_string(k.version.seq) +
+         (kind == Kind::Copy        ? ", whole"
+          : kind == Kind::Tombstone ? ", deleted"
+                                    : ", version only") +
+         ")");
+  }
+  return *w;
 }
 
 void SharedSessions::rollback(Call& call) {
@@ -336,144 +396,203 @@ void SharedSessions::rollback(Call& call) {
     else
       ctx_.sessions->put(call.tenant_, call.id_, std::move(*call.before_));
   });
-  if (call.is_new_) set_held({call.tenant_, call.id_}, std::nullopt);
   call.before_.reset();
 }
 
-void SharedSessions::publish(Call& call, bool fence) {
+void SharedSessions::publish(Call& call) {
+  using Outcome = store::SessionWrite::Outcome;
   const Key key{call.tenant_, call.id_};
-  const std::optional<Held> h = held(key);
-  const int64_t expected = call.is_new_ || !h ? -1 : h->dirty ? h->base : h->version;
-  const auto deadline = std::chrono::steady_clock::now() + (fence ? wait_ : wait_.zero());
+  const std::optional<Known> k = known(key);
+  const store::SessionVersion expected =
+      call.is_new_ || !k || k->deleted ? store::SessionVersion{} : k->version;
+  Payload p;
+  bool present = false;
+  ctx_.scheduler->run_job([&] {
+    present = ctx_.sessions->holds(call.tenant_, call.id_);
+    if (present) p = payload(call.tenant_, call.id_, /*blocks=*/true);
+  });
+  if (!present) return;  // nothing left to publish
+  const std::string wid = store::SessionRecords::new_wid();
+  const auto deadline = std::chrono::steady_clock::now() + options_.wait;
+  const auto undo = [&](ApiError e) {
+    rollback(call);
+    throw e;
+  };
+  // Blocks first: a record never names KV the store was not given.
+  while (!blocks_.upload(p.blocks)) {
+    if (blocks_.pool().up())
+      undo(ApiError(507,
+                    "the session store (" + blocks_.pool().url().shown +
+                        ") refused the session's KV blocks; the change was undone",
+                    "", "store_refused"));
+    if (std::chrono::steady_clock::now() >= deadline)
+      undo(unreachable("this change must reach it before it is acknowledged, and was undone"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   for (;;) {
-    int64_t version = -1;
-    Outcome o;
+    std::optional<store::SessionWrite> w;
     try {
-      o = write(call.tenant_, call.id_, expected, &version);
+      w = records_.write(tenant_hash(call.tenant_), call.id_, expected, wid, p.meta, p.blob,
+                         options_.sync_replicas);
     } catch (const store::StoreRefused& e) {
-      rollback(call);
-      throw ApiError(507, std::string(e.what()) + "; the change was undone", "", "store_refused");
+      undo(ApiError(507, std::string(e.what()) + "; the change was undone", "", "store_refused"));
     }
-    if (o == Outcome::Committed) {
-      set_held(key, Held{version, false, -1});
-      return;
+    if (!w) {
+      // Sent but not answered, perhaps: the retry carries the same wid, so a write that went
+      // through is recognised and answered as committed.
+      if (std::chrono::steady_clock::now() >= deadline)
+        undo(ApiError(503,
+                      "the session store (" + blocks_.pool().url().shown +
+                          ") did not confirm this change in time: it may or may not have been "
+                          "applied; read the session before retrying",
+                      "", "store_unavailable"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
     }
-    if (o == Outcome::Conflict) {
-      rollback(call);
-      blocks_.metrics().add_session_conflict();
-      if (call.is_new_)
-        throw ApiError(409, "session '" + call.id_ + "' exists (made on another replica)", "id",
-                       "session_exists");
-      throw ApiError(409,
+    switch (w->outcome) {
+      case Outcome::Committed:
+        learn(key, {w->seq, wid}, false);
+        blocks_.metrics().add_session_published();
+        return;
+      case Outcome::Recovering:
+        blocks_.metrics().add_recovering();
+        return undo(recovering(call.id_, w->recovering_ms));
+      case Outcome::Lost:
+        blocks_.metrics().add_session_lost();
+        return undo(lost(call.id_));
+      case Outcome::Conflict:
+      case Outcome::Absent:
+        blocks_.metrics().add_session_conflict();
+        if (call.is_new_)
+          return undo(ApiError(409, "session '" + call.id_ + "' exists (made on another replica)",
+                               "id", "session_exists"));
+        return undo(
+            ApiError(409,
                      "session '" + call.id_ +
                          "' was changed on another replica while this call ran; this call's "
                          "change was undone: read the session again and retry",
-                     "id", "session_conflict");
+                     "id", "session_conflict"));
     }
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (fence) {
-    rollback(call);
-    throw unreachable(
-        "this change must reach it before it returns (so that no replica serves the state "
-        "before it) and was undone");
-  }
-  // Kept here and published when the store is back.
-  set_held(key, Held{-1, true, expected});
 }
 
 std::vector<std::string> SharedSessions::list(const std::string& tenant) {
-  std::optional<std::vector<std::string>> ids;
+  std::optional<std::pair<std::vector<std::string>, int64_t>> r;
   try {
-    ids = records_.list(tenant_hash(tenant));
-  } catch (const store::StoreRefused&) {
+    r = records_.list(tenant_hash(tenant));
+  } catch (const store::StoreRefused& e) {
+    throw ApiError(507, e.what(), "", "store_refused");
   }
-  std::vector<std::string> local;
-  ctx_.scheduler->run_job([&] { local = ctx_.sessions->list(tenant); });
-  if (!ids) return local;
-  std::set<std::string> all(ids->begin(), ids->end());
-  {
-    // Made here while the store was down: not in its list yet.
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& id : local) {
-      const auto it = held_.find({tenant, id});
-      if (it != held_.end() && it->second.dirty && it->second.base < 0) all.insert(id);
-    }
+  if (!r) throw unreachable("the session list is kept there");
+  if (r->second > 0) {
+    blocks_.metrics().add_recovering();
+    throw ApiError(503,
+                   "the session store is recovering from a loss: the list is complete again in "
+                   "about " +
+                       std::to_string(r->second) + " ms",
+                   "", "store_recovering");
   }
-  return {all.begin(), all.end()};
+  std::sort(r->first.begin(), r->first.end());
+  return r->first;
 }
 
 void SharedSessions::remove(const std::string& tenant, const std::string& id) {
+  using Outcome = store::SessionWrite::Outcome;
+  const Key key{tenant, id};
   Call call(*this, tenant, id);
-  const auto deadline = std::chrono::steady_clock::now() + wait_;
-  std::optional<int64_t> r;
+  const std::optional<Known> k = known(key);
+  const int64_t known_seq = k && !k->deleted ? k->version.seq : 0;
+  const std::string wid = store::SessionRecords::new_wid();
+  const auto deadline = std::chrono::steady_clock::now() + options_.wait;
+  std::optional<store::SessionWrite> w;
   for (;;) {
     try {
-      r = records_.remove(tenant_hash(tenant), id);
+      w = records_.remove(tenant_hash(tenant), id, known_seq, wid);
     } catch (const store::StoreRefused& e) {
       throw ApiError(507, e.what(), "", "store_refused");
     }
-    if (r || std::chrono::steady_clock::now() >= deadline) break;
+    if (w || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (!r) throw unreachable("a delete must reach it before it returns");
-  bool local = false;
-  ctx_.scheduler->run_job([&] { local = ctx_.sessions->holds(tenant, id); });
-  if (*r < 0 && !local) throw not_found(id);
-  forget(tenant, id);
+  if (!w) throw unreachable("a delete must reach it before it returns");
+  if (w->outcome == Outcome::Recovering) {
+    blocks_.metrics().add_recovering();
+    throw recovering(id, w->recovering_ms);
+  }
+  drop_copy(key);
+  const bool existed = w->outcome == Outcome::Committed || known_seq > 0;
+  if (w->outcome == Outcome::Committed || w->seq > 0) learn(key, {w->seq, wid}, true);
+  if (!existed) throw not_found(id);
 }
 
-void SharedSessions::sweep() {
-  std::vector<Key> dirty;
+void SharedSessions::wait_recovered(std::chrono::steady_clock::time_point deadline) {
+  bool said = false;
+  for (;;) {
+    std::optional<std::pair<std::string, int64_t>> gen;
+    try {
+      gen = records_.generation(/*force=*/true);
+    } catch (const store::StoreRefused&) {
+      return;
+    }
+    if (!gen || gen->second <= 0 || std::chrono::steady_clock::now() >= deadline) return;
+    if (!said)
+      log_("the store is in a recovery window for " + std::to_string(gen->second) +
+           " ms more (it restarted, failed over or is new): listening after it");
+    said = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(gen->second, 200)));
+  }
+}
+
+void SharedSessions::sweep(bool all) {
+  using State = store::SessionRecord::State;
+  // Tombstones are remembered for a while only (a loss later than that can bring a deleted
+  // session back; README's consistency section says so); versions for as long as the replica
+  // runs.
+  constexpr auto kTombstoneMemory = std::chrono::minutes(10);
+  constexpr size_t kSlice = 2000;
+  std::vector<Key> keys;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, h] : held_)
-      if (h.dirty && !calls_.count(key)) dirty.push_back(key);
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(known_, [&](const auto& kv) {
+      return kv.second.deleted && now - kv.second.since > kTombstoneMemory;
+    });
+    if (sweep_from_ >= known_.size()) sweep_from_ = 0;
+    auto it = std::next(known_.begin(), ptrdiff_t(all ? 0 : sweep_from_));
+    for (; it != known_.end() && (all || keys.size() < kSlice); ++it)
+      if (!calls_.count(it->first)) keys.push_back(it->first);
+    sweep_from_ = all || it == known_.end() ? 0 : sweep_from_ + kSlice;
   }
-  for (const Key& key : dirty) {
+  if (keys.empty()) return;
+  std::vector<std::pair<std::string, std::string>> ids;
+  for (const Key& k : keys) ids.push_back({tenant_hash(k.first), k.second});
+  const auto recs = records_.check_many(ids);
+  if (!recs) return;  // unreachable: the next round
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const store::SessionRecord& rec = (*recs)[i];
     std::unique_ptr<Call> call;
     try {
-      call.reset(new Call(*this, key.first, key.second));
+      call.reset(new Call(*this, keys[i].first, keys[i].second));
     } catch (const ApiError&) {
-      continue;  // a call on it runs: it publishes
+      continue;  // a call on it runs: it checks the store itself
     }
-    const std::optional<Held> h = held(key);
-    if (!h || !h->dirty) continue;
-    int64_t version = -1;
-    Outcome o;
+    const std::optional<Known> k = known(keys[i]);
+    if (!k) continue;
+    const bool behind = rec.state == State::Missing || rec.version.seq < k->version.seq ||
+                        (rec.version.seq == k->version.seq && rec.version.wid != k->version.wid);
+    const bool unfilled = rec.state == State::Pending && rec.version == k->version;
     try {
-      o = write(key.first, key.second, h->base, &version);
-    } catch (const store::StoreRefused& e) {
-      log_(std::string("warning: session '") + key.second + "' not published: " + e.what());
-      continue;
+      if (rec.state != State::Lost && (behind || (unfilled && holds(keys[i])))) {
+        restore(keys[i], *k);
+      } else if (rec.version.seq > k->version.seq || rec.state == State::Lost) {
+        // Moved on elsewhere (or lost): this copy is stale; remember the newer version.
+        drop_copy(keys[i]);
+        if (rec.state != State::Lost) learn(keys[i], rec.version, rec.state == State::Deleted);
+      }
+    } catch (const ApiError& e) {
+      if (e.status == 503) return;  // unreachable again: the next round
+      log_(std::string("warning: session '") + keys[i].second + "': " + e.what());
     }
-    if (o == Outcome::Unreachable) return;  // still down: the next round
-    if (o == Outcome::Committed) {
-      set_held(key, Held{version, false, -1});
-      log_("session '" + key.second + "': changes made while the store was unreachable published");
-      continue;
-    }
-    // Another replica wrote it meanwhile: the store's version wins, this copy goes.
-    blocks_.metrics().add_session_conflict();
-    log_("warning: session '" + key.second +
-         "': the changes made here while the store was unreachable are dropped: another "
-         "replica wrote it meanwhile");
-    call.reset();
-    forget(key.first, key.second);
-  }
-}
-
-size_t SharedSessions::catch_up(std::chrono::steady_clock::time_point deadline) {
-  for (;;) {
-    sweep();
-    size_t left = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [key, h] : held_) left += h.dirty;
-    }
-    if (left == 0 || std::chrono::steady_clock::now() >= deadline) return left;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }
 

@@ -5,17 +5,21 @@
 // prefilled, bit-exactly), a hybrid's or shifted one's whole — so any replica with the API key can
 // carry on any session where another left it.
 //
-// A call that changes a session publishes it before it replies (blocks first, then the record,
-// compare-and-set on the version the call started from): a replica killed after the reply loses
-// nothing, and of two replicas writing one session at once the second gets 409 and its change is
-// undone here, so nothing is torn. Quarantine and delete are fences: they return only once the
-// store has them (waiting up to --store-wait for it), so no replica that can reach the store
-// serves a pre-quarantine state after the quarantine returned.
+// The guarantee: a change is acknowledged (2xx) only once the store has it (compare-and-set on
+// the version the call started from; with --store-sync-replicas, once a Redis replica has it too),
+// and every later call on any replica either sees it or fails loudly: 409 session_conflict (another
+// replica wrote first; this change was undone), 409 session_lost (the store lost acknowledged
+// versions that no replica could put back), 503 store_unavailable (the store cannot be reached:
+// nothing is served from a copy that may be stale) or 503 store_recovering (a recovery window:
+// replicas are putting back what the store lost). Never a 200 with older content.
 //
-// Store down: calls on sessions this replica holds are served from its copies; changes are kept
-// (dirty) and published when the store is back, by the next call or by a sweep in the background
-// (note: a replica cut off from a store that the others still reach serves its copies as they
-// were; a quarantine made meanwhile through another replica reaches it when it reconnects).
+// What each replica remembers of a session (Known: its version, or its tombstone) outlives its
+// copy: after a loss (Redis restarted empty, a failover that lost the last writes, an evicted key)
+// the replicas put back what they acknowledged, highest version first, and a version someone
+// remembers but nobody holds any more is reported lost rather than silently replaced by an older
+// one. A background sweep watches the store's generation (a restart or failover) and re-checks
+// the sessions this replica knows, a slice every second, so losses are repaired within the
+// recovery window (--store-recovery-grace) even for sessions nobody is calling.
 #pragma once
 
 #include <chrono>
@@ -45,9 +49,12 @@ class SharedSessions {
   using Log = std::function<void(const std::string& line)>;
   // Reads an edit's missing tokens through the scheduler and commits it (fak_routes' run_edit).
   using Prefill = std::function<ojson(const SessionEdit&)>;
-  // wait: how long a fence waits for an unreachable store before it gives up (503).
-  SharedSessions(ServerContext& ctx, store::BlockStore& blocks, Log log,
-                 std::chrono::milliseconds wait);
+  struct Options {
+    std::chrono::milliseconds wait{10000};  // how long a write waits for an unreachable store
+    int64_t recovery_grace_ms = 3000;       // the recovery window (store/session_records.h)
+    int sync_replicas = 0;                  // Redis replicas a write waits for (WAIT)
+  };
+  SharedSessions(ServerContext& ctx, store::BlockStore& blocks, Log log, Options options);
   ~SharedSessions();
   SharedSessions(const SharedSessions&) = delete;
   SharedSessions& operator=(const SharedSessions&) = delete;
@@ -57,9 +64,9 @@ class SharedSessions {
   class Call {
    public:
     ~Call();
-    // The call changed the session: publish it (see the top of this file). fence: the store must
-    // have it before this returns.
-    void commit(bool fence = false);
+    // The call changed the session: it is in the store when this returns, or it was undone here
+    // and this throws (see the top of this file).
+    void commit();
 
    private:
     friend class SharedSessions;
@@ -71,7 +78,7 @@ class SharedSessions {
   };
 
   // An existing session, brought up to the store's version. 404 when it is gone, 409 when
-  // another call on it runs here, 503 when the store is unreachable and this replica has no copy.
+  // another call on it runs here or it was lost, 503 when the store is unreachable or recovering.
   std::unique_ptr<Call> open(const std::string& tenant, const std::string& id,
                              const Prefill& prefill);
   // Before making a session under a wanted id: 409 when the store has a live one.
@@ -81,17 +88,19 @@ class SharedSessions {
   std::unique_ptr<Call> made(const std::string& tenant, const std::string& id);
   std::vector<std::string> list(const std::string& tenant);
   void remove(const std::string& tenant, const std::string& id);
-  // Publishes the changes kept while the store was down; returns how many are left.
-  size_t catch_up(std::chrono::steady_clock::time_point deadline);
+  // Waits (up to the deadline) while the store is in a recovery window: a replica that starts
+  // then listens once it is over.
+  void wait_recovered(std::chrono::steady_clock::time_point deadline);
   // Whether this replica's copy may be dropped to make room (SessionStore::share).
   bool spare(const std::string& tenant, const std::string& id);
 
  private:
-  // What this replica knows of its copy of a session.
-  struct Held {
-    int64_t version = -1;  // the store's version it equals (when not dirty)
-    bool dirty = false;    // changed here while the store was unreachable
-    int64_t base = -1;     // dirty: the version those changes were made on (-1: none, a new one)
+  // What this replica knows of a session: the version it acknowledged or read last (its copy,
+  // when it holds one, is that version), or the tombstone of a delete.
+  struct Known {
+    store::SessionVersion version;
+    bool deleted = false;
+    std::chrono::steady_clock::time_point since;  // when learnt (tombstones are forgotten later)
   };
   struct Payload {
     std::string meta, blob;
@@ -100,28 +109,32 @@ class SharedSessions {
   using Key = std::pair<std::string, std::string>;
   void lock(const Key& key);  // 409 when held by another call
   void unlock(const Key& key);
-  std::optional<Held> held(const Key& key);
-  void set_held(const Key& key, std::optional<Held> h);
-  void ensure_current(const std::string& tenant, const std::string& id, const Prefill& prefill);
-  void materialise(const std::string& tenant, const std::string& id, const Prefill& prefill);
-  void forget(const std::string& tenant, const std::string& id);      // local copy and state
-  Payload payload(const std::string& tenant, const std::string& id);  // scheduler thread
-  enum class Outcome { Committed, Conflict, Unreachable };
-  // One attempt at writing what the replica holds, made on `expected`.
-  Outcome write(const std::string& tenant, const std::string& id, int64_t expected,
-                int64_t* version);
-  void publish(Call& call, bool fence);
+  std::optional<Known> known(const Key& key);
+  void learn(const Key& key, const store::SessionVersion& v, bool deleted);
+  bool holds(const Key& key);
+  void drop_copy(const Key& key);
+  // Brings this replica's copy to the store's version, or throws (404, 409 lost, 503).
+  void bring_current(const std::string& tenant, const std::string& id, const Prefill& prefill,
+                     int depth = 0);
+  void materialise(const std::string& tenant, const std::string& id, const Prefill& prefill,
+                   int depth);
+  // Puts what this replica knows of the session back into the store (the key must be locked).
+  store::SessionWrite restore(const Key& key, const Known& k);
+  Payload payload(const std::string& tenant, const std::string& id, bool blocks);  // scheduler
+  void publish(Call& call);
   void rollback(Call& call);
-  void sweep();  // the background catch-up
+  void sweep(bool all);  // the background check of what this replica knows
 
   ServerContext& ctx_;
   store::BlockStore& blocks_;
   store::SessionRecords records_;
   Log log_;
-  std::chrono::milliseconds wait_;
+  Options options_;
   std::mutex mu_;
   std::set<Key> calls_;
-  std::map<Key, Held> held_;
+  std::map<Key, Known> known_;
+  size_t sweep_from_ = 0;   // where the next slice of known_ starts
+  std::string generation_;  // the store's generation last seen
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread sweeper_;

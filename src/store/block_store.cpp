@@ -220,7 +220,7 @@ void BlockStore::publish(const std::string& partition, const Session& session) {
       return;
     }
     queued_bytes_ += bytes;
-    queue_.push_back(std::move(u));
+    queue_.push_back({std::move(u), std::chrono::steady_clock::now()});
     metrics_.set_queue_bytes(queued_bytes_);
   }
   cv_.notify_all();
@@ -257,23 +257,36 @@ bool BlockStore::upload(const std::vector<BlockUpload>& uploads) {
 void BlockStore::uploader() {
   for (;;) {
     std::vector<BlockUpload> batch;
+    std::chrono::steady_clock::time_point since;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
-      batch = std::move(queue_.front());
+      batch = std::move(queue_.front().blocks);
+      since = queue_.front().since;
       queue_.pop_front();
       uploading_ = true;
+      metrics_.set_oldest_queued(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
     }
     size_t bytes = 0;
     for (const auto& b : batch) bytes += b.bytes.size();
     // A cache: what the store cannot take now is dropped, not retried.
-    if (!upload(batch)) metrics_.add_dropped_upload();
+    if (upload(batch))
+      metrics_.observe_publish_lag(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
+    else
+      metrics_.add_dropped_upload();
     {
       std::lock_guard<std::mutex> lock(mu_);
       queued_bytes_ -= bytes;
       uploading_ = false;
       metrics_.set_queue_bytes(queued_bytes_);
+      metrics_.set_oldest_queued(queue_.empty()
+                                     ? 0.0
+                                     : std::chrono::duration<double>(
+                                           std::chrono::steady_clock::now() - queue_.front().since)
+                                           .count());
     }
     idle_cv_.notify_all();
   }

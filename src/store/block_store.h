@@ -118,7 +118,11 @@ class BlockStore {
 
   std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
-  std::deque<std::vector<BlockUpload>> queue_;
+  struct Queued {
+    std::vector<BlockUpload> blocks;
+    std::chrono::steady_clock::time_point since;  // when the reply's blocks were queued
+  };
+  std::deque<Queued> queue_;
   size_t queued_bytes_ = 0;
   bool uploading_ = false, stopping_ = false;
   std::chrono::steady_clock::time_point last_refusal_log_{};

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 
 namespace fak::store {
 
@@ -57,12 +58,13 @@ RedisUrl parse_redis_url(const std::string& url) {
     fail(flag + " " + url.substr(0, 9) +
          "...: TLS is not available: this fak uses Debian's hiredis 0.14, which has no TLS "
          "support; use redis:// (over a private network, or a TLS tunnel such as stunnel)");
-  if (s.rfind("redis://", 0) != 0)
-    fail(flag + ": '" + url.substr(0, 64) +
-         "' is not a redis://[user:password@]host:port[/db] URL");
-  s.remove_prefix(8);
-  const std::string bad =
-      flag + ": '" + url.substr(0, 64) + "' is not a redis://[user:password@]host:port[/db] URL";
+  const bool sentinel = s.rfind("redis-sentinel://", 0) == 0;
+  const std::string bad = flag + ": '" + url.substr(0, 64) +
+                          "' is not a redis://[user:password@]host:port[/db] or "
+                          "redis-sentinel://[user:password@]host:port[,host:port...]/primary[/db] "
+                          "URL";
+  if (!sentinel && s.rfind("redis://", 0) != 0) fail(bad);
+  s.remove_prefix(sentinel ? 17 : 8);
   std::string_view auth;
   if (const size_t at = s.rfind('@'); at != std::string_view::npos) {
     auth = s.substr(0, at);
@@ -73,23 +75,52 @@ RedisUrl parse_redis_url(const std::string& url) {
     hostport = s.substr(0, slash);
     db = s.substr(slash + 1);
   }
-  if (hostport.empty()) fail(bad);
-  if (hostport.front() == '[') {  // [::1]:6379
-    const size_t close = hostport.find(']');
-    if (close == std::string_view::npos) fail(bad);
-    u.host = std::string(hostport.substr(1, close - 1));
-    hostport.remove_prefix(close + 1);
-    if (!hostport.empty()) {
-      if (hostport.front() != ':') fail(bad);
-      u.port = parse_int(hostport.substr(1), 1, 65535, flag + ": the port must be 1-65535");
-    }
-  } else if (const size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
-    u.host = std::string(hostport.substr(0, colon));
-    u.port = parse_int(hostport.substr(colon + 1), 1, 65535, flag + ": the port must be 1-65535");
-  } else {
-    u.host = std::string(hostport);
+  if (sentinel) {  // primary-name[/db]
+    const size_t slash = db.find('/');
+    u.primary_name = std::string(db.substr(0, slash));
+    db = slash == std::string_view::npos ? std::string_view() : db.substr(slash + 1);
+    if (u.primary_name.empty())
+      fail(flag +
+           ": a redis-sentinel:// URL names the primary after the sentinels: "
+           "redis-sentinel://host:port[,host:port...]/primary-name");
   }
-  if (u.host.empty()) fail(bad);
+  const auto host_and_port = [&](std::string_view hp, int default_port) {
+    std::pair<std::string, int> out{"", default_port};
+    if (hp.empty()) fail(bad);
+    if (hp.front() == '[') {  // [::1]:6379
+      const size_t close = hp.find(']');
+      if (close == std::string_view::npos) fail(bad);
+      out.first = std::string(hp.substr(1, close - 1));
+      hp.remove_prefix(close + 1);
+      if (!hp.empty()) {
+        if (hp.front() != ':') fail(bad);
+        out.second = parse_int(hp.substr(1), 1, 65535, flag + ": the port must be 1-65535");
+      }
+    } else if (const size_t colon = hp.rfind(':'); colon != std::string_view::npos) {
+      out.first = std::string(hp.substr(0, colon));
+      out.second = parse_int(hp.substr(colon + 1), 1, 65535, flag + ": the port must be 1-65535");
+    } else {
+      out.first = std::string(hp);
+    }
+    if (out.first.empty()) fail(bad);
+    return out;
+  };
+  const auto shown_host = [](const std::pair<std::string, int>& hp) {
+    return (hp.first.find(':') != std::string::npos ? "[" + hp.first + "]" : hp.first) + ":" +
+           std::to_string(hp.second);
+  };
+  std::string hosts_shown;
+  if (sentinel) {
+    for (size_t at = 0; at <= hostport.size();) {
+      const size_t comma = std::min(hostport.find(',', at), hostport.size());
+      u.sentinels.push_back(host_and_port(hostport.substr(at, comma - at), 26379));
+      hosts_shown += (hosts_shown.empty() ? "" : ",") + shown_host(u.sentinels.back());
+      at = comma + 1;
+    }
+  } else {
+    std::tie(u.host, u.port) = host_and_port(hostport, 6379);
+    hosts_shown = shown_host({u.host, u.port});
+  }
   if (!db.empty()) u.db = parse_int(db, 0, 1 << 20, flag + ": the database must be a number");
   if (!auth.empty()) {
     const size_t colon = auth.find(':');
@@ -100,9 +131,9 @@ RedisUrl parse_redis_url(const std::string& url) {
       u.password = unescape(auth.substr(colon + 1), flag);
     }
   }
-  u.shown = "redis://" + (u.user.empty() && u.password.empty() ? "" : u.user + ":***@") +
-            (u.host.find(':') != std::string::npos ? "[" + u.host + "]" : u.host) + ":" +
-            std::to_string(u.port) + (u.db ? "/" + std::to_string(u.db) : "");
+  u.shown = std::string(sentinel ? "redis-sentinel://" : "redis://") +
+            (u.user.empty() && u.password.empty() ? "" : u.user + ":***@") + hosts_shown +
+            (sentinel ? "/" + u.primary_name : "") + (u.db ? "/" + std::to_string(u.db) : "");
   return u;
 }
 
@@ -118,8 +149,49 @@ void RedisConnection::close() {
   ctx_ = nullptr;
 }
 
+std::pair<std::string, int> RedisConnection::find_primary() {
+  std::string why = "no sentinel answered";
+  for (const auto& [host, port] : url_.sentinels) {
+    redisContext* c = redisConnectWithTimeout(host.c_str(), port, to_timeval(timeout_));
+    if (!c || c->err) {
+      why = "sentinel " + host + ":" + std::to_string(port) + ": " + (c ? c->errstr : "no memory");
+      if (c) redisFree(c);
+      continue;
+    }
+    redisSetTimeout(c, to_timeval(timeout_));
+    const char* argv[] = {"SENTINEL", "get-master-addr-by-name", url_.primary_name.c_str()};
+    const size_t len[] = {8, 23, url_.primary_name.size()};
+    auto* r = static_cast<redisReply*>(redisCommandArgv(c, 3, argv, len));
+    std::pair<std::string, int> out{"", 0};
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING)
+      out = {std::string(r->element[0]->str, r->element[0]->len), std::atoi(r->element[1]->str)};
+    else
+      why = "sentinel " + host + ":" + std::to_string(port) + " knows no primary '" +
+            url_.primary_name + "'";
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    if (out.second > 0) return out;
+  }
+  throw StoreUnavailable(url_.shown + ": " + why);
+}
+
 void RedisConnection::connect() {
-  ctx_ = redisConnectWithTimeout(url_.host.c_str(), url_.port, to_timeval(timeout_));
+  if (url_.sentinels.empty()) return connect_to(url_.host, url_.port);
+  const auto [host, port] = find_primary();
+  connect_to(host, port);
+  // A sentinel's answer can be a moment old (a failover under way): only a primary is used.
+  const RedisReply role = command({"ROLE"});
+  if (role.type != RedisReply::Type::Array || role.elements.empty() ||
+      role.elements[0].str != "master") {
+    close();
+    throw StoreUnavailable(url_.shown + ": " + host + ":" + std::to_string(port) +
+                           " is not the primary (a failover under way)");
+  }
+}
+
+void RedisConnection::connect_to(const std::string& host, int port) {
+  ctx_ = redisConnectWithTimeout(host.c_str(), port, to_timeval(timeout_));
   if (!ctx_ || ctx_->err) {
     const std::string why = ctx_ ? ctx_->errstr : "out of memory";
     close();
@@ -209,6 +281,12 @@ std::vector<RedisReply> RedisConnection::pipeline(const std::vector<RedisArgs>& 
   } catch (const StoreUnavailable& e) {
     throw lost(e.what());
   }
+  // A node that is no longer (or not yet) the primary: the connection goes, and the next one
+  // asks the sentinels again. Not a refusal of what was sent: the store is unavailable.
+  for (const RedisReply& r : out)
+    if (r.error() && (r.str.rfind("READONLY", 0) == 0 || r.str.rfind("MASTERDOWN", 0) == 0 ||
+                      r.str.rfind("LOADING", 0) == 0))
+      throw lost(r.str);
   return out;
 }
 
@@ -332,8 +410,9 @@ RedisPool::RedisPool(RedisUrl url, RedisPoolOptions options, Log log, Observe ob
 
 RedisPool::~RedisPool() = default;
 
-std::unique_ptr<RedisConnection> RedisPool::take() {
+std::unique_ptr<RedisConnection> RedisPool::take(bool* reused) {
   std::lock_guard<std::mutex> lock(mu_);
+  *reused = !idle_.empty();
   if (!idle_.empty()) {
     auto c = std::move(idle_.back());
     idle_.pop_back();
@@ -357,7 +436,8 @@ void RedisPool::failed(const std::string& why) {
   // One line when the store goes away, not one per call or per retry.
   if (!down_.exchange(true))
     log_("warning: store " + url_.shown + " unreachable (" + why +
-         "): serving from local memory, retrying with backoff");
+         "): /v1/fak/ session calls answer 503 until it is back, completions run on local "
+         "memory; retrying with backoff");
 }
 
 void RedisPool::succeeded() {
@@ -377,23 +457,33 @@ bool RedisPool::run(const std::function<void(RedisConnection&)>& fn, bool force)
     // This call is the retry; the others keep skipping until it is done.
     retry_at_ = std::chrono::steady_clock::now() + backoff_;
   }
-  auto c = take();
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    fn(*c);
-  } catch (const StoreUnavailable& e) {
+  // note: a connection kept idle may have died with a Redis that restarted or failed over since;
+  // its failure says nothing of the store now, so the call is tried once more on a new one.
+  for (int attempt = 0;; ++attempt) {
+    bool reused = false;
+    auto c = take(&reused);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      fn(*c);
+    } catch (const StoreUnavailable& e) {
+      if (observe_)
+        observe_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                 c->bytes_out(), c->bytes_in(), true);
+      if (reused && attempt == 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        idle_.clear();  // they are as old as this one
+        continue;
+      }
+      failed(e.what());
+      return false;
+    }
     if (observe_)
       observe_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               c->bytes_out(), c->bytes_in(), true);
-    failed(e.what());
-    return false;
+               c->bytes_out(), c->bytes_in(), false);
+    give_back(std::move(c));
+    succeeded();
+    return true;
   }
-  if (observe_)
-    observe_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-             c->bytes_out(), c->bytes_in(), false);
-  give_back(std::move(c));
-  succeeded();
-  return true;
 }
 
 }  // namespace fak::store

@@ -26,13 +26,18 @@ struct redisContext;
 
 namespace fak::store {
 
-// redis://[user:password@]host:port[/db]. rediss:// is refused: Debian's hiredis (0.14) has no
-// TLS.
+// redis://[user:password@]host:port[/db], or
+// redis-sentinel://[user:password@]host:port[,host:port...]/primary-name[/db]: Redis Sentinel
+// (high availability): the sentinels are asked where the primary is, on every new connection, so
+// a failover is followed. The user and password are the data nodes' (sentinels are reached
+// without one). rediss:// is refused: Debian's hiredis (0.14) has no TLS.
 struct RedisUrl {
   std::string host;
   int port = 6379;
   std::string user, password;
   int db = 0;
+  std::vector<std::pair<std::string, int>> sentinels;  // redis-sentinel://: where to ask
+  std::string primary_name;                            // redis-sentinel://: which primary
   std::string shown;  // the URL without its password, for log lines
 };
 // Throws fak::Error naming --store and what is wrong.
@@ -97,6 +102,9 @@ class RedisConnection {
 
  private:
   void connect();
+  void connect_to(const std::string& host, int port);
+  // redis-sentinel://: where the sentinels say the primary is now.
+  std::pair<std::string, int> find_primary();
   void close();
   RedisReply read_reply(int depth, BulkArena* arena);
   std::string_view read_line();
@@ -128,15 +136,19 @@ class RedisPool {
   // Runs fn on a connection. False, without calling fn, while the store is backing off after a
   // failure (unless force: a caller with nothing else to serve tries anyway); false when fn
   // throws StoreUnavailable (the store is then marked down). Other exceptions pass through.
+  // fn may run twice: a failure on a connection kept idle (which may have died with a Redis that
+  // restarted or failed over since) is tried once more on a new connection, so fn must be safe
+  // to repeat (session writes are: a retry carries the same version id).
   bool run(const std::function<void(RedisConnection&)>& fn, bool force = false);
   // Whether the last call reached the store (no backoff pending).
   bool up() const { return !down_.load(); }
   // Increments each time the store comes back after being down (so watchers can catch up).
   uint64_t recoveries() const { return recoveries_.load(); }
   const RedisUrl& url() const { return url_; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
 
  private:
-  std::unique_ptr<RedisConnection> take();
+  std::unique_ptr<RedisConnection> take(bool* reused);
   void give_back(std::unique_ptr<RedisConnection> c);
   void failed(const std::string& why);
   void succeeded();

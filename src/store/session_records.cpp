@@ -1,5 +1,7 @@
 #include "store/session_records.h"
 
+#include <openssl/rand.h>
+
 #include "store/block_store.h"
 #include "store/store_keys.h"
 
@@ -7,102 +9,341 @@ namespace fak::store {
 
 namespace {
 
-// KEYS: session hash, the tenant's id set, the version counter. ARGV: expected version, meta,
-// blob ("" for none), id. Returns {1, new version} or {0, the version there (-1: none)}.
-// note: HGET of a missing field is false in Redis's Lua, not nil.
-constexpr const char* kWrite = R"lua(
-local v = redis.call('HGET', KEYS[1], 'v')
-local cur = -1
-if v and not redis.call('HGET', KEYS[1], 'deleted') then cur = tonumber(v) end
-if cur ~= tonumber(ARGV[1]) then return {0, cur} end
-local nv = redis.call('INCR', KEYS[3])
-redis.call('DEL', KEYS[1])
-if ARGV[3] == '' then
-  redis.call('HSET', KEYS[1], 'v', nv, 'meta', ARGV[2])
-else
-  redis.call('HSET', KEYS[1], 'v', nv, 'meta', ARGV[2], 'blob', ARGV[3])
+// Shared by every script. KEYS[1]: the session's hash, KEYS[2]: the tenant's id set, KEYS[3]: the
+// generation. ARGV[1]: the recovery window in ms. Record fields: seq, wid, meta, blob, and the
+// markers deleted, pending, lost, restored (the Redis time in ms of the first restore).
+// note: HGET of a missing field is false in Redis's Lua, not nil. A script on a replica (a
+// demoted primary after a failover) answers 'notprimary' before reading anything: its data may be
+// behind, and a write there would fail anyway.
+constexpr const char* kPrelude = R"lua(
+if string.match(redis.call('INFO', 'replication'), 'role:(%a+)') ~= 'master' then
+  return {'notprimary'}
 end
-redis.call('SADD', KEYS[2], ARGV[4])
-return {1, nv}
+local grace = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local g = redis.call('HMGET', KEYS[3], 'run', 'since')
+local since = tonumber(g[2])
+if g[1] ~= run or not since then
+  since = now
+  redis.call('HSET', KEYS[3], 'run', run, 'since', since)
+end
+local r = redis.call('HMGET', KEYS[1], 'seq', 'wid', 'deleted', 'pending', 'lost', 'restored')
+local untl = since + grace
+if r[6] then untl = math.max(untl, tonumber(r[6]) + grace) end
+local left = math.max(0, untl - now)
+local st = 'missing'
+if r[1] then
+  if r[5] then st = 'lost' elseif r[3] then st = 'deleted' elseif r[4] then st = 'pending'
+  else st = 'live' end
+end
+local seq = tonumber(r[1] or '0')
+local wid = r[2] or ''
 )lua";
 
-// Same KEYS; ARGV: id. Returns the tombstone's version, or -1 when there was no session.
-constexpr const char* kRemove = R"lua(
-local v = redis.call('HGET', KEYS[1], 'v')
-if not v or redis.call('HGET', KEYS[1], 'deleted') then return -1 end
-local nv = redis.call('INCR', KEYS[3])
+// ARGV[2]: '1' to return meta and blob. Returns {state, seq, wid, window ms left[, meta, blob]}.
+constexpr const char* kCheck = R"lua(
+local out = {st, seq, wid, left}
+if ARGV[2] == '1' and st == 'live' then
+  local c = redis.call('HMGET', KEYS[1], 'meta', 'blob')
+  out[5] = c[1] or ''
+  out[6] = c[2] or ''
+end
+return out
+)lua";
+
+// ARGV[2]: expected seq (0: a new session), [3]: expected wid, [4]: the new wid, [5]: meta,
+// [6]: blob ('' for none), [7]: the session id. Returns {outcome, seq, window ms left}.
+constexpr const char* kWrite = R"lua(
+if st == 'live' and wid == ARGV[4] then return {'committed', seq, 0} end
+if left > 0 then return {'recovering', seq, left} end
+if st == 'lost' or st == 'pending' then return {'lost', seq, 0} end
+if tonumber(ARGV[2]) == 0 then
+  if st == 'live' then return {'conflict', seq, 0} end
+elseif st ~= 'live' or seq ~= tonumber(ARGV[2]) or wid ~= ARGV[3] then
+  return {'conflict', seq, 0}
+end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'v', nv, 'deleted', '1')
-redis.call('SREM', KEYS[2], ARGV[1])
-return nv
+if ARGV[6] == '' then
+  redis.call('HSET', KEYS[1], 'seq', seq + 1, 'wid', ARGV[4], 'meta', ARGV[5])
+else
+  redis.call('HSET', KEYS[1], 'seq', seq + 1, 'wid', ARGV[4], 'meta', ARGV[5], 'blob', ARGV[6])
+end
+redis.call('SADD', KEYS[2], ARGV[7])
+return {'committed', seq + 1, 0}
 )lua";
 
-}  // namespace
+// ARGV[2]: the seq this replica knows (0: none), [3]: the tombstone's wid, [4]: the session id.
+// Returns {'committed' | 'absent' | 'recovering', seq, window ms left}.
+constexpr const char* kRemove = R"lua(
+if st == 'deleted' and wid == ARGV[3] then return {'committed', seq, 0} end
+if left > 0 then return {'recovering', seq, left} end
+local known = tonumber(ARGV[2])
+if (st == 'missing' or st == 'deleted') and known <= seq then return {'absent', seq, 0} end
+local nseq = math.max(seq, known) + 1
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'seq', nseq, 'wid', ARGV[3], 'deleted', '1')
+redis.call('SREM', KEYS[2], ARGV[4])
+if st == 'live' or st == 'lost' or st == 'pending' then return {'committed', nseq, 0} end
+return {'absent', nseq, 0}
+)lua";
 
-SessionRecords::SessionRecords(BlockStore& blocks, std::string ns)
-    : blocks_(blocks), ns_(std::move(ns)) {}
+// ARGV[2]: seq, [3]: wid, [4]: 'copy' | 'ghost' | 'tomb', [5]: meta, [6]: blob, [7]: id.
+// Returns {'committed' | 'lost', seq, window ms left}.
+constexpr const char* kRestore = R"lua(
+local mine = tonumber(ARGV[2])
+-- A lost record carries the highest seq any replica knew, so that its delete's tombstone is
+-- above everything they remember.
+if st == 'lost' then
+  if mine > seq then redis.call('HSET', KEYS[1], 'seq', mine) end
+  return {'lost', math.max(seq, mine), left}
+end
+if st ~= 'missing' and seq == mine and wid == ARGV[3] then
+  if st == 'pending' and ARGV[4] == 'copy' then
+    redis.call('HDEL', KEYS[1], 'pending')
+    if ARGV[6] == '' then
+      redis.call('HSET', KEYS[1], 'meta', ARGV[5])
+    else
+      redis.call('HSET', KEYS[1], 'meta', ARGV[5], 'blob', ARGV[6])
+    end
+  end
+  return {'committed', seq, left}
+end
+if st ~= 'missing' and seq > mine then return {'committed', seq, left} end
+if st == 'missing' or (left > 0 and seq < mine) then
+  local restored = r[6] or now
+  redis.call('DEL', KEYS[1])
+  if ARGV[4] == 'tomb' then
+    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'deleted', '1', 'restored', restored)
+    redis.call('SREM', KEYS[2], ARGV[7])
+  elseif ARGV[4] == 'ghost' then
+    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'pending', '1', 'restored', restored)
+    redis.call('SADD', KEYS[2], ARGV[7])
+  else
+    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'meta', ARGV[5], 'restored', restored)
+    if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'blob', ARGV[6]) end
+    redis.call('SADD', KEYS[2], ARGV[7])
+  end
+  return {'committed', mine, math.max(left, restored + grace - now)}
+end
+-- Behind what this replica acknowledged, after its window (or two states of one version): the
+-- acknowledged writes are gone for the replicas that served the record meanwhile.
+redis.call('HSET', KEYS[1], 'lost', '1', 'seq', math.max(seq, mine))
+return {'lost', math.max(seq, mine), 0}
+)lua";
 
-std::optional<RedisReply> SessionRecords::run(const RedisArgs& args, bool force) {
-  RedisReply r;
-  if (!blocks_.call([&](RedisConnection& c) { r = c.command(args); }, force)) return std::nullopt;
-  if (r.error()) {
-    blocks_.refused("a session " + std::string(args[0]), r.str);
-    throw StoreRefused("the session store (" + blocks_.pool().url().shown + ") refused: " + r.str);
-  }
-  return r;
+// ARGV: the recovery window only. Returns {window ms left, members...}.
+constexpr const char* kList = R"lua(
+local ids = redis.call('SMEMBERS', KEYS[2])
+table.insert(ids, 1, math.max(0, since + grace - now))
+return ids
+)lua";
+
+// ARGV: the recovery window only. Returns {"run:since", window ms left}.
+constexpr const char* kGeneration = R"lua(
+return {run .. ':' .. since, math.max(0, since + grace - now)}
+)lua";
+
+const std::string& script(const char* body) {
+  // One string per script: the prelude then the body (EVAL caches them by SHA on the server).
+  static const std::string check = std::string(kPrelude) + kCheck,
+                           write = std::string(kPrelude) + kWrite,
+                           remove = std::string(kPrelude) + kRemove,
+                           restore = std::string(kPrelude) + kRestore,
+                           list = std::string(kPrelude) + kList,
+                           generation = std::string(kPrelude) + kGeneration;
+  if (body == kCheck) return check;
+  if (body == kWrite) return write;
+  if (body == kRemove) return remove;
+  if (body == kRestore) return restore;
+  if (body == kList) return list;
+  return generation;
 }
 
-static std::optional<SessionRecord> parse_record(const std::optional<RedisReply>& r) {
-  if (!r) return std::nullopt;
+bool not_primary(const RedisReply& r) {
+  return r.type == RedisReply::Type::Array && r.elements.size() == 1 &&
+         r.elements[0].str == "notprimary";
+}
+
+int64_t to_int(const RedisReply& r) {
+  if (r.type == RedisReply::Type::Integer) return r.integer;
+  return std::atoll(std::string(r.text()).c_str());
+}
+
+SessionRecord parse_check(const RedisReply& r) {
+  const auto& e = r.elements;
+  if (r.type != RedisReply::Type::Array || e.size() < 4)
+    throw StoreRefused("the session store answered a lookup with something unexpected");
   SessionRecord rec;
-  const auto& e = r->elements;
-  if (r->type != RedisReply::Type::Array || e.size() < 2 || e[0].nil()) return rec;
-  rec.version = std::atoll(e[0].str.c_str());
-  rec.state = e[1].nil() ? SessionRecord::State::Live : SessionRecord::State::Deleted;
-  if (e.size() > 2 && !e[2].nil()) rec.meta = e[2].str;
-  if (e.size() > 3 && !e[3].nil()) rec.blob = e[3].str;
+  const std::string& st = e[0].str;
+  rec.state = st == "live"      ? SessionRecord::State::Live
+              : st == "deleted" ? SessionRecord::State::Deleted
+              : st == "pending" ? SessionRecord::State::Pending
+              : st == "lost"    ? SessionRecord::State::Lost
+                                : SessionRecord::State::Missing;
+  rec.version = {to_int(e[1]), e[2].str};
+  rec.recovering_ms = to_int(e[3]);
+  if (e.size() > 4) rec.meta = std::string(e[4].text());
+  if (e.size() > 5) rec.blob = std::string(e[5].text());
   return rec;
 }
 
-std::optional<SessionRecord> SessionRecords::version(const std::string& tenant,
-                                                     const std::string& id, bool force) {
-  const std::string key = session_key(ns_, tenant, id);
-  return parse_record(run({"HMGET", key, "v", "deleted"}, force));
+SessionWrite parse_write(const RedisReply& r) {
+  const auto& e = r.elements;
+  if (r.type != RedisReply::Type::Array || e.size() < 3)
+    throw StoreRefused("the session store answered a write with something unexpected");
+  SessionWrite w;
+  const std::string& o = e[0].str;
+  w.outcome = o == "committed"    ? SessionWrite::Outcome::Committed
+              : o == "recovering" ? SessionWrite::Outcome::Recovering
+              : o == "lost"       ? SessionWrite::Outcome::Lost
+              : o == "absent"     ? SessionWrite::Outcome::Absent
+                                  : SessionWrite::Outcome::Conflict;
+  w.seq = to_int(e[1]);
+  w.recovering_ms = to_int(e[2]);
+  return w;
 }
 
-std::optional<SessionRecord> SessionRecords::read(const std::string& tenant,
-                                                  const std::string& id) {
-  const std::string key = session_key(ns_, tenant, id);
-  // Only after version() found it: the store answered a moment ago, so try even in a backoff.
-  return parse_record(run({"HMGET", key, "v", "deleted", "meta", "blob"}, true));
+}  // namespace
+
+SessionRecords::SessionRecords(BlockStore& blocks, std::string ns, int64_t grace_ms)
+    : blocks_(blocks), ns_(std::move(ns)), grace_(std::to_string(grace_ms)) {}
+
+std::string SessionRecords::new_wid() {
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof b) != 1) fail("no random bytes for a session version");
+  static const char* kDigits = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) {
+    s += kDigits[c >> 4];
+    s += kDigits[c & 15];
+  }
+  return s;
+}
+
+std::optional<std::vector<RedisReply>> SessionRecords::run(const std::vector<RedisArgs>& commands,
+                                                           bool force) {
+  std::vector<RedisReply> r;
+  const bool ok = blocks_.call(
+      [&](RedisConnection& c) {
+        r = c.pipeline(commands);
+        // A replica (a demoted primary): the pool drops its connections and finds the primary
+        // again on the next call.
+        for (const RedisReply& x : r)
+          if (not_primary(x))
+            throw StoreUnavailable(blocks_.pool().url().shown + " is not the primary");
+      },
+      force);
+  if (!ok) return std::nullopt;
+  for (const RedisReply& x : r)
+    if (x.error()) {
+      blocks_.refused("a session " + std::string(commands[0][0]), x.str);
+      throw StoreRefused("the session store (" + blocks_.pool().url().shown +
+                         ") refused: " + x.str);
+    }
+  return r;
+}
+
+std::optional<SessionRecord> SessionRecords::check(const std::string& tenant, const std::string& id,
+                                                   bool with_content, bool force) {
+  const std::string key = session_key(ns_, tenant, id), list = session_list_key(ns_, tenant),
+                    gen = generation_key(ns_);
+  const auto r =
+      run({{"EVAL", script(kCheck), "3", key, list, gen, grace_, with_content ? "1" : "0"}}, force);
+  if (!r) return std::nullopt;
+  return parse_check((*r)[0]);
+}
+
+std::optional<std::vector<SessionRecord>> SessionRecords::check_many(
+    const std::vector<std::pair<std::string, std::string>>& tenant_ids) {
+  std::vector<std::string> keys;
+  keys.reserve(tenant_ids.size() * 2);
+  for (const auto& [tenant, id] : tenant_ids) {
+    keys.push_back(session_key(ns_, tenant, id));
+    keys.push_back(session_list_key(ns_, tenant));
+  }
+  const std::string gen = generation_key(ns_);
+  std::vector<RedisArgs> commands;
+  for (size_t i = 0; i < tenant_ids.size(); ++i)
+    commands.push_back(
+        {"EVAL", script(kCheck), "3", keys[2 * i], keys[2 * i + 1], gen, grace_, "0"});
+  const auto r = run(commands, /*force=*/false);
+  if (!r) return std::nullopt;
+  std::vector<SessionRecord> out;
+  for (const RedisReply& x : *r) out.push_back(parse_check(x));
+  return out;
 }
 
 std::optional<SessionWrite> SessionRecords::write(const std::string& tenant, const std::string& id,
-                                                  int64_t expected, const std::string& meta,
-                                                  const std::string& blob) {
+                                                  const SessionVersion& expected,
+                                                  const std::string& wid, const std::string& meta,
+                                                  const std::string& blob, int sync_replicas) {
   const std::string key = session_key(ns_, tenant, id), list = session_list_key(ns_, tenant),
-                    counter = version_key(ns_), want = std::to_string(expected);
-  const auto r = run({"EVAL", kWrite, "3", key, list, counter, want, meta, blob, id});
+                    gen = generation_key(ns_), seq = std::to_string(expected.seq),
+                    replicas = std::to_string(sync_replicas),
+                    wait_ms = std::to_string(blocks_.pool().timeout().count());
+  std::vector<RedisArgs> commands = {{"EVAL", script(kWrite), "3", key, list, gen, grace_, seq,
+                                      expected.wid, wid, meta, blob, id}};
+  // Acknowledged only once a replica of Redis has it too (where there are replicas): a failover
+  // to that replica then keeps it. WAIT answers how many did; fewer is logged, not refused (the
+  // primary has it, and the replicas that acknowledged it can restore it after a loss).
+  if (sync_replicas > 0) commands.push_back({"WAIT", replicas, wait_ms});
+  const auto r = run(commands);
   if (!r) return std::nullopt;
-  if (r->type != RedisReply::Type::Array || r->elements.size() != 2)
-    throw StoreRefused("the session store answered a write with something unexpected");
-  return SessionWrite{r->elements[0].integer == 1, r->elements[1].integer};
+  SessionWrite w = parse_write((*r)[0]);
+  if (sync_replicas > 0 && w.outcome == SessionWrite::Outcome::Committed &&
+      (*r)[1].integer < sync_replicas)
+    blocks_.metrics().add_unreplicated_write();
+  return w;
 }
 
-std::optional<int64_t> SessionRecords::remove(const std::string& tenant, const std::string& id) {
+std::optional<SessionWrite> SessionRecords::remove(const std::string& tenant, const std::string& id,
+                                                   int64_t known_seq, const std::string& wid) {
   const std::string key = session_key(ns_, tenant, id), list = session_list_key(ns_, tenant),
-                    counter = version_key(ns_);
-  const auto r = run({"EVAL", kRemove, "3", key, list, counter, id});
+                    gen = generation_key(ns_), known = std::to_string(known_seq);
+  const auto r = run({{"EVAL", script(kRemove), "3", key, list, gen, grace_, known, wid, id}});
   if (!r) return std::nullopt;
-  return r->integer;
+  return parse_write((*r)[0]);
 }
 
-std::optional<std::vector<std::string>> SessionRecords::list(const std::string& tenant) {
-  const auto r = run({"SMEMBERS", session_list_key(ns_, tenant)});
+std::optional<SessionWrite> SessionRecords::restore(const std::string& tenant,
+                                                    const std::string& id,
+                                                    const SessionVersion& version, RestoreKind kind,
+                                                    const std::string& meta,
+                                                    const std::string& blob) {
+  const std::string key = session_key(ns_, tenant, id), list = session_list_key(ns_, tenant),
+                    gen = generation_key(ns_), seq = std::to_string(version.seq);
+  const char* k = kind == RestoreKind::Copy    ? "copy"
+                  : kind == RestoreKind::Ghost ? "ghost"
+                                               : "tomb";
+  const auto r = run({{"EVAL", script(kRestore), "3", key, list, gen, grace_, seq, version.wid, k,
+                       meta, blob, id}});
   if (!r) return std::nullopt;
-  std::vector<std::string> ids;
-  for (const auto& e : r->elements) ids.push_back(e.str);
-  return ids;
+  return parse_write((*r)[0]);
+}
+
+std::optional<std::pair<std::vector<std::string>, int64_t>> SessionRecords::list(
+    const std::string& tenant) {
+  // KEYS[1] is the generation's hash: the prelude reads no session here.
+  const std::string list = session_list_key(ns_, tenant), gen = generation_key(ns_);
+  const auto r = run({{"EVAL", script(kList), "3", gen, list, gen, grace_}});
+  if (!r) return std::nullopt;
+  const auto& e = (*r)[0].elements;
+  if (e.empty()) throw StoreRefused("the session store answered a list with something unexpected");
+  std::pair<std::vector<std::string>, int64_t> out{{}, to_int(e[0])};
+  for (size_t i = 1; i < e.size(); ++i) out.first.push_back(e[i].str);
+  return out;
+}
+
+std::optional<std::pair<std::string, int64_t>> SessionRecords::generation(bool force) {
+  const std::string gen = generation_key(ns_);
+  const auto r = run({{"EVAL", script(kGeneration), "3", gen, gen, gen, grace_}}, force);
+  if (!r) return std::nullopt;
+  const auto& e = (*r)[0].elements;
+  if (e.size() != 2)
+    throw StoreRefused("the session store answered a generation with something unexpected");
+  return std::pair<std::string, int64_t>{e[0].str, to_int(e[1])};
 }
 
 }  // namespace fak::store

@@ -3,11 +3,30 @@
 // by content (hybrid models, shifted rows), the whole session as Session::to_bytes writes it.
 // Dense sessions' KV lives in the content-addressed block records the prefix cache shares.
 //
-// Every write is a compare-and-set in one Lua script (atomic in Redis): it names the version it
-// was made on, and only the first writer of a version wins; each write takes a fresh version from
-// one counter, so a session deleted and made again never repeats a version a replica may hold.
-// A delete leaves a tombstone (no TTL: a few bytes), so a replica holding an old copy learns the
-// session is gone rather than that the store lost it.
+// Versions. A version is (seq, wid): seq counts the session's writes (it goes on across a delete
+// and a re-create), wid is a random id the writer draws for each write. Equal versions are equal
+// states: two writes never share a wid, so a store that restarted empty, lost a key or failed over
+// to a replica that missed the last writes can never make a replica take a stale copy for the
+// current one (a global counter could restart and hand out a number again; a wid cannot repeat).
+// Every write is a compare-and-set in one Lua script (atomic in Redis) on the version it was made
+// on, and a retried write (its reply was lost) is recognised by its wid and answered the same.
+//
+// Losses. The store may lose what it acknowledged: Redis restarted without persistence, a failover
+// to a replica that missed the last writes, a key evicted under an allkeys policy. The replicas
+// still hold what they acknowledged (their copies, or only the version of a copy they dropped),
+// so a loss is repaired from them, highest version first, inside a recovery window:
+//   - a generation names which Redis process serves the dataset (its run_id, in <ns>gen); a
+//     restart or a failover starts a new generation and a window of `grace` ms (Redis time);
+//   - a record found missing, or behind what a replica knows, is restored by that replica (its
+//     copy, or a pending placeholder when it kept only the version), which opens a window on that
+//     record; other replicas raise it to a higher version they hold while the window is open;
+//   - during a window no call is served from the record (503 store_recovering): a replica that
+//     holds an older copy must not answer before the one holding the newest has restored it;
+//   - after the window, a record still behind a version some replica knows means acknowledged
+//     writes are gone: the record is marked lost, and every replica answers 409 session_lost for
+//     it (never a 200 with older content) until a client deletes it.
+// A delete leaves a tombstone (a few bytes, no TTL) that restores like a version, so a session
+// deleted just before a loss is not brought back by a replica that held a copy.
 #pragma once
 
 #include <cstdint>
@@ -21,18 +40,33 @@ namespace fak::store {
 
 class BlockStore;
 
-struct SessionRecord {
-  enum class State { Missing, Deleted, Live };
-  State state = State::Missing;
-  int64_t version = -1;  // Live and Deleted
-  std::string meta;      // Live, when read whole: JSON
-  std::string blob;      // Live, when read whole: Session::to_bytes, or empty
+struct SessionVersion {
+  int64_t seq = 0;  // 0: none
+  std::string wid;
+  bool operator==(const SessionVersion&) const = default;
 };
 
-// The outcome of a write.
+struct SessionRecord {
+  enum class State { Missing, Live, Deleted, Pending, Lost };
+  State state = State::Missing;
+  SessionVersion version;
+  int64_t recovering_ms = 0;  // > 0: in a recovery window for that long (nothing is served)
+  std::string meta;           // Live, when read with content: JSON
+  std::string blob;           // Live, when read with content: Session::to_bytes, or empty
+};
+
+// What a write, a delete or a restore came to.
 struct SessionWrite {
-  bool committed = false;
-  int64_t version = -1;  // the new version, or the one that won (-1: none, or deleted)
+  enum class Outcome {
+    Committed,   // written (restore: the record holds this version now, or a newer one)
+    Conflict,    // the record is not at the expected version (or exists, for a new session)
+    Recovering,  // in a recovery window: nothing written, retry after it
+    Lost,        // the record is marked lost (or this restore marked it)
+    Absent,      // delete: there was no session
+  };
+  Outcome outcome = Outcome::Conflict;
+  int64_t seq = 0;  // the record's seq after the call
+  int64_t recovering_ms = 0;
 };
 
 // Redis answered a session write with an error (out of memory, a value over its limits).
@@ -43,26 +77,42 @@ class StoreRefused : public Error {
 
 class SessionRecords {
  public:
-  // Calls go through blocks' pool (its metrics, its backoff).
-  SessionRecords(BlockStore& blocks, std::string ns);
+  // Calls go through blocks' pool (its metrics, its backoff). grace_ms: the recovery window.
+  SessionRecords(BlockStore& blocks, std::string ns, int64_t grace_ms);
 
   // Each returns nullopt when the store is unreachable (or backing off, unless force);
   // StoreRefused when Redis answers with an error.
-  std::optional<SessionRecord> version(const std::string& tenant, const std::string& id,
-                                       bool force = false);
-  std::optional<SessionRecord> read(const std::string& tenant, const std::string& id);
-  // expected: the version the write was made on; -1: the session must not exist (or be deleted).
+  std::optional<SessionRecord> check(const std::string& tenant, const std::string& id,
+                                     bool with_content = false, bool force = true);
+  // Several records at once (one round trip), without content.
+  std::optional<std::vector<SessionRecord>> check_many(
+      const std::vector<std::pair<std::string, std::string>>& tenant_ids);
+  // expected.seq == 0: a new session (none live under the id). wid: this write's new version id.
   std::optional<SessionWrite> write(const std::string& tenant, const std::string& id,
-                                    int64_t expected, const std::string& meta,
-                                    const std::string& blob);
-  // A tombstone in its place; returns the tombstone's version, or -1 when there was no session.
-  std::optional<int64_t> remove(const std::string& tenant, const std::string& id);
-  std::optional<std::vector<std::string>> list(const std::string& tenant);
+                                    const SessionVersion& expected, const std::string& wid,
+                                    const std::string& meta, const std::string& blob,
+                                    int sync_replicas);
+  // A tombstone above the record and above `known_seq` (what this replica knows of it).
+  std::optional<SessionWrite> remove(const std::string& tenant, const std::string& id,
+                                     int64_t known_seq, const std::string& wid);
+  enum class RestoreKind { Copy, Ghost, Tombstone };
+  // Puts back what this replica knows (see the top of this file).
+  std::optional<SessionWrite> restore(const std::string& tenant, const std::string& id,
+                                      const SessionVersion& version, RestoreKind kind,
+                                      const std::string& meta, const std::string& blob);
+  // The tenant's session ids; Recovering (with no ids) during a generation's window.
+  std::optional<std::pair<std::vector<std::string>, int64_t>> list(const std::string& tenant);
+  // The generation's identity ("run:since") and how long its window still lasts.
+  std::optional<std::pair<std::string, int64_t>> generation(bool force = false);
+
+  // A fresh version id (128 random bits, hex).
+  static std::string new_wid();
 
  private:
-  std::optional<RedisReply> run(const RedisArgs& args, bool force = false);
+  std::optional<std::vector<RedisReply>> run(const std::vector<RedisArgs>& commands,
+                                             bool force = true);
   BlockStore& blocks_;
-  std::string ns_;
+  std::string ns_, grace_;
 };
 
 }  // namespace fak::store

@@ -10,7 +10,8 @@
 //                                policy may evict it.
 //   <ns>s:<tenant>:<session id>  a /v1/fak/ session (a hash: version, meta, blob). Data: no TTL.
 //   <ns>l:<tenant>               the tenant's session ids (a set)
-//   <ns>version                  the counter every session write takes its version from
+//   <ns>gen                      the dataset's generation: the run_id of the Redis process that
+//                                serves it and when it was first seen (store/session_records.h)
 //
 // <tenant> is server/tenant.cpp's hash of the API key: no key is ever written to the store.
 #pragma once
@@ -40,8 +41,8 @@ inline std::string session_key(const std::string& ns, const std::string& tenant,
 inline std::string session_list_key(const std::string& ns, const std::string& tenant) {
   return ns + "l:" + tenant;
 }
-inline std::string version_key(const std::string& ns) {
-  return ns + "version";
+inline std::string generation_key(const std::string& ns) {
+  return ns + "gen";
 }
 
 }  // namespace fak::store

@@ -15,6 +15,14 @@ void StoreMetrics::observe_call(double seconds, size_t out, size_t in, bool fail
   latency_sum_ += seconds;
 }
 
+void StoreMetrics::observe_publish_lag(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < kBuckets.size(); ++i)
+    if (seconds <= kBuckets[i]) ++lag_counts_[i];
+  ++lag_n_;
+  lag_sum_ += seconds;
+}
+
 std::string StoreMetrics::render(bool up) const {
   std::string out;
   char line[256];
@@ -56,20 +64,39 @@ std::string StoreMetrics::render(bool up) const {
       "sessions loaded from the store onto this replica", sessions_materialised_.load());
   add("fak_store_session_conflicts_total", "counter",
       "session writes that lost a race with another replica (409)", session_conflicts_.load());
+  add("fak_store_sessions_restored_total", "counter",
+      "sessions this replica put back into a store that had lost them", sessions_restored_.load());
+  add("fak_store_sessions_lost_total", "counter",
+      "calls answered 409 session_lost: the store lost acknowledged versions",
+      sessions_lost_.load());
+  add("fak_store_recovering_refusals_total", "counter",
+      "session calls answered 503 store_recovering (a recovery window)", recovering_.load());
+  add("fak_store_unreplicated_writes_total", "counter",
+      "session writes fewer Redis replicas acknowledged than --store-sync-replicas",
+      unreplicated_.load());
+  add("fak_store_publish_oldest_queued_ms", "gauge",
+      "how long the oldest batch of prefix-cache blocks waiting for the store has waited",
+      oldest_queued_ms_.load());
   std::lock_guard<std::mutex> lock(mu_);
-  out +=
-      "# HELP fak_store_call_seconds round trips to the store\n"
-      "# TYPE fak_store_call_seconds histogram\n";
-  for (size_t i = 0; i < kBuckets.size(); ++i) {
-    std::snprintf(line, sizeof line, "fak_store_call_seconds_bucket{le=\"%g\"} %lld\n", kBuckets[i],
-                  (long long)latency_counts_[i]);
+  const auto histogram = [&](const char* name, const char* help,
+                             const std::array<int64_t, kBuckets.size()>& counts, int64_t n,
+                             double sum) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    for (size_t i = 0; i < kBuckets.size(); ++i) {
+      std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %lld\n", name, kBuckets[i],
+                    (long long)counts[i]);
+      out += line;
+    }
+    std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n",
+                  name, (long long)n, name, sum, name, (long long)n);
     out += line;
-  }
-  std::snprintf(line, sizeof line,
-                "fak_store_call_seconds_bucket{le=\"+Inf\"} %lld\n"
-                "fak_store_call_seconds_sum %.6f\nfak_store_call_seconds_count %lld\n",
-                (long long)latency_n_, latency_sum_, (long long)latency_n_);
-  out += line;
+  };
+  histogram("fak_store_call_seconds", "round trips to the store", latency_counts_, latency_n_,
+            latency_sum_);
+  histogram("fak_store_publish_lag_seconds",
+            "from a reply to its prefix-cache blocks being in the store (published in the "
+            "background: another replica misses them until then)",
+            lag_counts_, lag_n_, lag_sum_);
   return out;
 }
 

@@ -149,21 +149,44 @@ void register_serve(CLI::App& app) {
   auto* store =
       c->add_option("--store", a->o.store,
                     "share sessions and the prefix cache with other replicas through Redis: "
-                    "redis://[user:password@]host:port[/db] (off when unset; deploy/README.md)");
+                    "redis://host:port[/db], or redis-sentinel://host:port[,host:port...]/"
+                    "primary[/db] to follow Sentinel failovers (off when unset; deploy/README.md)");
   c->add_option("--store-timeout", a->o.store_timeout_ms,
-                "milliseconds a read or write to the store may stall before the replica serves "
-                "from its own memory and retries later")
+                "milliseconds a read or write to the store may stall before it counts as "
+                "unreachable (completions then run on local memory, session calls answer 503)")
       ->capture_default_str()
       ->check(CLI::Range(1, 60000))
       ->needs(store);
   c->add_option("--store-wait", a->o.store_wait_ms,
-                "milliseconds a quarantine or delete waits for an unreachable store before it "
-                "fails (they return only once the store has them)")
+                "milliseconds a session change waits for an unreachable store before it is undone "
+                "and answered 503 (a change is acknowledged only once the store has it)")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600000))
       ->needs(store);
+  auto* pw_env = c->add_option("--store-password-env", a->o.store_password_env,
+                               "read the store's password from this environment variable")
+                     ->needs(store);
+  c->add_option("--store-password-file", a->o.store_password_file,
+                "read the store's password from this file (its first line)")
+      ->needs(store)
+      ->excludes(pw_env);
+  c->add_flag("--store-password-in-url", a->o.store_password_in_url,
+              "accept a password inside the --store URL (visible to every local user in ps)")
+      ->needs(store);
+  c->add_option("--store-recovery-grace", a->o.store_recovery_grace_ms,
+                "milliseconds after a store restart, failover or lost session during which "
+                "replicas put back what they hold before anything is served from it (give every "
+                "replica the same value)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 600000))
+      ->needs(store);
+  c->add_option("--store-sync-replicas", a->o.store_sync_replicas,
+                "Redis replicas a session write waits for (WAIT) before it is acknowledged "
+                "(default: 1 with redis-sentinel://, 0 otherwise)")
+      ->check(CLI::Range(0, 16))
+      ->needs(store);
   c->add_option("--drain-timeout", a->o.drain_timeout_s,
-                "on SIGTERM, seconds requests in flight get to finish while /health says "
+                "on SIGTERM or SIGHUP, seconds requests in flight get to finish while /health says "
                 "draining (default: 30 with --store, 0 without)")
       ->check(CLI::Range(0.0, 3600.0));
   c->add_option("--max-body", a->max_body_mib, "largest request body in MiB")
