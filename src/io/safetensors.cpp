@@ -182,6 +182,13 @@ TensorStore TensorStore::open_dir(const std::filesystem::path& dir) {
   return s;
 }
 
+std::vector<std::filesystem::path> TensorStore::file_paths() const {
+  std::vector<std::filesystem::path> out;
+  for (const auto& f : files_)
+    if (!f->path().empty()) out.push_back(f->path());
+  return out;
+}
+
 const TensorInfo* TensorStore::find(std::string_view name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : it->second;

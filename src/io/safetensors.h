@@ -38,6 +38,7 @@ class SafetensorsFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::filesystem::path& path() const { return file_.path(); }  // empty from memory
 
  private:
   MappedFile file_;
@@ -55,6 +56,8 @@ class TensorStore {
   const TensorInfo& get(std::string_view name) const;  // throws "missing tensor NAME in DIR"
   std::vector<const TensorInfo*> all() const;
   const std::filesystem::path& source() const { return source_; }
+  // The files the tensors come from, in the order they were opened.
+  std::vector<std::filesystem::path> file_paths() const;
 
  private:
   std::filesystem::path source_;

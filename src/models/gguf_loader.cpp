@@ -22,7 +22,6 @@
 #include "core/anon_memory.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "core/hash.h"
 #include "io/ggml_type.h"
 #include "models/gguf_tokenizer.h"
 #include "models/quant_policy.h"
@@ -317,18 +316,6 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
     out.memory = "anonymous";
   }
   const GgufFile& f = *storage->file;
-  // The identity hashes the bytes as stored, before loading rewrites any in memory of our own
-  // (reordered rows, packed panels), so a session file moves between a mapped and a read load.
-  Fnv1a h;
-  h.update(path.filename().string());
-  for (const GgufTensor& t : f.tensors()) {
-    h.update(t.name);
-    h.update(std::to_string(t.ggml_type));
-    for (int64_t d : t.dims) h.update(std::to_string(d));
-    h.update(t.data, std::min<size_t>(t.nbytes, 256));
-    if (t.nbytes > 256) h.update(t.data + t.nbytes - 256, 256);
-  }
-  out.identity = h.hex();
   ModelConfig c = gguf_model_config(f);
   Loader ld(f, c, *storage);
   ModelWeights& w = out.weights;
@@ -338,8 +325,9 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
   ld.check_all_used();
 
   // Read into memory of our own (not mapped): quantised matrices become the matmul kernel's
-  // panels in place, once, after the identity has hashed the bytes as stored. A tied embedding is
-  // packed once for both its uses (lookups read panels through dequantize_row).
+  // panels in place, once (the model's identity hashes the file on disk, as stored:
+  // models/model_identity.h). A tied embedding is packed once for both its uses (lookups read
+  // panels through dequantize_row).
   if (!use_mmap && pack_panels) pack_weight_panels(c, w);
   if (load_tokenizer && f.find("tokenizer.ggml.model")) {
     out.tokenizer = tokenizer_spec_from_gguf(f);

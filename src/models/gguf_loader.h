@@ -19,8 +19,7 @@ struct GgufModel {
   ModelWeights weights;
   std::shared_ptr<void> storage;  // the file's bytes (map or anonymous copy) and repacked rows
   std::optional<TokenizerSpec> tokenizer;
-  std::string identity;  // hash of metadata, tensor infos and a sample of each tensor's bytes
-  std::string memory;    // "mmap" or "anonymous" (read into memory, huge pages advised)
+  std::string memory;  // "mmap" or "anonymous" (read into memory, huge pages advised)
 };
 
 // use_mmap: map the file (instant start, pages fault in on first use) or read it into anonymous

@@ -3,13 +3,12 @@
 #include "models/model.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
-#include "core/hash.h"
+#include "io/file_digest.h"
 #include "memory/kv_cache.h"
 #include "models/gguf_loader.h"
+#include "models/model_identity.h"
 #include "models/quant_policy.h"
 #include "models/tensor_table.h"
 #include "tokenizer/tokenizer.h"
@@ -20,13 +19,6 @@ Model::Model() = default;
 Model::~Model() = default;
 
 namespace {
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // --quant at load: every matrix converted as `fak convert --type` would (llama.cpp's mix rules, so
 // a q8_0 load computes what a q8_0 GGUF would).
@@ -85,12 +77,14 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
     if (options.quant)
       fail(path.string() +
            ": --quant applies to Hugging Face directories; use fak quantize for GGUF files");
+    // Opened before the load reads the file, so the identity hashes the bytes as stored on disk,
+    // not the loader's in-memory rewrites (reordered rows, packed panels).
+    m->identity_source_ = ModelIdentitySource::gguf(path);
     GgufModel g = load_gguf_model(path, options.mmap, options.load_tokenizer,
                                   options.device.kind == DeviceKind::Cpu);
     m->config_ = std::move(g.config);
     m->weights_ = std::move(g.weights);
     m->extra_storage_ = std::move(g.storage);
-    m->identity_ = g.identity;
     m->weights_memory_ = g.memory;
     if (g.tokenizer)
       m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_spec(std::move(*g.tokenizer)));
@@ -117,24 +111,15 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
                     "does not use) are not loaded: fak runs the language model" +
                     (m->config_.mtp_layers > 0 ? " and its MTP head" : "");
 
-  Fnv1a h;
-  h.update(read_text(config_path));
-  for (const TensorInfo* t : m->store_->all()) {
-    h.update(t->name);
-    h.update(t->shape_string());
-    h.update(dtype_name(t->dtype));
-    // A sample of the bytes: enough to tell two checkpoints of one shape apart without a full read.
-    h.update(t->data, std::min<size_t>(t->nbytes, 256));
-    if (t->nbytes > 256) h.update(t->data + t->nbytes - 256, 256);
-  }
+  auto identity = ModelIdentitySource::hf_dir(path, m->store_->file_paths());
   if (options.quant) {
     m->extra_storage_ = quantise_weights(m->weights_, m->config_, *options.quant);
     // The quantised matrices are buffers of our own; a device reads rows as stored.
     if (options.device.kind == DeviceKind::Cpu) pack_weight_panels(m->config_, m->weights_);
-    h.update("quant:" + std::string(quant_type_name(*options.quant)));
+    identity->set_quant(std::string(quant_type_name(*options.quant)));
     m->weights_memory_ = "quantised";
   }
-  m->identity_ = h.hex();
+  m->identity_source_ = std::move(identity);
 
   if (options.load_tokenizer && std::filesystem::exists(path / "tokenizer.json"))
     m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_dir(path));
@@ -166,7 +151,14 @@ void Model::place_on(const Device& device) {
   // A device computes other bits than the CPU: KV and logits saved from one (session files, the
   // prefix cache on disk) must not be spliced into the other's runs, which would then differ from
   // a cold run. The identity those files are checked against says where they were computed.
-  identity_ += "-cuda";
+  identity_suffix_ += "-cuda";
+}
+
+const std::string& Model::identity() const {
+  std::call_once(identity_once_, [&] {
+    identity_ = identity_source_->compute(default_digest_cache_dir()) + identity_suffix_;
+  });
+  return identity_;
 }
 
 void Model::reserve_device_scratch(int tokens, int logit_rows) const {

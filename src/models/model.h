@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +26,7 @@ namespace fak {
 
 class KvCache;
 class KvStorage;
+class ModelIdentitySource;
 class Tokenizer;
 struct RecurrentState;
 
@@ -65,8 +67,12 @@ class Model {
   // and no tokenizer can turn it into text.
   int sampleable_vocab() const;
   const std::filesystem::path& path() const { return path_; }
-  // Identity for session files: hash of the config and the weights' bytes layout + a sample.
-  const std::string& identity() const { return identity_; }
+  // The name shared KV blocks, session files and prefix-cache files are keyed and checked on:
+  // SHA-256 over every byte that decides the output (models/model_identity.h). Computed on the
+  // first call (thread-safe; a cold multi-GB model reads its files once, later starts ask the
+  // digest cache), so a run that never asks never pays. Throws fak::Error when a model file
+  // cannot be read.
+  const std::string& identity() const;
   // Where the weights live: "mmap" (pages of the model file), "anonymous" (a GGUF read into
   // memory) or "quantised" (an HF model converted at load).
   const char* weights_memory() const { return weights_memory_.c_str(); }
@@ -115,7 +121,10 @@ class Model {
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Rope> rope_;
-  std::string identity_;
+  std::shared_ptr<const ModelIdentitySource> identity_source_;
+  std::string identity_suffix_;  // "-cuda" on a device
+  mutable std::once_flag identity_once_;
+  mutable std::string identity_;
   std::string weights_memory_ = "mmap";
   int n_attention_layers_ = 0;
   std::vector<int> attention_index_;
