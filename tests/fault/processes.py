@@ -243,7 +243,10 @@ class Fak:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
-        raise RuntimeError("fak serve (%s) did not start: %s" % (self.name, self.log_tail()))
+        rc = self.proc.poll()
+        raise RuntimeError("fak serve (%s) did not start (%s): %s" % (
+            self.name, "still running after %ds" % timeout if rc is None else
+            "killed by signal %d" % -rc if rc < 0 else "exit status %d" % rc, self.log_tail()))
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
