@@ -80,8 +80,8 @@ TEST(ModelLoad, BadConfigValues) {
   test::write_file(dir / "config.json", "{\"model_type\": ");
   EXPECT_NE(load_error(dir).find("not valid JSON"), std::string::npos);
   dir = copy_fixture();
-  edit_config(dir, [](auto& j) { j["rope_parameters"]["rope_type"] = "yarn"; });
-  EXPECT_NE(load_error(dir).find("rope type 'yarn'"), std::string::npos);
+  edit_config(dir, [](auto& j) { j["rope_parameters"]["rope_type"] = "dynamic"; });
+  EXPECT_NE(load_error(dir).find("rope type 'dynamic'"), std::string::npos);
   dir = copy_fixture();
   edit_config(dir, [](auto& j) { j["hidden_act"] = 5; });
   EXPECT_NE(load_error(dir).find("hidden_act must be a string"), std::string::npos);

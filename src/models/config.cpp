@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "models/config_fields.h"
 #include "models/family.h"
+#include "models/rope.h"
 
 namespace fak {
 
@@ -112,6 +113,56 @@ int gguf_positive_or(const GgufFile& f, const std::string& key, int fallback, in
 
 namespace {
 
+// HF _compute_yarn_parameters (transformers main): every key optional but factor, each checked
+// here so a bad one is named rather than turned into NaN frequencies.
+void parse_yarn(const json& s, ModelConfig* c, const std::string& label) {
+  c->rope_scaling = RopeScaling::Yarn;
+  // note: transformers falls back to the config's max_position_embeddings for the trained length
+  // (its standardize step copies it in), and derives a missing factor as max_position_embeddings
+  // / original_max_position_embeddings. Older releases (4.5x) overrode an explicit factor with
+  // that ratio whenever original_max_position_embeddings was given; main no longer does.
+  c->rope_original_max_pos =
+      json_int_or(s, "original_max_position_embeddings", c->max_seq_len, kMaxSeqLen, label);
+  c->rope_factor =
+      json_number_or(s, "factor", double(c->max_seq_len) / c->rope_original_max_pos, label);
+  // Frequencies are divided by it and its logarithm sets the attention factor.
+  require_number(std::isfinite(c->rope_factor) && c->rope_factor > 0, label, "factor",
+                 "finite and > 0", c->rope_factor);
+  c->rope_yarn_beta_fast = json_number_or(s, "beta_fast", 32.0, label);
+  c->rope_yarn_beta_slow = json_number_or(s, "beta_slow", 1.0, label);
+  // Each is a count of rotations over the trained context, inside a logarithm; fast (the high
+  // frequencies kept as they are) must not be below slow or the ramp runs backwards.
+  require_number(std::isfinite(c->rope_yarn_beta_slow) && c->rope_yarn_beta_slow > 0, label,
+                 "beta_slow", "finite and > 0", c->rope_yarn_beta_slow);
+  require_number(
+      std::isfinite(c->rope_yarn_beta_fast) && c->rope_yarn_beta_fast >= c->rope_yarn_beta_slow,
+      label, "beta_fast", "finite and >= beta_slow", c->rope_yarn_beta_fast);
+  if (auto it = s.find("truncate"); it != s.end() && !it->is_null()) {
+    if (!it->is_boolean()) fail(label + ": 'truncate' must be true or false, got " + it->dump());
+    c->rope_yarn_truncate = it->get<bool>();
+  }
+  const double attention = json_number_or(s, "attention_factor", 0.0, label);
+  const double mscale = json_number_or(s, "mscale", 0.0, label);
+  const double mscale_all_dim = json_number_or(s, "mscale_all_dim", 0.0, label);
+  require_number(std::isfinite(mscale), label, "mscale", "finite", mscale);
+  require_number(std::isfinite(mscale_all_dim), label, "mscale_all_dim", "finite", mscale_all_dim);
+  if (s.contains("attention_factor") && !s["attention_factor"].is_null()) {
+    // It scales every query and key: 0 or less would erase or flip attention.
+    require_number(std::isfinite(attention) && attention > 0, label, "attention_factor",
+                   "finite and > 0", attention);
+    c->rope_attention_factor = attention;
+  } else if (mscale != 0 && mscale_all_dim != 0) {
+    // DeepSeek style: HF tests both for truthiness, so a 0 (or absent) one means "unset".
+    c->rope_attention_factor =
+        yarn_mscale(c->rope_factor, mscale) / yarn_mscale(c->rope_factor, mscale_all_dim);
+    require_number(std::isfinite(c->rope_attention_factor) && c->rope_attention_factor > 0, label,
+                   "mscale", "such that the attention factor is finite and > 0",
+                   c->rope_attention_factor);
+  } else {
+    c->rope_attention_factor = yarn_mscale(c->rope_factor, 1.0);
+  }
+}
+
 void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
   // rope_theta lives at the top level (older configs) or inside rope_parameters (newer ones);
   // scaling in rope_scaling (older) or rope_parameters (newer).
@@ -140,6 +191,7 @@ void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
   else if (scaling->contains("type") && (*scaling)["type"].is_string())
     type = (*scaling)["type"].get<std::string>();
   if (type == "default") return;
+  if (type == "yarn") return parse_yarn(*scaling, c, label);
   c->rope_factor = json_number_or(*scaling, "factor", 1.0, label);
   // Every frequency is divided by it.
   require_number(std::isfinite(c->rope_factor) && c->rope_factor > 0, label, "factor",
@@ -161,7 +213,7 @@ void parse_rope(const json& j, ModelConfig* c, const std::string& label) {
         json_int_or(*scaling, "original_max_position_embeddings", 8192, kMaxSeqLen, label);
   } else {
     fail(label + ": rope type '" + type +
-         "' is not supported (supported: default, linear, llama3)");
+         "' is not supported (supported: default, linear, llama3, yarn)");
   }
 }
 

@@ -27,7 +27,7 @@ inline constexpr int kMaxExperts = 4096;
 class Family;
 enum class LayerKind { FullAttention, LinearAttention };  // the token mixer of a layer
 enum class FfnKind { Dense, Moe };                        // its feed-forward block
-enum class RopeScaling { None, Linear, Llama3 };
+enum class RopeScaling { None, Linear, Llama3, Yarn };
 
 struct ModelConfig {
   const Family* family = nullptr;  // models/family.h: llama, qwen2, qwen3, qwen35, qwen3_moe, ...
@@ -44,9 +44,16 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   int rotary_dim = 0;  // dims of each head that RoPE rotates (partial rotary: < head_dim)
   RopeScaling rope_scaling = RopeScaling::None;
-  double rope_factor = 1.0;  // linear / llama3
+  double rope_factor = 1.0;  // linear / llama3 / yarn
   double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
-  int rope_original_max_pos = 8192;
+  int rope_original_max_pos = 8192;  // llama3 / yarn: the context the model was trained at
+  // YaRN (models/rope.h): the correction range is found from beta_fast / beta_slow rotations and,
+  // unless truncate is false (gpt-oss), rounded outward to whole dimensions.
+  double rope_yarn_beta_fast = 32.0, rope_yarn_beta_slow = 1.0;
+  bool rope_yarn_truncate = true;
+  // Multiplies every cos and sin (YaRN's mscale): resolved at parse time from attention_factor,
+  // mscale / mscale_all_dim or 0.1 ln(factor) + 1, as HF does; 1 for the other rope types.
+  double rope_attention_factor = 1.0;
 
   bool tie_embeddings = false;
   bool qkv_bias = false;          // Qwen2

@@ -9,8 +9,61 @@
 #include "models/config_fields.h"
 #include "models/family.h"
 #include "models/gguf_loader.h"
+#include "models/rope.h"
 
 namespace fak {
+
+namespace {
+
+// The YaRN keys llama.cpp's converter writes (convert_hf_to_gguf.py, gguf-py's Keys.Rope), read
+// with HF's meaning so a converted HF model runs as it did (models/config.cpp parse_yarn).
+void read_yarn(const GgufFile& f, const std::string& p, ModelConfig* c) {
+  auto require = [&](bool ok, const std::string& key, const char* rule, double v) {
+    if (!ok) fail(f.name() + ": " + key + " must be " + rule + ", got " + number_text(v));
+  };
+  // As llama.cpp (n_ctx_orig_yarn) and HF: the trained context unless said otherwise.
+  c->rope_original_max_pos =
+      gguf_positive_or(f, p + "rope.scaling.original_context_length", c->max_seq_len, kMaxSeqLen);
+  const std::string fast_key = p + "rope.scaling.yarn_beta_fast";
+  const std::string slow_key = p + "rope.scaling.yarn_beta_slow";
+  c->rope_yarn_beta_fast = f.get_f32_or(fast_key, 32.0f);
+  c->rope_yarn_beta_slow = f.get_f32_or(slow_key, 1.0f);
+  require(std::isfinite(c->rope_yarn_beta_slow) && c->rope_yarn_beta_slow > 0, slow_key,
+          "finite and > 0", c->rope_yarn_beta_slow);
+  require(std::isfinite(c->rope_yarn_beta_fast) && c->rope_yarn_beta_fast >= c->rope_yarn_beta_slow,
+          fast_key, "finite and >= yarn_beta_slow", c->rope_yarn_beta_fast);
+  // fak's own key (gguf_export.cpp): HF's truncate: false, which llama.cpp has no key for.
+  if (f.find(p + "rope.scaling.yarn_truncate"))
+    c->rope_yarn_truncate = f.get_bool(p + "rope.scaling.yarn_truncate");
+  const std::string attn_key = p + "rope.scaling.yarn_attn_factor";
+  const std::string log_mul_key = p + "rope.scaling.yarn_log_multiplier";
+  if (f.find(attn_key)) {
+    // The converter writes HF's attention_factor here; HF uses it in place of the default.
+    c->rope_attention_factor = f.get_f32(attn_key);
+    require(std::isfinite(c->rope_attention_factor) && c->rope_attention_factor > 0, attn_key,
+            "finite and > 0", c->rope_attention_factor);
+  } else if (f.find(log_mul_key)) {
+    // llama.cpp (llama-context.cpp) reads it as mscale_all_dim with mscale 1.
+    const double log_mul = f.get_f32(log_mul_key);
+    require(std::isfinite(log_mul), log_mul_key, "finite", log_mul);
+    c->rope_attention_factor =
+        log_mul == 0 ? yarn_mscale(c->rope_factor, 1.0)
+                     : yarn_mscale(c->rope_factor, 1.0) / yarn_mscale(c->rope_factor, log_mul);
+    require(std::isfinite(c->rope_attention_factor) && c->rope_attention_factor > 0, log_mul_key,
+            "such that the attention factor is finite and > 0", c->rope_attention_factor);
+  } else {
+    c->rope_attention_factor = yarn_mscale(c->rope_factor, 1.0);
+  }
+  // llama.cpp multiplies whatever it computed by this one (hparams.rope_attn_factor, default 1).
+  const std::string extra_key = p + "rope.scaling.attn_factor";
+  if (f.find(extra_key)) {
+    const double extra = f.get_f32(extra_key);
+    require(std::isfinite(extra) && extra > 0, extra_key, "finite and > 0", extra);
+    c->rope_attention_factor *= extra;
+  }
+}
+
+}  // namespace
 
 ModelConfig gguf_model_config(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
@@ -55,8 +108,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (scaling == "linear") {
     c.rope_scaling = RopeScaling::Linear;
     factor_key = p + "rope.scaling.factor";
+  } else if (scaling == "yarn") {
+    c.rope_scaling = RopeScaling::Yarn;
+    factor_key = p + "rope.scaling.factor";
   } else if (scaling != "none") {
-    fail(f.name() + ": rope.scaling.type '" + scaling + "' is not supported (none, linear)");
+    fail(f.name() + ": rope.scaling.type '" + scaling + "' is not supported (none, linear, yarn)");
   } else if (f.find(p + "rope.scale_linear")) {  // older files
     c.rope_scaling = RopeScaling::Linear;
     factor_key = p + "rope.scale_linear";
@@ -67,6 +123,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     require(std::isfinite(c.rope_factor) && c.rope_factor > 0, factor_key, "finite and > 0",
             c.rope_factor);
   }
+  if (c.rope_scaling == RopeScaling::Yarn) read_yarn(f, p, &c);
   if (f.tensor("rope_freqs.weight"))
     fail(f.name() +
          ": per-frequency rope factors (rope_freqs, Llama-3.1 style scaling) are not "

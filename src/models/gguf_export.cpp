@@ -12,6 +12,7 @@
 #include "models/gguf_loader.h"
 #include "models/gguf_tokenizer.h"
 #include "models/qwen35_gguf.h"
+#include "models/rope.h"
 #include "models/tensor_table.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,6 +45,19 @@ struct Collector {
   }
 };
 
+// Whether a GGUF reader computing 0.1 ln(factor) + 1 from the stored (float32) factor gets the
+// same float32 attention factor Rope uses; if not, the factor is written out.
+bool yarn_default_attention(const ModelConfig& c) {
+  return float(c.rope_attention_factor) == float(yarn_mscale(float(c.rope_factor), 1.0));
+}
+
+// Whether the attention factor is YaRN's default up to rounding (what llama.cpp computes itself):
+// a factor like 4/3 is not a float32, and its last bit is no reason to warn.
+bool yarn_near_default_attention(const ModelConfig& c) {
+  const double d = yarn_mscale(c.rope_factor, 1.0);
+  return std::fabs(c.rope_attention_factor - d) <= 1e-6 * d;
+}
+
 // The common keys of every llama.cpp architecture; the family adds its own (family.h).
 void write_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::string& name) {
   const std::string arch(c.family->gguf_arch());
@@ -70,6 +84,18 @@ void write_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::s
   if (c.rope_scaling == RopeScaling::Linear) {
     w.set_string(p + "rope.scaling.type", "linear");
     w.set_f32(p + "rope.scaling.factor", float(c.rope_factor));
+  } else if (c.rope_scaling == RopeScaling::Yarn) {
+    // The keys convert_hf_to_gguf.py writes for rope_type yarn.
+    w.set_string(p + "rope.scaling.type", "yarn");
+    w.set_f32(p + "rope.scaling.factor", float(c.rope_factor));
+    w.set_u32(p + "rope.scaling.original_context_length", uint32_t(c.rope_original_max_pos));
+    w.set_f32(p + "rope.scaling.yarn_beta_fast", float(c.rope_yarn_beta_fast));
+    w.set_f32(p + "rope.scaling.yarn_beta_slow", float(c.rope_yarn_beta_slow));
+    // Only an attention factor other than the default needs saying (HF's attention_factor, or
+    // the mscale / mscale_all_dim ratio resolved at parse time); float32 is what Rope uses.
+    if (!yarn_default_attention(c))
+      w.set_f32(p + "rope.scaling.yarn_attn_factor", float(c.rope_attention_factor));
+    if (!c.rope_yarn_truncate) w.set_bool(p + "rope.scaling.yarn_truncate", false);
   }
   c.family->write_gguf(w, p, c);
 }
@@ -146,6 +172,18 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
         "norm_topk_prob is false: written as " + std::string(c.family->gguf_arch()) +
         ".expert_weights_norm = false, which fak reads back but llama.cpp ignores (it always "
         "renormalises the chosen experts' weights, so it would run another model)");
+  if (c.rope_scaling == RopeScaling::Yarn && !c.rope_yarn_truncate)
+    col.stats.warnings.push_back(
+        "rope_scaling truncate is false: written as " + std::string(c.family->gguf_arch()) +
+        ".rope.scaling.yarn_truncate = false, which fak reads back but llama.cpp has no key for "
+        "(it always rounds the YaRN correction range to whole dimensions, so it would run "
+        "another model)");
+  if (c.rope_scaling == RopeScaling::Yarn && !yarn_near_default_attention(c))
+    col.stats.warnings.push_back(
+        "the YaRN attention factor (" + number_text(c.rope_attention_factor) +
+        ") is not 0.1 ln(factor) + 1: written as " + std::string(c.family->gguf_arch()) +
+        ".rope.scaling.yarn_attn_factor as llama.cpp's converter does, which fak reads back but "
+        "llama.cpp replaces with its own 0.1 ln(factor) + 1, so it would run another model");
   if (c.is_moe() &&
       std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end())
     col.stats.warnings.push_back(

@@ -9,11 +9,18 @@
 
 namespace fak {
 
+// YaRN's attention scale for a context stretched `scale` times: 0.1 * mscale * ln(scale) + 1, and
+// 1 when not stretched (HF get_mscale; double, as HF computes it in Python).
+double yarn_mscale(double scale, double mscale);
+
 class Rope {
  public:
   explicit Rope(const ModelConfig& config);
   int rotary_dim() const { return rot_; }
-  // cos/sin receive rotary_dim / 2 values for position pos.
+  float inv_freq(int i) const { return inv_freq_[size_t(i)]; }
+  float attention_scaling() const { return attention_scaling_; }
+  // cos/sin receive rotary_dim / 2 values for position pos, already multiplied by the attention
+  // factor (YaRN; 1 otherwise) as HF multiplies its cos/sin caches.
   void angles(int pos, float* cos, float* sin) const;
 
  private:
