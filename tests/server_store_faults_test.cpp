@@ -187,7 +187,7 @@ TEST(ServerStoreFaults, AVersionTheStoreLostForGoodIsReportedLost) {
     if (r.status == 409) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(r.status, 409) << r.body << "\nA: " << a.log() << "\nB: " << b.log();
   EXPECT_EQ(code_of(r), "session_lost") << r.body;
   const HttpReply on_a = get(a.port(), kSessions + "/l");
   EXPECT_EQ(on_a.status, 409) << on_a.body;

@@ -140,8 +140,11 @@ SharedSessions::~SharedSessions() {
 }
 
 void SharedSessions::lock(const Key& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!calls_.insert(key).second)
+  std::unique_lock<std::mutex> lock(mu_);
+  // The background check holds a session for a moment: a client's call waits for it rather
+  // than answering busy.
+  cv_.wait_for(lock, std::chrono::seconds(5), [&] { return !sweeping_.count(key); });
+  if (sweeping_.count(key) || !calls_.insert(key).second)
     throw ApiError(409,
                    "session '" + key.second +
                        "' is busy (another call on it is running); retry when that call is done",
@@ -151,6 +154,20 @@ void SharedSessions::lock(const Key& key) {
 void SharedSessions::unlock(const Key& key) {
   std::lock_guard<std::mutex> lock(mu_);
   calls_.erase(key);
+}
+
+bool SharedSessions::lock_for_sweep(const Key& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (calls_.count(key)) return false;  // a call on it runs: it checks the store itself
+  return sweeping_.insert(key).second;
+}
+
+void SharedSessions::unlock_sweep(const Key& key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sweeping_.erase(key);
+  }
+  cv_.notify_all();
 }
 
 std::optional<SharedSessions::Known> SharedSessions::known(const Key& key) {
@@ -251,6 +268,15 @@ void SharedSessions::bring_current(const std::string& tenant, const std::string&
     }
     bring_current(tenant, id, prefill, depth + 1);
   };
+  const auto put_back_unknown = [&] {
+    const store::SessionWrite w = restore(key, Known{});
+    if (w.outcome == store::SessionWrite::Outcome::Lost) {
+      blocks_.metrics().add_session_lost();
+      throw lost(id);
+    }
+    blocks_.metrics().add_recovering();
+    throw recovering(id, std::max<int64_t>(w.recovering_ms, 1));
+  };
   switch (rec->state) {
     case State::Lost:
     case State::Pending:  // a version only remembered, never filled in: lost as well
@@ -258,8 +284,12 @@ void SharedSessions::bring_current(const std::string& tenant, const std::string&
       blocks_.metrics().add_session_lost();
       throw lost(id);
     case State::Missing:
-      if (!k) throw not_found(id);
-      return put_back();
+      if (k) return put_back();
+      // Lost, not deleted (the tenant's list still names it), and this replica never held it:
+      // a placeholder opens a recovery window in which the replicas that know it put it back
+      // (it is reported lost if none does).
+      if (rec->listed) return put_back_unknown();
+      throw not_found(id);
     case State::Deleted:
       if (k && k->version.seq > rec->version.seq) return put_back();
       drop_copy(key);
@@ -377,7 +407,7 @@ store::SessionWrite SharedSessions::restore(const Key& key, const Known& k) {
     log_("warning: session '" + key.second + "': the store lost acknowledged versions of it (up " +
          "to " + std::to_string(k.version.seq) + ") after its recovery window: marked lost");
     drop_copy(key);
-  } else if (w->seq == k.version.seq && w->recovering_ms > 0) {
+  } else if (k.version.seq > 0 && w->seq == k.version.seq && w->recovering_ms > 0) {
     blocks_.metrics().add_session_restored();
     log_("session '" + key.second + "': put back into the store (version " +
          std::to_string(k.version.seq) +
@@ -570,12 +600,16 @@ void SharedSessions::sweep(bool all) {
   if (!recs) return;  // unreachable: the next round
   for (size_t i = 0; i < keys.size(); ++i) {
     const store::SessionRecord& rec = (*recs)[i];
-    std::unique_ptr<Call> call;
-    try {
-      call.reset(new Call(*this, keys[i].first, keys[i].second));
-    } catch (const ApiError&) {
-      continue;  // a call on it runs: it checks the store itself
-    }
+    const std::optional<Known> seen = known(keys[i]);
+    if (!seen || (rec.state == State::Live && rec.version == seen->version) ||
+        (rec.state == State::Deleted && seen->deleted && rec.version == seen->version))
+      continue;  // as this replica knows it: nothing to do, nothing to hold
+    if (!lock_for_sweep(keys[i])) continue;
+    struct Release {
+      SharedSessions& s;
+      const Key& key;
+      ~Release() { s.unlock_sweep(key); }
+    } release{*this, keys[i]};
     const std::optional<Known> k = known(keys[i]);
     if (!k) continue;
     const bool behind = rec.state == State::Missing || rec.version.seq < k->version.seq ||

@@ -109,6 +109,8 @@ class SharedSessions {
   using Key = std::pair<std::string, std::string>;
   void lock(const Key& key);  // 409 when held by another call
   void unlock(const Key& key);
+  bool lock_for_sweep(const Key& key);  // false when a call holds it
+  void unlock_sweep(const Key& key);
   std::optional<Known> known(const Key& key);
   void learn(const Key& key, const store::SessionVersion& v, bool deleted);
   bool holds(const Key& key);
@@ -132,6 +134,7 @@ class SharedSessions {
   Options options_;
   std::mutex mu_;
   std::set<Key> calls_;
+  std::set<Key> sweeping_;  // held by the background check for a moment
   std::map<Key, Known> known_;
   size_t sweep_from_ = 0;   // where the next slice of known_ starts
   std::string generation_;  // the store's generation last seen

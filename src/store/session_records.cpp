@@ -42,13 +42,15 @@ local seq = tonumber(r[1] or '0')
 local wid = r[2] or ''
 )lua";
 
-// ARGV[2]: '1' to return meta and blob. Returns {state, seq, wid, window ms left[, meta, blob]}.
+// ARGV[2]: '1' to return meta and blob, [3]: the session id. Returns {state, seq, wid, window ms
+// left, listed[, meta, blob]}; listed: the tenant's id set names it (a missing record that is
+// listed was lost, not deleted: a delete takes it out of the set in the same script).
 constexpr const char* kCheck = R"lua(
-local out = {st, seq, wid, left}
+local out = {st, seq, wid, left, redis.call('SISMEMBER', KEYS[2], ARGV[3])}
 if ARGV[2] == '1' and st == 'live' then
   local c = redis.call('HMGET', KEYS[1], 'meta', 'blob')
-  out[5] = c[1] or ''
-  out[6] = c[2] or ''
+  out[6] = c[1] or ''
+  out[7] = c[2] or ''
 end
 return out
 )lua";
@@ -173,7 +175,7 @@ int64_t to_int(const RedisReply& r) {
 
 SessionRecord parse_check(const RedisReply& r) {
   const auto& e = r.elements;
-  if (r.type != RedisReply::Type::Array || e.size() < 4)
+  if (r.type != RedisReply::Type::Array || e.size() < 5)
     throw StoreRefused("the session store answered a lookup with something unexpected");
   SessionRecord rec;
   const std::string& st = e[0].str;
@@ -184,8 +186,9 @@ SessionRecord parse_check(const RedisReply& r) {
                                 : SessionRecord::State::Missing;
   rec.version = {to_int(e[1]), e[2].str};
   rec.recovering_ms = to_int(e[3]);
-  if (e.size() > 4) rec.meta = std::string(e[4].text());
-  if (e.size() > 5) rec.blob = std::string(e[5].text());
+  rec.listed = to_int(e[4]) == 1;
+  if (e.size() > 5) rec.meta = std::string(e[5].text());
+  if (e.size() > 6) rec.blob = std::string(e[6].text());
   return rec;
 }
 
@@ -249,8 +252,8 @@ std::optional<SessionRecord> SessionRecords::check(const std::string& tenant, co
                                                    bool with_content, bool force) {
   const std::string key = session_key(ns_, tenant, id), list = session_list_key(ns_, tenant),
                     gen = generation_key(ns_);
-  const auto r =
-      run({{"EVAL", script(kCheck), "3", key, list, gen, grace_, with_content ? "1" : "0"}}, force);
+  const auto r = run(
+      {{"EVAL", script(kCheck), "3", key, list, gen, grace_, with_content ? "1" : "0", id}}, force);
   if (!r) return std::nullopt;
   return parse_check((*r)[0]);
 }
@@ -266,8 +269,8 @@ std::optional<std::vector<SessionRecord>> SessionRecords::check_many(
   const std::string gen = generation_key(ns_);
   std::vector<RedisArgs> commands;
   for (size_t i = 0; i < tenant_ids.size(); ++i)
-    commands.push_back(
-        {"EVAL", script(kCheck), "3", keys[2 * i], keys[2 * i + 1], gen, grace_, "0"});
+    commands.push_back({"EVAL", script(kCheck), "3", keys[2 * i], keys[2 * i + 1], gen, grace_, "0",
+                        tenant_ids[i].second});
   const auto r = run(commands, /*force=*/false);
   if (!r) return std::nullopt;
   std::vector<SessionRecord> out;

@@ -51,6 +51,7 @@ struct SessionRecord {
   State state = State::Missing;
   SessionVersion version;
   int64_t recovering_ms = 0;  // > 0: in a recovery window for that long (nothing is served)
+  bool listed = false;        // the tenant's id set names it (Missing + listed: lost, not deleted)
   std::string meta;           // Live, when read with content: JSON
   std::string blob;           // Live, when read with content: Session::to_bytes, or empty
 };
