@@ -435,11 +435,15 @@ TEST_F(ServerMessages, KeysAreAcceptedEitherWay) {
 }
 
 TEST(ServerMessagesKeepAlive, StreamsPingWhileTheyWait) {
-  ServerProcess server("--parallel 1 --sse-keepalive 0.05");
+  // The model's whole context: the busy stream must outlast many keep-alive intervals however
+  // fast the machine (the bundled model decodes ~3,000 tokens/s on an idle core).
+  ServerSetup setup;
+  setup.ctx = 4096;
+  ServerProcess server("--parallel 1 --sse-keepalive 0.05", setup);
   ASSERT_NE(server.port(), 0);
-  // A long generation, already streaming, fills the batch; a second request waits hundreds of
+  // A long generation, already streaming, fills the batch; a second request waits thousands of
   // steps in the queue, then pings once it has started.
-  LongStream busy(server.port(), 480);
+  LongStream busy(server.port(), 4000);
   ASSERT_TRUE(busy.started());
   ojson req = user_says("x = 1", 60);
   req["stream"] = true;

@@ -321,9 +321,8 @@ TEST_F(ServerResponses, WhatNeedsStoredStateOrOtherToolsIsRefused) {
       {with("previous_response_id", "resp_123"), "previous_response_id"},
       {with("conversation", "conv_1"), "conversation"},
       {with("background", true), "background"},
-      {with("tools", ojson::parse(R"([{"type": "web_search"}])")), "tools[0].type"},
-      {with("tools", ojson::parse(R"([{"type": "file_search", "vector_store_ids": []}])")),
-       "tools[0].type"},
+      {with("tools", ojson::parse(R"([{"type": "made_up_tool"}])")), "tools[0].type"},
+      {with("tools", ojson::parse(R"([{"type": "namespace", "name": "fs"}])")), "tools[0].tools"},
       {with("input", ojson::parse(R"([{"role": "user", "content": [
          {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])")),
        "input[0].content[0].type"},
@@ -365,6 +364,80 @@ TEST_F(ServerResponses, WhatNeedsStoredStateOrOtherToolsIsRefused) {
   const HttpReply too_long = responses(ask(words, 4));
   EXPECT_EQ(too_long.status, 400);
   EXPECT_EQ(too_long.j()["error"]["code"], "context_length_exceeded");
+}
+
+// Issue 33, item 4: what `codex exec` sends on its defaults: its MCP tools as a `namespace` tool
+// and a hosted web_search it does not expect fak to run. The namespace's functions are shown to
+// the model and a call comes back namespaced, as the Responses API defines it (name and namespace
+// apart); the hosted tool is left out with a warning, and the turn completes. The next turn
+// replays the namespaced call and its output.
+TEST_F(ServerResponses, CodexNamespaceToolsAndHostedToolsCompleteATurn) {
+  const ojson tools = ojson::parse(R"([
+    {"type": "namespace", "name": "files", "description": "The repository's files",
+     "tools": [{"type": "function", "name": "read_file", "description": "Read one file",
+                "strict": false,
+                "parameters": {"type": "object", "properties": {"path": {"type": "string",
+                  "maxLength": 16}}, "required": ["path"], "additionalProperties": false}}]},
+    {"type": "web_search", "external_web_access": false},
+    {"type": "function", "name": "get_time", "parameters": {
+      "type": "object", "properties": {"zone": {"type": "integer"}}, "required": ["zone"],
+      "additionalProperties": false}}
+  ])");
+  ojson body = ask("Read README.md", 60);
+  body["tools"] = tools;
+  body["tool_choice"] = {{"type", "function"}, {"name", "read_file"}, {"namespace", "files"}};
+  httplib::Client c("127.0.0.1", port());
+  c.set_read_timeout(60, 0);
+  auto r =
+      c.Post("/v1/responses", {{"Authorization", "Bearer key-a"}}, body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string warning = r->get_header_value("Fak-Warning");
+  EXPECT_NE(warning.find("web_search"), std::string::npos) << warning;
+  const ojson out = ojson::parse(r->body);
+  ASSERT_FALSE(out["output"].empty()) << r->body;
+  const ojson call = out["output"].back();
+  ASSERT_EQ(call["type"], "function_call") << r->body;
+  EXPECT_EQ(call["name"], "read_file");
+  EXPECT_EQ(call["namespace"], "files");
+  const ojson args = ojson::parse(call["arguments"].get<std::string>());
+  EXPECT_TRUE(args["path"].is_string());
+  EXPECT_EQ(out["tools"][0]["type"], "namespace");
+  // Streamed: the same item, namespaced in output_item.added and .done.
+  const ojson streamed = stream(body);
+  EXPECT_EQ(streamed["output"].back()["namespace"], "files");
+  EXPECT_EQ(streamed["output"].back()["name"], "read_file");
+  // The next turn replays the namespaced call and its output.
+  ojson next = ask("", 8);
+  next["tools"] = tools;
+  next["input"] = ojson::array(
+      {{{"role", "user"}, {"content", "Read README.md"}},
+       {{"type", "function_call"},
+        {"call_id", call["call_id"]},
+        {"name", "read_file"},
+        {"namespace", "files"},
+        {"arguments", call["arguments"]}},
+       {{"type", "function_call_output"}, {"call_id", call["call_id"]}, {"output", "# fak"}}});
+  const HttpReply second = responses(next);
+  EXPECT_EQ(second.status, 200) << second.body;
+}
+
+TEST(ResponsesRequest, HostedToolsAreLeftOutOrRefusedAsTheServerSays) {
+  const std::string body = R"({"model": "m", "input": "hi", "tools": [
+    {"type": "web_search", "external_web_access": false}, {"type": "code_interpreter"},
+    {"type": "function", "name": "f", "parameters": {"type": "object"}}]})";
+  const server::ResponsesRequest left = server::parse_responses_request(body, {}, false);
+  ASSERT_EQ(left.turn.tools.size(), 1u);
+  EXPECT_EQ(left.turn.tools[0]["function"]["name"], "f");
+  ASSERT_EQ(left.warnings.size(), 1u);
+  EXPECT_NE(left.warnings[0].find("web_search, code_interpreter"), std::string::npos);
+  try {
+    server::parse_responses_request(body, {}, false, /*refuse_hosted_tools=*/true);
+    ADD_FAILURE() << "hosted tools accepted under --refuse-hosted-tools";
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "tools[0].type");
+  }
 }
 
 TEST(ServerResponsesThinking, ReasoningItemsFromAThinkingModel) {

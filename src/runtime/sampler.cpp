@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <unordered_set>
 
@@ -68,6 +69,10 @@ void SamplingOptions::validate() const {
           shortest(presence_penalty));
   require(within(frequency_penalty, -2.0f, 2.0f), "frequency_penalty", ">= -2 and <= 2",
           shortest(frequency_penalty));
+  for (const auto& [id, bias] : logit_bias) {
+    require(id >= 0, "logit_bias token", ">= 0", std::to_string(id));
+    require(within(bias, -100.0f, 100.0f), "logit_bias", ">= -100 and <= 100", shortest(bias));
+  }
 }
 
 Sampler::Sampler(SamplingOptions options) : options_(options), rng_(options.seed) {
@@ -85,12 +90,18 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> history) {
   const SamplingOptions& o = options_;
   check(!logits.empty(), "sample: no logits to sample from");
-  if (o.temperature == 0.0f && o.repetition_penalty == 1.0f && generated_counts_.empty()) {
+  if (o.temperature == 0.0f && o.repetition_penalty == 1.0f && generated_counts_.empty() &&
+      o.logit_bias.empty()) {
     // Plain greedy: the first of the largest, as below, without copying the vocabulary.
     return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], int32_t(i)};
+  for (const auto& [id, bias] : o.logit_bias) {
+    if (size_t(id) >= candidates_.size()) continue;
+    float& l = candidates_[size_t(id)].first;
+    l = bias <= -100.0f ? -std::numeric_limits<float>::infinity() : l + bias;
+  }
   if (o.repetition_penalty != 1.0f && !history.empty()) {
     // As HF/llama.cpp: divide positive logits, multiply negative ones, once per distinct token.
     std::unordered_set<int32_t> seen;

@@ -22,6 +22,9 @@ struct SamplingOptions {
   // logit[t] -= frequency_penalty * count(t) + presence_penalty * (count(t) > 0). 0 = off.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // OpenAI's logit_bias: (token, bias in [-100, 100]) added to the logit before everything else;
+  // -100 bans the token outright (its logit becomes -inf), as OpenAI documents it.
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
   uint64_t seed = 0;
 
   // The one place the allowed ranges live: the Sampler calls it, and so does every edge that

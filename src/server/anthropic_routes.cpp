@@ -130,8 +130,9 @@ void handle_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
                    "prompt is too long: " + std::to_string(built.ids.size()) + " tokens > " +
                        std::to_string(n_ctx - 1) + " maximum",
                    "messages", "context_length_exceeded");
-  auto gen =
-      std::make_unique<Generation>(ctx, turn_generation_spec(ctx, r.turn, built, tenant_of(req)));
+  GenerationSpec spec = turn_generation_spec(ctx, r.turn, built, tenant_of(req));
+  note_output_budget(res, {spec.max_tokens, spec.max_tokens_source});
+  auto gen = std::make_unique<Generation>(ctx, std::move(spec));
   const std::string id = new_object_id("msg_");
 
   if (!r.stream) {

@@ -93,8 +93,9 @@ std::string route_label(const std::string& path) {
     return "/v1/fak/sessions/:id/" + path.substr(path.rfind('/') + 1);
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/:id";
-  for (const char* known : {"/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
-                            "/v1/messages/count_tokens", "/v1/responses", "/health", "/metrics"})
+  for (const char* known :
+       {"/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
+        "/v1/messages/count_tokens", "/v1/responses", "/health", "/metrics", "/"})
     if (path == known) return path;
   return "other";
 }
@@ -142,6 +143,19 @@ std::string kv_metrics(ServerContext& ctx) {
 }
 
 void add_basic_routes(Router& router, ServerContext& ctx) {
+  // The base URL itself: agent CLIs probe it (Claude Code sends HEAD / before every run), and a
+  // person opening it in a browser learns what answers there. Public, like /health: it names no
+  // model and no key.
+  router.add("GET", "/", guarded([&](const HttpRequest&, HttpResponse& res) {
+               reply_json(
+                   res, 200,
+                   {{"object", "fak.server"},
+                    {"status", ctx.draining.load() ? "draining" : "ok"},
+                    {"endpoints",
+                     {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+                      "/v1/models", "/v1/fak/sessions", "/health", "/metrics"}}});
+             }),
+             /*runs_inline=*/true);
   // Inline: answered on the I/O thread, so a load balancer's probe is never stuck behind work.
   router.add("GET", "/health", guarded([&](const HttpRequest&, HttpResponse& res) {
                const SchedulerGauges g = ctx.scheduler->gauges();
@@ -314,7 +328,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   };
   router.before = [&ctx, anthropic_path](const HttpRequest& req, HttpResponse& res) {
     const auto& keys = ctx.options.api_keys;
-    if (req.path == "/health" || req.path == "/metrics") return false;
+    if (req.path == "/health" || req.path == "/metrics" || req.path == "/") return false;
     if (keys.empty() && !ctx.options.require_api_key) return false;
     if (keys.count(tenant_of(req))) return false;
     const std::string message =

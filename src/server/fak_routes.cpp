@@ -22,6 +22,7 @@
 #include "runtime/generate.h"
 #include "server/api_error.h"
 #include "server/context.h"
+#include "server/generation.h"
 #include "server/openai_request.h"
 #include "server/shared_sessions.h"
 #include "tokenizer/tokenizer.h"
@@ -245,7 +246,11 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                const std::string id = req.matches[1], tenant = tenant_of(req);
                const ojson body = body_of(req);
                GenerateOptions o;
-               o.max_tokens = int(get_int(body, "max_tokens", 1, 1 << 20).value_or(16));
+               // fak's own default is 16; --max-tokens caps what a client asks for here too.
+               const OutputBudget budget = output_budget(
+                   ctx.options, int(get_int(body, "max_tokens", 1, 1 << 20).value_or(16)), 1 << 20);
+               o.max_tokens = budget.tokens;
+               note_output_budget(res, budget);
                o.sampling = parse_sampling(body);
                if (!get_bool(body, "ignore_eos").value_or(false))
                  o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);

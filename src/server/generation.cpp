@@ -7,6 +7,23 @@
 
 namespace fak::server {
 
+OutputBudget output_budget(const ServerOptions& options, std::optional<int> asked, int room) {
+  OutputBudget b;
+  const int cap = options.max_tokens;
+  if (!asked) {
+    b = cap > 0 ? OutputBudget{cap, "server_default"} : OutputBudget{room, "context"};
+  } else {
+    b = cap > 0 && *asked > cap ? OutputBudget{cap, "server_cap"} : OutputBudget{*asked, "request"};
+  }
+  if (b.tokens > room) b = {room, "context"};
+  return b;
+}
+
+void note_output_budget(HttpResponse& res, const OutputBudget& b) {
+  if (std::string_view(b.source) == "server_default" || std::string_view(b.source) == "server_cap")
+    res.set_header("Fak-Max-Tokens", std::to_string(b.tokens) + "; source=" + b.source);
+}
+
 namespace {
 
 // The longest stop string less one byte: captured text this close to its end may still be cut

@@ -24,12 +24,26 @@
 namespace fak::server {
 
 struct ServerContext;
+struct ServerOptions;
+struct HttpResponse;
+
+// A reply's token limit: what the client asked, or the server's --max-tokens when it asked none
+// or more; never more than the context leaves (room). source says which decided: "request",
+// "server_default", "server_cap" or "context".
+struct OutputBudget {
+  int tokens = 0;
+  const char* source = "request";
+};
+OutputBudget output_budget(const ServerOptions& options, std::optional<int> asked, int room);
+// Says it in the reply: the header `Fak-Max-Tokens: N; source=...` when the server decided it.
+void note_output_budget(HttpResponse& res, const OutputBudget& b);
 
 struct GenerationSpec {
   std::string partition;  // prefix-cache tenant and salt
   std::string tenant;     // the API key's tenant_hash (fairness between keys)
   std::vector<int32_t> prompt;
   int max_tokens = 16;
+  const char* max_tokens_source = "request";  // OutputBudget::source
   SamplingOptions sampling;
   std::vector<std::string> stop;  // stop strings (in the content)
   std::vector<int32_t> stop_ids;  // end-of-turn tokens

@@ -46,6 +46,10 @@ struct HttpResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // besides the ones the transport sets
   std::optional<HttpStream> stream;  // set: sent with chunked transfer encoding as it is produced
+  // The answer to a HEAD request: the GET's status and headers (Content-Length the GET body's
+  // size), and no body (RFC 9110 9.3.2): a body here would be read as the start of the next
+  // response on a kept-alive connection.
+  bool head_only = false;
 
   void set_header(std::string name, std::string value) {
     headers.emplace_back(std::move(name), std::move(value));

@@ -68,7 +68,13 @@ const Router::Route* Router::find(const HttpRequest& req, std::vector<std::strin
 bool Router::runs_inline(const HttpRequest& req) const {
   std::vector<std::string> groups;
   bool known = false;
-  const Route* r = find(req, &groups, &known);
+  HttpRequest as_get;
+  const bool head = req.method == "HEAD";
+  if (head) {
+    as_get.method = "GET";
+    as_get.path = req.path;
+  }
+  const Route* r = find(head ? as_get : req, &groups, &known);
   return r && r->runs_inline;
 }
 
@@ -86,6 +92,21 @@ HttpResponse Router::refusal(const std::string& path, int status, const std::str
 }
 
 void Router::dispatch(HttpRequest& req, HttpResponse& res) const {
+  // HEAD is GET without the body (RFC 9110): the same route, the same status and headers.
+  const bool head = req.method == "HEAD";
+  if (head) req.method = "GET";
+  dispatch_method(req, res);
+  if (head) {
+    req.method = "HEAD";
+    if (res.stream) {
+      if (res.stream->done) res.stream->done(false);
+      res.stream.reset();
+    }
+    res.head_only = true;
+  }
+}
+
+void Router::dispatch_method(HttpRequest& req, HttpResponse& res) const {
   try {
     if (!before || !before(req, res)) {
       std::vector<std::string> groups;

@@ -45,6 +45,7 @@ class Router {
       error;
 
  private:
+  void dispatch_method(HttpRequest& req, HttpResponse& res) const;
   struct Route {
     std::string method;
     std::vector<std::string> segments;

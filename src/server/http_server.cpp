@@ -91,8 +91,13 @@ http::response<http::string_body> to_message(HttpResponse&& res, unsigned versio
   m.set(http::field::server, "fak");
   m.set(http::field::content_type, res.content_type);
   for (auto& [k, v] : res.headers) m.insert(k, v);
-  m.body() = std::move(res.body);
   m.keep_alive(keep_alive);
+  if (res.head_only) {
+    // The length the GET's body has, and no body: Beast writes what body() holds.
+    m.content_length(res.body.size());
+    return m;
+  }
+  m.body() = std::move(res.body);
   m.prepare_payload();
   return m;
 }

@@ -1,6 +1,7 @@
 #include "server/openai_request.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -236,13 +237,28 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat,
     bad_request("`echo` is not supported: the prompt is not repeated in the reply", "echo");
   if (auto v = get_string(j, "suffix"); v && !v->empty())
     bad_request("`suffix` is not supported (no fill-in-the-middle)", "suffix");
-  if (j.contains("logit_bias") && !j["logit_bias"].is_null() &&
-      !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
-    bad_request("`logit_bias` is not supported", "logit_bias");
   // max_completion_tokens is the newer name; either is accepted, the newer wins.
   if (auto v = get_int(j, "max_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
   if (auto v = get_int(j, "max_completion_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
   r.sampling = parse_sampling(j, defaults);
+  // OpenAI's logit_bias: {"token id": bias in [-100, 100]}, added to that token's logit before
+  // sampling (-100 bans it). The ids are checked against the vocabulary by the route.
+  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
+    if (!it->is_object())
+      bad_request("`logit_bias` must be an object of token ids to biases", "logit_bias");
+    if (it->size() > 1024) bad_request("`logit_bias` may name at most 1024 tokens", "logit_bias");
+    for (const auto& [key, value] : it->items()) {
+      int64_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX)
+        bad_request("`logit_bias` keys must be token ids, got '" + key.substr(0, 32) + "'",
+                    "logit_bias");
+      if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+        bad_request("`logit_bias` values must be numbers from -100 to 100 (token " + key + ")",
+                    "logit_bias");
+      r.sampling.logit_bias.push_back({int32_t(id), value.get<float>()});
+    }
+  }
   if (auto v = get_bool(j, "stream")) r.stream = *v;
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) bad_request("`stream_options` must be an object", "stream_options");

@@ -210,6 +210,11 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
         404, "The model '" + r.model + "' does not exist; this server has '" + ctx.model_id + "'",
         "model", "model_not_found");
   if (!ctx.model->tokenizer()) bad_request("the model has no tokenizer");
+  for (const auto& [id, bias] : r.sampling.logit_bias)
+    if (id >= ctx.model->config().vocab)
+      bad_request("`logit_bias` names token " + std::to_string(id) +
+                      ", outside the vocabulary of " + std::to_string(ctx.model->config().vocab),
+                  "logit_bias");
   const BuiltPrompt built = build_prompt(ctx, r);
   const int n_ctx = ctx.scheduler->ctx();
   check_prompt_fits(built.ids, n_ctx, chat ? "messages" : "prompt");
@@ -217,7 +222,11 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   GenerationSpec spec;
   spec.partition = cache_partition(tenant_of(req), r.cache_salt);
   spec.tenant = tenant_hash(tenant_of(req));
-  spec.max_tokens = std::min(r.max_tokens.value_or(n_ctx), n_ctx - int(built.ids.size()));
+  const OutputBudget budget =
+      output_budget(ctx.options, r.max_tokens, n_ctx - int(built.ids.size()));
+  spec.max_tokens = budget.tokens;
+  spec.max_tokens_source = budget.source;
+  note_output_budget(res, budget);
   spec.prompt = built.ids;
   spec.sampling = r.sampling;
   spec.stop = r.stop;

@@ -43,8 +43,8 @@ ojson content_part(const ReplyBlock& b, bool start) {
   return part;
 }
 
-ojson output_item(const ReplyBlock& b, const std::string& id, const std::string& status,
-                  bool start) {
+ojson output_item(const ReplyBlock& b, const std::string& id, const std::string& status, bool start,
+                  const ToolNamespaces& namespaced) {
   ojson item;
   item["id"] = id;
   switch (b.kind) {
@@ -66,10 +66,21 @@ ojson output_item(const ReplyBlock& b, const std::string& id, const std::string&
       item["status"] = status;
       item["arguments"] = start ? "" : b.text;
       item["call_id"] = b.call_id;
-      item["name"] = b.name;
+      {
+        const auto [name, ns] = client_tool_name(b.name, namespaced);
+        item["name"] = name;
+        if (!ns.empty()) item["namespace"] = ns;
+      }
       return item;
   }
   return item;
+}
+
+std::pair<std::string, std::string> client_tool_name(const std::string& model_name,
+                                                     const ToolNamespaces& namespaced) {
+  const auto it = namespaced.find(model_name);
+  if (it == namespaced.end()) return {model_name, ""};
+  return {it->second.second, it->second.first};
 }
 
 ojson responses_usage(const Usage& u, int reasoning_tokens) {

@@ -92,7 +92,10 @@ void convert_input(const ojson& input, ojson& out) {
       ojson call;
       call["id"] = required_string(item, "call_id", p);
       call["type"] = "function";
-      call["function"] = {{"name", required_string(item, "name", p)},
+      std::string name = required_string(item, "name", p);
+      if (auto ns = get_string(item, "namespace"); ns && !ns->empty())
+        name = namespaced_tool_name(*ns, name);
+      call["function"] = {{"name", name},
                           {"arguments", parsed.is_discarded() ? ojson(args) : parsed}};
       ojson& msg = assistant();
       if (!msg.contains("tool_calls")) msg["tool_calls"] = ojson::array();
@@ -129,8 +132,51 @@ void convert_input(const ojson& input, ojson& out) {
   }
 }
 
+// One function tool (top level, or inside a namespace) in the chat tools' shape; returns whether
+// it is strict. The responses API makes function tools strict unless told otherwise.
+bool add_function_tool(const ojson& tool, const std::string& p, const std::string& model_name,
+                       const std::string& ns_description, ojson& tools) {
+  ojson fn;
+  fn["name"] = model_name;
+  std::string description = get_string(tool, "description").value_or("");
+  if (!ns_description.empty())
+    description = ns_description + (description.empty() ? "" : "\n" + description);
+  if (!description.empty() || tool.contains("description")) fn["description"] = description;
+  ojson params = ojson::object();
+  if (auto ps = tool.find("parameters"); ps != tool.end() && !ps->is_null()) {
+    if (!ps->is_object())
+      bad_request("`" + p + ".parameters` must be a JSON schema object", p + ".parameters");
+    params = *ps;
+  }
+  fn["parameters"] = params;
+  const bool strict = get_bool(tool, "strict").value_or(true);
+  fn["strict"] = strict;
+  tools.push_back({{"type", "function"}, {"function", fn}});
+  return strict;
+}
+
+// Tool types the OpenAI platform runs itself: fak runs none of them.
+bool hosted_tool(const std::string& type) {
+  static const std::set<std::string> kHosted = {"web_search",
+                                                "web_search_preview",
+                                                "web_search_preview_2025_03_11",
+                                                "file_search",
+                                                "code_interpreter",
+                                                "computer_use_preview",
+                                                "computer",
+                                                "image_generation",
+                                                "mcp",
+                                                "local_shell",
+                                                "shell",
+                                                "apply_patch",
+                                                "tool_search",
+                                                "custom"};
+  return kHosted.count(type) > 0;
+}
+
 // Returns the tools as the response object repeats them.
-ojson parse_tools(const ojson& j, ChatTurn& t) {
+ojson parse_tools(const ojson& j, ResponsesRequest& r, bool refuse_hosted) {
+  ChatTurn& t = r.turn;
   auto it = j.find("tools");
   ojson echo = ojson::array();
   if (it == j.end() || it->is_null()) return echo;
@@ -138,39 +184,70 @@ ojson parse_tools(const ojson& j, ChatTurn& t) {
   ojson tools = ojson::array();
   std::set<std::string> names;
   bool all_strict = true;
+  const auto unique = [&](const std::string& name, const std::string& p) {
+    if (!names.insert(name).second)
+      bad_request("`" + p + ".name`: tool names must be unique ('" + name + "' is repeated)",
+                  p + ".name");
+  };
+  std::vector<std::string> left_out;
   for (size_t i = 0; i < it->size(); ++i) {
     const ojson& tool = (*it)[i];
     const std::string p = "tools[" + std::to_string(i) + "]";
     if (!tool.is_object()) bad_request("`" + p + "` must be an object", p);
     const std::string& type = required_string(tool, "type", p);
-    if (type != "function")
+    if (type == "function") {
+      const std::string& name = required_string(tool, "name", p);
+      unique(name, p);
+      const bool strict = add_function_tool(tool, p, name, "", tools);
+      all_strict = all_strict && strict;
+      ojson shown = {{"type", "function"}, {"name", name}};
+      shown["description"] = tools.back()["function"].contains("description")
+                                 ? tools.back()["function"]["description"]
+                                 : ojson();
+      shown["parameters"] = tools.back()["function"]["parameters"];
+      shown["strict"] = strict;
+      echo.push_back(std::move(shown));
+    } else if (type == "namespace") {
+      const std::string& ns = required_string(tool, "name", p);
+      const std::string description = get_string(tool, "description").value_or("");
+      auto inner = tool.find("tools");
+      if (inner == tool.end() || !inner->is_array())
+        bad_request("`" + p + ".tools` must be an array of the namespace's tools", p + ".tools");
+      for (size_t k = 0; k < inner->size(); ++k) {
+        const ojson& f = (*inner)[k];
+        const std::string q = p + ".tools[" + std::to_string(k) + "]";
+        if (!f.is_object()) bad_request("`" + q + "` must be an object", q);
+        const std::string& ftype = required_string(f, "type", q);
+        if (ftype != "function") {
+          if (refuse_hosted)
+            bad_request("`" + q + ".type` '" + ftype + "' is not supported: give function tools",
+                        q + ".type");
+          left_out.push_back(ns + "." + ftype);
+          continue;
+        }
+        const std::string& name = required_string(f, "name", q);
+        const std::string model_name = namespaced_tool_name(ns, name);
+        unique(model_name, q);
+        all_strict = add_function_tool(f, q, model_name, description, tools) && all_strict;
+        r.namespaced[model_name] = {ns, name};
+      }
+      echo.push_back(tool);
+    } else if (hosted_tool(type) && !refuse_hosted) {
+      left_out.push_back(type);
+    } else {
       bad_request("`" + p + ".type` '" + type +
-                      "' is not supported: fak runs no tools itself; give function tools",
+                      "' is not supported: fak runs no tools itself; give function or "
+                      "namespace tools",
                   p + ".type");
-    const std::string& name = required_string(tool, "name", p);
-    if (!names.insert(name).second)
-      bad_request("`" + p + ".name`: tool names must be unique ('" + name + "' is repeated)",
-                  p + ".name");
-    ojson fn;
-    fn["name"] = name;
-    if (auto d = get_string(tool, "description")) fn["description"] = *d;
-    ojson params = ojson::object();
-    if (auto ps = tool.find("parameters"); ps != tool.end() && !ps->is_null()) {
-      if (!ps->is_object())
-        bad_request("`" + p + ".parameters` must be a JSON schema object", p + ".parameters");
-      params = *ps;
     }
-    fn["parameters"] = params;
-    // The responses API makes function tools strict unless told otherwise.
-    const bool strict = get_bool(tool, "strict").value_or(true);
-    all_strict = all_strict && strict;
-    fn["strict"] = strict;
-    tools.push_back({{"type", "function"}, {"function", fn}});
-    ojson shown = {{"type", "function"}, {"name", name}};
-    shown["description"] = fn.contains("description") ? fn["description"] : ojson();
-    shown["parameters"] = params;
-    shown["strict"] = strict;
-    echo.push_back(std::move(shown));
+  }
+  if (!left_out.empty()) {
+    std::string list;
+    for (const std::string& s : left_out) list += (list.empty() ? "" : ", ") + s;
+    r.warnings.push_back(
+        "tools left out (fak runs no hosted tools; the model was not shown "
+        "them): " +
+        list);
   }
   if (!tools.empty()) t.tools = std::move(tools);
   t.strict_tool_schemas = all_strict;
@@ -198,7 +275,9 @@ ojson parse_tool_choice(const ojson& j, ChatTurn& t) {
         "`tool_choice` must be auto, none, required or {\"type\": \"function\", \"name\": "
         "...}; other tool types are not supported",
         "tool_choice");
-  const std::string& name = required_string(*it, "name", "tool_choice");
+  std::string name = required_string(*it, "name", "tool_choice");
+  if (auto ns = get_string(*it, "namespace"); ns && !ns->empty())
+    name = namespaced_tool_name(*ns, name);
   bool listed = false;
   if (t.tools.is_array())
     for (const ojson& tool : t.tools) listed = listed || tool["function"]["name"] == name;
@@ -207,7 +286,7 @@ ojson parse_tool_choice(const ojson& j, ChatTurn& t) {
                 "tool_choice.name");
   t.tool_choice = "function";
   t.tool_choice_name = name;
-  return {{"type", "function"}, {"name", name}};
+  return *it;
 }
 
 // text.format: the same constraint as chat's response_format, spelled flat.
@@ -244,8 +323,12 @@ ojson parse_text(const ojson& j, ChatTurn& t) {
 
 }  // namespace
 
+std::string namespaced_tool_name(const std::string& ns, const std::string& name) {
+  return ns + "__" + name;
+}
+
 ResponsesRequest parse_responses_request(const std::string& body, const SamplingOptions& defaults,
-                                         bool model_thinks) {
+                                         bool model_thinks, bool refuse_hosted_tools) {
   const ojson j = parse_json_object(body);
   ResponsesRequest r;
   ChatTurn& t = r.turn;
@@ -304,7 +387,7 @@ ResponsesRequest parse_responses_request(const std::string& body, const Sampling
   t.sampling = parse_sampling(j, defaults);
   echo["temperature"] = t.sampling.temperature;
   echo["text"] = parse_text(j, t);
-  ojson tools = parse_tools(j, t);
+  ojson tools = parse_tools(j, r, refuse_hosted_tools);
   echo["tool_choice"] = parse_tool_choice(j, t);
   echo["tools"] = std::move(tools);
   echo["top_p"] = t.sampling.top_p;

@@ -24,11 +24,12 @@ std::string status_of(const Generation::Choice& c) {
 }
 
 ojson output_of(const std::vector<ReplyBlock>& blocks, const std::vector<std::string>& ids,
-                const std::string& status) {
+                const std::string& status, const ToolNamespaces& namespaced) {
   ojson out = ojson::array();
   for (size_t i = 0; i < blocks.size(); ++i)
     out.push_back(output_item(blocks[i], ids[i],
-                              blocks[i].kind == ReplyBlock::Kind::ToolCall ? "completed" : status));
+                              blocks[i].kind == ReplyBlock::Kind::ToolCall ? "completed" : status,
+                              false, namespaced));
   return out;
 }
 
@@ -66,7 +67,7 @@ struct ResponseStream final : ReplyBlocks::Sink {
     ids.push_back(new_object_id(item_id_prefix(b.kind)));
     emit("response.output_item.added",
          {{"output_index", index},
-          {"item", output_item(b, ids.back(), "in_progress", /*start=*/true)}});
+          {"item", output_item(b, ids.back(), "in_progress", /*start=*/true, head.namespaced)}});
     if (b.kind == ReplyBlock::Kind::ToolCall) return;
     ojson e = in_part(index);
     e["part"] = content_part(b, /*start=*/true);
@@ -92,7 +93,7 @@ struct ResponseStream final : ReplyBlocks::Sink {
     const std::string item_status = b.kind == ReplyBlock::Kind::ToolCall ? "completed" : status;
     if (b.kind == ReplyBlock::Kind::ToolCall) {
       ojson e = where(index);
-      e["name"] = b.name;
+      e["name"] = client_tool_name(b.name, head.namespaced).first;
       e["arguments"] = b.text;
       emit("response.function_call_arguments.done", std::move(e));
     } else {
@@ -109,7 +110,8 @@ struct ResponseStream final : ReplyBlocks::Sink {
       emit("response.content_part.done", std::move(p));
     }
     emit("response.output_item.done",
-         {{"output_index", index}, {"item", output_item(b, ids[size_t(index)], item_status)}});
+         {{"output_index", index},
+          {"item", output_item(b, ids[size_t(index)], item_status, false, head.namespaced)}});
   }
 };
 
@@ -131,7 +133,8 @@ bool next_events(ResponseStream& s, std::string& out) {
         const ojson error = {{"code", "server_error"}, {"message", s.gen->error()}};
         s.emit("response.failed",
                {{"response", response_object(s.head, "failed",
-                                             output_of(s.blocks.blocks(), s.ids, "incomplete"),
+                                             output_of(s.blocks.blocks(), s.ids, "incomplete",
+                                                       s.head.namespaced),
                                              nullptr, "", error)}});
         return false;
       }
@@ -141,7 +144,8 @@ bool next_events(ResponseStream& s, std::string& out) {
       const bool complete = s.status == "completed";
       s.emit(complete ? "response.completed" : "response.incomplete",
              {{"response",
-               response_object(s.head, s.status, output_of(s.blocks.blocks(), s.ids, s.status),
+               response_object(s.head, s.status,
+                               output_of(s.blocks.blocks(), s.ids, s.status, s.head.namespaced),
                                responses_usage(s.gen->usage(), reasoning_tokens(s.ctx, c)),
                                complete ? "" : "max_output_tokens")}});
       return false;
@@ -165,16 +169,24 @@ void handle_responses(ServerContext& ctx, const HttpRequest& req, HttpResponse& 
   if (!ctx.model->tokenizer() || !ctx.chat)
     bad_request("the model has no tokenizer: chat needs one");
   ResponsesRequest r = parse_responses_request(req.body, ctx.sampling_defaults,
-                                               ctx.chat->think_close_id().has_value());
+                                               ctx.chat->think_close_id().has_value(),
+                                               ctx.options.refuse_hosted_tools);
+  for (const std::string& w : r.warnings) {
+    // A response header (clients that show warnings can) and one log line.
+    res.set_header("Fak-Warning", w);
+    std::fprintf(stderr, "fak serve: warning: /v1/responses: %s\n", w.c_str());
+  }
   if (r.model != ctx.model_id && r.model != ctx.model->path().string())
     throw ApiError(
         404, "The model '" + r.model + "' does not exist; this server has '" + ctx.model_id + "'",
         "model", "model_not_found");
   const BuiltPrompt built = build_turn_prompt(ctx, r.turn);
   check_prompt_fits(built.ids, ctx.scheduler->ctx(), "input");
-  auto gen =
-      std::make_unique<Generation>(ctx, turn_generation_spec(ctx, r.turn, built, tenant_of(req)));
+  GenerationSpec spec = turn_generation_spec(ctx, r.turn, built, tenant_of(req));
+  note_output_budget(res, {spec.max_tokens, spec.max_tokens_source});
+  auto gen = std::make_unique<Generation>(ctx, std::move(spec));
   ResponseHead head = new_response_head(r.model, std::move(r.echo));
+  head.namespaced = std::move(r.namespaced);
 
   if (!r.stream) {
     gen->wait(req);
@@ -184,7 +196,7 @@ void handle_responses(ServerContext& ctx, const HttpRequest& req, HttpResponse& 
     for (const ReplyBlock& b : blocks) ids.push_back(new_object_id(item_id_prefix(b.kind)));
     const std::string status = status_of(c);
     reply_json(res, 200,
-               response_object(head, status, output_of(blocks, ids, status),
+               response_object(head, status, output_of(blocks, ids, status, head.namespaced),
                                responses_usage(gen->usage(), reasoning_tokens(ctx, c)),
                                status == "completed" ? "" : "max_output_tokens"));
     return;

@@ -23,6 +23,14 @@ struct ServerOptions {
   bool require_api_key = false;
   int parallel = 4;
   int max_queue = 64;
+  // --max-tokens: the tokens a reply generates when the client names no limit, and the most it
+  // may ask for (0: no server limit, only the context's). Agent CLIs send none (Codex) or 32k
+  // (Claude Code): one request on a model that rarely stops would hold a slot until the context
+  // is full.
+  int max_tokens = 0;
+  // /v1/responses: hosted tools (web_search, file_search, ...) fak cannot run are refused (400)
+  // instead of left out of the prompt with a warning.
+  bool refuse_hosted_tools = false;
   // KV memory (runtime/kv_budget.h): kv_mib is the hard budget for every KV block (sequences,
   // prefix cache, sessions); 0 = sized from ctx x parallel + cache_mib (0 = one context, >= 256)
   // and the machine's free memory. Printed at startup.

@@ -261,7 +261,10 @@ await check("streamed tool calls arrive as argument deltas the SDK accumulates",
   const deltas = [];
   stream.on("tool_calls.function.arguments.delta", (e) => deltas.push(e.arguments_delta));
   const final = await stream.finalChatCompletion();
-  assert.ok(deltas.length >= 3, "arguments in " + deltas.length + " piece(s)");
+  // What a client can rely on: the arguments come as deltas that add up to the whole call. How
+  // many pieces depends on how fast the client reads (the server coalesces what is ready), so it
+  // is not asserted: a loaded 2-core box once saw 2.
+  assert.ok(deltas.length >= 1, "no argument deltas");
   const call = final.choices[0].message.tool_calls[0];
   assert.equal(deltas.join(""), call.function.arguments);
   assert.equal(call.function.name, "get_weather");

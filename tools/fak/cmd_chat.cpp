@@ -182,7 +182,9 @@ class Chat {
 };
 
 void chat(const ChatArgs& a) {
-  SamplingOptions{.temperature = a.temp}.validate();  // before the model loads
+  SamplingOptions check;
+  check.temperature = a.temp;
+  check.validate();  // before the model loads
   set_threads(a.threads);
   Chat c(a);
   if (!a.session.empty() && std::filesystem::exists(a.session)) c.load(a.session);

@@ -104,6 +104,15 @@ void register_serve(CLI::App& app) {
   c->add_option("--parallel", a->o.parallel, "sequences generated at once (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  c->add_option("--max-tokens", a->o.max_tokens,
+                "tokens a reply generates when the client names no limit, and the most it may ask "
+                "for (the reply then says so in a Fak-Max-Tokens header); 0: only the context "
+                "limits it")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
+  c->add_flag("--refuse-hosted-tools", a->o.refuse_hosted_tools,
+              "answer 400 to /v1/responses requests with hosted tools fak cannot run "
+              "(web_search, file_search, ...) instead of leaving them out with a warning");
   c->add_option("--max-queue", a->o.max_queue, "requests waiting beyond --parallel before 429")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
