@@ -156,10 +156,18 @@ TEST(Cli, BenchRunsTestsAtDepth) {
   EXPECT_EQ(jb["results"][1]["test"], "tg4 x3 @ d16");
   EXPECT_EQ(jb["results"][1]["n_batch"], 3);
   EXPECT_GT(jb["results"][1]["tok_s"].get<double>(), 0);
-  // A depth past the model's context is refused with the reason.
+  // A depth past the model's context is refused with the reason, before any prefill; so is a
+  // prompt that does not fit after its depth (and what would fit is said).
   auto bad = test::run_fak("bench -p 8 -n 0 -d 100000 -r 1 -o json -t 1");
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.err.find("too long"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("-d 100000: the model's context is 4096 tokens"), std::string::npos)
+      << bad.err;
+  auto late = test::run_fak("bench -p 512 -n 0 -d 4000 -r 1 -o json -t 1");
+  EXPECT_NE(late.exit_code, 0);
+  EXPECT_NE(late.err.find("4512 tokens exceed the model's context of 4096 (at this depth the "
+                          "longest prompt is 96); nothing was run"),
+            std::string::npos)
+      << late.err;
   // So are an empty batch and a depth that is not a number, each naming the flag.
   auto no_batch = test::run_fak("bench -p 0 -n 4 -b 0 -r 1 -t 1");
   EXPECT_NE(no_batch.exit_code, 0);

@@ -179,6 +179,45 @@ TEST(RopeYarn, Qwen2FixtureRunsWithYarn) {
   EXPECT_EQ(json::parse(r.out)["ids"].size(), 4u);
 }
 
+// Issue 34: YaRN stretches the context a sequence may reach: a Qwen2.5 config left at
+// max_position_embeddings 32k with factor 4 runs to 128k, as its model card says. Past the
+// stretched length (and past the trained one without YaRN) a prompt is refused before any work.
+TEST(RopeYarn, YarnStretchesTheContextLimit) {
+  auto at = [](int max_pos, const json& scaling) {
+    const auto dir =
+        yarn_fixture("limit" + std::to_string(max_pos) + (scaling.is_null() ? "" : "y"), scaling);
+    json cfg = read_json(dir / "config.json");
+    cfg["max_position_embeddings"] = max_pos;
+    test::write_file(dir / "config.json", cfg.dump(2));
+    return dir;
+  };
+  json scaling = qwen_yarn(4.0);
+  scaling["original_max_position_embeddings"] = 32;
+  const auto yarn = Model::load(at(32, scaling));
+  EXPECT_EQ(yarn->config().max_seq_len, 32);
+  EXPECT_EQ(yarn->config().context_limit(), 128);
+  const auto plain = Model::load(at(32, json()));
+  EXPECT_EQ(plain->config().context_limit(), 32);
+  const std::vector<int32_t> ids = test::random_ids(100, yarn->config().vocab, 3);
+  EXPECT_EQ(all_logits(yarn, ids).size(), ids.size() * size_t(yarn->config().vocab));
+  try {
+    all_logits(plain, ids);
+    ADD_FAILURE() << "100 tokens ran on a 32-token model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exceed the context of 32"), std::string::npos)
+        << e.what();
+  }
+  // fak bench refuses a depth and prompt that do not fit before it prefills anything.
+  const auto r =
+      test::run_fak("bench -m " + at(32, scaling).string() + " -d 100 -p 64 -n 0 -o json");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("-d 100 -p 64: 164 tokens exceed the model's context of 128"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("nothing was run"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("pp64"), std::string::npos) << r.out;
+}
+
 // Converted to GGUF and loaded back: the same YaRN parameters and logits bit for bit, with
 // llama.cpp's keys; what a GGUF cannot say for llama.cpp is written in fak's own key and warned.
 TEST(RopeYarn, GgufRoundTrip) {

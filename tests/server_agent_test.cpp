@@ -331,9 +331,13 @@ TEST_F(ServerAgent, ModelObjectAndContextErrorsSpeakOpenAi) {
 TEST(ServerAgentKeepAlive, StreamsSendKeepAlivesWhileTheyWait) {
   // One batch slot, taken by a long generation that is already streaming: a second request waits
   // in the queue for hundreds of steps, and its stream gets SSE comments meanwhile.
-  ServerProcess server("--parallel 1 --sse-keepalive 0.05");
+  // The model's whole context: the busy stream outlasts many keep-alive intervals however fast
+  // the machine (the bundled model decodes ~3,000 tokens/s on an idle core).
+  ServerSetup setup;
+  setup.ctx = 4096;
+  ServerProcess server("--parallel 1 --sse-keepalive 0.05", setup);
   ASSERT_NE(server.port(), 0);
-  LongStream busy(server.port(), 480);
+  LongStream busy(server.port(), 4000);
   ASSERT_TRUE(busy.started());
   json req = {{"model", "pycoder-6m"}, {"prompt", "x = 1"}, {"max_tokens", 2}, {"stream", true}};
   const std::string raw = stream_raw(server.port(), "/v1/completions", req);

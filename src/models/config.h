@@ -2,6 +2,7 @@
 // forward pass branches on flags (qkv_bias, qk_norm, ...) rather than on architecture names.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json_fwd.hpp>
@@ -37,9 +38,9 @@ struct ModelConfig {
   int n_layers = 0;
   int n_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;  // explicit in the config, or dim / n_heads
-  int vocab = 0;     // rows of the embedding (may be padded beyond the tokenizer)
-  int max_seq_len = 0;
+  int head_dim = 0;     // explicit in the config, or dim / n_heads
+  int vocab = 0;        // rows of the embedding (may be padded beyond the tokenizer)
+  int max_seq_len = 0;  // max_position_embeddings / context_length: the trained context
   float rms_eps = 1e-6f;
   double rope_theta = 10000.0;
   int rotary_dim = 0;  // dims of each head that RoPE rotates (partial rotary: < head_dim)
@@ -92,6 +93,14 @@ struct ModelConfig {
   std::string family_name() const;  // "qwen3_moe", or "?" before a family is set
   // Sizes of a session's Gated DeltaNet state; no linear layers (an empty state) for dense models.
   RecurrentShape recurrent_shape() const;
+  // The longest context a sequence may reach: the trained one, or with YaRN the trained length
+  // times its factor (what the scaling was made for: Qwen2.5 / Qwen3 documents 32k x 4 = 128k
+  // with max_position_embeddings left at 32k, and vLLM reads it the same way).
+  int context_limit() const {
+    if (rope_scaling != RopeScaling::Yarn) return max_seq_len;
+    const double stretched = double(rope_original_max_pos) * rope_factor;
+    return stretched > double(max_seq_len) ? int(std::min(stretched, 16777216.0)) : max_seq_len;
+  }
 };
 
 // Parses a Hugging Face config.json (already read into JSON). `label` names the file in errors.

@@ -301,9 +301,9 @@ int batch_tokens(const ModelConfig& c, std::span<const BatchItem> batch) {
   int T = 0;
   for (const BatchItem& it : batch) {
     if (it.n_tokens <= 0) fail("forward: empty batch item");
-    if (it.start_pos + it.n_tokens > c.max_seq_len)
+    if (it.start_pos + it.n_tokens > c.context_limit())
       fail("context of " + std::to_string(it.start_pos + it.n_tokens) +
-           " tokens exceeds the model's maximum of " + std::to_string(c.max_seq_len));
+           " tokens exceeds the model's maximum of " + std::to_string(c.context_limit()));
     for (int i = 0; i < it.n_tokens; ++i)
       if (it.tokens[i] < 0 || it.tokens[i] >= c.vocab)
         fail("token id " + std::to_string(it.tokens[i]) + " is outside the vocabulary (0.." +

@@ -12,9 +12,9 @@ namespace fak {
 PerplexityResult perplexity(std::shared_ptr<const Model> model, const std::vector<int32_t>& tokens,
                             int ctx, const std::function<void(int, int)>& progress) {
   check(ctx >= 1, "perplexity: --ctx must be at least 1");
-  check(ctx + 1 <= model->config().max_seq_len, "perplexity: --ctx " + std::to_string(ctx) +
+  check(ctx + 1 <= model->config().context_limit(), "perplexity: --ctx " + std::to_string(ctx) +
                                                     " + 1 exceeds the model's context of " +
-                                                    std::to_string(model->config().max_seq_len));
+                                                    std::to_string(model->config().context_limit()));
   check(tokens.size() >= 2, "perplexity: need at least 2 tokens");
   const auto t0 = std::chrono::steady_clock::now();
   const int vocab = model->config().vocab;

@@ -96,7 +96,7 @@ std::span<const float> Session::sampleable_logits() const {
 }
 
 void Session::reserve_for_append(int n) {
-  const int limit = model_->config().max_seq_len;
+  const int limit = model_->config().context_limit();
   if (size() + n > limit)
     fail("prompt too long: " + std::to_string(size() + n) + " tokens exceed the context of " +
          std::to_string(limit));

@@ -150,7 +150,7 @@ Session Session::from_bytes(std::string_view bytes, const std::string& label,
   if (h.model != model->identity())
     fail(label + " was saved with a different model (" + h.model_type + " " + h.model + "), not " +
          model->path().string());
-  if (h.n_tokens < 0 || h.n_tokens > c.max_seq_len || h.kv_dim != c.kv_dim() ||
+  if (h.n_tokens < 0 || h.n_tokens > c.context_limit() || h.kv_dim != c.kv_dim() ||
       h.attention_layers != model->n_attention_layers() || h.vocab != c.vocab)
     fail(label + " has a KV layout that does not match the model");
   const int n = int(h.n_tokens);

@@ -96,7 +96,7 @@ std::vector<Verified> verify_drafts(std::span<const VerifyRequest> requests) {
     check(r.session->has_logits(), "verify_draft: the session has no logits to sample `last` from");
     // A draft running past the context is cut so that verifying never fails where plain decoding
     // would not (appending `last` itself fails exactly when plain decoding's append would).
-    const int room = r.session->model().config().max_seq_len - r.session->size() - 1;
+    const int room = r.session->model().config().context_limit() - r.session->size() - 1;
     const size_t n = std::min(r.draft.size(), size_t(std::max(room, 0)));
     std::vector<int32_t> input{r.last};
     input.insert(input.end(), r.draft.begin(), r.draft.begin() + long(n));

@@ -104,7 +104,19 @@ void fill_logprobs(std::span<const float> logits, int32_t chosen, int k, GenEven
 
 Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions options, Metrics* metrics)
     : model_(std::move(model)), options_(options), metrics_(metrics) {
-  const int model_ctx = model_->config().max_seq_len;
+  const int model_ctx = model_->config().context_limit();
+  // Never past what the model was trained for (or, with YaRN, stretched to): positions it has
+  // never seen. A longer --ctx is cut to it, with one line that says so before anything is
+  // allocated.
+  if (options_.ctx > model_ctx)
+    std::fprintf(stderr,
+                 "fak serve: warning: --ctx %d is longer than the model's context of %d%s: using "
+                 "%d\n",
+                 options_.ctx, model_ctx,
+                 model_->config().rope_scaling == RopeScaling::Yarn
+                     ? " (its YaRN factor included)"
+                     : " (a YaRN rope_scaling in config.json stretches it, as the model card says)",
+                 model_ctx);
   ctx_ = options_.ctx > 0 ? std::min(options_.ctx, model_ctx) : model_ctx;
   options_.parallel = std::max(1, options_.parallel);
   options_.max_queue = std::max(0, options_.max_queue);

@@ -62,7 +62,9 @@ await check("chat stream equals non-stream (greedy)", async () => {
     text += c.choices[0].delta.content ?? "";
     if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
   }
-  assert.ok(chunks > 3, "several chunks, got " + chunks);
+  // Streamed, and adding up to the whole reply; how many chunks depends on how fast the client
+  // reads (the server coalesces what is ready), so only that there are some is asserted.
+  assert.ok(chunks >= 1, "no chunks");
   assert.equal(text, whole.choices[0].message.content);
   assert.equal(finish, "length");
   assert.equal(usage.completion_tokens, 16);
@@ -207,11 +209,19 @@ await check("responses.parse with text.format json_schema", async () => {
   assert.deepEqual(Object.keys(r.output_parsed).sort(), ["count", "name"]);
 });
 
-await check("responses errors: stored state and other tools are refused", async () => {
+await check("responses: stored state and unknown tools are refused, hosted tools left out", async () => {
   await assert.rejects(client.responses.create({ model: "pycoder-6m", input: "x", previous_response_id: "resp_1" }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === "previous_response_id");
-  await assert.rejects(client.responses.create({ model: "pycoder-6m", input: "x", tools: [{ type: "web_search" }] }),
+  await assert.rejects(client.responses.create({ model: "pycoder-6m", input: "x", tools: [{ type: "made_up" }] }),
                        (e) => e.status === 400 && e.param === "tools[0].type");
+  // A hosted tool fak cannot run (Codex sends web_search by default) does not fail the turn: it
+  // is left out, and a Fak-Warning header says so.
+  const { data, response } = await client.responses
+    .create({ model: "pycoder-6m", input: "x", max_output_tokens: 4,
+              tools: [{ type: "web_search", external_web_access: false }] })
+    .withResponse();
+  assert.equal(data.status, "incomplete");
+  assert.match(response.headers.get("fak-warning") ?? "", /web_search/);
 });
 
 await check("models.retrieve", async () => {

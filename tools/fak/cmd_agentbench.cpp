@@ -57,9 +57,9 @@ void agentbench(const AgentArgs& a) {
   auto model = load_model(a.model);
   const ModelConfig& c = model->config();
   const int64_t final_ctx = int64_t(a.prefix) + int64_t(a.turns) * (a.result + a.decode);
-  if (final_ctx > c.max_seq_len)
+  if (final_ctx > c.context_limit())
     fail("P + T*(R+D) = " + std::to_string(final_ctx) + " tokens exceeds the model's context of " +
-         std::to_string(c.max_seq_len));
+         std::to_string(c.context_limit()));
   std::mt19937 rng(7);
   auto random_tokens = [&](int n) {
     std::vector<int32_t> v(size_t(n), 0);

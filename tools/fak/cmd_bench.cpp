@@ -84,6 +84,25 @@ void bench(const BenchArgs& a) {
   for (int b : batches)
     if (b < 1) fail("-b: a batch is at least 1 sequence");
   if (a.reps < 1) fail("-r must be at least 1");
+  // Every test must fit the context before anything runs (a depth is prefilled first, which takes
+  // minutes at 32k): say which does not, and what would.
+  const int limit = c.context_limit();
+  for (int d : depths) {
+    if (d < 0 || d >= limit)
+      fail("-d " + std::to_string(d) + ": the model's context is " + std::to_string(limit) +
+           " tokens");
+    for (int p : prompts)
+      if (d + p > limit)
+        fail("-d " + std::to_string(d) + " -p " + std::to_string(p) + ": " + std::to_string(d + p) +
+             " tokens exceed the model's context of " + std::to_string(limit) +
+             " (at this depth the longest prompt is " + std::to_string(limit - d) +
+             "); nothing was run");
+    for (int n : gens)
+      if (d + n > limit)
+        fail("-d " + std::to_string(d) + " -n " + std::to_string(n) + ": " + std::to_string(d + n) +
+             " tokens exceed the model's context of " + std::to_string(limit) +
+             " (at this depth at most -n " + std::to_string(limit - d) + "); nothing was run");
+  }
   std::mt19937 rng(42);
   auto random_tokens = [&](int n) {
     std::vector<int32_t> v(size_t(n), 0);

@@ -80,7 +80,7 @@ class Chat {
     messages_.push_back({{"role", "user"}, {"content", text}});
     sync(true);
     GenerateOptions g;
-    g.max_tokens = std::min(a_.n, model_->config().max_seq_len - session_.size());
+    g.max_tokens = std::min(a_.n, model_->config().context_limit() - session_.size());
     if (g.max_tokens < 1) fail("the conversation fills the context; /undo or /reset");
     g.sampling.temperature = a_.temp;
     g.sampling.seed = a_.seed + uint64_t(stats_.turns);
