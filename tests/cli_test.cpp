@@ -147,6 +147,15 @@ TEST(Cli, BenchRunsTestsAtDepth) {
   EXPECT_EQ(j["results"][3]["test"], "tg4 @ d24");
   EXPECT_EQ(j["results"][3]["n_depth"], 24);
   EXPECT_GT(j["results"][3]["tok_s"].get<double>(), 0);
+  // The roof: the measured read bandwidth, the bytes a tg step reads (more at depth: the KV of
+  // the context), and the share of the bandwidth that is.
+  EXPECT_GT(j["membw_gb_s"].get<double>(), 0);
+  EXPECT_GT(j["results"][3]["bytes_per_token"].get<double>(),
+            j["results"][1]["bytes_per_token"].get<double>());
+  EXPECT_NEAR(j["results"][3]["bytes_per_token"].get<double>() -
+                  j["results"][1]["bytes_per_token"].get<double>(),
+              24 * j["kv_bytes_per_context_token"].get<double>(), 1.0);
+  EXPECT_GT(j["results"][3]["roofline_fraction"].get<double>(), 0);
   // -b: sequences decoded in lockstep, every one's tokens counted.
   auto batched = test::run_fak("bench -p 0 -n 4 -b 1,3 -d 16 -r 1 -o json -t 1");
   ASSERT_EQ(batched.exit_code, 0) << batched.err;

@@ -18,6 +18,7 @@
 
 #include "common.h"
 #include "core/error.h"
+#include "core/memory_bandwidth.h"
 #include "models/tensor_table.h"
 #include "ops/matmul.h"
 #include "runtime/session.h"
@@ -29,6 +30,7 @@ namespace {
 struct BenchArgs {
   std::string model, prompts = "16,64,256", gens = "32", depths = "0", batches = "1", output = "md";
   int threads = 0, reps = 3;
+  bool membw = true;
   KvFlags kv;
 };
 
@@ -129,6 +131,15 @@ void bench(const BenchArgs& a) {
   const double state_gb = double(RecurrentState(c.recurrent_shape()).bytes()) / 1e9;
   const double weight_gb = active_bytes_per_token(c, w) / 1e9;
   const double params = matrix_params(c, w);
+  // A decode step at depth d also reads the d tokens of KV of every attention layer (K and V; the
+  // pre-RoPE keys are kept, not read).
+  const double kv_gb_per_ctx_token =
+      double(kv_bytes_per_token(model->n_attention_layers(), c.n_kv_heads, c.head_dim,
+                                cache->dtype(), /*keep_kraw=*/false)) /
+      1e9;
+  // The machine's read bandwidth now, on the benchmark's threads: each tg row says how close it
+  // comes to it (bytes read per token x tokens/s over this).
+  const double membw_gb_s = a.membw ? measure_read_bandwidth() : 0.0;
   nlohmann::json results = nlohmann::json::array();
   auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
                     const std::vector<double>& tok_s) {
@@ -137,19 +148,32 @@ void bench(const BenchArgs& a) {
                      {"n_depth", n_depth},   {"n_batch", n_batch},   {"tok_s", st.mean},
                      {"stddev", st.stddev},  {"min", st.min},        {"median", st.median},
                      {"reps", tok_s.size()}, {"samples", tok_s}};
+    double roof = 0;
     if (n_gen > 0) {
       // Every step reads every weight once, for all the batch's sequences together (a MoE step of
       // several sequences reads the union of their experts: the figure is per token's share).
       r["gb_s"] = st.mean / n_batch * weight_gb;
       if (state_gb > 0) r["state_gb_s"] = st.mean * 2 * state_gb;
+      // Bytes a step reads: the weights once, each sequence's KV (depth + half the generated
+      // tokens, on average) and its recurrent state (read and written).
+      const double step_gb =
+          weight_gb +
+          double(n_batch) * (kv_gb_per_ctx_token * (n_depth + n_gen / 2.0) + 2 * state_gb);
+      r["bytes_per_token"] = step_gb / n_batch * 1e9;
+      if (membw_gb_s > 0) {
+        roof = st.mean / n_batch * step_gb / membw_gb_s;
+        r["roofline_fraction"] = roof;
+      }
     }
     results.push_back(r);
     if (a.output == "md") {
       std::printf("| %-18s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
-      if (n_gen > 0)
-        std::printf(" %6.1f |\n", st.mean / n_batch * weight_gb);
+      if (n_gen > 0 && membw_gb_s > 0)
+        std::printf(" %6.1f | %5.1f%% |\n", st.mean / n_batch * weight_gb, 100 * roof);
+      else if (n_gen > 0)
+        std::printf(" %6.1f |        |\n", st.mean / n_batch * weight_gb);
       else
-        std::printf("        |\n");
+        std::printf("        |        |\n");
       std::fflush(stdout);
     }
   };
@@ -170,9 +194,14 @@ void bench(const BenchArgs& a) {
     std::printf("device: %s, threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n",
                 model->device().name().c_str(), threads, std::string(matmul_isa()).c_str(),
                 model->weights_memory(), load_s);
+    if (membw_gb_s > 0)
+      std::printf(
+          "memory read bandwidth (measured now, %d threads): %.1f GB/s; roof: the share of "
+          "it a tg row reads (weights + KV at depth + recurrent state)\n",
+          threads, membw_gb_s);
     std::printf(
-        "| test               |              t/s       |  GB/s  "
-        "|\n|--------------------|------------------------|--------|\n");
+        "| test               |              t/s       |  GB/s  |  roof  "
+        "|\n|--------------------|------------------------|--------|--------|\n");
   }
   for (int d : depths) {
     // The context the tests start from, prefilled once (untimed); each repetition clones it (no
@@ -240,6 +269,8 @@ void bench(const BenchArgs& a) {
                      {"kernels", std::string(matmul_isa())},
                      {"device", model->device().name()},
                      {"load_seconds", load_s},
+                     {"membw_gb_s", membw_gb_s},
+                     {"kv_bytes_per_context_token", kv_gb_per_ctx_token * 1e9},
                      {"results", results}};
     std::printf("%s\n", j.dump(1).c_str());
   }
@@ -256,6 +287,8 @@ void register_bench(CLI::App& app) {
   c->add_option("-n,--n-gen", a->gens, "generation lengths, comma-separated");
   c->add_option("-d,--n-depth", a->depths,
                 "context tokens already in the KV before each test, comma-separated (default 0)");
+  c->add_flag("!--no-membw", a->membw,
+              "skip measuring the memory read bandwidth (the roof column and roofline_fraction)");
   c->add_option("-b,--batch", a->batches,
                 "sequences decoded in lockstep by the tg tests, comma-separated (default 1)");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
