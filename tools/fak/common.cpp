@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/hub_cache.h"
 #include "runtime/model_cache.h"
 #include "tokenizer/utf8.h"
 
@@ -28,6 +29,10 @@ std::string default_model_dir() {
   return FAK_DEFAULT_MODEL_DIR;
 }
 
+std::string resolve_model_path(const std::string& arg) {
+  return arg.empty() ? default_model_dir() : hub::resolve_model_arg(arg);
+}
+
 namespace {
 LoadOptions g_load_options;
 std::string g_quant;
@@ -42,7 +47,7 @@ std::shared_ptr<const Model> load_model(const std::string& path) {
     if (!o.quant || *o.quant == QuantType::Q8_K)
       fail("--quant '" + g_quant + "': choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k");
   }
-  std::shared_ptr<const Model> model = Model::load(path.empty() ? default_model_dir() : path, o);
+  std::shared_ptr<const Model> model = Model::load(resolve_model_path(path), o);
   if (!model->load_note().empty()) std::fprintf(stderr, "fak: %s\n", model->load_note().c_str());
   return model;
 }

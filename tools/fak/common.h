@@ -13,6 +13,9 @@ namespace fak::cli {
 
 // -m/--model with the bundled default when empty.
 std::string default_model_dir();
+// -m's value as a local path: the default when empty, the path itself when it exists, else a
+// Hugging Face hub id (org/name[:file]) looked up in the hub cache (`fak pull` fills it).
+std::string resolve_model_path(const std::string& arg);
 // Loads with the options the --mmap/--no-mmap/--quant flags set (add_load_flags).
 std::shared_ptr<const Model> load_model(const std::string& path);
 void add_load_flags(CLI::App* command);
@@ -46,5 +49,6 @@ void register_synth(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_specbench(CLI::App& app);
+void register_pull(CLI::App& app);
 
 }  // namespace fak::cli

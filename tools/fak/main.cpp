@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   fak::cli::register_synth(app);
   fak::cli::register_serve(app);
   fak::cli::register_chat(app);
+  fak::cli::register_pull(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
