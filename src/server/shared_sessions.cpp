@@ -258,7 +258,7 @@ void SharedSessions::bring_current(const std::string& tenant, const std::string&
     // The store lost (part of) what this replica knows: put it back (a recovery window opens),
     // or, when it is too late for that, the record is now marked lost.
     const store::SessionWrite w = restore(key, *k);
-    if (depth > 0 || w.outcome == store::SessionWrite::Outcome::Lost) {
+    if (w.outcome == store::SessionWrite::Outcome::Lost) {
       blocks_.metrics().add_session_lost();
       throw lost(id);
     }
@@ -266,6 +266,9 @@ void SharedSessions::bring_current(const std::string& tenant, const std::string&
       blocks_.metrics().add_recovering();
       throw recovering(id, w.recovering_ms);
     }
+    // The store had a newer version already: read it (once; a store that keeps moving under
+    // this call is answered as unavailable, and the client retries).
+    if (depth > 1) throw unreachable("session '" + id + "' keeps changing in it");
     bring_current(tenant, id, prefill, depth + 1);
   };
   const auto put_back_unknown = [&] {
