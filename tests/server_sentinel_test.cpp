@@ -13,6 +13,7 @@
 #include "http_test_client.h"
 #include "server_process.h"
 #include "store_processes.h"
+#include "store_test_client.h"
 #include "test_util.h"
 
 namespace fak::test {
@@ -28,24 +29,11 @@ ServerSetup setup() {
   return s;
 }
 
-HttpReply post(int port, const std::string& path, const json& body) {
-  return post_json(port, path, body, bearer("key-a"));
-}
-
-HttpReply get(int port, const std::string& path) {
-  return get_json(port, path, bearer("key-a"));
-}
-
 // The call until it stops answering 503 (at most ~30 s: a failover takes a few seconds).
 template <typename Call>
 HttpReply until_served(Call call) {
-  HttpReply r;
-  for (int i = 0; i < 300; ++i) {
-    r = call();
-    if (r.status != 503) return r;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return r;
+  return until(
+      call, [](const HttpReply& r) { return r.status == 503; }, 300);
 }
 
 }  // namespace

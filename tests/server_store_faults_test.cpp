@@ -14,6 +14,7 @@
 #include "http_test_client.h"
 #include "server_process.h"
 #include "store_processes.h"
+#include "store_test_client.h"
 #include "test_util.h"
 
 namespace fak::test {
@@ -34,49 +35,12 @@ ServerSetup setup() {
   return s;
 }
 
-HttpReply post(int port, const std::string& path, const json& body) {
-  return post_json(port, path, body, bearer("key-a"));
-}
-
-HttpReply get(int port, const std::string& path) {
-  return get_json(port, path, bearer("key-a"));
-}
-
-std::string code_of(const HttpReply& r) {
-  try {
-    return r.j()["error"]["code"].get<std::string>();
-  } catch (...) {
-    return "";
-  }
-}
-
 // The call, again while the store answers 503 store_recovering (at most ~8 s).
 template <typename Call>
 HttpReply after_recovery(Call call) {
-  HttpReply r;
-  for (int i = 0; i < 80; ++i) {
-    r = call();
-    if (!(r.status == 503 && code_of(r) == "store_recovering")) return r;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return r;
-}
-
-double metric(int port, const std::string& name) {
-  const std::string text = get(port, "/metrics").body;
-  const size_t at = text.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::atof(text.c_str() + at + name.size() + 2);
-}
-
-// The same call on each port, each reply's status checked.
-std::vector<HttpReply> on_each(const std::vector<int>& ports, const std::string& path,
-                               const json& body, int status = 200) {
-  std::vector<HttpReply> out;
-  for (int port : ports) {
-    out.push_back(post(port, path, body));
-    EXPECT_EQ(out.back().status, status) << port << " " << path << " -> " << out.back().body;
-  }
-  return out;
+  return until(
+      call, [](const HttpReply& r) { return r.status == 503 && code_of(r) == "store_recovering"; },
+      80);
 }
 
 std::string code_text() {

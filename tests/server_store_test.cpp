@@ -15,6 +15,7 @@
 #include "http_test_client.h"
 #include "server_process.h"
 #include "store_processes.h"
+#include "store_test_client.h"
 #include "test_util.h"
 
 namespace fak::test {
@@ -31,15 +32,6 @@ ServerSetup setup() {
   ServerSetup s;
   s.ctx = 4096;
   return s;
-}
-
-HttpReply post(int port, const std::string& path, const json& body,
-               const std::string& key = "key-a") {
-  return post_json(port, path, body, bearer(key));
-}
-
-HttpReply get(int port, const std::string& path, const std::string& key = "key-a") {
-  return get_json(port, path, bearer(key));
 }
 
 // An agent's context: a system prompt of ~1,500 tokens (47 blocks) and a question.
@@ -66,13 +58,6 @@ int cached(const json& reply) {
   return reply["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
 }
 
-// A counter or gauge from /metrics (-1 when absent).
-double metric(int port, const std::string& name) {
-  const std::string text = get(port, "/metrics").body;
-  const size_t at = text.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::atof(text.c_str() + at + name.size() + 2);
-}
-
 // Until the replica's background uploads (the prefix cache's blocks) are in the store.
 void wait_uploaded(int port) {
   for (int i = 0; i < 250; ++i) {
@@ -82,17 +67,6 @@ void wait_uploaded(int port) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ADD_FAILURE() << "the replica on port " << port << " never published its blocks";
-}
-
-// The same call on each port, each reply's status checked; returns the replies.
-std::vector<HttpReply> on_each(const std::vector<int>& ports, const std::string& path,
-                               const json& body, int status = 200) {
-  std::vector<HttpReply> out;
-  for (int port : ports) {
-    out.push_back(post(port, path, body));
-    EXPECT_EQ(out.back().status, status) << port << " " << path << " -> " << out.back().body;
-  }
-  return out;
 }
 
 const std::string kSessions = "/v1/fak/sessions";
