@@ -434,7 +434,7 @@ namespace {
 TEST(ServerAbuseQuota, OneTenantsSessionsCannotTakeEveryonesKvMemory) {
   // 8 MiB of KV holds 1,820 tokens of the bundled model: sessions may hold half of that, one key's
   // a quarter (but always one 512-token context).
-  ServerProcess server("--parallel 2 --kv-mem 8");
+  ServerProcess server("--parallel 2 --kv-mem 8 --kv-type f32 --kraw");  // 4608 bytes a token
   ASSERT_NE(server.port(), 0);
   std::string text;
   for (int i = 0; i < 40; ++i) text += "x" + std::to_string(i) + " = " + std::to_string(i) + "\n";

@@ -17,6 +17,10 @@
 namespace fak::test {
 namespace {
 
+// The budgets below are sized in tokens of f32 K + V + Kraw (4608 bytes each for the bundled
+// model), the layout these tests were written for; the default (f16 K + V) is checked on its own.
+const std::string kF32Kraw = " --kv-type f32 --kraw";
+
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -111,11 +115,12 @@ TEST(ServerKvBudget, DefaultBudgetKeepsTheAgentPrefixAcrossASideRequest) {
   ServerProcess server("--parallel 4", with_ctx(4096));
   ASSERT_NE(server.port(), 0);
   const std::string log = server.log();
-  EXPECT_NE(log.find("KV 4608 bytes/token (6 attention layers x (K + V + Kraw) x 2 KV heads x 32 "
-                     "dims x 4 bytes, f32)"),
+  // The default KV is llama.cpp's: f16 K and V, no pre-RoPE keys.
+  EXPECT_NE(log.find("KV 1536 bytes/token (6 attention layers x (K + V) x 2 KV heads x 32 "
+                     "dims x 2 bytes, f16)"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("KV budget 328 MiB (ctx 4096 x parallel 4 = 72 MiB + prefix cache room 256 "
+  EXPECT_NE(log.find("KV budget 280 MiB (ctx 4096 x parallel 4 = 24 MiB + prefix cache room 256 "
                      "MiB;"),
             std::string::npos)
       << log;
@@ -137,7 +142,7 @@ TEST(ServerKvBudget, DefaultBudgetKeepsTheAgentPrefixAcrossASideRequest) {
 TEST(ServerKvBudget, ServeMapsTheBudgetAndWarmsUpBeforeListening) {
   ServerSetup full = with_ctx(1024);
   full.quick_start = false;
-  ServerProcess server("--parallel 3 --kv-mem 64", full);
+  ServerProcess server("--parallel 3 --kv-mem 64" + kF32Kraw, full);
   ASSERT_NE(server.port(), 0);
   const std::string log = server.log();
   EXPECT_NE(log.find("MiB mapped at start in"), std::string::npos) << log;
@@ -149,7 +154,7 @@ TEST(ServerKvBudget, ServeMapsTheBudgetAndWarmsUpBeforeListening) {
             c.metric("fak_kv_capacity_tokens") * c.metric("fak_kv_bytes_per_token"));
   EXPECT_GT(c.metric("fak_kv_mapped_bytes"), 60 << 20);
   EXPECT_EQ(c.metric("fak_kv_used_bytes"), 0) << "the warm-up's sequences are gone";
-  ServerProcess lazy("--parallel 3 --kv-mem 64", with_ctx(1024));
+  ServerProcess lazy("--parallel 3 --kv-mem 64" + kF32Kraw, with_ctx(1024));
   ASSERT_NE(lazy.port(), 0);
   EXPECT_EQ(lazy.log().find("warmed up in"), std::string::npos);
   Client l(lazy);
@@ -166,7 +171,7 @@ TEST(ServerKvBudget, ServeMapsTheBudgetAndWarmsUpBeforeListening) {
 // turn still reuses its whole second-turn prompt. Least-recently-used eviction would have cut the
 // agent's tail instead (it is the oldest). The context is cut to what the budget holds.
 TEST(ServerKvBudget, SmallBudgetDropsSideRequestsBeforeTheAgentPrefix) {
-  ServerProcess server("--parallel 2 --kv-mem 16", with_ctx(4096));
+  ServerProcess server("--parallel 2 --kv-mem 16" + kF32Kraw, with_ctx(4096));
   ASSERT_NE(server.port(), 0);
   const std::string log = server.log();
   EXPECT_NE(log.find("KV budget 16 MiB (--kv-mem;"), std::string::npos) << log;
@@ -198,7 +203,7 @@ TEST(ServerKvBudget, SmallBudgetDropsSideRequestsBeforeTheAgentPrefix) {
 // Two sequences that cannot both fit (2 MiB = 448 tokens; each wants ~440): the newer one is
 // stopped with an error naming the budget, the older one finishes whole, and the server goes on.
 TEST(ServerKvBudget, SequencesPastTheBudgetFailClearlyAndTheOlderOneFinishes) {
-  ServerProcess server("--parallel 2 --kv-mem 2");
+  ServerProcess server("--parallel 2 --kv-mem 2" + kF32Kraw);
   ASSERT_NE(server.port(), 0);
   EXPECT_NE(server.log().find("holds 448 tokens"), std::string::npos) << server.log();
   auto prompt = [](const std::string& name) {
@@ -261,7 +266,7 @@ TEST(ServerKvBudget, SequencesPastTheBudgetFailClearlyAndTheOlderOneFinishes) {
 // Retry-After, and fits once another is deleted.
 TEST(ServerKvBudget, SessionsStayWithinTheirShareOfTheBudget) {
   // 2 MiB holds 448 tokens (the context is cut to that too): sessions may hold one context.
-  ServerProcess server("--parallel 1 --kv-mem 2");
+  ServerProcess server("--parallel 1 --kv-mem 2" + kF32Kraw);
   ASSERT_NE(server.port(), 0);
   Client c(server);
   auto ids = [](int n, int seed) {

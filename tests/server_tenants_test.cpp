@@ -264,7 +264,7 @@ TEST(QueueFairness, AnotherKeyGetsInAndIsServedNext) {
 // beyond an equal share gives way, not the newest request. Before, key-b's request, being the
 // newest, was the one stopped, however much key-a held.
 TEST(KvFairness, TheKeyHoldingTheMostGivesWay) {
-  ServerProcess server("--parallel 2 --kv-mem 2");
+  ServerProcess server("--parallel 2 --kv-mem 2 --kv-type f32 --kraw");  // 4608 bytes a token
   ASSERT_NE(server.port(), 0);
   auto prompt = [](const std::string& name) {
     std::string p;

@@ -218,6 +218,44 @@ TEST_P(Reuse, ShiftEvictIsExactInLayerZeroAndCloseOverall) {
   EXPECT_TRUE(bit_equal(other.logits(), cold(concat({a, span, c})).logits()));
 }
 
+// Without pre-RoPE keys (the CLI's and the server's default), a shift rotates each survivor's
+// stored key by the distance it moved (llama.cpp's K-shift): layer 0's keys are then within
+// rounding of a fresh run's, in f32 and in f16 storage, and decoding goes on from there.
+TEST_P(Reuse, ShiftEvictWithoutKrawRotatesTheStoredKeys) {
+  if (hybrid()) return;  // refused on hybrids, as above
+  for (DType dt : {DType::F32, DType::F16}) {
+    auto lean = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                          model->config().head_dim,
+                                          KvCacheOptions{.block_size = 16,
+                                                         .keep_kraw = false,
+                                                         .dtype = dt,
+                                                         .slab_bytes = 1,
+                                                         .storage = model->make_kv_storage()});
+    auto a = random_ids(20, vocab, 14), span = random_ids(10, vocab, 15),
+         c = random_ids(12, vocab, 16);
+    Session s(model, lean), fresh(model, lean);
+    s.append(concat({a, span, c}));
+    s.evict(20, 30, EvictMode::Shift);
+    fresh.append(concat({a, c}));
+    ASSERT_EQ(s.tokens(), fresh.tokens());
+    const int bs = lean->block_size();
+    std::vector<float> k1(size_t(model->config().kv_dim())), k2(k1.size());
+    double worst = 0, scale = 0;
+    for (int p = 0; p < s.size(); ++p) {
+      lean->load_row(s.blocks()[size_t(p / bs)], 0, KvPlane::K, p % bs, k1.data());
+      lean->load_row(fresh.blocks()[size_t(p / bs)], 0, KvPlane::K, p % bs, k2.data());
+      for (size_t i = 0; i < k1.size(); ++i) {
+        worst = std::max(worst, double(std::fabs(k1[i] - k2[i])));
+        scale = std::max(scale, double(std::fabs(k2[i])));
+      }
+    }
+    // One rotation's rounding (f32), or a second rounding to f16 (11 bits: 2^-11 of the scale).
+    EXPECT_LE(worst, scale * (dt == DType::F32 ? 1e-5 : 2e-3)) << dtype_name(dt);
+    s.append(random_ids(3, vocab, 17));  // and it decodes on
+    EXPECT_EQ(s.size(), 35);
+  }
+}
+
 TEST_P(Reuse, BatchedDecodeEqualsAlone) {
   auto prefix = random_ids(25, vocab, 17);
   Session base = cold(prefix);

@@ -81,6 +81,15 @@ Rope::Rope(const ModelConfig& c) : rot_(c.rotary_dim) {
   }
 }
 
+void Rope::shift_angles(int delta, float* cos, float* sin) const {
+  const float d = float(delta);
+  for (size_t i = 0; i < inv_freq_.size(); ++i) {
+    const float angle = inv_freq_[i] * d;
+    cos[i] = float(std::cos(double(angle)));
+    sin[i] = float(std::sin(double(angle)));
+  }
+}
+
 void Rope::angles(int pos, float* cos, float* sin) const {
   const float p = float(pos);
   for (size_t i = 0; i < inv_freq_.size(); ++i) {

@@ -22,6 +22,10 @@ class Rope {
   // cos/sin receive rotary_dim / 2 values for position pos, already multiplied by the attention
   // factor (YaRN; 1 otherwise) as HF multiplies its cos/sin caches.
   void angles(int pos, float* cos, float* sin) const;
+  // The rotation from position `from` to `from + delta`, without the attention factor (a key
+  // rotated once already carries it): what moves a stored key to a new position (shift eviction
+  // on a cache that keeps no pre-RoPE keys).
+  void shift_angles(int delta, float* cos, float* sin) const;
 
  private:
   int rot_;

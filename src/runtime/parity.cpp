@@ -39,7 +39,7 @@ std::vector<int32_t> to_i32(const std::vector<int64_t>& v, const std::string& wh
 }
 
 ParityCase run_case(const std::shared_ptr<const Model>& model, const TensorStore& ref,
-                    const std::string& name, double tol) {
+                    const std::string& name, double tol, const KvCacheOptions& kv) {
   const int vocab = model->config().vocab;
   ParityCase pc;
   pc.name = name;
@@ -52,7 +52,7 @@ ParityCase run_case(const std::shared_ptr<const Model>& model, const TensorStore
   const std::vector<float> want = read_f32(logits_t);
   pc.n_tokens = int(ids.size());
 
-  auto cache = make_kv_cache(*model);
+  auto cache = make_kv_cache(*model, kv);
   Session s(model, cache);
   std::vector<float> got;
   s.append(ids, &got);
@@ -115,7 +115,7 @@ ParityCase run_case(const std::shared_ptr<const Model>& model, const TensorStore
 }  // namespace
 
 ParityReport run_parity(std::shared_ptr<const Model> model, const TensorStore& reference,
-                        double tolerance) {
+                        double tolerance, KvCacheOptions kv) {
   ParityReport r;
   r.tolerance = tolerance;
   std::map<int, std::string> names;  // case0, case1, ... in numeric order
@@ -133,7 +133,7 @@ ParityReport run_parity(std::shared_ptr<const Model> model, const TensorStore& r
          ": no caseK.input_ids tensors (not a parity reference file)");
   r.pass = true;
   for (auto& [_, name] : names) {
-    r.cases.push_back(run_case(model, reference, name, tolerance));
+    r.cases.push_back(run_case(model, reference, name, tolerance, kv));
     r.pass = r.pass && r.cases.back().pass;
   }
   return r;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/kv_cache.h"
 #include "models/model.h"
 
 namespace fak {
@@ -20,8 +21,8 @@ class TensorStore;
 struct ParityCase {
   std::string name;
   int n_tokens = 0;
-  double max_abs_diff = 0;   // over every logit of every position
-  double min_cosine = 1;     // worst position's cosine similarity
+  double max_abs_diff = 0;  // over every logit of every position
+  double min_cosine = 1;    // worst position's cosine similarity
   int argmax_agree = 0, argmax_total = 0;
   std::vector<int> near_ties;          // positions with reference margin <= tolerance
   std::vector<int> argmax_mismatches;  // disagreements outside near-ties (failures)
@@ -40,7 +41,9 @@ struct ParityReport {
   bool pass = false;
 };
 
+// kv: the KV cache the forward writes (f32 by default: the float64 references' own precision;
+// `fak parity --kv-type` measures what a smaller KV costs against them).
 ParityReport run_parity(std::shared_ptr<const Model> model, const TensorStore& reference,
-                        double tolerance = 1e-3);
+                        double tolerance = 1e-3, KvCacheOptions kv = {});
 
 }  // namespace fak

@@ -10,15 +10,16 @@
 namespace fak {
 
 PerplexityResult perplexity(std::shared_ptr<const Model> model, const std::vector<int32_t>& tokens,
-                            int ctx, const std::function<void(int, int)>& progress) {
+                            int ctx, const std::function<void(int, int)>& progress,
+                            KvCacheOptions kv) {
   check(ctx >= 1, "perplexity: --ctx must be at least 1");
-  check(ctx + 1 <= model->config().context_limit(), "perplexity: --ctx " + std::to_string(ctx) +
-                                                    " + 1 exceeds the model's context of " +
-                                                    std::to_string(model->config().context_limit()));
+  check(ctx + 1 <= model->config().context_limit(),
+        "perplexity: --ctx " + std::to_string(ctx) + " + 1 exceeds the model's context of " +
+            std::to_string(model->config().context_limit()));
   check(tokens.size() >= 2, "perplexity: need at least 2 tokens");
   const auto t0 = std::chrono::steady_clock::now();
   const int vocab = model->config().vocab;
-  auto cache = make_kv_cache(*model);
+  auto cache = make_kv_cache(*model, kv);
   PerplexityResult r;
   r.tokens = int64_t(tokens.size());
   const int64_t n = int64_t(tokens.size());

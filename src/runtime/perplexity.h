@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "memory/kv_cache.h"
 #include "models/model.h"
 
 namespace fak {
@@ -22,6 +23,7 @@ struct PerplexityResult {
 };
 
 PerplexityResult perplexity(std::shared_ptr<const Model> model, const std::vector<int32_t>& tokens,
-                            int ctx, const std::function<void(int done, int total)>& progress = {});
+                            int ctx, const std::function<void(int done, int total)>& progress = {},
+                            KvCacheOptions kv = {});
 
 }  // namespace fak

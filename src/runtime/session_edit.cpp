@@ -34,10 +34,11 @@ void Session::evict(int begin, int end, EvictMode mode) {
     }
     return;
   }
-  // Shift: move each survivor's V and Kraw rows down by the span length and rotate K once from
-  // Kraw to the new position. note: only layer 0's K/V are then exactly what a fresh run computes;
-  // deeper layers keep values computed while attending to the span.
-  check(cache_->keeps_kraw(), "evict --shift needs Kraw (the cache was created without it)");
+  // Shift: move each survivor's rows down by the span length and put its key at the new position:
+  // rotated once from Kraw when the cache keeps pre-RoPE keys (layer 0's K/V are then exactly what
+  // a fresh run computes), else the stored key rotated by the distance it moved, as llama.cpp's
+  // K-shift does (layer 0 then within rounding of a fresh run). Deeper layers keep values
+  // computed while attending to the span either way.
   check(!model_->config().is_hybrid(),
         "evict --shift is not possible on hybrid models (recurrent state cannot be re-positioned); "
         "use exact");
@@ -48,14 +49,17 @@ void Session::evict(int begin, int end, EvictMode mode) {
   const int half = model_->rope().rotary_dim() / 2;
   std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
   std::vector<float> k(static_cast<size_t>(c.kv_dim()));
+  const bool kraw = cache_->keeps_kraw();
+  // Every survivor moves by the same distance: one rotation for all of them without Kraw.
+  if (!kraw) model_->rope().shift_angles(begin - end, cs.data(), sn.data());
   for (size_t j = 0; j < suffix.size(); ++j) {
     const int from = end + int(j), to = begin + int(j);
-    model_->rope().angles(to, cs.data(), sn.data());
+    if (kraw) model_->rope().angles(to, cs.data(), sn.data());
     const int32_t bf = blocks()[size_t(from / bs)], bt = blocks()[size_t(to / bs)];
     for (int l = 0; l < model_->n_attention_layers(); ++l) {
       cache_->move_row(bt, to % bs, bf, from % bs, l, KvPlane::V);
-      cache_->move_row(bt, to % bs, bf, from % bs, l, KvPlane::Kraw);
-      cache_->load_row(bt, l, KvPlane::Kraw, to % bs, k.data());
+      cache_->move_row(bt, to % bs, bf, from % bs, l, kraw ? KvPlane::Kraw : KvPlane::K);
+      cache_->load_row(bt, l, kraw ? KvPlane::Kraw : KvPlane::K, to % bs, k.data());
       for (int h = 0; h < c.n_kv_heads; ++h)
         rope_apply(k.data() + h * c.head_dim, 2 * half, cs.data(), sn.data());
       cache_->store_row(bt, l, KvPlane::K, to % bs, k.data());

@@ -392,8 +392,6 @@ SessionEdit SessionStore::begin_evict(const std::string& tenant, const std::stri
   if (!(0 <= begin && begin < end && end <= n))
     bad_request("span [" + std::to_string(begin) + ", " + std::to_string(end) +
                 ") is not a non-empty span inside the " + std::to_string(n) + "-token session");
-  if (mode == EvictMode::Shift && end < n && !cache_->keeps_kraw())
-    bad_request("mode shift needs Kraw in the cache", "mode");
   if (mode == EvictMode::Shift && end < n && model_->config().is_hybrid())
     bad_request("mode shift is not possible on hybrid models; use exact", "mode");
   // Shifted rows are not what a cold prefill computes: the session's blocks are its own now.

@@ -17,6 +17,7 @@ struct ParityArgs {
   bool json = false;
   int threads = 0;
   std::string device = "cpu";
+  std::string kv_type = "f32";
 };
 
 int parity(const ParityArgs& a) {
@@ -24,7 +25,7 @@ int parity(const ParityArgs& a) {
   auto model = Model::load(a.model.empty() ? default_model_dir() : a.model,
                            {.load_tokenizer = false, .device = parse_device(a.device)});
   TensorStore ref = TensorStore::open_file(a.reference);
-  ParityReport r = run_parity(model, ref, a.tolerance);
+  ParityReport r = run_parity(model, ref, a.tolerance, {.dtype = parse_kv_type(a.kv_type)});
   if (a.json) {
     nlohmann::json j;
     j["model"] = model->path().string();
@@ -82,6 +83,9 @@ void register_parity(CLI::App& app) {
                 "reference safetensors (caseK.input_ids, caseK.logits, ...)")
       ->required();
   c->add_option("--tolerance", a->tolerance, "max |logit difference| allowed");
+  c->add_option("--kv-type", a->kv_type,
+                "KV cache element type: f32 (the references' precision), f16 or bf16")
+      ->capture_default_str();
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");
   c->add_option("--device", a->device, "where the forward pass runs: cpu, cuda or cuda:N");

@@ -101,15 +101,18 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
 
 void KvFlags::add_to(CLI::App* app) {
   app->add_option("--kv-type", type, "KV cache storage: f32, f16 or bf16")
+      ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  app->add_flag("--no-kraw", no_kraw,
-                "do not keep pre-RoPE keys (saves a third of the KV; no shift eviction)");
+  app->add_flag("--kraw", kraw,
+                "also keep pre-RoPE keys (half as much KV again): a shift eviction then leaves "
+                "layer 0 exactly as a fresh run computes it");
+  app->add_flag("--no-kraw", no_kraw, "keep no pre-RoPE keys (the default)");
 }
 
 std::shared_ptr<KvCache> KvFlags::make_cache(const Model& model) const {
   KvCacheOptions o;
   o.dtype = parse_kv_type(type);
-  o.keep_kraw = !no_kraw;
+  o.keep_kraw = kraw && !no_kraw;
   return make_kv_cache(model, o);
 }
 
