@@ -288,16 +288,18 @@ std::optional<SessionWrite> SessionRecords::write(const std::string& tenant, con
                     wait_ms = std::to_string(blocks_.pool().timeout().count());
   std::vector<RedisArgs> commands = {{"EVAL", script(kWrite), "3", key, list, gen, grace_, seq,
                                       expected.wid, wid, meta, blob, id}};
-  // Acknowledged only once a replica of Redis has it too (where there are replicas): a failover
-  // to that replica then keeps it. WAIT answers how many did; fewer is logged, not refused (the
-  // primary has it, and the replicas that acknowledged it can restore it after a loss).
+  // Acknowledged once a replica of Redis has it too (where there are replicas): a failover to that
+  // replica then keeps it. WAIT answers how many did; fewer is counted, not refused (see
+  // SessionWrite::unreplicated).
   if (sync_replicas > 0) commands.push_back({"WAIT", replicas, wait_ms});
   const auto r = run(commands);
   if (!r) return std::nullopt;
   SessionWrite w = parse_write((*r)[0]);
   if (sync_replicas > 0 && w.outcome == SessionWrite::Outcome::Committed &&
-      (*r)[1].integer < sync_replicas)
+      (*r)[1].integer < sync_replicas) {
+    w.unreplicated = true;
     blocks_.metrics().add_unreplicated_write();
+  }
   return w;
 }
 

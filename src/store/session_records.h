@@ -68,6 +68,10 @@ struct SessionWrite {
   Outcome outcome = Outcome::Conflict;
   int64_t seq = 0;  // the record's seq after the call
   int64_t recovering_ms = 0;
+  // Committed on the primary, but fewer Redis replicas than asked had it when WAIT returned: still
+  // acknowledged (refusing would stop every session write while the only Redis replica is down),
+  // counted in /metrics. deploy/README.md says what that can cost across a failover.
+  bool unreplicated = false;
 };
 
 // Redis answered a session write with an error (out of memory, a value over its limits).

@@ -72,7 +72,7 @@ std::string StoreMetrics::render(bool up) const {
   add("fak_store_recovering_refusals_total", "counter",
       "session calls answered 503 store_recovering (a recovery window)", recovering_.load());
   add("fak_store_unreplicated_writes_total", "counter",
-      "session writes fewer Redis replicas acknowledged than --store-sync-replicas",
+      "session writes not yet on --store-sync-replicas Redis replicas when WAIT returned (retried)",
       unreplicated_.load());
   add("fak_store_publish_oldest_queued_ms", "gauge",
       "how long the oldest batch of prefix-cache blocks waiting for the store has waited",
