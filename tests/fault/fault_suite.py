@@ -402,7 +402,30 @@ class Run:
             self.faults.append(rec)
             done_kinds.add(f["kind"])
             time.sleep(f["gap_s"])
+            self.check_replicas()
         return done_kinds
+
+    def check_replicas(self):
+        """A replica that ended while no fault was killing it crashed: an anomaly (with the end of its
+        log, where a crash says why), and it is started again so that the run goes on."""
+        for i, rep in enumerate(self.replicas):
+            if rep.alive():
+                continue
+            rc = rep.proc.poll() if rep.proc else None
+            a = {"kind": "replica_died", "t": self.t(), "worker": None, "session": None,
+                 "version": None, "replica": i, "op": None,
+                 "detail": "replica %d ended by itself (%s): %s" % (
+                     i, "signal %d" % -rc if rc is not None and rc < 0 else "exit %s" % rc,
+                     rep.log_tail(1500)),
+                 "fault": self.active_fault}
+            with self.lock:
+                a["history_index"] = len(self.history) - 1
+                self.anomalies.append(a)
+            print("[%8.3f] ANOMALY replica_died replica=%d: %s" % (a["t"], i, a["detail"]), flush=True)
+            try:
+                rep.start()
+            except Exception as e:
+                print("restart failed: %r" % e, flush=True)
 
     def heal_all(self):
         if self.proxy:
@@ -449,6 +472,7 @@ class Run:
 
     def final_check(self):
         a = self.args
+        self.check_replicas()
         time.sleep(1.0)
         settle = now() + a.settle  # retries on loud errors until then (at least 2 s per read)
         checked = {"sessions": 0, "reads": 0, "deleted_checked": 0}
