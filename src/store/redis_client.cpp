@@ -284,8 +284,11 @@ std::vector<RedisReply> RedisConnection::pipeline(const std::vector<RedisArgs>& 
   // A node that is no longer (or not yet) the primary: the connection goes, and the next one
   // asks the sentinels again. Not a refusal of what was sent: the store is unavailable.
   for (const RedisReply& r : out)
-    if (r.error() && (r.str.rfind("READONLY", 0) == 0 || r.str.rfind("MASTERDOWN", 0) == 0 ||
-                      r.str.rfind("LOADING", 0) == 0))
+    // NOREPLICAS: a primary under min-replicas-to-write that cannot reach a replica (Redis's
+    // guard against a split brain): no write may land there now.
+    if (r.error() &&
+        (r.str.rfind("READONLY", 0) == 0 || r.str.rfind("MASTERDOWN", 0) == 0 ||
+         r.str.rfind("LOADING", 0) == 0 || r.str.find("NOREPLICAS") != std::string::npos))
       throw lost(r.str);
   return out;
 }

@@ -216,8 +216,13 @@ class Run:
         keys_env = {"FAK_FAULT_KEYS": ",".join(self.keys(w) for w in range(a.workers))}
         conf = os.path.join(REPO, "deploy", "redis.conf")
         if a.sentinel:
-            self.redis = Redis(conf, name="redis-primary")
-            self.redis_replica = Redis(conf, replicaof=self.redis.port, name="redis-replica")
+            # As deploy/README.md's Sentinel setup: a primary that cannot reach a replica refuses
+            # writes (so an old primary that was paused and failed over cannot take any when it
+            # resumes: Redis's split brain).
+            guard = ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]
+            self.redis = Redis(conf, name="redis-primary", extra=guard)
+            self.redis_replica = Redis(conf, replicaof=self.redis.port, name="redis-replica",
+                                       extra=guard)
             self.sentinels = [Sentinel(self.redis.port, "sentinel%d" % i) for i in range(3)]
             store = "redis-sentinel://" + ",".join("127.0.0.1:%d" % s.port for s in self.sentinels) \
                 + "/mymaster"

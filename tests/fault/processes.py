@@ -103,7 +103,8 @@ def redis_cli(port, *args, timeout=10):
 class Redis:
     """redis-server with the repo's deploy/redis.conf (appendonly), as tests/store_processes.cpp."""
 
-    def __init__(self, conf, port=None, replicaof=None, name="redis"):
+    def __init__(self, conf, port=None, replicaof=None, name="redis", extra=()):
+        self.extra = list(extra)  # more redis-server arguments
         self.port = port or free_port()
         self.dir = REGISTRY.tempdir("fak-fault-%s-" % name)
         # A private copy: Redis rewrites its config file (CONFIG REWRITE, which sentinels send on
@@ -135,6 +136,7 @@ class Redis:
                 "--maxmemory", "512mb", "--logfile", os.path.join(self.dir, "redis.log")]
         if self.replicaof:
             argv += ["--replicaof", "127.0.0.1", str(self.replicaof)]
+        argv += self.extra
         self.proc = spawn(argv, os.path.join(self.dir, "stdout.log"))
         self.paused = False
         deadline = time.time() + timeout
