@@ -126,13 +126,24 @@ std::shared_ptr<Prefetched> BlockStore::fetch(const PrefixCache& cache,
       }
     }
   };
+  // note: nothing may escape a reader: on a thread of its own an exception (memory for a reply,
+  // a mapping refused) would end the process. What fails ends the lookup there; the rest is
+  // prefilled.
+  const auto read_guarded = [&](size_t r) {
+    try {
+      read(r);
+    } catch (const std::exception& e) {
+      why[0] = std::string("reading from the store: ") + e.what();
+      stop_at(0);
+    }
+  };
   if (readers > 1) {
     std::vector<std::thread> others;
-    for (size_t r = 1; r < readers; ++r) others.emplace_back(read, r);
-    read(0);
+    for (size_t r = 1; r < readers; ++r) others.emplace_back(read_guarded, r);
+    read_guarded(0);
     for (auto& t : others) t.join();
   } else {
-    read(0);
+    read_guarded(0);
   }
   auto p = std::make_shared<Prefetched>();
   p->partition = partition;
@@ -271,8 +282,15 @@ void BlockStore::uploader() {
     }
     size_t bytes = 0;
     for (const auto& b : batch) bytes += b.bytes.size();
-    // A cache: what the store cannot take now is dropped, not retried.
-    if (upload(batch))
+    // A cache: what the store cannot take now is dropped, not retried. note: nothing may escape
+    // this thread (the process would end): a failure is a batch not written.
+    bool uploaded = false;
+    try {
+      uploaded = upload(batch);
+    } catch (const std::exception& e) {
+      refused("blocks", e.what());
+    }
+    if (uploaded)
       metrics_.observe_publish_lag(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
     else

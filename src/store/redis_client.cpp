@@ -368,6 +368,9 @@ RedisReply RedisConnection::read_reply(int depth, BulkArena* arena) {
     case '$': {
       const long long n = number();
       if (n < 0) break;  // nil
+      // Redis never sends more than its proto-max-bulk-len (512 MiB by default): a larger length
+      // is a stream out of step, never an allocation to attempt.
+      if (n > (1LL << 32)) throw StoreUnavailable("protocol error: a bulk string too long");
       r.type = RedisReply::Type::String;
       const size_t len = size_t(n) + 2;  // with its CRLF
       char* dst = nullptr;
@@ -390,6 +393,7 @@ RedisReply RedisConnection::read_reply(int depth, BulkArena* arena) {
     case '*': {
       const long long n = number();
       if (n < 0) break;  // nil
+      if (n > (1LL << 24)) throw StoreUnavailable("protocol error: an array too long");
       r.type = RedisReply::Type::Array;
       r.elements.reserve(size_t(std::min(n, 1LL << 16)));
       for (long long i = 0; i < n; ++i) r.elements.push_back(read_reply(depth + 1, arena));
