@@ -146,7 +146,9 @@ TEST_F(ServerTest, CompletionStreamEqualsNonStream) {
   EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + 24);
   req["stream"] = true;
   auto events = stream("/v1/completions", req);
-  ASSERT_GT(events.size(), 5u);
+  // At least one text chunk, the closing one and [DONE]: tokens decoded between two polls of the
+  // stream travel in one chunk, so how many chunks there are depends on timing, not on the reply.
+  ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.back(), "[DONE]");
   std::string text;
   for (size_t i = 0; i + 1 < events.size(); ++i)
@@ -165,7 +167,10 @@ TEST_F(ServerTest, ChatStreamEqualsNonStream) {
   req["stream"] = true;
   req["stream_options"] = {{"include_usage", true}};
   auto events = stream("/v1/chat/completions", req);
-  ASSERT_GT(events.size(), 5u);
+  // The role, at least one text chunk, the closing one, usage and [DONE] (chunks per poll of the
+  // stream: how many depends on timing).
+  ASSERT_GE(events.size(), 5u);
+  EXPECT_EQ(events.back(), "[DONE]");
   EXPECT_EQ(json::parse(events[0])["choices"][0]["delta"]["role"], "assistant");
   std::string text;
   json usage;

@@ -251,7 +251,16 @@ size_t KvCache::map_all() {
   return mapped_bytes();
 }
 
+void KvCache::check_thread() const {
+  const std::thread::id owner = owner_.load(std::memory_order_relaxed);
+  if (owner != std::thread::id() && owner != std::this_thread::get_id())
+    fail(
+        "KvCache: blocks allocated or released off the thread that owns the cache (a data race: "
+        "the caller must hand the work to that thread)");
+}
+
 int32_t KvCache::allocate() {
+  check_thread();
   if (free_.empty() && (slabs_.size() + 1) * size_t(blocks_per_slab_) > capacity_blocks_) {
     // note: the reclaimer releases blocks through release(), which refills free_.
     if (reclaimer_) reclaimer_(1);
@@ -266,10 +275,12 @@ int32_t KvCache::allocate() {
 }
 
 void KvCache::retain(int32_t block) {
+  check_thread();
   ++refcounts_[size_t(block)];
 }
 
 void KvCache::release(int32_t block) {
+  check_thread();
   int& rc = refcounts_[size_t(block)];
   check(rc > 0, "KvCache: release of a free block");
   if (--rc == 0) {

@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
@@ -152,6 +153,12 @@ class KvCache : public BlockPool {
   void set_reclaimer(const void* owner, Reclaimer reclaimer);
   void clear_reclaimer(const void* owner);
 
+  // The cache is not thread-safe: a server gives it to one thread (its scheduler's). Once bound,
+  // allocate / retain / release from any other thread fail loudly (a fak::Error; inside a
+  // destructor the process ends) instead of racing: a lost refcount frees a block still in use,
+  // which a second sequence then overwrites. A default id unbinds.
+  void bind_thread(std::thread::id owner) { owner_.store(owner, std::memory_order_relaxed); }
+
  private:
   // write_block_bytes / read_block_bytes walk a payload over a block's runs with this.
   template <typename Fn>
@@ -182,6 +189,8 @@ class KvCache : public BlockPool {
   std::vector<int> refcounts_;
   std::vector<int32_t> free_;
   std::atomic<size_t> in_use_{0}, mapped_slabs_{0};
+  void check_thread() const;
+  std::atomic<std::thread::id> owner_{};
   const void* reclaimer_owner_ = nullptr;
   Reclaimer reclaimer_;
 };

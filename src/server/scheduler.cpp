@@ -177,9 +177,12 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   std::future<void> warmed = warm.get_future();
   thread_ = std::thread([this, threads, &warm] {
     omp_set_num_threads(threads);
+    // From here the KV cache is this thread's alone (KvCache::bind_thread).
+    cache_->bind_thread(std::this_thread::get_id());
     if (options_.warm_up) warm_up();
     warm.set_value();
     loop();
+    cache_->bind_thread({});
   });
   warmed.wait();
 }

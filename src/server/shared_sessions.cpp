@@ -67,6 +67,19 @@ SharedSessions::Call::Call(SharedSessions& s, std::string tenant, std::string id
 }
 
 SharedSessions::Call::~Call() {
+  // note: the copy kept for a rollback holds KV blocks, and the KV cache (its refcounts and free
+  // list) is the scheduler thread's alone: it is dropped there, never on this (an HTTP) thread.
+  // Dropped here, a release raced the scheduler's allocations: a block freed while in use, handed
+  // to a second session and overwritten (wrong KV, then a crash), found by tests/fault.
+  if (before_) {
+    try {
+      s_.ctx_.scheduler->run_job([this] { before_.reset(); });
+    } catch (...) {
+      // Shutting down (no more jobs run): the copy is left to the process's end, not dropped
+      // while the scheduler's thread may still be finishing a step.
+      (void)new SessionStore::Copy(std::move(*before_));
+    }
+  }
   s_.unlock({tenant_, id_});
 }
 
