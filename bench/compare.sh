@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Side-by-side pp/tg of fak and llama.cpp on the same GGUFs, interleaved pass by pass so both see the
 # same machine state; prints one markdown row per model with the median of the passes and the ratio
-# fak / llama.cpp. llama.cpp is the prebuilt library of the npm package node-llama-cpp
-# (bench/llamacpp; run `npm ci` there once).
+# fak / llama.cpp. llama.cpp is llama-bench built from source when LLAMA_BENCH names it (the
+# comparison issue 32 asks for: `cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF && cmake --build
+# build --target llama-bench`), else the prebuilt library of the npm package node-llama-cpp
+# (bench/llamacpp; run `npm ci` there once; -d and -b need this one).
 #
 #   bench/compare.sh [-p 256] [-n 32] [-d 0] [-b 1] [-F] [-t 2] [-r 3] [-P passes] [-o DIR] MODEL.gguf ...
 #
@@ -24,7 +26,26 @@ while getopts "p:n:d:b:Ft:r:P:o:" opt; do
 done
 shift $((OPTIND - 1))
 [ $# -gt 0 ] || { echo "usage: $0 [-p N] [-n N] [-d D] [-b B] [-F] [-t T] [-r R] [-P passes] [-o DIR] MODEL.gguf ..." >&2; exit 2; }
-[ -d "$here/llamacpp/node_modules/node-llama-cpp" ] || { echo "run: (cd $here/llamacpp && npm ci)" >&2; exit 2; }
+if [ -n "${LLAMA_BENCH:-}" ]; then
+  [ -x "$LLAMA_BENCH" ] || { echo "LLAMA_BENCH=$LLAMA_BENCH is not an executable" >&2; exit 2; }
+  [ "$d" = 0 ] && [ "$b" = 1 ] || { echo "-d and -b need node-llama-cpp (unset LLAMA_BENCH)" >&2; exit 2; }
+else
+  [ -d "$here/llamacpp/node_modules/node-llama-cpp" ] || { echo "run: (cd $here/llamacpp && npm ci)" >&2; exit 2; }
+fi
+# llama-bench's JSON (one record per test) as bench.mjs's: {tests: [{test, tok_s}], peak_rss_mib,
+# load_s}. Its peak RSS comes from GNU time; it reports no load time (0).
+llama_source() {  # MODEL OUT
+  /usr/bin/time -f "%M" -o "$2.rss" "$LLAMA_BENCH" -m "$1" -p "$p" -n "$n" -t "$t" -r "$r" \
+    -fa "$([ -n "$fa" ] && echo 1 || echo 0)" -o json >"$2.raw"
+  python3 - "$2.raw" "$2.rss" >"$2" <<'PY'
+import json, sys
+recs = json.load(open(sys.argv[1]))
+tests = [{"test": ("pp%d" % x["n_prompt"]) if x["n_prompt"] else ("tg%d" % x["n_gen"]),
+          "tok_s": x["avg_ts"]} for x in recs]
+print(json.dumps({"tests": tests, "peak_rss_mib": int(open(sys.argv[2]).read().split()[-1]) / 1024,
+                  "load_s": 0, "build": recs[0].get("build_commit", "")}))
+PY
+}
 work="${out:-$(mktemp -d)}"
 mkdir -p "$work"
 for m in "$@"; do
@@ -34,7 +55,11 @@ for m in "$@"; do
     cat "$m" >/dev/null
     "$fak" bench -m "$m" -p "$p" -n "$n" -d "$d" -b "$b" -t "$t" -r "$r" -o json >"$work/$name.fak.$pass.json"
     cat "$m" >/dev/null
-    node "$here/llamacpp/bench.mjs" -m "$m" -p "$p" -n "$n" -d "$d" -b "$b" $fa -t "$t" -r "$r" >"$work/$name.llama.$pass.json"
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+      llama_source "$m" "$work/$name.llama.$pass.json"
+    else
+      node "$here/llamacpp/bench.mjs" -m "$m" -p "$p" -n "$n" -d "$d" -b "$b" $fa -t "$t" -r "$r" >"$work/$name.llama.$pass.json"
+    fi
   done
 done
 python3 - "$work" "$passes" "$@" <<'EOF'
