@@ -41,6 +41,23 @@ void bench_float(benchmark::State& state, WType type, int64_t rows, int64_t cols
       benchmark::Counter::kIsRate);
 }
 
+// BF16 weights on the bf16-activation path (AVX512-BF16's vdpbf16ps, ops/matmul.h).
+void bench_bf16act(benchmark::State& state, int64_t rows, int64_t cols, int n_tokens) {
+  if (!bf16_activations_available()) {
+    state.SkipWithError("this CPU has no AVX512-BF16");
+    return;
+  }
+  set_bf16_activations(true);
+  bench_float(state, WType::BF16, rows, cols, n_tokens);
+  set_bf16_activations(false);
+}
+BENCHMARK_CAPTURE(bench_bf16act, qo_896x896_pp256, 896, 896, 256);
+BENCHMARK_CAPTURE(bench_bf16act, up_4864x896_pp256, 4864, 896, 256);
+BENCHMARK_CAPTURE(bench_bf16act, down_896x4864_pp256, 896, 4864, 256);
+BENCHMARK_CAPTURE(bench_bf16act, up_4864x896_tg, 4864, 896, 1);
+BENCHMARK_CAPTURE(bench_bf16act, up_4864x896_batch5, 4864, 896, 5);
+BENCHMARK_CAPTURE(bench_bf16act, lm_head_151936x896_tg, 151936, 896, 1);
+
 #define FAK_FLOAT(name, type)                                                              \
   BENCHMARK_CAPTURE(bench_float, name##_qo_896x896_pp256, WType::type, 896, 896, 256);     \
   BENCHMARK_CAPTURE(bench_float, name##_up_4864x896_pp256, WType::type, 4864, 896, 256);   \

@@ -118,5 +118,67 @@ TEST(MatmulFloat, Avx512KernelBitIdenticalToAvx2) {
     }
 }
 
+// BF16 weights with bf16 activations (AVX512-BF16): every output the same bits whatever the batch,
+// the tile or the path (matmul, matmul_many); each one the exact product of the stored weights and
+// the activations rounded to bf16, summed in f32 (close to a double reference of that product);
+// and switched off, the f32 path's bits again.
+TEST(MatmulFloat, Bf16ActivationsIndependentOfBatchAndCloseToReference) {
+  if (!bf16_activations_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  struct Restore {
+    ~Restore() { set_bf16_activations(false); }
+  } restore;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{67, 100},
+                            {40, 256},
+                            {9, 13},
+                            {130, 903},
+                            {24, 896},
+                            {17, 32},
+                            {21, 4864}}) {
+    const Stored s = make(WType::BF16, rows, cols, uint32_t(rows * 13 + cols));
+    for (int n_tokens : {1, 2, 5, 6, 7, 11, 48, 49, 100}) {
+      std::mt19937 rng(static_cast<uint32_t>(n_tokens * 3 + cols));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(size_t(n_tokens) * size_t(cols));
+      for (auto& v : x) v = nd(rng);
+      set_bf16_activations(false);
+      const auto f32_path = run(s.w, x, n_tokens);
+      set_bf16_activations(true);
+      ASSERT_TRUE(bf16_activations());
+      const auto y = run(s.w, x, n_tokens);
+      // matmul_many: the same bits, its two jobs on one x sharing the rounded activations.
+      std::vector<float> y1(y.size()), y2(y.size());
+      const MatmulJob jobs[2] = {{&s.w, x.data(), n_tokens, y1.data()},
+                                 {&s.w, x.data(), n_tokens, y2.data()}};
+      matmul_many(jobs);
+      ASSERT_EQ(0, std::memcmp(y.data(), y1.data(), 4 * y.size())) << rows << "x" << cols;
+      ASSERT_EQ(0, std::memcmp(y.data(), y2.data(), 4 * y.size())) << rows << "x" << cols;
+      bool differs = false;
+      for (int t = 0; t < n_tokens; ++t) {
+        const std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+        const auto alone = run(s.w, xt, 1);
+        ASSERT_EQ(0, std::memcmp(alone.data(), &y[size_t(t) * size_t(rows)], 4 * size_t(rows)))
+            << rows << "x" << cols << " token " << t << " of " << n_tokens;
+        for (int64_t r = 0; r < rows; ++r) {
+          double rounded = 0, exact = 0, mag = 0;
+          for (int64_t k = 0; k < cols; ++k) {
+            const double wv = s.values[size_t(r * cols + k)];
+            rounded += wv * double(bf16_to_f32(f32_to_bf16(xt[size_t(k)])));
+            exact += wv * double(xt[size_t(k)]);
+            mag += std::fabs(wv * double(xt[size_t(k)]));
+          }
+          ASSERT_NEAR(alone[size_t(r)], rounded, 1e-5 * mag + 1e-6) << rows << "x" << cols;
+          // bf16 keeps 8 significant bits: within 2^-8 of each product's size of the exact sum.
+          ASSERT_NEAR(alone[size_t(r)], exact, mag / 256 + 1e-6) << rows << "x" << cols;
+          differs = differs || alone[size_t(r)] != f32_path[size_t(t) * size_t(rows) + size_t(r)];
+        }
+      }
+      EXPECT_TRUE(differs) << "the bf16 path was not taken for " << rows << "x" << cols;
+      set_bf16_activations(false);
+      const auto again = run(s.w, x, n_tokens);
+      ASSERT_EQ(0, std::memcmp(again.data(), f32_path.data(), 4 * again.size()));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fak

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -20,6 +21,10 @@ bool cpu_has_avx2() {
 }
 bool cpu_has_avx512() {
   return cpu_features().avx512 && cpu_features().avx512_vnni;
+}
+
+bool cpu_has_bf16_dot() {
+  return cpu_has_avx512() && cpu_features().avx512_bf16;
 }
 
 namespace {
@@ -121,6 +126,39 @@ size_t wtype_row_bytes(WType t, int64_t cols) {
   return 0;
 }
 
+namespace {
+std::atomic<bool> g_bf16_activations{false};
+
+bool takes_bf16_dot(const WeightMatrix& w) {
+  return w.type == WType::BF16 && bf16_activations();
+}
+
+size_t bf16_ldx(int64_t cols) {
+  return size_t((cols + 31) / 32 * 32);
+}
+
+// x rounded to bf16 for a bf16-dot product, in `buf` (grown as needed).
+const uint16_t* round_bf16(const float* x, int n_tokens, int64_t cols,
+                           std::vector<uint16_t>& buf) {
+  const size_t ldx = bf16_ldx(cols);
+  if (buf.size() < ldx * size_t(n_tokens)) buf.resize(ldx * size_t(n_tokens));
+  kernels::round_activations_bf16_avx512(x, n_tokens, cols, buf.data(), ldx);
+  return buf.data();
+}
+}  // namespace
+
+void set_bf16_activations(bool on) {
+  g_bf16_activations.store(on, std::memory_order_relaxed);
+}
+
+bool bf16_activations_available() {
+  return kernels::avx512_enabled() && kernels::cpu_has_bf16_dot();
+}
+
+bool bf16_activations() {
+  return g_bf16_activations.load(std::memory_order_relaxed) && bf16_activations_available();
+}
+
 std::string_view matmul_isa() {
   if (kernels::avx512_enabled()) return "avx512";
   return kernels::cpu_has_avx2() ? "avx2" : "scalar";
@@ -129,7 +167,17 @@ std::string_view matmul_isa() {
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   if (n_tokens <= 0 || w.rows == 0) return;
   if (wtype_quant(w.type)) return kernels::matmul_quant(w, x, n_tokens, y);
-  kernels::MatmulRowsFn fn = float_kernel();
+  thread_local std::vector<uint16_t> tls_xb;
+  const uint16_t* xb = takes_bf16_dot(w) ? round_bf16(x, n_tokens, w.cols, tls_xb) : nullptr;
+  const size_t ldx = bf16_ldx(w.cols);
+  const kernels::MatmulRowsFn float_fn = float_kernel();
+  const auto fn = [&](const WeightMatrix& m, const float* xf, int nt, float* out, int64_t r0,
+                      int64_t r1) {
+    if (xb)
+      kernels::bf16dot_rows_avx512(m, xb, ldx, nt, out, r0, r1);
+    else
+      float_fn(m, xf, nt, out, r0, r1);
+  };
   // Split rows into chunks that are multiples of 8 so tiles stay full; at least one chunk per
   // thread, more when there is plenty of work so threads finishing early can steal.
   const int threads = omp_get_max_threads();
@@ -162,6 +210,13 @@ void matmul_many(std::span<const MatmulJob> jobs) {
   thread_local std::vector<Chunk> tls_chunks;
   std::vector<Chunk>& chunks = tls_chunks;
   chunks.clear();
+  // BF16 jobs on the bf16-dot path: each one's activations rounded once (shared by jobs on one x).
+  thread_local std::vector<std::vector<uint16_t>> tls_xb;
+  thread_local std::vector<const uint16_t*> tls_xb_of;
+  std::vector<std::vector<uint16_t>>& xbs = tls_xb;
+  std::vector<const uint16_t*>& xb_of = tls_xb_of;
+  if (xbs.size() < jobs.size()) xbs.resize(jobs.size());
+  xb_of.assign(jobs.size(), nullptr);
   const int threads = omp_get_max_threads();
   double work = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -175,6 +230,13 @@ void matmul_many(std::span<const MatmulJob> jobs) {
           reuse = &prepared[k];
       kernels::prepare_quant(*j.w, j.x, j.n_tokens, j.y, prepared[i], reuse);
     }
+    if (takes_bf16_dot(*j.w)) {
+      for (size_t k = 0; k < i && !xb_of[i]; ++k)
+        if (xb_of[k] && jobs[k].x == j.x && jobs[k].n_tokens == j.n_tokens &&
+            jobs[k].w->cols == j.w->cols)
+          xb_of[i] = xb_of[k];
+      if (!xb_of[i]) xb_of[i] = round_bf16(j.x, j.n_tokens, j.w->cols, xbs[i]);
+    }
     work += double(j.w->rows) * double(j.w->cols) * double(j.n_tokens);
     // Whole 16-row groups (the tile kernels' unit; float kernels take 8), a few per thread.
     const int64_t chunk = std::max<int64_t>(16, (j.w->rows / (threads * 4) + 15) / 16 * 16);
@@ -186,6 +248,9 @@ void matmul_many(std::span<const MatmulJob> jobs) {
     const MatmulJob& j = jobs[c.job];
     if (wtype_quant(j.w->type))
       kernels::run_quant(prepared[c.job], c.r0, c.r1);
+    else if (xb_of[c.job])
+      kernels::bf16dot_rows_avx512(*j.w, xb_of[c.job], bf16_ldx(j.w->cols), j.n_tokens, j.y, c.r0,
+                                   c.r1);
     else
       fn(*j.w, j.x, j.n_tokens, j.y, c.r0, c.r1);
   };

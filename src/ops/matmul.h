@@ -73,4 +73,16 @@ bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes);
 // features (FAK_ISA=avx2 or scalar caps it).
 std::string_view matmul_isa();
 
+// BF16 weights: round the activations to bf16 and multiply with the CPU's bf16 dot product
+// (AVX512-BF16: twice the multiply-adds per instruction of widening the weights to f32), as
+// transformers computes a bf16 checkpoint in bfloat16 (though with f32 sums). Off: the weights are
+// widened and x stays f32 (the path for parity with an f32/f64 reference). Takes effect only where
+// the CPU has the instruction; results differ from the f32 path's (not bit-identical), and decode ==
+// prefill == batched still hold within either. Process-wide; set it before any forward.
+void set_bf16_activations(bool on);
+// Whether BF16 weights take the bf16 path now (the setting and the CPU).
+bool bf16_activations();
+// Whether this CPU could (AVX512-BF16 and the AVX-512 kernels enabled).
+bool bf16_activations_available();
+
 }  // namespace fak

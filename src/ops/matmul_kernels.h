@@ -23,6 +23,15 @@ void matmul_rows_avx2(const WeightMatrix& w, const float* x, int n_tokens, float
 void matmul_rows_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y, int64_t r0,
                         int64_t r1);
 
+// matmul_bf16dot_avx512.cpp (AVX512-BF16): x rounded to bf16 (nearest even) into xb, rows ldx
+// elements apart, zero past cols (ldx: cols rounded up to 32); and the product of bf16 rows with
+// those activations, one fixed sequence of f32 operations per output (any batch, any tile).
+void round_activations_bf16_avx512(const float* x, int n_tokens, int64_t cols, uint16_t* xb,
+                                   size_t ldx);
+void bf16dot_rows_avx512(const WeightMatrix& w, const uint16_t* xb, size_t ldx, int n_tokens,
+                         float* y, int64_t r0, int64_t r1);
+bool cpu_has_bf16_dot();
+
 bool cpu_has_avx2();
 // AVX-512 F/BW/DQ/VL + VNNI: the avx512 kernels (float prefill, int8 prefill with vpdpbusd). They
 // reproduce the AVX2 kernels' outputs bit for bit, so they are a speed choice only.

@@ -6,6 +6,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "ops/matmul.h"
 
 namespace fak::store {
 
@@ -16,8 +17,11 @@ namespace {
 std::string kernels(const Model& model) {
   if (model.device().kind != DeviceKind::Cpu) return model.device().name();
   const CpuFeatures& f = cpu_features();
+  // bf16 activations (ops/matmul.h) compute other KV rows from bf16 weights than the f32 path.
+  const std::string act = bf16_activations() ? ".bf16act" : "";
   if (f.avx512)
-    return std::string("avx512") + (f.avx512_vnni ? "vnni" : "") + (f.avx512_bf16 ? "bf16" : "");
+    return std::string("avx512") + (f.avx512_vnni ? "vnni" : "") + (f.avx512_bf16 ? "bf16" : "") +
+           act;
   return f.avx2 ? "avx2" : "scalar";
 }
 

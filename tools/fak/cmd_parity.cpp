@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "ops/matmul.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "runtime/parity.h"
@@ -18,10 +19,14 @@ struct ParityArgs {
   int threads = 0;
   std::string device = "cpu";
   std::string kv_type = "f32";
+  std::string activations = "f32";
 };
 
 int parity(const ParityArgs& a) {
   set_threads(a.threads);
+  if (a.activations != "f32" && a.activations != "bf16")
+    fail("--activations '" + a.activations + "': choose f32 or bf16");
+  set_bf16_activations(a.activations == "bf16");
   auto model = Model::load(a.model.empty() ? default_model_dir() : a.model,
                            {.load_tokenizer = false, .device = parse_device(a.device)});
   TensorStore ref = TensorStore::open_file(a.reference);
@@ -85,6 +90,10 @@ void register_parity(CLI::App& app) {
   c->add_option("--tolerance", a->tolerance, "max |logit difference| allowed");
   c->add_option("--kv-type", a->kv_type,
                 "KV cache element type: f32 (the references' precision), f16 or bf16")
+      ->capture_default_str();
+  c->add_option("--activations", a->activations,
+                "bf16 weights: f32 (widened weights, the references' precision) or bf16 "
+                "(activations rounded to bf16: what fak run and serve do, see --activations there)")
       ->capture_default_str();
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");

@@ -58,7 +58,7 @@ void register_perplexity(CLI::App& app) {
       ->capture_default_str();
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");
-  add_load_flags(c);
+  add_load_flags(c, "f32");
   c->callback([a] { run_perplexity(*a); });
 }
 

@@ -18,7 +18,9 @@ std::string default_model_dir();
 std::string resolve_model_path(const std::string& arg);
 // Loads with the options the --mmap/--no-mmap/--quant flags set (add_load_flags).
 std::shared_ptr<const Model> load_model(const std::string& path);
-void add_load_flags(CLI::App* command);
+// activations: the default of --activations (bf16 where the CPU has a bf16 dot product: run, chat,
+// serve, bench; f32 for the commands that measure against a reference).
+void add_load_flags(CLI::App* command, const char* activations = "bf16");
 
 // Reads a whole file; refuses invalid UTF-8 (naming the byte offset) when utf8 is true.
 std::string read_text_file(const std::string& path, bool utf8 = true);

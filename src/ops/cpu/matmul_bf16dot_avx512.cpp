@@ -1,0 +1,148 @@
+// BF16 weights x BF16 activations -> F32, with AVX512-BF16's vdpbf16ps (Zen 4/5, Sapphire Rapids
+// and later): 32 multiply-adds per instruction where widening the weights to f32 does 16.
+//
+// note: the activations are rounded to bf16 once per call (round-to-nearest-even,
+// round_activations_bf16), as transformers computes a bf16 checkpoint in bfloat16; the products of
+// two bf16 values are exact in f32 and every sum is an f32 sum. Each output is one 16-lane
+// accumulator over k in steps of 32 (the last step zero-padded), reduced in one fixed tree
+// (hsum16): every tile shape below does exactly that sequence per output, so decode == prefill ==
+// batched holds bit for bit (ops/matmul.h), as on the f32 path.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/matmul_kernels.h"
+
+namespace fak::kernels {
+
+namespace {
+
+constexpr int64_t kStep = 32;      // bf16 elements per vdpbf16ps (one 64-byte line per row)
+constexpr int kDecodeRows = 8;     // rows streamed at once for one token
+constexpr int kTileRows = 4;       // prefill tiles: 4 rows x up to 6 tokens (24 accumulators)
+constexpr int kTileTokens = 6;
+constexpr int kTokenBlock = 48;    // tokens whose activations stay in L2 while rows pass over them
+
+// The one reduction every output takes: lanes i + i+8, then i + i+4, i + i+2, i + i+1.
+inline float hsum16(__m512 v) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 32 weights of a row from element k, zero past n (the activations are zero-padded there too).
+inline __m512bh load_w(const uint8_t* row, int64_t k, int64_t n) {
+  if (k + kStep <= n) return (__m512bh)_mm512_loadu_si512(row + 2 * k);
+  const __mmask32 m = __mmask32((uint64_t(1) << (n - k)) - 1);
+  return (__m512bh)_mm512_maskz_loadu_epi16(m, row + 2 * k);
+}
+
+template <int RT, int TT, bool kPrefetch>
+__attribute__((always_inline)) inline void tile(const WeightMatrix& w, int64_t r,
+                                                const uint16_t* xb, size_t ldx, float* y,
+                                                size_t ldy) {
+  const int64_t n = w.cols;
+  const uint8_t* rows[RT];
+#pragma GCC unroll 8
+  for (int i = 0; i < RT; ++i) rows[i] = w.row(r + i);
+  __m512 acc[RT][TT];
+#pragma GCC unroll 8
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; ++j) acc[i][j] = _mm512_setzero_ps();
+  // One token: fetch the next RT rows a line at a time while these are used (the same reason as
+  // the f32 decode kernel: more concurrent streams than the hardware prefetcher follows well).
+  const size_t ahead = size_t(RT) * w.row_bytes;
+  for (int64_t k = 0; k < n; k += kStep) {
+    if constexpr (kPrefetch) {
+#pragma GCC unroll 8
+      for (int i = 0; i < RT; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + ahead + 2 * size_t(k)), _MM_HINT_T0);
+    }
+    __m512bh wv[RT];
+#pragma GCC unroll 8
+    for (int i = 0; i < RT; ++i) wv[i] = load_w(rows[i], k, n);
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; ++j) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + size_t(j) * ldx + size_t(k));
+#pragma GCC unroll 8
+      for (int i = 0; i < RT; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; ++j) y[size_t(j) * ldy + size_t(r + i)] = hsum16(acc[i][j]);
+}
+
+template <int RT>
+void tokens_tile(int tt, const WeightMatrix& w, int64_t r, const uint16_t* xb, size_t ldx,
+                 float* y, size_t ldy) {
+  switch (tt) {
+    case 6:
+      return tile<RT, 6, false>(w, r, xb, ldx, y, ldy);
+    case 5:
+      return tile<RT, 5, false>(w, r, xb, ldx, y, ldy);
+    case 4:
+      return tile<RT, 4, false>(w, r, xb, ldx, y, ldy);
+    case 3:
+      return tile<RT, 3, false>(w, r, xb, ldx, y, ldy);
+    case 2:
+      return tile<RT, 2, false>(w, r, xb, ldx, y, ldy);
+    default:
+      return tile<RT, 1, false>(w, r, xb, ldx, y, ldy);
+  }
+}
+
+}  // namespace
+
+void round_activations_bf16_avx512(const float* x, int n_tokens, int64_t cols, uint16_t* xb,
+                                   size_t ldx) {
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* src = x + size_t(t) * size_t(cols);
+    uint16_t* dst = xb + size_t(t) * ldx;
+    int64_t k = 0;
+    for (; k + 16 <= cols; k += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + k)));
+    if (k < cols) {
+      const __mmask16 m = __mmask16((1u << (cols - k)) - 1);
+      _mm256_mask_storeu_epi16(dst + k, m,
+                               (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + k)));
+    }
+    std::memset(dst + cols, 0, sizeof(uint16_t) * (ldx - size_t(cols)));
+  }
+}
+
+void bf16dot_rows_avx512(const WeightMatrix& w, const uint16_t* xb, size_t ldx, int n_tokens,
+                         float* y, int64_t r0, int64_t r1) {
+  const size_t ldy = size_t(w.rows);
+  if (n_tokens == 1) {
+    int64_t r = r0;
+    for (; r + kDecodeRows <= r1; r += kDecodeRows)
+      tile<kDecodeRows, 1, true>(w, r, xb, ldx, y, ldy);
+    for (; r < r1; ++r) tile<1, 1, false>(w, r, xb, ldx, y, ldy);
+    return;
+  }
+  // Tokens in blocks whose activations stay in cache while the chunk's rows pass over them; in a
+  // block, tiles of 4 rows x 6 tokens (the rows stay in L1 across the block's tiles).
+  for (int t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
+    const int t1 = t0 + kTokenBlock < n_tokens ? t0 + kTokenBlock : n_tokens;
+    int64_t r = r0;
+    for (; r + kTileRows <= r1; r += kTileRows)
+      for (int t = t0; t < t1; t += kTileTokens)
+        tokens_tile<kTileRows>(t1 - t < kTileTokens ? t1 - t : kTileTokens, w, r,
+                               xb + size_t(t) * ldx, ldx, y + size_t(t) * ldy, ldy);
+    for (; r < r1; ++r)
+      for (int t = t0; t < t1; t += kTileTokens)
+        tokens_tile<1>(t1 - t < kTileTokens ? t1 - t : kTileTokens, w, r, xb + size_t(t) * ldx,
+                       ldx, y + size_t(t) * ldy, ldy);
+  }
+}
+
+}  // namespace fak::kernels
