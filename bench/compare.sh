@@ -4,7 +4,7 @@
 # fak / llama.cpp. llama.cpp is llama-bench built from source when LLAMA_BENCH names it (the
 # comparison issue 32 asks for: `cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF && cmake --build
 # build --target llama-bench`), else the prebuilt library of the npm package node-llama-cpp
-# (bench/llamacpp; run `npm ci` there once; -d and -b need this one).
+# (bench/llamacpp; run `npm ci` there once; -b needs this one; -d needs a llama-bench that has it).
 #
 #   bench/compare.sh [-p 256] [-n 32] [-d 0] [-b 1] [-F] [-t 2] [-r 3] [-P passes] [-o DIR] MODEL.gguf ...
 #
@@ -28,20 +28,22 @@ shift $((OPTIND - 1))
 [ $# -gt 0 ] || { echo "usage: $0 [-p N] [-n N] [-d D] [-b B] [-F] [-t T] [-r R] [-P passes] [-o DIR] MODEL.gguf ..." >&2; exit 2; }
 if [ -n "${LLAMA_BENCH:-}" ]; then
   [ -x "$LLAMA_BENCH" ] || { echo "LLAMA_BENCH=$LLAMA_BENCH is not an executable" >&2; exit 2; }
-  [ "$d" = 0 ] && [ "$b" = 1 ] || { echo "-d and -b need node-llama-cpp (unset LLAMA_BENCH)" >&2; exit 2; }
+  [ "$b" = 1 ] || { echo "-b needs node-llama-cpp (unset LLAMA_BENCH)" >&2; exit 2; }
 else
   [ -d "$here/llamacpp/node_modules/node-llama-cpp" ] || { echo "run: (cd $here/llamacpp && npm ci)" >&2; exit 2; }
 fi
 # llama-bench's JSON (one record per test) as bench.mjs's: {tests: [{test, tok_s}], peak_rss_mib,
 # load_s}. Its peak RSS comes from GNU time; it reports no load time (0).
 llama_source() {  # MODEL OUT
-  /usr/bin/time -f "%M" -o "$2.rss" "$LLAMA_BENCH" -m "$1" -p "$p" -n "$n" -t "$t" -r "$r" \
+  /usr/bin/time -f "%M" -o "$2.rss" "$LLAMA_BENCH" -m "$1" -p "$p" -n "$n" -d "$d" -t "$t" -r "$r" \
     -fa "$([ -n "$fa" ] && echo 1 || echo 0)" -o json >"$2.raw"
   python3 - "$2.raw" "$2.rss" >"$2" <<'PY'
 import json, sys
 recs = json.load(open(sys.argv[1]))
-tests = [{"test": ("pp%d" % x["n_prompt"]) if x["n_prompt"] else ("tg%d" % x["n_gen"]),
-          "tok_s": x["avg_ts"]} for x in recs]
+def name(x):
+    base = ("pp%d" % x["n_prompt"]) if x["n_prompt"] else ("tg%d" % x["n_gen"])
+    return base + (" @ d%d" % x["n_depth"] if x.get("n_depth") else "")
+tests = [{"test": name(x), "tok_s": x["avg_ts"]} for x in recs]
 print(json.dumps({"tests": tests, "peak_rss_mib": int(open(sys.argv[2]).read().split()[-1]) / 1024,
                   "load_s": 0, "build": recs[0].get("build_commit", "")}))
 PY

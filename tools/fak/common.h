@@ -32,7 +32,7 @@ void set_threads(int threads);  // 0 = all cores
 // --kv-type f32|f16|bf16 and --no-kraw, shared by every subcommand that builds a KV cache.
 struct KvFlags {
   // The default is llama.cpp's: f16 K and V, no pre-RoPE keys (4 bytes per element pair; f32 +
-  // Kraw took 12). f16 over bf16 by measurement (bench/RESULTS.md, session 14): against the f32
+  // Kraw took 12). f16 over bf16 by measurement (bench/HISTORY.md, session 14): against the f32
   // references it is ten times closer (max |logit diff| 1e-3 vs 1e-2; 0.0015 vs 0.2 on the MoE
   // fixture), and pycoder-6m's perplexity moves by 2e-5 (bf16: 6e-4).
   std::string type = "f16";
