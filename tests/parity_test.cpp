@@ -55,11 +55,21 @@ std::vector<Fixture> moe_fixtures() {
   return with_cuda(all);
 }
 
+// Gemma 3 (sliding windows of 8 over a 40-token prompt, GeGLU, sandwich norms, two RoPE tables):
+// the float64 forward of transformers' code (reference.json), from the HF directory and from the
+// GGUF (which follows transformers too: llama.cpp's own logits, 1.6e-3 away through its fp16
+// GELU table, are reference-gguf.safetensors). CPU only: the CUDA backend refuses the family.
+std::vector<Fixture> gemma3_fixtures() {
+  const std::string dir = test::data_path("oracle/gemma3-tiny").string();
+  return {{"gemma3-tiny", dir}, {"gemma3-tiny-gguf", dir, {}, dir + "/model.gguf"}};
+}
+
 std::vector<Fixture> fixtures() {
   auto all = oracle_fixtures();
   for (auto& f : with_cuda({{"pycoder-6m", test::source_path("models/pycoder-6m")}}))
     all.push_back(f);
   for (auto& f : moe_fixtures()) all.push_back(f);
+  for (auto& f : gemma3_fixtures()) all.push_back(f);
   return all;
 }
 

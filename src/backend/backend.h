@@ -106,17 +106,22 @@ class BackendCall {
   virtual void add_bias(float* y, const std::vector<float>& bias, int rows) = 0;
   virtual void add(float* x, const float* y, size_t n) = 0;  // x += y
   virtual void silu_mul(const float* gate, const float* up, size_t n, float* out) = 0;
+  // out = gelu_tanh(gate) * up (GeGLU, PyTorch's tanh approximation).
+  virtual void gelu_mul(const float* gate, const float* up, size_t n, float* out) = 0;
+  virtual void scale(float* x, size_t n, float s) = 0;  // x *= s
   virtual void sigmoid_mul(float* x, const float* gate, size_t n) = 0;  // x *= sigmoid(gate)
   virtual void silu_gate(float* x, const float* z, size_t n) = 0;       // x *= silu(z)
   // q2 [T][heads][2 head_dim] holds per head the query then the gate; they go to q and gate.
   virtual void split_gate(const float* q2, int heads, int head_dim, float* q, float* gate) = 0;
-  // Rotates the first rotary dims of each of `heads` heads of every token at its position.
-  virtual void rope(float* x, int heads, int head_dim) = 0;
+  // Rotates the first rotary dims of each of `heads` heads of every token at its position, with
+  // RoPE table `table` (0, or 1 for a model's local layers: ModelConfig::rope_table).
+  virtual void rope(float* x, int heads, int head_dim, int table) = 0;
   // Writes rows [T][kv_dim] into `plane` of attention layer `attn_layer` at the tokens' places.
   virtual void kv_store(int attn_layer, KvPlane plane, const float* rows) = 0;
   // Causal GQA attention of q [T][n_heads][head_dim] over each token's sequence up to its position.
+  // window > 0: each token attends to the last `window` positions only (sliding window).
   virtual void attention(int attn_layer, const float* q, int n_heads, int n_kv_heads, int head_dim,
-                         float scale, float* out) = 0;
+                         float scale, int window, float* out) = 0;
   // Gated DeltaNet's core for model layer `layer` (ops/deltanet.h): the causal conv + SiLU over
   // qkv [T][conv_dim], q/k L2 norms, the gates from b and a [T][n_v_heads], and the delta rule
   // over each item's recurrent state; core [T][value_dim].
@@ -166,7 +171,7 @@ class Backend {
   // so a memory budget planned afterwards leaves them room; a no-op on the host.
   virtual void reserve(const BufferSizes& sizes, int tokens, int logit_rows, int vocab) const = 0;
   // Opens a forward call over `batch`: positions and KV places from the items, RoPE angles
-  // cos/sin [T][half] from the caller.
+  // cos/sin [tables][T][half] from the caller (one table, or a model's global then local one).
   virtual std::unique_ptr<BackendCall> begin(std::span<const BatchItem> batch, KvCache& cache,
                                              const BufferSizes& sizes, std::vector<float> cos,
                                              std::vector<float> sin, int half) const = 0;

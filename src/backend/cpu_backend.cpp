@@ -104,6 +104,14 @@ class CpuCall final : public BackendCall {
     fak::silu_mul(gate, up, int(n), out);
   }
 
+  void gelu_mul(const float* gate, const float* up, size_t n, float* out) override {
+    fak::gelu_tanh_mul(gate, up, int(n), out);
+  }
+
+  void scale(float* x, size_t n, float s) override {
+    for (size_t i = 0; i < n; ++i) x[i] *= s;
+  }
+
   void sigmoid_mul(float* x, const float* gate, size_t n) override {
     for (size_t i = 0; i < n; ++i) x[i] *= sigmoid(gate[i]);
   }
@@ -123,11 +131,13 @@ class CpuCall final : public BackendCall {
       }
   }
 
-  void rope(float* x, int heads, int head_dim) override {
+  void rope(float* x, int heads, int head_dim, int table) override {
     const size_t row = size_t(heads) * size_t(head_dim);
+    const size_t base = size_t(table) * size_t(T_) * size_t(half_);
+    check(base + size_t(T_) * size_t(half_) <= cos_.size(), "forward: no such RoPE table");
     for (int t = 0; t < T_; ++t) {
-      const float* cs = &cos_[size_t(t) * size_t(half_)];
-      const float* sn = &sin_[size_t(t) * size_t(half_)];
+      const float* cs = &cos_[base + size_t(t) * size_t(half_)];
+      const float* sn = &sin_[base + size_t(t) * size_t(half_)];
       for (int h = 0; h < heads; ++h)
         rope_apply(x + size_t(t) * row + size_t(h) * size_t(head_dim), 2 * half_, cs, sn);
     }
@@ -141,7 +151,7 @@ class CpuCall final : public BackendCall {
   }
 
   void attention(int attn_layer, const float* q, int n_heads, int n_kv_heads, int head_dim,
-                 float scale, float* out) override {
+                 float scale, int window, float* out) override {
     const size_t q_dim = size_t(n_heads) * size_t(head_dim);
     std::vector<AttentionTask> tasks;
     size_t t = 0;
@@ -149,7 +159,7 @@ class CpuCall final : public BackendCall {
       tasks.push_back({q + t * q_dim, out + t * q_dim, it.blocks, it.n_tokens, it.start_pos});
       t += size_t(it.n_tokens);
     }
-    fak::attention(tasks, cache_, attn_layer, {n_heads, n_kv_heads, head_dim, scale});
+    fak::attention(tasks, cache_, attn_layer, {n_heads, n_kv_heads, head_dim, scale, window});
   }
 
   void deltanet(const DeltaNetParams& p, int layer, const float* qkv, const float* b,

@@ -66,6 +66,13 @@ class CudaCall final : public BackendCall {
   void silu_mul(const float* gate, const float* up, size_t n, float* out) override {
     cuda::silu_mul(gate, up, n, out, kStream);
   }
+  // Gemma 3's ops: a model that needs them is refused for this device at load (Model::load).
+  void gelu_mul(const float*, const float*, size_t, float*) override {
+    fail("GeGLU is not implemented on the CUDA backend yet");
+  }
+  void scale(float*, size_t, float) override {
+    fail("scaled embeddings are not implemented on the CUDA backend yet");
+  }
   void sigmoid_mul(float* x, const float* gate, size_t n) override {
     cuda::sigmoid_mul(x, gate, n, kStream);
   }
@@ -73,8 +80,10 @@ class CudaCall final : public BackendCall {
   void split_gate(const float* q2, int heads, int head_dim, float* q, float* gate) override {
     cuda::split_gate(q2, T_, heads, head_dim, q, gate, kStream);
   }
-  void rope(float* x, int heads, int head_dim) override {
-    cuda::rope(x, T_, heads, head_dim, half_, s_.cos.as<float>(), s_.sin.as<float>(), kStream);
+  void rope(float* x, int heads, int head_dim, int table) override {
+    const size_t base = size_t(table) * size_t(T_) * size_t(half_);
+    cuda::rope(x, T_, heads, head_dim, half_, s_.cos.as<float>() + base,
+               s_.sin.as<float>() + base, kStream);
   }
   void kv_store(int attn_layer, KvPlane plane, const float* rows) override {
     if (plane == KvPlane::Kraw && !cache_.keeps_kraw()) return;
@@ -82,9 +91,10 @@ class CudaCall final : public BackendCall {
     cuda::kv_store(kv_, places_, attn_layer, p, rows, T_, kStream);
   }
   void attention(int attn_layer, const float* q, int n_heads, int n_kv_heads, int head_dim,
-                 float scale, float* out) override {
+                 float scale, int window, float* out) override {
     check(n_kv_heads == cache_.n_kv_heads() && head_dim == cache_.head_dim(),
           "forward: the KV cache's shape does not match the model");
+    if (window > 0) fail("sliding-window attention is not implemented on the CUDA backend yet");
     cuda::attention(kv_, places_, attn_layer, q, T_, n_heads, scale, out, kStream);
   }
   void deltanet(const DeltaNetParams& p, int layer, const float* qkv, const float* b,

@@ -294,7 +294,12 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
       } else if (kind == "linear_attention") {
         c.layer_kinds[i] = LayerKind::LinearAttention;
       } else if (kind == "sliding_attention") {
-        fail(label + ": sliding-window attention layers are not supported");
+        // Attention over the last sliding_window positions (Gemma 3's local layers).
+        const int window = json_int_or(j, "sliding_window", 0, kMaxSeqLen, label);
+        if (window < 1) fail(label + ": layer_types has sliding_attention but no sliding_window");
+        c.layer_kinds[i] = LayerKind::FullAttention;
+        c.layer_window.resize(size_t(c.n_layers), 0);
+        c.layer_window[i] = window;
       } else {
         fail(label + ": layer_types[" + std::to_string(i) + "] '" + kind + "' is not supported");
       }

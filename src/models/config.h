@@ -29,6 +29,7 @@ class Family;
 enum class LayerKind { FullAttention, LinearAttention };  // the token mixer of a layer
 enum class FfnKind { Dense, Moe };                        // its feed-forward block
 enum class RopeScaling { None, Linear, Llama3, Yarn };
+enum class Activation { Silu, GeluTanh };  // of the gated MLP: SwiGLU, or GeGLU (tanh GELU)
 
 struct ModelConfig {
   const Family* family = nullptr;  // models/family.h: llama, qwen2, qwen3, qwen35, qwen3_moe, ...
@@ -64,6 +65,16 @@ struct ModelConfig {
   bool attn_output_gate = false;  // Qwen3.5 gated attention
   bool norm_plus_one = false;     // Qwen3.5: RMSNorm scale stored zero-centred (1 + w)
 
+  // Gemma 3: GeGLU, four norms per layer (the attention's and the MLP's outputs are normed too
+  // before they join the residual stream), embeddings times sqrt(hidden_size), an attention scale
+  // of query_pre_attn_scalar^-1/2, and local layers with a sliding window and a RoPE of their own.
+  Activation mlp_act = Activation::Silu;
+  bool sandwich_norms = false;
+  float embed_scale = 1.0f;
+  float attn_scale = 0.0f;        // 0: 1 / sqrt(head_dim)
+  std::vector<int> layer_window;  // per layer (empty: none): attend to the last N positions only
+  double rope_local_theta = 0.0;  // > 0: windowed layers rotate with this base, unscaled
+
   std::vector<LayerKind> layer_kinds;  // one per layer
   std::vector<FfnKind> ffn_kinds;      // one per layer
   // Gated DeltaNet (Qwen3.5) layers.
@@ -86,6 +97,16 @@ struct ModelConfig {
   std::vector<int32_t> eos_ids;
 
   int kv_dim() const { return n_kv_heads * head_dim; }
+  // Layer l's sliding window (0: it attends to every earlier position); -1 (the MTP layer): 0.
+  int window(int layer) const {
+    return layer >= 0 && size_t(layer) < layer_window.size() ? layer_window[size_t(layer)] : 0;
+  }
+  bool has_windows() const {
+    return std::any_of(layer_window.begin(), layer_window.end(), [](int w) { return w > 0; });
+  }
+  // Which RoPE table layer l rotates with: 0 (the model's), or 1 (the local one of windowed layers).
+  int rope_table(int layer) const { return rope_local_theta > 0 && window(layer) > 0 ? 1 : 0; }
+  int n_rope_tables() const { return rope_local_theta > 0 ? 2 : 1; }
   int q_dim() const { return n_heads * head_dim; }
   // Gated DeltaNet layers (Qwen3.5 hybrids): a recurrent state per sequence beside the KV cache.
   bool is_hybrid() const { return linear_num_value_heads > 0; }

@@ -94,6 +94,7 @@ class Pass {
     float* xn = b_.buf(Buf::XN);  // [T][dim] a block's normed input
     const size_t n = size_t(T_) * size_t(c_.dim);
     b_.embed(w_.embed, x);
+    if (c_.embed_scale != 1.0f) b_.scale(x, n, c_.embed_scale);
     if (hook) (*hook)(0, b_.host_view(x, n), T_);
     for (int l = 0; l < c_.n_layers; ++l) {
       const LayerWeights& L = w_.layers[size_t(l)];
@@ -124,11 +125,12 @@ class Pass {
     const size_t n = size_t(T_) * size_t(c_.dim);
     b_.from_host(h, hidden, n);
     b_.embed(w_.embed, x);
+    if (c_.embed_scale != 1.0f) b_.scale(x, n, c_.embed_scale);
     b_.rmsnorm(x, M.norm_embedding, T_, c_.dim, c_.rms_eps, xn);
     b_.rmsnorm(h, M.norm_hidden, T_, c_.dim, c_.rms_eps, h);
     b_.concat(xn, c_.dim, h, c_.dim, cat);  // the embedding first, as the checkpoints' fc reads
     b_.matmul(M.fc, cat, T_, x);
-    decoder_layer(M.layer, 0, -1);
+    decoder_layer(M.layer, 0, -1);  // full attention, the model's RoPE table
     if (hidden_out) {
       b_.rmsnorm(x, M.final_norm, T_, c_.dim, c_.rms_eps, xn);
       std::copy_n(b_.host_view(xn, n), n, hidden_out);
@@ -146,10 +148,11 @@ class Pass {
     const size_t n = size_t(T_) * size_t(c_.dim);
     b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
     if (L.kind == LayerKind::FullAttention) {
-      attention_block(L.attn, attention_layer, xn, out);
+      attention_block(L.attn, attention_layer, layer, xn, out);
     } else {
       deltanet_block(L.delta, layer, xn, out);
     }
+    if (c_.sandwich_norms) b_.rmsnorm(out, L.post_attn_norm, T_, c_.dim, c_.rms_eps, out);
     b_.add(x, out, n);
     b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
     if (L.ffn == FfnKind::Moe) {
@@ -157,12 +160,14 @@ class Pass {
     } else {
       mlp_block(L.mlp, xn, out);
     }
+    if (c_.sandwich_norms) b_.rmsnorm(out, L.post_mlp_norm, T_, c_.dim, c_.rms_eps, out);
     b_.add(x, out, n);
   }
 
   // Causal self-attention over the paged KV cache; with an output gate (Qwen3.5) q_proj also
   // yields a per-head sigmoid gate on the attention output.
-  void attention_block(const AttentionWeights& A, int al, const float* xn, float* out) {
+  // layer: the model's layer index (its window and RoPE table), -1 for the MTP head's layer.
+  void attention_block(const AttentionWeights& A, int al, int layer, const float* xn, float* out) {
     const int hd = c_.head_dim, q_dim = c_.q_dim();
     float* q = b_.buf(Buf::Q);     // [T][n_heads][head_dim]
     float* k = b_.buf(Buf::K);     // [T][n_kv_heads][head_dim]
@@ -186,11 +191,13 @@ class Pass {
       b_.rmsnorm(k, A.k_norm, T_ * c_.n_kv_heads, hd, c_.rms_eps, k);
     }
     b_.kv_store(al, KvPlane::Kraw, k);  // pre-RoPE keys, for quarantine's shift mode
-    b_.rope(q, c_.n_heads, hd);
-    b_.rope(k, c_.n_kv_heads, hd);
+    const int table = c_.rope_table(layer);
+    b_.rope(q, c_.n_heads, hd, table);
+    b_.rope(k, c_.n_kv_heads, hd, table);
     b_.kv_store(al, KvPlane::K, k);
     b_.kv_store(al, KvPlane::V, v);
-    b_.attention(al, q, c_.n_heads, c_.n_kv_heads, hd, float(1.0 / std::sqrt(double(hd))), o);
+    const float scale = c_.attn_scale > 0 ? c_.attn_scale : float(1.0 / std::sqrt(double(hd)));
+    b_.attention(al, q, c_.n_heads, c_.n_kv_heads, hd, scale, c_.window(layer), o);
     if (c_.attn_output_gate) b_.sigmoid_mul(o, b_.buf(Buf::AttnGate), size_t(T_) * size_t(q_dim));
     b_.matmul(A.wo, o, T_, out);
     b_.add_bias(out, A.bo, T_);
@@ -225,7 +232,10 @@ class Pass {
     b_.matmul(M.up, xn, T_, u);
     b_.add_bias(g, M.b_gate, T_);
     b_.add_bias(u, M.b_up, T_);
-    b_.silu_mul(g, u, size_t(T_) * size_t(hidden), g);
+    if (c_.mlp_act == Activation::GeluTanh)
+      b_.gelu_mul(g, u, size_t(T_) * size_t(hidden), g);
+    else
+      b_.silu_mul(g, u, size_t(T_) * size_t(hidden), g);
     b_.matmul(M.down, g, T_, out);
     b_.add_bias(out, M.b_down, T_);
   }
@@ -313,16 +323,22 @@ int batch_tokens(const ModelConfig& c, std::span<const BatchItem> batch) {
   return T;
 }
 
-// A backend call over the batch, with each token's RoPE angles (shared by every layer).
-std::unique_ptr<BackendCall> begin_call(const Backend& backend, const Rope& rope,
+// A backend call over the batch, with each token's RoPE angles in every table the model has
+// ([table][T][half]; each shared by the layers that use it).
+std::unique_ptr<BackendCall> begin_call(const Backend& backend, const Model& model,
                                         std::span<const BatchItem> batch, KvCache& cache,
                                         const BufferSizes& sizes, int T) {
-  const int half = rope.rotary_dim() / 2;
-  std::vector<float> cos(size_t(T) * size_t(half)), sin(size_t(T) * size_t(half));
-  int t = 0;
-  for (const BatchItem& it : batch)
-    for (int i = 0; i < it.n_tokens; ++i, ++t)
-      rope.angles(it.start_pos + i, &cos[size_t(t) * size_t(half)], &sin[size_t(t) * size_t(half)]);
+  const int half = model.rope().rotary_dim() / 2;
+  const int tables = model.config().n_rope_tables();
+  const size_t per_table = size_t(T) * size_t(half);
+  std::vector<float> cos(size_t(tables) * per_table), sin(size_t(tables) * per_table);
+  for (int table = 0; table < tables; ++table) {
+    const Rope& rope = model.rope(table);
+    size_t at = size_t(table) * per_table;
+    for (const BatchItem& it : batch)
+      for (int i = 0; i < it.n_tokens; ++i, at += size_t(half))
+        rope.angles(it.start_pos + i, &cos[at], &sin[at]);
+  }
   return backend.begin(batch, cache, sizes, std::move(cos), std::move(sin), half);
 }
 
@@ -333,7 +349,7 @@ void Model::forward(std::span<const BatchItem> batch, KvCache& cache,
   const int T = batch_tokens(config_, batch);
   if (T == 0) return;
   std::unique_ptr<BackendCall> call =
-      begin_call(*backend_, *rope_, batch, cache, forward_buffer_sizes(config_, T), T);
+      begin_call(*backend_, *this, batch, cache, forward_buffer_sizes(config_, T), T);
   Pass(*this, *call, T).run(batch, hook, logit_rows(batch, config_.vocab));
   call->finish();
 }
@@ -347,7 +363,7 @@ void Model::mtp_forward(std::span<const BatchItem> batch, KvCache& cache, const 
   BufferSizes sizes = forward_buffer_sizes(config_, T);
   sizes[size_t(Buf::MtpHidden)] = size_t(T) * size_t(config_.dim);
   sizes[size_t(Buf::MtpCat)] = 2 * size_t(T) * size_t(config_.dim);
-  std::unique_ptr<BackendCall> call = begin_call(*backend_, *rope_, batch, cache, sizes, T);
+  std::unique_ptr<BackendCall> call = begin_call(*backend_, *this, batch, cache, sizes, T);
   // The first head_rows rows of the output head (whole 16-row panels where it is packed in them:
   // a panel group starts at row(16 g)). A device holds only the whole head.
   WeightMatrix head = weights_.lm_head;

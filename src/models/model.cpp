@@ -136,6 +136,10 @@ void Model::place_on(const Device& device) {
   }
   const std::string problem = device_unavailable_reason(device);
   if (!problem.empty()) fail("--device " + device.name() + ": " + problem);
+  // Ops the device kernels do not have yet: refused here, not in the middle of a forward.
+  if (config_.has_windows() || config_.mlp_act != Activation::Silu || config_.embed_scale != 1.0f)
+    fail("--device " + device.name() + ": " + config_.family_name() +
+         " (sliding-window attention, GeGLU, scaled embeddings) runs on the CPU only so far");
   backend_ = make_cuda_backend(device.index);
   backend_->check_shapes(config_.head_dim, config_.linear_conv_kernel,
                          config_.linear_value_head_dim);
@@ -176,6 +180,16 @@ int Model::sampleable_vocab() const {
 
 void Model::init_derived() {
   rope_ = std::make_unique<Rope>(config_);
+  if (config_.rope_local_theta > 0) {
+    // Gemma 3's local layers: their own base, no scaling (the global table's scaling is for the
+    // long-range layers only, as transformers builds rotary_emb_local).
+    ModelConfig local = config_;
+    local.rope_theta = config_.rope_local_theta;
+    local.rope_scaling = RopeScaling::None;
+    local.rope_factor = 1.0;
+    local.rope_attention_factor = 1.0;
+    rope_local_ = std::make_unique<Rope>(local);
+  }
   attention_index_.assign(size_t(config_.n_layers), -1);
   n_attention_layers_ = 0;
   for (int l = 0; l < config_.n_layers; ++l)

@@ -77,6 +77,8 @@ class Model {
   // memory) or "quantised" (an HF model converted at load).
   const char* weights_memory() const { return weights_memory_.c_str(); }
   const Rope& rope() const { return *rope_; }
+  // RoPE table `table` of ModelConfig::rope_table: 0 the model's, 1 its windowed layers' own.
+  const Rope& rope(int table) const { return table == 1 && rope_local_ ? *rope_local_ : *rope_; }
   int n_attention_layers() const { return n_attention_layers_; }
   int attention_index(int layer) const { return attention_index_[size_t(layer)]; }
 
@@ -121,6 +123,7 @@ class Model {
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Rope> rope_;
+  std::unique_ptr<Rope> rope_local_;  // windowed layers' own table (Gemma 3), or null
   std::shared_ptr<const ModelIdentitySource> identity_source_;
   std::string identity_suffix_;  // "-cuda" on a device
   mutable std::once_flag identity_once_;

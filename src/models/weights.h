@@ -49,6 +49,8 @@ struct LayerWeights {
   LayerKind kind = LayerKind::FullAttention;
   FfnKind ffn = FfnKind::Dense;
   std::vector<float> attn_norm, mlp_norm;
+  // Sandwich norms (Gemma): of the attention's and the MLP's outputs, before the residual add.
+  std::vector<float> post_attn_norm, post_mlp_norm;
   AttentionWeights attn;
   DeltaNetWeights delta;
   MlpWeights mlp;

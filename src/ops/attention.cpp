@@ -14,6 +14,11 @@ namespace fak {
 
 namespace {
 
+// The first key a query at position `pos` attends to.
+int first_key(const AttentionShape& s, int pos) {
+  return s.window > 0 ? std::max(0, pos - s.window + 1) : 0;
+}
+
 size_t query_key_pairs(const std::vector<AttentionTask>& tasks, const AttentionShape& s) {
   size_t work = 0;
   for (const auto& t : tasks)
@@ -35,8 +40,16 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   const int bs = cache.block_size();
   const int q_dim = s.n_heads * s.head_dim;
   std::vector<Unit> units;
-  const bool group_decode = kernels::avx512_enabled();
-  const int tile_queries = group_decode ? kernels::kTileQueries : kernels::kTileQueriesAvx2;
+  // A windowed layer: every tile holds one token's queries (its GQA group), so the tile's keys
+  // are one run [first, n) that its rows view starts at; decode groups, whose sequences share a
+  // prefix of rows from key 0, are not used.
+  const bool windowed = s.window > 0;
+  const bool group_decode = kernels::avx512_enabled() && !windowed;
+  int tile_queries = group_decode ? kernels::kTileQueries : kernels::kTileQueriesAvx2;
+  if (windowed) {  // a divisor of the group, so no tile holds two tokens
+    tile_queries = std::min(group, kernels::kTileQueriesAvx2);
+    while (group % tile_queries != 0) --tile_queries;
+  }
   std::vector<int> decode_tasks;  // one-token tasks, grouped below
   // Each task's block table becomes two arrays of row pointers (one per position) once per call:
   // a division by the block size per key cost more than the key's arithmetic.
@@ -168,27 +181,31 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
 #pragma omp for schedule(dynamic, 1)
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& un = units[u];
-      auto rows_of = [&](int ti, int kv_head) {
+      // key0: the tile's first key (a windowed tile's rows start there).
+      auto rows_of = [&](int ti, int kv_head, int key0 = 0) {
         const bool f32 = is_widened[size_t(ti)];
         const AttentionTask& task = tasks[size_t(ti)];
         const size_t widened_stride =
             size_t(task.start_pos + task.n_tokens) * size_t(s.head_dim) * sizeof(float);
-        return kernels::KvRows{k_rows[size_t(ti)].data(), v_rows[size_t(ti)].data(),
+        return kernels::KvRows{k_rows[size_t(ti)].data() + key0, v_rows[size_t(ti)].data() + key0,
                                size_t(kv_head) * (f32 ? widened_stride : cache.head_stride()),
                                f32 ? DType::F32 : cache.dtype()};
       };
+      // Returns the tile's first key: 0, or on a windowed layer its one token's window start.
       auto make_tile = [&](int ti, int kv_head, int first, kernels::AttentionTile& tile) {
         const AttentionTask& task = tasks[size_t(ti)];
         const int n_queries = task.n_tokens * group;
         tile.n = std::min(tile_queries, n_queries - first);
+        const int key0 = first_key(s, task.start_pos + first / group);
         for (int i = 0; i < tile.n; ++i) {
           const int token = (first + i) / group;
           const int head = kv_head * group + (first + i) % group;
           const size_t off = size_t(token) * size_t(q_dim) + size_t(head) * size_t(s.head_dim);
           tile.q[i] = task.q + off;
           tile.out[i] = task.out + off;
-          tile.n_keys[i] = task.start_pos + token + 1;
+          tile.n_keys[i] = task.start_pos + token + 1 - key0;
         }
+        return key0;
       };
       if (un.group >= 0) {
         const Group& gr = groups[size_t(un.group)];
@@ -214,8 +231,8 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
         continue;
       }
       kernels::AttentionTile tile;
-      make_tile(un.task, un.kv_head, un.first, tile);
-      tile_kernel(tile, rows_of(un.task, un.kv_head), s.head_dim, s.scale, scratch);
+      const int key0 = make_tile(un.task, un.kv_head, un.first, tile);
+      tile_kernel(tile, rows_of(un.task, un.kv_head, key0), s.head_dim, s.scale, scratch);
     }
   }
 }
@@ -252,6 +269,7 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& un = units[u];
       const AttentionTask& task = tasks[size_t(un.task)];
+      const int key0 = first_key(s, task.start_pos + un.token);
       const int n_keys = task.start_pos + un.token + 1;
       const float* q =
           task.q + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
@@ -260,7 +278,7 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
       const size_t head_off = size_t(un.head / group) * cache.head_stride();
       scores.resize(size_t(n_keys));
       float mx = -INFINITY;
-      for (int j = 0; j < n_keys; ++j) {
+      for (int j = key0; j < n_keys; ++j) {
         const uint8_t* krow =
             cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::K, j % bs) + head_off;
         const float sc = dot(q, krow, s.head_dim) * s.scale;
@@ -268,14 +286,14 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
         mx = sc > mx ? sc : mx;
       }
       float sum = 0.0f;
-      for (int j = 0; j < n_keys; ++j) {
+      for (int j = key0; j < n_keys; ++j) {
         float e = std::exp(scores[size_t(j)] - mx);
         scores[size_t(j)] = e;
         sum += e;
       }
       const float inv = 1.0f / sum;
       std::memset(out, 0, sizeof(float) * size_t(s.head_dim));
-      for (int j = 0; j < n_keys; ++j) {
+      for (int j = key0; j < n_keys; ++j) {
         const uint8_t* vrow =
             cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::V, j % bs) + head_off;
         axpy(out, scores[size_t(j)] * inv, vrow, s.head_dim);

@@ -23,6 +23,10 @@ struct AttentionTask {
 struct AttentionShape {
   int n_heads, n_kv_heads, head_dim;
   float scale;
+  // > 0: sliding-window attention (Gemma 3's local layers): a query at position p attends only to
+  // positions [p - window + 1, p], as transformers' sliding_window mask. Its result is a function
+  // of those keys alone, in order, in every path (decode, prefill, batched), like a full query's.
+  int window = 0;
 };
 
 // Runs all tasks (one per sequence in the batch) over attention layer `layer`, multithreaded.

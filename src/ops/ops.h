@@ -17,6 +17,8 @@ void rope_apply(float* head, int rot, const float* cos, const float* sin);
 
 // out = silu(gate) * up, with exp_poly (ops/vec.h): the same bits on every ISA and thread count.
 void silu_mul(const float* gate, const float* up, int n, float* out);
+// out = gelu_tanh(gate) * up: GeGLU with PyTorch's tanh approximation (ops/gelu.cpp).
+void gelu_tanh_mul(const float* gate, const float* up, int n, float* out);
 void add_inplace(float* x, const float* y, int n);
 void softmax_inplace(float* x, int n);
 

@@ -47,21 +47,34 @@ void Session::evict(int begin, int end, EvictMode mode) {
   cells_.reserve(begin, size(), /*keep_all_rows=*/true);  // sources are read from these blocks too
   const int bs = cache_->block_size();
   const int half = model_->rope().rotary_dim() / 2;
-  std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  // Each attention layer rotates with its own table (Gemma 3's local layers have one).
+  const int tables = c.n_rope_tables();
+  std::vector<int> table_of(size_t(model_->n_attention_layers()), 0);
+  for (int layer = 0; layer < c.n_layers; ++layer)
+    if (const int al = model_->attention_index(layer); al >= 0)
+      table_of[size_t(al)] = c.rope_table(layer);
+  const std::vector<float> row(static_cast<size_t>(half));
+  std::vector<std::vector<float>> cs(static_cast<size_t>(tables), row), sn = cs;
   std::vector<float> k(static_cast<size_t>(c.kv_dim()));
   const bool kraw = cache_->keeps_kraw();
   // Every survivor moves by the same distance: one rotation for all of them without Kraw.
-  if (!kraw) model_->rope().shift_angles(begin - end, cs.data(), sn.data());
+  if (!kraw)
+    for (int t = 0; t < tables; ++t)
+      model_->rope(t).shift_angles(begin - end, cs[size_t(t)].data(), sn[size_t(t)].data());
   for (size_t j = 0; j < suffix.size(); ++j) {
     const int from = end + int(j), to = begin + int(j);
-    if (kraw) model_->rope().angles(to, cs.data(), sn.data());
+    if (kraw)
+      for (int t = 0; t < tables; ++t)
+        model_->rope(t).angles(to, cs[size_t(t)].data(), sn[size_t(t)].data());
     const int32_t bf = blocks()[size_t(from / bs)], bt = blocks()[size_t(to / bs)];
     for (int l = 0; l < model_->n_attention_layers(); ++l) {
+      const std::vector<float>& lc = cs[size_t(table_of[size_t(l)])];
+      const std::vector<float>& ls = sn[size_t(table_of[size_t(l)])];
       cache_->move_row(bt, to % bs, bf, from % bs, l, KvPlane::V);
       cache_->move_row(bt, to % bs, bf, from % bs, l, kraw ? KvPlane::Kraw : KvPlane::K);
       cache_->load_row(bt, l, kraw ? KvPlane::Kraw : KvPlane::K, to % bs, k.data());
       for (int h = 0; h < c.n_kv_heads; ++h)
-        rope_apply(k.data() + h * c.head_dim, 2 * half, cs.data(), sn.data());
+        rope_apply(k.data() + h * c.head_dim, 2 * half, lc.data(), ls.data());
       cache_->store_row(bt, l, KvPlane::K, to % bs, k.data());
     }
   }

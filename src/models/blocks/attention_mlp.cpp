@@ -23,6 +23,17 @@ void layer_norm_tensors(const ModelConfig& c, LayerWeights& L, const LayerNames&
   const HfValue norm = c.norm_plus_one ? HfValue::PlusOne : HfValue::AsIs;
   out.push_back(norm_entry(L.attn_norm, c.dim, n.hf + "input_layernorm.weight",
                            n.gguf + "attn_norm.weight", norm));
+  if (c.sandwich_norms) {
+    // Gemma: post_attention_layernorm norms the attention's output; the MLP's input norm is
+    // pre_feedforward_layernorm, and post_feedforward_layernorm norms its output.
+    out.push_back(norm_entry(L.post_attn_norm, c.dim, n.hf + "post_attention_layernorm.weight",
+                             n.gguf + "post_attention_norm.weight", norm));
+    out.push_back(norm_entry(L.mlp_norm, c.dim, n.hf + "pre_feedforward_layernorm.weight",
+                             n.gguf + "ffn_norm.weight", norm));
+    out.push_back(norm_entry(L.post_mlp_norm, c.dim, n.hf + "post_feedforward_layernorm.weight",
+                             n.gguf + "post_ffw_norm.weight", norm));
+    return;
+  }
   out.push_back(norm_entry(L.mlp_norm, c.dim, n.hf + "post_attention_layernorm.weight",
                            n.gguf + gguf_post_norm + ".weight", norm));
 }
