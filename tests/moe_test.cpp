@@ -111,7 +111,11 @@ TEST(MoeOps, RoutingIsSoftmaxTopKAndRenormalisation) {
   for (bool renorm : {true, false}) {
     OpsCall c(T, moe_sizes(T, E, 1, k));
     std::vector<float> w(size_t(T) * k), out(size_t(T) * E);
-    c.call->moe_route(logits.data(), E, k, renorm, w.data());
+    MoeRouting r;
+    r.n_experts = E;
+    r.k = k;
+    r.renorm = renorm;
+    c.call->moe_route(logits.data(), r, w.data());
     c.call->moe_experts(G, U, D, x.data(), k, w.data(), out.data());
     for (int t = 0; t < T; ++t) {
       std::vector<int> want_ids;
@@ -141,6 +145,37 @@ TEST(MoeOps, RoutingIsSoftmaxTopKAndRenormalisation) {
 }
 
 // y[t] = sum_j w_j down_e(silu(gate_e x) * up_e x) over the token's experts, in float64.
+// GLM-4.5's router: sigmoid scores, chosen by score + correction bias within the best group (a
+// group's score: its two best), the weights the unbiased scores renormalised and scaled.
+TEST(MoeOps, SigmoidRoutingPicksWithinTheBestGroupsByBiasedScore) {
+  const int E = 8, k = 2;
+  auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  // Group 0 (experts 0-3) holds the single best expert (3), but group 1's two best sum higher, so
+  // only experts 4-7 may run; within them the bias makes expert 6 beat expert 5.
+  const std::vector<float> logits = {-4.0f, -4.0f, -4.0f, 3.0f, 0.9f, 1.0f, 0.8f, -2.0f};
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f};
+  MoeRouting r;
+  r.n_experts = E;
+  r.k = k;
+  r.kind = RouterKind::Sigmoid;
+  r.bias = &bias;
+  r.groups = 2;
+  r.groups_used = 1;
+  r.scale = 2.5f;
+  OpsCall c(1, moe_sizes(1, E, 1, k));
+  std::vector<float> w(k);
+  c.call->moe_route(logits.data(), r, w.data());
+  // Chosen: 6 (0.690 + 0.1) then 5 (0.731); weights renormalised over the two, times 2.5.
+  const double s6 = sig(0.8), s5 = sig(1.0);
+  EXPECT_NEAR(w[0], 2.5 * s6 / (s6 + s5), 1e-6);
+  EXPECT_NEAR(w[1], 2.5 * s5 / (s6 + s5), 1e-6);
+  // Without groups expert 3 (0.953) would be first.
+  r.groups = 1;
+  c.call->moe_route(logits.data(), r, w.data());
+  const double s3 = sig(3.0);
+  EXPECT_NEAR(w[0], 2.5 * s3 / (s3 + s6), 1e-6);
+}
+
 TEST(MoeOps, ExpertsMatchAFloat64ReferenceAndDoNotDependOnTheBatch) {
   const int T = 7, E = 6, k = 2, D = 32, I = 24;
   std::vector<std::vector<float>> g(E), u(E), d(E);
@@ -158,7 +193,10 @@ TEST(MoeOps, ExpertsMatchAFloat64ReferenceAndDoNotDependOnTheBatch) {
   auto run = [&](int n_tokens, const float* xs, const float* ls) {
     OpsCall c(n_tokens, moe_sizes(n_tokens, D, I, k));
     std::vector<float> w(size_t(n_tokens) * k), out(size_t(n_tokens) * D);
-    c.call->moe_route(ls, E, k, true, w.data());
+    MoeRouting r;
+    r.n_experts = E;
+    r.k = k;
+    c.call->moe_route(ls, r, w.data());
     c.call->moe_experts(G, U, Dn, xs, k, w.data(), out.data());
     return out;
   };

@@ -59,9 +59,17 @@ std::vector<Fixture> moe_fixtures() {
 // the float64 forward of transformers' code (reference.json), from the HF directory and from the
 // GGUF (which follows transformers too: llama.cpp's own logits, 1.6e-3 away through its fp16
 // GELU table, are reference-gguf.safetensors). CPU only: the CUDA backend refuses the family.
-std::vector<Fixture> gemma3_fixtures() {
-  const std::string dir = test::data_path("oracle/gemma3-tiny").string();
-  return {{"gemma3-tiny", dir}, {"gemma3-tiny-gguf", dir, {}, dir + "/model.gguf"}};
+// GLM-4.5 MoE (a sigmoid router with a correction bias and groups, routed scaling, an ungated
+// shared expert, a dense first layer, partial RoPE): its float64 forward agrees with llama.cpp's
+// to 1e-6 (reference.json). CPU only, as Gemma 3.
+std::vector<Fixture> new_family_fixtures() {
+  std::vector<Fixture> all;
+  for (const char* name : {"gemma3-tiny", "glm4moe-tiny"}) {
+    const std::string dir = test::data_path(std::string("oracle/") + name).string();
+    all.push_back({name, dir});
+    all.push_back({std::string(name) + "-gguf", dir, {}, dir + "/model.gguf"});
+  }
+  return all;
 }
 
 std::vector<Fixture> fixtures() {
@@ -69,7 +77,7 @@ std::vector<Fixture> fixtures() {
   for (auto& f : with_cuda({{"pycoder-6m", test::source_path("models/pycoder-6m")}}))
     all.push_back(f);
   for (auto& f : moe_fixtures()) all.push_back(f);
-  for (auto& f : gemma3_fixtures()) all.push_back(f);
+  for (auto& f : new_family_fixtures()) all.push_back(f);
   return all;
 }
 

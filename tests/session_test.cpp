@@ -49,6 +49,8 @@ std::vector<ModelCase> models() {
   // Sliding windows (8 positions on 5 of its 6 layers, shorter than every test's context), two
   // RoPE tables: CPU only (the CUDA backend refuses the family).
   cases.push_back({"gemma3_tiny", test::data_path("oracle/gemma3-tiny")});
+  // GLM-4.5 MoE: a sigmoid, grouped router; CPU only too.
+  cases.push_back({"glm4moe_tiny", test::data_path("oracle/glm4moe-tiny")});
   return cases;
 }
 

@@ -90,7 +90,8 @@ std::vector<ModelCase> models() {
           {"qwen3_moe_tiny", test::data_path("oracle/qwen3-moe-tiny")},
           {"qwen35_hybrid_tiny", test::data_path("oracle/qwen35-hybrid-tiny")},
           {"qwen35_moe_tiny", test::data_path("oracle/qwen35-moe-tiny")},
-          {"gemma3_tiny", test::data_path("oracle/gemma3-tiny")}};
+          {"gemma3_tiny", test::data_path("oracle/gemma3-tiny")},
+          {"glm4moe_tiny", test::data_path("oracle/glm4moe-tiny")}};
 }
 
 // Hybrid sessions carry a DeltaNet state: equal bit for bit, or both absent.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "memory/kv_cache.h"
+#include "models/config.h"
 #include "ops/deltanet.h"
 #include "ops/matmul.h"
 
@@ -89,6 +90,19 @@ enum class Buf : uint8_t {
 };
 using BufferSizes = std::array<size_t, size_t(Buf::kCount)>;  // floats per buffer
 
+// How moe_route picks each token's experts. Softmax: the k most probable (ties to the lower id),
+// renormalised to sum to 1 when `renorm`. Sigmoid (GLM-4.5): each expert's sigmoid, chosen by
+// sigmoid + bias within the groups_used best of `groups` groups (a group's score: the sum of its
+// two best), the chosen sigmoids renormalised when `renorm`, then times `scale`.
+struct MoeRouting {
+  int n_experts = 0, k = 0;
+  bool renorm = true;
+  RouterKind kind = RouterKind::Softmax;
+  const std::vector<float>* bias = nullptr;  // sigmoid: e_score_correction_bias
+  int groups = 1, groups_used = 1;
+  float scale = 1.0f;
+};
+
 // One forward call's ops. Pointers are buf() memory of this call unless said otherwise; `rows` is
 // the call's token count where an op does not say.
 class BackendCall {
@@ -127,11 +141,9 @@ class BackendCall {
   // over each item's recurrent state; core [T][value_dim].
   virtual void deltanet(const DeltaNetParams& p, int layer, const float* qkv, const float* b,
                         const float* a, float* core) = 0;
-  // MoE routing: softmax over logits [T][n_experts], the top k per token (ties to the lower id),
-  // their probabilities renormalised to sum to 1 when `renorm`: the chosen ids stay with the call
-  // for moe_experts, their weights go to `weights` [T][k].
-  virtual void moe_route(const float* logits, int n_experts, int k, bool renorm,
-                         float* weights) = 0;
+  // MoE routing of logits [T][n_experts] (MoeRouting): the k chosen ids per token stay with the
+  // call for moe_experts, their weights go to `weights` [T][k].
+  virtual void moe_route(const float* logits, const MoeRouting& r, float* weights) = 0;
   // out[t] = sum over j < k, in rank order, of weights[t][j] x down_e(silu(gate_e x[t]) * up_e
   // x[t]), e = the token's j-th chosen expert: only the chosen experts are read, each once per
   // call for all the tokens routed to it.

@@ -185,13 +185,20 @@ class CpuCall final : public BackendCall {
                   {buf(Buf::DeltaConv), buf(Buf::DeltaBeta), buf(Buf::DeltaG)}, core);
   }
 
-  void moe_route(const float* logits, int n_experts, int k, bool renorm, float* weights) override {
+  void moe_route(const float* logits, const MoeRouting& r, float* weights) override {
+    const int n_experts = r.n_experts, k = r.k;
     b_->ids.resize(size_t(T_) * size_t(k));
     int32_t* ids = b_->ids.data();
 #pragma omp parallel for schedule(static) if (T_ > 16)
-    for (int t = 0; t < T_; ++t)
-      route_token(logits + size_t(t) * size_t(n_experts), n_experts, k, renorm,
-                  ids + size_t(t) * size_t(k), weights + size_t(t) * size_t(k));
+    for (int t = 0; t < T_; ++t) {
+      const float* l = logits + size_t(t) * size_t(n_experts);
+      int32_t* id = ids + size_t(t) * size_t(k);
+      float* w = weights + size_t(t) * size_t(k);
+      if (r.kind == RouterKind::Sigmoid)
+        route_token_sigmoid(l, r, id, w);
+      else
+        route_token(l, n_experts, k, r.renorm, id, w);
+    }
   }
 
   void moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
@@ -240,6 +247,66 @@ class CpuCall final : public BackendCall {
  private:
   // Softmax over the experts (its sum in double), the k most probable (ties to the lower id, as
   // a stable sort), renormalised. note: one token's choice reads only its own logits.
+  // GLM-4.5's router (transformers Glm4MoeMoE.route_tokens_to_experts): sigmoid scores; the
+  // choice reads score + bias: the groups_used groups whose two best sum highest, then the k best
+  // experts in them (ties to the lower id); the weights are the chosen scores without the bias,
+  // renormalised (+ 1e-20, as transformers) and scaled. note: one token's choice reads only its
+  // own logits.
+  static void route_token_sigmoid(const float* logit, const MoeRouting& r, int32_t* ids,
+                                  float* w) {
+    const int n = r.n_experts, per = n / r.groups;
+    thread_local std::vector<float> score, choice;
+    thread_local std::vector<char> allowed;
+    score.resize(size_t(n));
+    choice.resize(size_t(n));
+    for (int e = 0; e < n; ++e) {
+      score[size_t(e)] = 1.0f / (1.0f + std::exp(-logit[e]));
+      choice[size_t(e)] = score[size_t(e)] + (r.bias ? (*r.bias)[size_t(e)] : 0.0f);
+    }
+    allowed.assign(size_t(n), r.groups <= 1 ? 1 : 0);
+    if (r.groups > 1) {
+      std::vector<float> group_score(size_t(r.groups));
+      for (int g = 0; g < r.groups; ++g) {
+        float best = -INFINITY, second = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; ++e) {
+          const float v = choice[size_t(e)];
+          if (v > best) {
+            second = best;
+            best = v;
+          } else if (v > second) {
+            second = v;
+          }
+        }
+        group_score[size_t(g)] = best + second;
+      }
+      for (int j = 0; j < r.groups_used; ++j) {
+        int bg = -1;
+        for (int g = 0; g < r.groups; ++g)
+          if (!allowed[size_t(g * per)] && (bg < 0 || group_score[size_t(g)] > group_score[size_t(bg)]))
+            bg = g;
+        for (int e = bg * per; e < (bg + 1) * per; ++e) allowed[size_t(e)] = 1;
+      }
+    }
+    // Experts outside the chosen groups compete with a score of 0, as transformers masks them
+    // (llama.cpp masks with -inf: the same choice wherever the chosen scores are positive).
+    for (int e = 0; e < n; ++e)
+      if (!allowed[size_t(e)]) choice[size_t(e)] = 0.0f;
+    double sum = 0;
+    for (int j = 0; j < r.k; ++j) {
+      int best = -1;
+      for (int e = 0; e < n; ++e) {
+        bool taken = false;
+        for (int i = 0; i < j; ++i) taken |= ids[i] == e;
+        if (!taken && (best < 0 || choice[size_t(e)] > choice[size_t(best)])) best = e;
+      }
+      ids[j] = best;
+      w[j] = score[size_t(best)];
+      sum += double(w[j]);
+    }
+    const float denom = r.renorm ? float(sum) + 1e-20f : 1.0f;
+    for (int j = 0; j < r.k; ++j) w[j] = w[j] / denom * r.scale;
+  }
+
   static void route_token(const float* logit, int n, int k, bool renorm, int32_t* ids, float* w) {
     float max = logit[0];
     for (int e = 1; e < n; ++e) max = std::max(max, logit[e]);

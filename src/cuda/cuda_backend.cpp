@@ -99,9 +99,12 @@ class CudaCall final : public BackendCall {
   }
   void deltanet(const DeltaNetParams& p, int layer, const float* qkv, const float* b,
                 const float* a, float* core) override;
-  void moe_route(const float* logits, int n_experts, int k, bool renorm, float* weights) override {
-    s_.ids.reserve(size_t(T_) * size_t(k) * sizeof(int32_t), "MoE routes");
-    cuda::moe_route(logits, T_, n_experts, k, renorm, s_.ids.as<int32_t>(), weights, kStream);
+  void moe_route(const float* logits, const MoeRouting& r, float* weights) override {
+    if (r.kind != RouterKind::Softmax || r.scale != 1.0f)
+      fail("sigmoid MoE routers are not implemented on the CUDA backend yet");
+    s_.ids.reserve(size_t(T_) * size_t(r.k) * sizeof(int32_t), "MoE routes");
+    cuda::moe_route(logits, T_, r.n_experts, r.k, r.renorm, s_.ids.as<int32_t>(), weights,
+                    kStream);
   }
   void moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
                    std::span<const WeightMatrix> down, const float* x, int k, const float* weights,

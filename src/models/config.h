@@ -30,6 +30,9 @@ enum class LayerKind { FullAttention, LinearAttention };  // the token mixer of 
 enum class FfnKind { Dense, Moe };                        // its feed-forward block
 enum class RopeScaling { None, Linear, Llama3, Yarn };
 enum class Activation { Silu, GeluTanh };  // of the gated MLP: SwiGLU, or GeGLU (tanh GELU)
+// How a MoE router turns its logits into the experts' weights: a softmax over all of them (Qwen),
+// or each expert's sigmoid, chosen with a correction bias and by groups (GLM-4.5, DeepSeek-V3).
+enum class RouterKind { Softmax, Sigmoid };
 
 struct ModelConfig {
   const Family* family = nullptr;  // models/family.h: llama, qwen2, qwen3, qwen35, qwen3_moe, ...
@@ -87,6 +90,14 @@ struct ModelConfig {
   // width shared_expert_hidden_dim behind a sigmoid gate (0: none).
   int n_experts = 0, n_experts_used = 0, expert_hidden_dim = 0, shared_expert_hidden_dim = 0;
   bool norm_topk_prob = true;  // renormalise the chosen experts' weights to sum to 1
+  // Sigmoid routers (GLM-4.5): experts are chosen by sigmoid + e_score_correction_bias, first the
+  // n_groups_used best of n_expert_groups groups (a group's score: the sum of its two best), then
+  // the top experts within them; the chosen weights (without the bias) are renormalised
+  // (norm_topk_prob) and multiplied by routed_scaling.
+  RouterKind router = RouterKind::Softmax;
+  int n_expert_groups = 1, n_groups_used = 1;
+  float routed_scaling = 1.0f;
+  bool shared_expert_gated = true;  // Qwen3.5's sigmoid gate on the shared expert; GLM's has none
 
   // The multi-token-prediction head of the Qwen3.5 / 3.6 hybrids (runtime/mtp_draft.h): HF
   // mtp_num_hidden_layers, GGUF <arch>.nextn_predict_layers; 0 when the file has no MTP weights.

@@ -248,14 +248,27 @@ class Pass {
     float* logits = b_.buf(Buf::Router);     // [T][n_experts]
     float* weight = b_.buf(Buf::MoeWeight);  // [T][k]
     b_.matmul(M.router, xn, T_, logits);
-    b_.moe_route(logits, c_.n_experts, k, c_.norm_topk_prob, weight);
+    MoeRouting routing;
+    routing.n_experts = c_.n_experts;
+    routing.k = k;
+    routing.renorm = c_.norm_topk_prob;
+    routing.kind = c_.router;
+    routing.bias = M.router_bias.empty() ? nullptr : &M.router_bias;
+    routing.groups = c_.n_expert_groups;
+    routing.groups_used = c_.n_groups_used;
+    routing.scale = c_.routed_scaling;
+    b_.moe_route(logits, routing, weight);
     b_.moe_experts(M.gate, M.up, M.down, xn, k, weight, out);
     if (c_.shared_expert_hidden_dim > 0) {
-      float* shared = b_.buf(Buf::Shared);    // [T][dim]
-      float* gate = b_.buf(Buf::SharedGate);  // [T][1]
+      float* shared = b_.buf(Buf::Shared);  // [T][dim]
       mlp_block(M.shared, xn, shared);
-      b_.matmul(M.shared_gate, xn, T_, gate);
-      b_.add_gated(out, shared, gate, c_.dim);
+      if (c_.shared_expert_gated) {
+        float* gate = b_.buf(Buf::SharedGate);  // [T][1]
+        b_.matmul(M.shared_gate, xn, T_, gate);
+        b_.add_gated(out, shared, gate, c_.dim);
+      } else {
+        b_.add(out, shared, size_t(T_) * size_t(c_.dim));
+      }
     }
   }
 

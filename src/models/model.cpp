@@ -137,9 +137,11 @@ void Model::place_on(const Device& device) {
   const std::string problem = device_unavailable_reason(device);
   if (!problem.empty()) fail("--device " + device.name() + ": " + problem);
   // Ops the device kernels do not have yet: refused here, not in the middle of a forward.
-  if (config_.has_windows() || config_.mlp_act != Activation::Silu || config_.embed_scale != 1.0f)
+  if (config_.has_windows() || config_.mlp_act != Activation::Silu ||
+      config_.embed_scale != 1.0f || config_.router != RouterKind::Softmax)
     fail("--device " + device.name() + ": " + config_.family_name() +
-         " (sliding-window attention, GeGLU, scaled embeddings) runs on the CPU only so far");
+         " (sliding-window attention, GeGLU, scaled embeddings, sigmoid MoE routers) runs on "
+         "the CPU only so far");
   backend_ = make_cuda_backend(device.index);
   backend_->check_shapes(config_.head_dim, config_.linear_conv_kernel,
                          config_.linear_value_head_dim);

@@ -39,6 +39,7 @@ struct MlpWeights {
 // WeightMatrix per expert), plus, in Qwen3.5 MoE, a shared expert behind a sigmoid gate.
 struct MoeWeights {
   WeightMatrix router;                 // [n_experts, dim]
+  std::vector<float> router_bias;      // sigmoid routers: e_score_correction_bias [n_experts]
   std::vector<WeightMatrix> gate, up;  // per expert [expert_hidden_dim, dim]
   std::vector<WeightMatrix> down;      // per expert [dim, expert_hidden_dim]
   MlpWeights shared;                   // [shared_expert_hidden_dim, dim] ...; empty if none

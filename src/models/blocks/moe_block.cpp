@@ -20,6 +20,9 @@ void moe_tensors(const ModelConfig& c, MoeWeights& m, const LayerNames& n, Exper
                                   n.gguf + "ffn_gate_inp.weight", "ffn_gate_inp");
   router.keep_float = true;
   out.push_back(std::move(router));
+  if (c.router == RouterKind::Sigmoid)
+    out.push_back(vector_entry(m.router_bias, c.n_experts, hf + "gate.e_score_correction_bias",
+                               n.gguf + "exp_probs_b.bias"));
   // Either spelling loads: per-expert tensors (the released Qwen3 MoE checkpoints) or fused ones
   // (transformers >= 5 writes Qwen3.5 MoE so); `storage` says which `fak synth` writes.
   const std::string per = hf + "experts.{e}.";
@@ -44,13 +47,15 @@ void moe_tensors(const ModelConfig& c, MoeWeights& m, const LayerNames& n, Exper
                         "down_proj.weight", "down_proj", HfLayout::Stacked));
   if (c.shared_expert_hidden_dim > 0) {
     const int64_t S = c.shared_expert_hidden_dim;
-    const std::string sh = hf + "shared_expert.";
+    // Qwen: one shared_expert behind a gate; GLM: shared_experts (their widths summed), no gate.
+    const std::string sh = hf + (c.shared_expert_gated ? "shared_expert." : "shared_experts.");
     out.push_back(matrix_entry(m.shared.gate, S, c.dim, sh + "gate_proj.weight",
                                n.gguf + "ffn_gate_shexp.weight", "ffn_gate_shexp"));
     out.push_back(matrix_entry(m.shared.up, S, c.dim, sh + "up_proj.weight",
                                n.gguf + "ffn_up_shexp.weight", "ffn_up_shexp"));
     out.push_back(matrix_entry(m.shared.down, c.dim, S, sh + "down_proj.weight",
                                n.gguf + "ffn_down_shexp.weight", "ffn_down_shexp"));
+    if (!c.shared_expert_gated) return;
     TensorDef gate = matrix_entry(m.shared_gate, 1, c.dim, hf + "shared_expert_gate.weight",
                                   n.gguf + "ffn_gate_inp_shexp.weight", "ffn_gate_inp_shexp");
     gate.keep_float = true;
