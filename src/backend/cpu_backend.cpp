@@ -247,6 +247,19 @@ class CpuCall final : public BackendCall {
  private:
   // Softmax over the experts (its sum in double), the k most probable (ties to the lower id, as
   // a stable sort), renormalised. note: one token's choice reads only its own logits.
+  // The k highest scores' indices, best first, ties to the lower index (a stable sort's order).
+  static void top_k(const float* score, int n, int k, int32_t* ids) {
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < n; ++e) {
+        bool taken = false;
+        for (int i = 0; i < j; ++i) taken |= ids[i] == e;
+        if (!taken && (best < 0 || score[e] > score[best])) best = e;
+      }
+      ids[j] = best;
+    }
+  }
+
   // GLM-4.5's router (transformers Glm4MoeMoE.route_tokens_to_experts): sigmoid scores; the
   // choice reads score + bias: the groups_used groups whose two best sum highest, then the k best
   // experts in them (ties to the lower id); the weights are the chosen scores without the bias,
@@ -291,18 +304,9 @@ class CpuCall final : public BackendCall {
     // (llama.cpp masks with -inf: the same choice wherever the chosen scores are positive).
     for (int e = 0; e < n; ++e)
       if (!allowed[size_t(e)]) choice[size_t(e)] = 0.0f;
+    top_k(choice.data(), n, r.k, ids);
     double sum = 0;
-    for (int j = 0; j < r.k; ++j) {
-      int best = -1;
-      for (int e = 0; e < n; ++e) {
-        bool taken = false;
-        for (int i = 0; i < j; ++i) taken |= ids[i] == e;
-        if (!taken && (best < 0 || choice[size_t(e)] > choice[size_t(best)])) best = e;
-      }
-      ids[j] = best;
-      w[j] = score[size_t(best)];
-      sum += double(w[j]);
-    }
+    for (int j = 0; j < r.k; ++j) sum += double(w[j] = score[size_t(ids[j])]);
     const float denom = r.renorm ? float(sum) + 1e-20f : 1.0f;
     for (int j = 0; j < r.k; ++j) w[j] = w[j] / denom * r.scale;
   }
@@ -316,16 +320,8 @@ class CpuCall final : public BackendCall {
     for (int e = 0; e < n; ++e) sum += double(p[size_t(e)] = std::exp(logit[e] - max));
     const float inv = float(1.0 / sum);
     for (int e = 0; e < n; ++e) p[size_t(e)] *= inv;
-    for (int j = 0; j < k; ++j) {
-      int best = -1;
-      for (int e = 0; e < n; ++e) {
-        bool taken = false;
-        for (int i = 0; i < j; ++i) taken |= ids[i] == e;
-        if (!taken && (best < 0 || p[size_t(e)] > p[size_t(best)])) best = e;
-      }
-      ids[j] = best;
-      w[j] = p[size_t(best)];
-    }
+    top_k(p.data(), n, k, ids);
+    for (int j = 0; j < k; ++j) w[j] = p[size_t(ids[j])];
     if (renorm) {
       float s = 0;
       for (int j = 0; j < k; ++j) s += w[j];
