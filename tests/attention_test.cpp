@@ -43,8 +43,10 @@ class AttentionFixture {
   }
   int q_dim() const { return s_.n_heads * s_.head_dim; }
   AttentionShape shape() const {
-    return {s_.n_heads, s_.n_kv_heads, s_.head_dim, 1.0f / std::sqrt(float(s_.head_dim))};
+    return {s_.n_heads, s_.n_kv_heads, s_.head_dim, 1.0f / std::sqrt(float(s_.head_dim)),
+            window_};
   }
+  void set_window(int window) { window_ = window; }
   // Outputs of queries at positions [start, start + n) computed as one task.
   std::vector<float> run(int start, int n, bool reference) const {
     std::vector<float> out(size_t(n) * size_t(q_dim()), 0.0f);
@@ -62,6 +64,7 @@ class AttentionFixture {
 
  private:
   AttnSetup s_;
+  int window_ = 0;
   KvCache cache_;
   std::vector<int32_t> blocks_;
   std::vector<float> q_;
@@ -105,6 +108,49 @@ TEST(Attention, OutputOfAQueryDoesNotDependOnItsBatch) {
       EXPECT_EQ(0, std::memcmp(chunk.data(), all.data() + size_t(start) * qd,
                                chunk.size() * sizeof(float)))
           << "chunk at " << start << " head_dim " << s.head_dim;
+    }
+  }
+}
+
+// Sliding windows (Gemma 3's local layers): close to the reference, which loops over exactly the
+// window's keys; every query the same bits however it is batched (each windowed tile holds one
+// token's queries, its rows view starting at the window); a window as long as the context is no
+// window; and a short one really leaves keys out.
+TEST(Attention, SlidingWindowMatchesReferenceAndDoesNotDependOnItsBatch) {
+  for (const AttnSetup& s : setups()) {
+    for (int window : {1, 7, 16, 33}) {
+      AttentionFixture f(s);
+      const size_t qd = size_t(f.q_dim());
+      const auto full = f.run(0, s.n_ctx, false);
+      f.set_window(window);
+      const auto all = f.run(0, s.n_ctx, false);
+      const auto ref = f.run(0, s.n_ctx, true);
+      double max_diff = 0;
+      for (size_t i = 0; i < all.size(); ++i)
+        max_diff = std::max(max_diff, double(std::fabs(all[i] - ref[i])));
+      EXPECT_LT(max_diff, 2e-5) << "window " << window << " head_dim " << s.head_dim;
+      for (int pos : {0, window - 1, window, s.n_ctx / 2, s.n_ctx - 1}) {
+        if (pos < 0 || pos >= s.n_ctx) continue;
+        const auto one = f.run(pos, 1, false);
+        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + size_t(pos) * qd, qd * sizeof(float)))
+            << "decode at " << pos << " window " << window << " head_dim " << s.head_dim;
+      }
+      for (int start = 0, len = 1; start < s.n_ctx; start += len, len = len % 7 + 3) {
+        const int n = std::min(len, s.n_ctx - start);
+        const auto chunk = f.run(start, n, false);
+        EXPECT_EQ(0, std::memcmp(chunk.data(), all.data() + size_t(start) * qd,
+                                 chunk.size() * sizeof(float)))
+            << "chunk at " << start << " window " << window << " head_dim " << s.head_dim;
+      }
+      // Positions whose window reaches key 0 attend as a full query would; the last one does not.
+      EXPECT_EQ(0, std::memcmp(all.data(), full.data(), size_t(window) * qd * sizeof(float)));
+      if (s.n_ctx > window) {
+        EXPECT_NE(0, std::memcmp(all.data() + size_t(s.n_ctx - 1) * qd,
+                                 full.data() + size_t(s.n_ctx - 1) * qd, qd * sizeof(float)));
+      }
+      f.set_window(s.n_ctx);
+      const auto wide = f.run(0, s.n_ctx, false);
+      EXPECT_EQ(0, std::memcmp(wide.data(), full.data(), full.size() * sizeof(float)));
     }
   }
 }
