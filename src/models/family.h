@@ -41,6 +41,9 @@ class Family {
   // each bound to where it lives in `w` (whose layers are already sized and kinded).
   virtual void tensors(const ModelConfig& c, ModelWeights& w, int layer,
                        std::vector<TensorDef>& out) const = 0;
+  // Whether llama.cpp's architecture reads dense layers before the sparse ones (its
+  // leading_dense_block_count): fak convert warns about dense layers only where it does not.
+  virtual bool gguf_leading_dense_layers() const { return false; }
 };
 
 // The family reading config.json's model_type / GGUF's general.architecture; throws naming the

@@ -184,8 +184,12 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
         ") is not 0.1 ln(factor) + 1: written as " + std::string(c.family->gguf_arch()) +
         ".rope.scaling.yarn_attn_factor as llama.cpp's converter does, which fak reads back but "
         "llama.cpp replaces with its own 0.1 ln(factor) + 1, so it would run another model");
-  if (c.is_moe() &&
-      std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end())
+  // Dense layers llama.cpp cannot place: any, or (glm4moe) any after the first sparse one.
+  const auto first_sparse = std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe);
+  const bool stray_dense =
+      std::find(c.family->gguf_leading_dense_layers() ? first_sparse : c.ffn_kinds.begin(),
+                c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
+  if (c.is_moe() && stray_dense)
     col.stats.warnings.push_back(
         "some layers are dense (mlp_only_layers / decoder_sparse_step): written with ffn_gate / "
         "ffn_up / ffn_down, which fak reads but llama.cpp's " +

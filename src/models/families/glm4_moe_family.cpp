@@ -112,6 +112,8 @@ class Glm4MoeFamily final : public Family {
     w.set_u32(p + "nextn_predict_layers", 0);
   }
 
+  bool gguf_leading_dense_layers() const override { return true; }
+
   void tensors(const ModelConfig& c, ModelWeights& w, int layer,
                std::vector<TensorDef>& out) const override {
     if (layer < 0) return model_io_tensors(c, w, out);
