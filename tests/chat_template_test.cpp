@@ -81,6 +81,66 @@ TEST(ChatTemplateQwen, UnorderedJsonSortsToolKeysOrderedJsonKeepsThem) {
             R"({"function": {"name": "f"}, "type": "function"})");
 }
 
+// Gemma 3's template shape (the system message folded into the first user turn, `model` for the
+// assistant, list contents, alternation enforced by raise_exception): the expected text is
+// jinja2's (3.1.6, transformers' sandbox settings).
+TEST(ChatTemplateGemma, SystemFoldedIntoTheFirstTurnAndRolesAlternate) {
+  const std::string source = R"TPL({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+)TPL";
+  const ChatTemplate t = ChatTemplate::parse(source);
+  const ordered_json messages = ordered_json::parse(
+      R"([{"role":"system","content":"Be brief."},{"role":"user","content":"  Hi there "},)"
+      R"({"role":"assistant","content":[{"type":"text","text":"Hello!"}]},)"
+      R"({"role":"user","content":"Bye"}])");
+  EXPECT_EQ(t.render(messages, ordered_json(), true, {{"bos_token", "<bos>"}}),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n"
+            "<start_of_turn>model\nHello!<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n"
+            "<start_of_turn>model\n");
+  const ordered_json twice = ordered_json::parse(
+      R"([{"role":"user","content":"a"},{"role":"user","content":"b"}])");
+  EXPECT_THAT(error_of([&] { t.render(twice, ordered_json(), true, {{"bos_token", "<bos>"}}); }),
+              HasSubstr("Conversation roles must alternate"));
+}
+
 TEST(JinjaCases, MatchJinja2) {
   ordered_json cases = load("tokenizer/jinja-cases.json");
   ASSERT_GE(cases["cases"].size(), 40u);
