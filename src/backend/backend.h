@@ -117,6 +117,10 @@ class BackendCall {
                        float* y) = 0;
   // y[t] = W x[t] for `rows` rows.
   virtual void matmul(const WeightMatrix& w, const float* x, int rows, float* y) = 0;
+  // Several products at once (q, k and v of one input; an MLP's gate and up), each the same bits
+  // as matmul alone: on the CPU one fork and join for all (ops/matmul.h matmul_many), and the input
+  // quantised once for the jobs that share it.
+  virtual void matmuls(std::span<const MatmulJob> jobs) = 0;
   virtual void add_bias(float* y, const std::vector<float>& bias, int rows) = 0;
   virtual void add(float* x, const float* y, size_t n) = 0;  // x += y
   virtual void silu_mul(const float* gate, const float* up, size_t n, float* out) = 0;

@@ -90,6 +90,8 @@ class CpuCall final : public BackendCall {
     fak::matmul(w, x, rows, y);
   }
 
+  void matmuls(std::span<const MatmulJob> jobs) override { fak::matmul_many(jobs); }
+
   void add_bias(float* y, const std::vector<float>& bias, int rows) override {
     if (bias.empty()) return;
     const int n = int(bias.size());

@@ -59,6 +59,9 @@ class CudaCall final : public BackendCall {
   void matmul(const WeightMatrix& w, const float* x, int rows, float* y) override {
     cuda::matmul(mat(w), x, rows, y, kStream);
   }
+  void matmuls(std::span<const MatmulJob> jobs) override {
+    for (const MatmulJob& j : jobs) matmul(*j.w, j.x, j.n_tokens, j.y);
+  }
   void add_bias(float* y, const std::vector<float>& bias, int rows) override {
     if (!bias.empty()) cuda::add_bias(y, vec(bias), rows, int(bias.size()), kStream);
   }

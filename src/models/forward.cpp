@@ -173,17 +173,18 @@ class Pass {
     float* k = b_.buf(Buf::K);     // [T][n_kv_heads][head_dim]
     float* v = b_.buf(Buf::V);     // [T][n_kv_heads][head_dim]
     float* o = b_.buf(Buf::Attn);  // [T][n_heads][head_dim]
+    // q, k and v in one call (one fork and join, xn quantised once).
     if (c_.attn_output_gate) {
       float* q2 = b_.buf(Buf::Q2);  // [T][n_heads][query | gate]
-      b_.matmul(A.wq, xn, T_, q2);
+      const MatmulJob qkv[3] = {{&A.wq, xn, T_, q2}, {&A.wk, xn, T_, k}, {&A.wv, xn, T_, v}};
+      b_.matmuls(qkv);
       b_.add_bias(q2, A.bq, T_);
       b_.split_gate(q2, c_.n_heads, hd, q, b_.buf(Buf::AttnGate));
     } else {
-      b_.matmul(A.wq, xn, T_, q);
+      const MatmulJob qkv[3] = {{&A.wq, xn, T_, q}, {&A.wk, xn, T_, k}, {&A.wv, xn, T_, v}};
+      b_.matmuls(qkv);
       b_.add_bias(q, A.bq, T_);
     }
-    b_.matmul(A.wk, xn, T_, k);
-    b_.matmul(A.wv, xn, T_, v);
     b_.add_bias(k, A.bk, T_);
     b_.add_bias(v, A.bv, T_);
     if (c_.qk_norm) {
@@ -228,8 +229,8 @@ class Pass {
     const int hidden = int(M.gate.rows);
     float* g = b_.buf(Buf::Gate);  // [T][hidden]
     float* u = b_.buf(Buf::Up);    // [T][hidden]
-    b_.matmul(M.gate, xn, T_, g);
-    b_.matmul(M.up, xn, T_, u);
+    const MatmulJob gate_up[2] = {{&M.gate, xn, T_, g}, {&M.up, xn, T_, u}};
+    b_.matmuls(gate_up);
     b_.add_bias(g, M.b_gate, T_);
     b_.add_bias(u, M.b_up, T_);
     if (c_.mlp_act == Activation::GeluTanh)
