@@ -42,34 +42,31 @@ std::vector<Fixture> oracle_fixtures() {
                     {"qwen3-tiny", test::data_path("oracle/qwen3-tiny")}});
 }
 
-// The MoE fixtures' references come from llama.cpp (their reference.json says how; an
-// independent float64 forward from the HF weights agrees to 7e-6), with no hidden states. Each is
-// checked from its HF directory and from the GGUF holding the same weights.
-std::vector<Fixture> moe_fixtures() {
+// Each named fixture from its HF directory and from the GGUF holding the same weights.
+std::vector<Fixture> hf_and_gguf(std::initializer_list<const char*> names) {
   std::vector<Fixture> all;
-  for (const char* name : {"qwen3-moe-tiny", "qwen35-moe-tiny"}) {
-    const std::string dir = test::data_path(std::string("oracle/") + name).string();
-    all.push_back({name, dir});
-    all.push_back({std::string(name) + "-gguf", dir, {}, dir + "/model.gguf"});
-  }
-  return with_cuda(all);
-}
-
-// Gemma 3 (sliding windows of 8 over a 40-token prompt, GeGLU, sandwich norms, two RoPE tables):
-// the float64 forward of transformers' code (reference.json), from the HF directory and from the
-// GGUF (which follows transformers too: llama.cpp's own logits, 1.6e-3 away through its fp16
-// GELU table, are reference-gguf.safetensors). CPU only: the CUDA backend refuses the family.
-// GLM-4.5 MoE (a sigmoid router with a correction bias and groups, routed scaling, an ungated
-// shared expert, a dense first layer, partial RoPE): its float64 forward agrees with llama.cpp's
-// to 1e-6 (reference.json). CPU only, as Gemma 3.
-std::vector<Fixture> new_family_fixtures() {
-  std::vector<Fixture> all;
-  for (const char* name : {"gemma3-tiny", "glm4moe-tiny"}) {
+  for (const char* name : names) {
     const std::string dir = test::data_path(std::string("oracle/") + name).string();
     all.push_back({name, dir});
     all.push_back({std::string(name) + "-gguf", dir, {}, dir + "/model.gguf"});
   }
   return all;
+}
+
+// The MoE fixtures' references come from llama.cpp (their reference.json says how; an
+// independent float64 forward from the HF weights agrees to 7e-6), with no hidden states.
+std::vector<Fixture> moe_fixtures() {
+  return with_cuda(hf_and_gguf({"qwen3-moe-tiny", "qwen35-moe-tiny"}));
+}
+
+// Gemma 3 (sliding windows of 8 over a 40-token prompt, GeGLU, sandwich norms, two RoPE tables):
+// the float64 forward of transformers' code (reference.json), from either file (the GGUF follows
+// transformers too: llama.cpp's own logits, 1.6e-3 away through its fp16 GELU table, are
+// reference-gguf.safetensors). GLM-4.5 MoE (a sigmoid router with a correction bias and groups,
+// routed scaling, an ungated shared expert, a dense first layer, partial RoPE): its float64
+// forward agrees with llama.cpp's to 1e-6. CPU only: the CUDA backend refuses both families.
+std::vector<Fixture> new_family_fixtures() {
+  return hf_and_gguf({"gemma3-tiny", "glm4moe-tiny"});
 }
 
 std::vector<Fixture> fixtures() {
