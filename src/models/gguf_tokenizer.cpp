@@ -88,6 +88,9 @@ std::string gguf_pre_name(const TokenizerSpec& spec) {
 }
 
 void write_gguf_tokenizer(GgufWriter& out, const TokenizerSpec& spec, int vocab) {
+  if (!spec.space.empty())
+    fail("writing a SentencePiece-style tokenizer (Gemma's) into a GGUF is not supported yet: "
+         "llama.cpp keeps it as tokenizer.ggml.model 'llama' with scores, which fak does not write");
   const size_t n = std::max<size_t>(size_t(vocab), spec.tokens.size());
   std::vector<std::string> tokens(n);
   std::vector<int32_t> types(n, int32_t(GgufTokenType::Normal));

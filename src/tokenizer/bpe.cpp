@@ -116,6 +116,10 @@ void Bpe::encode(std::string_view piece, std::vector<int32_t>& out, Mode mode) c
   for (unsigned char b : piece) {
     if (byte_ids_[b] >= 0) out.push_back(byte_ids_[b]);
   }
+  merge(out, start, mode);
+}
+
+void Bpe::merge(std::vector<int32_t>& out, size_t start, Mode mode) const {
   size_t n = out.size() - start;
   if (n < 2 || slots_.empty()) return;
   bool scan = mode == Mode::kScan || (mode == Mode::kAuto && n <= kScanMax);

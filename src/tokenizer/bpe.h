@@ -25,6 +25,9 @@ class Bpe {
 
   // Appends the ids of `piece` (raw bytes).
   void encode(std::string_view piece, std::vector<int32_t>& out, Mode mode = Mode::kAuto) const;
+  // Merges the symbols out[start, end) in place (a character-level BPE's initial symbols: one per
+  // character, or its byte-fallback tokens), by the same rule as encode.
+  void merge(std::vector<int32_t>& out, size_t start, Mode mode = Mode::kAuto) const;
 
  private:
   struct Slot {

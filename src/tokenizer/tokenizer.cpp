@@ -2,6 +2,7 @@
 // (added tokens -> NFC -> pre-tokenize -> byte-level BPE) and decode; see tokenizer.h.
 #include "tokenizer/tokenizer.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -43,6 +44,7 @@ struct Tokenizer::Impl {
   AddedTokenMatcher normalized_added;  // matched after NFC (added tokens with normalized = true)
   PreTokenizer pre{""};
   Bpe bpe;
+  std::array<int32_t, 256> fallback_ids{};  // SentencePiece-style: byte b -> "<0xXX>", or -1
 
   // Which added tokens a call matches: all, all but the special ones, or none (plain text).
   enum class Added { All, NonSpecial, None };
@@ -56,9 +58,44 @@ struct Tokenizer::Impl {
                    std::vector<int32_t>& ids) const;
   void encode_normalized(std::string_view text, bool strip_marks, PieceCache& cache,
                          std::vector<int32_t>& ids) const;
+  void encode_characters(std::string_view piece, std::vector<int32_t>& ids) const;
 };
 
 namespace {
+
+std::string replace_spaces(std::string_view text, const std::string& space) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 4);
+  for (char c : text) {
+    if (c == ' ')
+      out += space;
+    else
+      out += c;
+  }
+  return out;
+}
+
+// What a SentencePiece-style token decodes to: <0xXX> its byte (with byte fallback), else its text
+// with the space symbol back to spaces.
+std::string spm_token_bytes(const std::string& text, const std::string& space, bool byte_fallback) {
+  if (byte_fallback && text.size() == 6 && text.rfind("<0x", 0) == 0 && text[5] == '>') {
+    const auto hex = [](char c) {
+      return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    };
+    const int hi = hex(text[3]), lo = hex(text[4]);
+    if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
+  }
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, space.size(), space) == 0) {
+      out += ' ';
+      i += space.size();
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
 
 std::string read_whole_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -92,7 +129,8 @@ Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex)
     if (text.empty()) continue;                       // a hole in the id space
     by_text.emplace(text, static_cast<int32_t>(id));  // first id wins for a duplicate spelling
     // A token whose text is not in the byte-level alphabet stands for its own UTF-8.
-    bytes[id] = byte_level_to_bytes(text).value_or(text);
+    bytes[id] = spec.space.empty() ? byte_level_to_bytes(text).value_or(text)
+                                   : spm_token_bytes(text, spec.space, spec.byte_fallback);
   }
   for (const auto& a : spec.added) {
     bytes[a.id] = a.content;
@@ -101,6 +139,7 @@ Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex)
     AddedTokenMatcher::Token t{a.id, a.content, a.special, a.lstrip, a.rstrip, a.single_word};
     if (a.normalized) {
       if (spec.nfc) t.content = nfc(t.content);
+      if (!spec.space.empty()) t.content = replace_spaces(t.content, spec.space);
       normalized_added.add(std::move(t));
     } else {
       raw_added.add(std::move(t));
@@ -114,7 +153,11 @@ Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex)
   std::array<int32_t, 256> byte_ids;
   for (int b = 0; b < 256; ++b) {
     auto it = by_text.find(bytes_to_byte_level(std::string(1, static_cast<char>(b))));
-    byte_ids[b] = it == by_text.end() ? -1 : it->second;
+    byte_ids[b] = spec.space.empty() && it != by_text.end() ? it->second : -1;
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    auto fb = by_text.find(name);
+    fallback_ids[size_t(b)] = spec.byte_fallback && fb != by_text.end() ? fb->second : -1;
   }
   std::vector<Bpe::Merge> merges;
   merges.reserve(spec.merges.size());
@@ -153,6 +196,10 @@ void Tokenizer::Impl::encode_normalized(std::string_view text, bool strip_marks,
   cache.pieces.clear();
   pre.split(text, cache.pieces);
   for (std::string_view piece : cache.pieces) {
+    if (!spec.space.empty()) {
+      encode_characters(piece, ids);
+      continue;
+    }
     if (piece.size() == 1) {  // one byte: no merge can apply, no need to remember it
       bpe.encode(piece, ids);
       continue;
@@ -176,12 +223,46 @@ void Tokenizer::Impl::encode_normalized(std::string_view text, bool strip_marks,
   }
 }
 
+// SentencePiece-style BPE of one piece: one symbol per character (its vocabulary entry, else its
+// bytes' <0xXX> tokens, else unk, consecutive unks fused as HF's fuse_unk), then the merges.
+void Tokenizer::Impl::encode_characters(std::string_view piece, std::vector<int32_t>& ids) const {
+  const size_t start = ids.size();
+  std::string ch;
+  for (size_t i = 0; i < piece.size();) {
+    // The text is valid UTF-8 (encode checked it): one character at a time.
+    const auto* at = reinterpret_cast<const unsigned char*>(piece.data()) + i;
+    const auto* next = at;
+    next_code_point(next);
+    ch.assign(piece.substr(i, std::min(size_t(next - at), piece.size() - i)));
+    i += ch.size();
+    if (auto it = by_text.find(ch); it != by_text.end() && !special[size_t(it->second)]) {
+      ids.push_back(it->second);
+      continue;
+    }
+    bool bytes_known = spec.byte_fallback;
+    for (unsigned char b : ch) bytes_known = bytes_known && fallback_ids[b] >= 0;
+    if (bytes_known) {
+      for (unsigned char b : ch) ids.push_back(fallback_ids[b]);
+    } else if (spec.unk_id && (ids.size() == start || ids.back() != *spec.unk_id)) {
+      ids.push_back(*spec.unk_id);
+    }
+  }
+  bpe.merge(ids, start);
+}
+
 void Tokenizer::Impl::encode_text(std::string_view text, Added added, bool strip_marks,
                                   PieceCache& cache, std::vector<int32_t>& ids) const {
   std::string normalized;
   if (spec.nfc && !nfc_is_trivial(text)) {
     normalized = nfc(text);
     text = normalized;
+  }
+  // SentencePiece-style: spaces become the space symbol before normalised added tokens are looked
+  // for (they were normalised the same way) and before the BPE.
+  std::string replaced;
+  if (!spec.space.empty() && text.find(' ') != std::string_view::npos) {
+    replaced = replace_spaces(text, spec.space);
+    text = replaced;
   }
   if (normalized_added.empty() || added == Added::None) {
     encode_normalized(text, strip_marks, cache, ids);

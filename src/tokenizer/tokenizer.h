@@ -1,6 +1,7 @@
 // Byte-level BPE tokenizer as Qwen2/2.5/3, Llama-3 and GPT-2 style models use it (HF `tokenizers`
 // semantics): NFC normaliser, pre-tokenizer split regex, byte-to-unicode map, merges by rank,
-// added/special tokens matched inside text. Built from tokenizer.json (+ tokenizer_config.json) or
+// added/special tokens matched inside text. Also the SentencePiece-style BPE of Gemma (spaces as
+// "▁", characters with byte fallback; TokenizerSpec::space). Built from tokenizer.json (+ tokenizer_config.json) or
 // from parts (a GGUF's embedded vocab). Immutable after construction; safe to share across threads.
 #pragma once
 
@@ -36,6 +37,13 @@ struct TokenizerSpec {
                                   // with one (GPT-2 style models that set it)
   bool ignore_merges = false;     // BPE ignore_merges: a pre-token that is a vocab entry is taken
                                   // whole before any merge (Llama-3 sets it)
+  // SentencePiece-style BPE (Gemma): not byte-level. The normaliser replaces every space with
+  // `space` ("▁"), the whole text is one piece, BPE starts from its characters, and a character
+  // the vocabulary lacks becomes its UTF-8 bytes' <0xXX> tokens (byte_fallback) or unk. Decoding
+  // turns `space` back into spaces and <0xXX> tokens into their bytes. Empty: byte-level BPE.
+  std::string space;
+  bool byte_fallback = false;
+  std::optional<int32_t> unk_id;
 };
 
 // What the message content of a chat prompt may turn into. Text (the default): every string a

@@ -32,21 +32,56 @@ bool flag(const json& obj, const char* key, bool fallback) {
 // Sequences nest; real files nest one level. The limit keeps a hostile file off the stack.
 constexpr int kMaxNesting = 8;
 
-// true when the normaliser is NFC (alone or in a Sequence), false when there is none.
-bool read_normalizer(const json& n, const std::string& name, int depth = 0) {
-  if (n.is_null()) return false;
+struct NormalizerInfo {
+  bool nfc = false;
+  std::string space;  // Replace " " -> this (SentencePiece-style BPE)
+};
+
+// NFC and / or a Replace of the space (alone or in a Sequence, NFC first), or none.
+void read_normalizer(const json& n, const std::string& name, NormalizerInfo& info, int depth = 0) {
+  if (n.is_null()) return;
   if (depth > kMaxNesting) fail(name + ": normalizer Sequences nested too deeply");
   std::string type = type_of(n);
-  if (type == "NFC") return true;
+  if (type == "NFC") {
+    if (!info.space.empty()) fail(name + ": NFC after a Replace normalizer is not supported");
+    info.nfc = true;
+    return;
+  }
+  if (type == "Replace") {
+    const json& pattern = n.at("pattern");
+    if (!pattern.contains("String") || pattern.at("String") != " " || !n.at("content").is_string() ||
+        n.at("content").get<std::string>().empty() || !info.space.empty())
+      fail(name + ": normalizer Replace " + pattern.dump() +
+           " is not supported (fak implements the replacement of \" \" by one string)");
+    info.space = n.at("content").get<std::string>();
+    return;
+  }
   if (type == "Sequence") {
-    bool nfc = false;
-    for (const json& inner : n.at("normalizers")) {
-      nfc = read_normalizer(inner, name, depth + 1) || nfc;
-    }
-    return nfc;
+    for (const json& inner : n.at("normalizers")) read_normalizer(inner, name, info, depth + 1);
+    return;
   }
   fail(name + ": normalizer '" + (type.empty() ? n.dump() : type) +
-       "' is not supported (fak implements NFC or none)");
+       "' is not supported (fak implements NFC, Replace of the space, or none)");
+}
+
+// A SentencePiece-style decoder: Replace(space -> " "), ByteFallback and Fuse, in a Sequence. A
+// Strip (Llama 2's leading-space removal) or anything else would decode other text: refused.
+void check_spm_decoder(const json& d, const std::string& name, const std::string& space,
+                       int depth = 0) {
+  if (d.is_null()) return;
+  if (depth > kMaxNesting) fail(name + ": decoder Sequences nested too deeply");
+  const std::string type = type_of(d);
+  if (type == "Sequence") {
+    for (const json& inner : d.at("decoders")) check_spm_decoder(inner, name, space, depth + 1);
+    return;
+  }
+  if (type == "ByteFallback" || type == "Fuse") return;
+  if (type == "Replace" && d.at("pattern").contains("String") &&
+      d.at("pattern").at("String") == space && d.value("content", std::string()) == " ")
+    return;
+  fail(name + ": decoder '" + (type.empty() ? d.dump() : type) +
+       "' is not supported with a character-level BPE (fak implements Replace of the space, "
+       "ByteFallback and Fuse)");
 }
 
 struct PreTokenizerInfo {
@@ -140,6 +175,11 @@ void read_model(const json& j, const std::string& name, TokenizerSpec& spec) {
     }
   }
   spec.ignore_merges = flag(model, "ignore_merges", false);
+  spec.byte_fallback = flag(model, "byte_fallback", false);
+  if (auto unk = model.find("unk_token"); unk != model.end() && unk->is_string()) {
+    if (auto v = model.find("vocab"); v != model.end() && v->is_object() && v->contains(*unk))
+      spec.unk_id = (*v)[unk->get<std::string>()].get<int32_t>();
+  }
 
   auto vocab = model.find("vocab");
   if (vocab == model.end() || !vocab->is_object() || vocab->empty()) {
@@ -203,13 +243,23 @@ TokenizerSpec parse_tokenizer_json(std::string_view json_text, std::string_view 
       }
     }
 
-    spec.nfc = read_normalizer(j.value("normalizer", json()), name);
+    NormalizerInfo norm;
+    read_normalizer(j.value("normalizer", json()), name, norm);
+    spec.nfc = norm.nfc;
+    spec.space = norm.space;
     PreTokenizerInfo pre;
     read_pre_tokenizer(j.value("pre_tokenizer", json()), name, pre);
-    if (!pre.byte_level) {
+    if (!spec.space.empty()) {
+      // SentencePiece-style (Gemma): the whole normalised text is one piece.
+      if (pre.byte_level || !pre.patterns.empty())
+        fail(name + ": a Replace normalizer with a pre_tokenizer is not supported (fak implements "
+                    "the SentencePiece-style BPE without one)");
+      check_spm_decoder(j.value("decoder", json()), name, spec.space);
+      if (spec.ignore_merges) fail(name + ": ignore_merges with a character-level BPE");
+    } else if (!pre.byte_level) {
       fail(name +
-           ": not a byte-level BPE (no ByteLevel pre-tokenizer); fak does not implement "
-           "character-level BPE");
+           ": not a byte-level BPE (no ByteLevel pre-tokenizer) and no SentencePiece-style "
+           "Replace normalizer; fak implements those two kinds of BPE");
     }
     if (pre.patterns.size() > 1) {
       fail(name + ": more than one split stage in the pre_tokenizer is not supported");
