@@ -1,6 +1,7 @@
 // SentencePiece-style BPE (Gemma's kind of tokenizer.json: spaces replaced by "▁", no
-// pre-tokenizer, byte fallback) against Hugging Face's own tokenizers library: the ids and decoded
-// texts in tests/data/tokenizer/spm-bpe/cases.json come from it (npm `tokenizers`, its Rust core;
+// pre-tokenizer, byte fallback; and Llama 2's, with Prepend and Strip) against Hugging Face's own
+// tokenizers library: the ids and decoded texts in tests/data/tokenizer/spm-bpe*/cases.json come
+// from it (npm `tokenizers`, its Rust core;
 // tests/data/tokenizer/gen_spm_bpe.py made the tokenizer and the cases).
 #include <gtest/gtest.h>
 
@@ -18,16 +19,32 @@ const Tokenizer& spm() {
   return t;
 }
 
-TEST(TokenizerSpm, EveryCaseEncodesAndDecodesAsHuggingFace) {
-  const auto cases =
-      nlohmann::json::parse(test::read_file(test::data_path("tokenizer/spm-bpe/cases.json")));
+// Every case: the ids, the decoded text, and the same text streamed token by token.
+void check_cases(const Tokenizer& t, const std::string& dir) {
+  const auto cases = nlohmann::json::parse(test::read_file(test::data_path(dir + "/cases.json")));
   ASSERT_GE(cases["cases"].size(), 10u);
   for (const auto& c : cases["cases"]) {
     const std::string text = c["text"];
     const auto want = c["ids"].get<std::vector<int32_t>>();
-    EXPECT_EQ(spm().encode(text), want) << text.substr(0, 80);
-    EXPECT_EQ(spm().decode(want), c["decoded"].get<std::string>()) << text.substr(0, 80);
+    EXPECT_EQ(t.encode(text), want) << dir << ": " << text.substr(0, 80);
+    EXPECT_EQ(t.decode(want), c["decoded"].get<std::string>()) << dir << ": " << text.substr(0, 80);
+    StreamDecoder stream(t);
+    std::string streamed;
+    for (int32_t id : want) streamed += stream.push(id);
+    streamed += stream.flush();
+    EXPECT_EQ(streamed, c["decoded"].get<std::string>()) << dir << ": " << text.substr(0, 80);
   }
+}
+
+TEST(TokenizerSpm, EveryCaseEncodesAndDecodesAsHuggingFace) {
+  check_cases(spm(), "tokenizer/spm-bpe");
+}
+
+// Llama 2 / Mistral: "▁" prepended to every piece of text between added tokens (so a turn marker
+// is followed by one), one leading space stripped from decoded text (and from a stream's front).
+TEST(TokenizerSpm, TheLlama2VariantEncodesAndDecodesAsHuggingFace) {
+  check_cases(Tokenizer::from_dir(test::data_path("tokenizer/spm-bpe-llama")),
+              "tokenizer/spm-bpe-llama");
 }
 
 TEST(TokenizerSpm, UnknownCharactersFallBackToTheirBytes) {
@@ -62,10 +79,10 @@ TEST(TokenizerSpm, WhatItDoesNotImplementIsRefusedNamingIt) {
     }
     return std::string("(accepted)");
   };
-  // Llama 2's decoder strips the leading space: other text, so refused.
+  // A Strip of the text's end (or of another character) is not implemented.
   EXPECT_NE(refused([](nlohmann::json& j) {
               j["decoder"]["decoders"].push_back(
-                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+                  {{"type", "Strip"}, {"content", " "}, {"start", 0}, {"stop", 1}});
             }).find("decoder 'Strip'"),
             std::string::npos);
   EXPECT_NE(refused([](nlohmann::json& j) {

@@ -259,8 +259,12 @@ void Tokenizer::Impl::encode_text(std::string_view text, Added added, bool strip
   }
   // SentencePiece-style: spaces become the space symbol before normalised added tokens are looked
   // for (they were normalised the same way) and before the BPE.
+  // Llama 2 style: the prefix before each piece of text between added tokens.
   std::string replaced;
-  if (!spec.space.empty() && text.find(' ') != std::string_view::npos) {
+  if (!spec.prepend.empty() && !text.empty()) {
+    replaced = replace_spaces(spec.prepend + std::string(text), spec.space);
+    text = replaced;
+  } else if (!spec.space.empty() && text.find(' ') != std::string_view::npos) {
     replaced = replace_spaces(text, spec.space);
     text = replaced;
   }
@@ -407,7 +411,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     if (skip_special && impl_->special[id]) continue;
     out += impl_->bytes[id];
   }
-  return out;
+  // Llama 2's Strip decoder: the leading spaces the normaliser's Prepend put there.
+  size_t cut = 0;
+  while (cut < size_t(impl_->spec.strip_leading) && cut < out.size() && out[cut] == ' ') ++cut;
+  return out.erase(0, cut);
 }
 
 std::string Tokenizer::token_bytes(int32_t id) const {

@@ -44,6 +44,11 @@ struct TokenizerSpec {
   std::string space;
   bool byte_fallback = false;
   std::optional<int32_t> unk_id;
+  // Llama 2 / Mistral style on top: `prepend` ("▁") before every piece of text between added
+  // tokens (HF's Prepend normaliser), and up to strip_leading spaces taken off the front of a
+  // decoded text (its Strip decoder).
+  std::string prepend;
+  int strip_leading = 0;
 };
 
 // What the message content of a chat prompt may turn into. Text (the default): every string a
@@ -115,6 +120,7 @@ class StreamDecoder {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
+  int strip_ = 0;  // leading spaces still to cut (TokenizerSpec::strip_leading)
   std::string pending_;
 };
 

@@ -34,7 +34,8 @@ constexpr int kMaxNesting = 8;
 
 struct NormalizerInfo {
   bool nfc = false;
-  std::string space;  // Replace " " -> this (SentencePiece-style BPE)
+  std::string space;    // Replace " " -> this (SentencePiece-style BPE)
+  std::string prepend;  // Prepend (Llama 2)
 };
 
 // NFC and / or a Replace of the space (alone or in a Sequence, NFC first), or none.
@@ -56,32 +57,52 @@ void read_normalizer(const json& n, const std::string& name, NormalizerInfo& inf
     info.space = n.at("content").get<std::string>();
     return;
   }
+  if (type == "Prepend") {
+    const std::string p = n.value("prepend", std::string());
+    if (p.empty() || p.find(' ') != std::string::npos || !info.prepend.empty())
+      fail(name + ": normalizer Prepend " + n.dump() + " is not supported");
+    info.prepend = p;
+    return;
+  }
   if (type == "Sequence") {
     for (const json& inner : n.at("normalizers")) read_normalizer(inner, name, info, depth + 1);
     return;
   }
   fail(name + ": normalizer '" + (type.empty() ? n.dump() : type) +
-       "' is not supported (fak implements NFC, Replace of the space, or none)");
+       "' is not supported (fak implements NFC, Replace of the space, Prepend, or none)");
 }
 
 // A SentencePiece-style decoder: Replace(space -> " "), ByteFallback and Fuse, in a Sequence. A
 // Strip (Llama 2's leading-space removal) or anything else would decode other text: refused.
-void check_spm_decoder(const json& d, const std::string& name, const std::string& space,
+void check_spm_decoder(const json& d, const std::string& name, TokenizerSpec& spec,
                        int depth = 0) {
   if (d.is_null()) return;
   if (depth > kMaxNesting) fail(name + ": decoder Sequences nested too deeply");
   const std::string type = type_of(d);
+  const std::string& space = spec.space;
   if (type == "Sequence") {
-    for (const json& inner : d.at("decoders")) check_spm_decoder(inner, name, space, depth + 1);
+    // Strip after Fuse cuts the whole text's front (before it, each token's: not implemented).
+    bool fused = false;
+    for (const json& inner : d.at("decoders")) {
+      if (type_of(inner) == "Strip" && !fused)
+        fail(name + ": a Strip decoder before Fuse is not supported");
+      fused = fused || type_of(inner) == "Fuse";
+      check_spm_decoder(inner, name, spec, depth + 1);
+    }
     return;
   }
   if (type == "ByteFallback" || type == "Fuse") return;
+  if (type == "Strip" && d.value("content", std::string()) == " " && d.value("stop", -1) == 0 &&
+      d.value("start", -1) >= 0 && d.value("start", -1) <= 16) {
+    spec.strip_leading = d.value("start", 0);
+    return;
+  }
   if (type == "Replace" && d.at("pattern").contains("String") &&
       d.at("pattern").at("String") == space && d.value("content", std::string()) == " ")
     return;
   fail(name + ": decoder '" + (type.empty() ? d.dump() : type) +
        "' is not supported with a character-level BPE (fak implements Replace of the space, "
-       "ByteFallback and Fuse)");
+       "ByteFallback, Fuse and a Strip of leading spaces after them)");
 }
 
 struct PreTokenizerInfo {
@@ -247,6 +268,9 @@ TokenizerSpec parse_tokenizer_json(std::string_view json_text, std::string_view 
     read_normalizer(j.value("normalizer", json()), name, norm);
     spec.nfc = norm.nfc;
     spec.space = norm.space;
+    spec.prepend = norm.prepend;
+    if (!spec.prepend.empty() && spec.space.empty())
+      fail(name + ": a Prepend normalizer without the Replace of the space is not supported");
     PreTokenizerInfo pre;
     read_pre_tokenizer(j.value("pre_tokenizer", json()), name, pre);
     if (!spec.space.empty()) {
@@ -254,7 +278,7 @@ TokenizerSpec parse_tokenizer_json(std::string_view json_text, std::string_view 
       if (pre.byte_level || !pre.patterns.empty())
         fail(name + ": a Replace normalizer with a pre_tokenizer is not supported (fak implements "
                     "the SentencePiece-style BPE without one)");
-      check_spm_decoder(j.value("decoder", json()), name, spec.space);
+      check_spm_decoder(j.value("decoder", json()), name, spec);
       if (spec.ignore_merges) fail(name + ": ignore_merges with a character-level BPE");
     } else if (!pre.byte_level) {
       fail(name +

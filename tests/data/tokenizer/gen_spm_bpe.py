@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes tests/data/tokenizer/spm-bpe/: a SentencePiece-style BPE tokenizer.json of Gemma's kind
 (normalizer Replace " " -> "▁", no pre-tokenizer, byte fallback, decoder Replace + ByteFallback +
-Fuse), with 600 merges trained here on the Qwen corpus, and cases.json: texts with the ids and the
+Fuse), and spm-bpe-llama/, the same vocabulary the Llama 2 / Mistral way (Prepend "▁", Strip), with 600 merges trained here on the Qwen corpus, and cases.json: texts with the ids and the
 decoded text that Hugging Face's own tokenizers library (npm `tokenizers`, its Rust core through
 NAPI) gives for them. Run: python3 gen_spm_bpe.py /path/to/node_modules_parent
 """
@@ -99,10 +99,29 @@ node = (
     "for(const x of texts){const e=await t.encode(x,null,{addSpecialTokens:false});const ids=e.getIds();"
     "out.push({text:x,ids:Array.from(ids),decoded:await t.decode(Array.from(ids),false)});}"
     "process.stdout.write(JSON.stringify(out));})();")
-res = subprocess.run(["node", "-e", node, os.path.join(OUT, "tokenizer.json")],
-                     input=json.dumps(texts).encode(), capture_output=True,
-                     cwd=sys.argv[1] if len(sys.argv) > 1 else None, check=True)
-cases = json.loads(res.stdout)
-json.dump({"made_with": "npm tokenizers 0.23.2 (Hugging Face tokenizers, Rust, through NAPI)",
-           "cases": cases}, open(os.path.join(OUT, "cases.json"), "w"), ensure_ascii=False, indent=1)
-print("vocab", len(vocab), "merges", len(merges), "cases", len(cases))
+def reference(directory):
+    res = subprocess.run(["node", "-e", node, os.path.join(directory, "tokenizer.json")],
+                         input=json.dumps(texts).encode(), capture_output=True,
+                         cwd=sys.argv[1] if len(sys.argv) > 1 else None, check=True)
+    cases = json.loads(res.stdout)
+    json.dump({"made_with": "npm tokenizers 0.23.2 (Hugging Face tokenizers, Rust, through NAPI)",
+               "cases": cases}, open(os.path.join(directory, "cases.json"), "w"),
+              ensure_ascii=False, indent=1)
+    return cases
+
+
+cases = reference(OUT)
+# The Llama 2 / Mistral variant of the same vocabulary: "▁" prepended to every piece of text
+# between added tokens, and one leading space stripped from decoded text.
+LLAMA = os.path.join(HERE, "spm-bpe-llama")
+os.makedirs(LLAMA, exist_ok=True)
+tok["normalizer"] = {"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": SP},
+    {"type": "Replace", "pattern": {"String": " "}, "content": SP}]}
+tok["decoder"]["decoders"].append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+json.dump(tok, open(os.path.join(LLAMA, "tokenizer.json"), "w"), ensure_ascii=False, indent=1)
+json.dump({"add_bos_token": True, "bos_token": "<bos>", "eos_token": "<eos>",
+           "pad_token": "<pad>", "unk_token": "<unk>"},
+          open(os.path.join(LLAMA, "tokenizer_config.json"), "w"), indent=1)
+llama_cases = reference(LLAMA)
+print("vocab", len(vocab), "merges", len(merges), "cases", len(cases), len(llama_cases))
