@@ -298,6 +298,37 @@ TEST(MoeModel, NormTopkProbFalseLoadsConvertsAndReadsBack) {
 }
 
 // Bad MoE configs are refused at load, each with one message naming the field.
+// Gemma 3's and GLM-4.5's config fields that fak does not implement, or that cannot hold, are
+// refused naming them (never run as another model).
+TEST(NewFamilies, BadConfigsAreRefusedNamingTheField) {
+  auto error = [](const std::string& fixture, const std::function<void(json&)>& edit) {
+    try {
+      Model::load(fixture_copy(fixture, edit), {.load_tokenizer = false});
+      return std::string("ok");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  };
+  auto refuses = [&](const std::string& fixture, const std::function<void(json&)>& edit,
+                     const std::string& names) {
+    const std::string e = error(fixture, edit);
+    EXPECT_NE(e.find(names), std::string::npos) << fixture << ": " << e;
+  };
+  EXPECT_EQ(error("gemma3-tiny", {}), "ok");
+  EXPECT_EQ(error("glm4moe-tiny", {}), "ok");
+  refuses("gemma3-tiny", [](json& j) { j["final_logit_softcapping"] = 30.0; },
+          "final_logit_softcapping");
+  refuses("gemma3-tiny", [](json& j) { j["hidden_activation"] = "gelu"; }, "hidden_activation");
+  refuses("gemma3-tiny", [](json& j) { j["query_pre_attn_scalar"] = -4; }, "query_pre_attn_scalar");
+  refuses("gemma3-tiny", [](json& j) { j.erase("sliding_window"); }, "sliding_window");
+  refuses("gemma3-tiny", [](json& j) { j["rope_local_base_freq"] = 0; }, "rope_local_base_freq");
+  refuses("glm4moe-tiny", [](json& j) { j["n_group"] = 3; }, "groups");
+  refuses("glm4moe-tiny", [](json& j) { j["topk_group"] = 5; }, "topk_group");
+  refuses("glm4moe-tiny", [](json& j) { j["routed_scaling_factor"] = 0; }, "routed_scaling_factor");
+  refuses("glm4moe-tiny", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act");
+  refuses("glm4moe-tiny", [](json& j) { j["num_experts_per_tok"] = 8; }, "num_experts_per_tok");
+}
+
 TEST(MoeModel, BadConfigsAreRefusedNamingTheField) {
   auto error = [](const std::function<void(json&)>& edit) {
     try {
