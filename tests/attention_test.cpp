@@ -43,10 +43,40 @@ class AttentionFixture {
   }
   int q_dim() const { return s_.n_heads * s_.head_dim; }
   AttentionShape shape() const {
-    return {s_.n_heads, s_.n_kv_heads, s_.head_dim, 1.0f / std::sqrt(float(s_.head_dim)),
-            window_};
+    AttentionShape sh{s_.n_heads, s_.n_kv_heads, s_.head_dim,
+                      1.0f / std::sqrt(float(s_.head_dim)), window_};
+    sh.sinks = sinks_.empty() ? nullptr : sinks_.data();
+    return sh;
   }
   void set_window(int window) { window_ = window; }
+  void set_sinks(std::vector<float> sinks) { sinks_ = std::move(sinks); }
+  // Query `pos`'s output for head h in double, from the cache's f32 rows: the softmax over its
+  // window's scores and the head's sink (if any), as transformers' gpt-oss eager attention.
+  std::vector<double> expected(int pos, int h) const {
+    const int hd = s_.head_dim, bs = cache_.block_size(), kvh = h / (s_.n_heads / s_.n_kv_heads);
+    const float* q = q_.data() + size_t(pos) * size_t(q_dim()) + size_t(h) * size_t(hd);
+    const int first = window_ > 0 ? std::max(0, pos - window_ + 1) : 0;
+    auto row = [&](KvPlane p, int j) {
+      return reinterpret_cast<const float*>(
+                 cache_.row(blocks_[size_t(j / bs)], 0, p, j % bs)) +
+             size_t(kvh) * (cache_.head_stride() / sizeof(float));
+    };
+    std::vector<double> score;
+    double mx = sinks_.empty() ? -INFINITY : double(sinks_[size_t(h)]);
+    for (int j = first; j <= pos; ++j) {
+      double d = 0;
+      for (int i = 0; i < hd; ++i) d += double(q[i]) * double(row(KvPlane::K, j)[i]);
+      score.push_back(d / std::sqrt(double(hd)));
+      mx = std::max(mx, score.back());
+    }
+    double sum = sinks_.empty() ? 0.0 : std::exp(double(sinks_[size_t(h)]) - mx);
+    for (double& x : score) sum += (x = std::exp(x - mx));
+    std::vector<double> out(size_t(hd), 0.0);
+    for (int j = first; j <= pos; ++j)
+      for (int i = 0; i < hd; ++i)
+        out[size_t(i)] += score[size_t(j - first)] / sum * double(row(KvPlane::V, j)[i]);
+    return out;
+  }
   // Outputs of queries at positions [start, start + n) computed as one task.
   std::vector<float> run(int start, int n, bool reference) const {
     std::vector<float> out(size_t(n) * size_t(q_dim()), 0.0f);
@@ -65,6 +95,7 @@ class AttentionFixture {
  private:
   AttnSetup s_;
   int window_ = 0;
+  std::vector<float> sinks_;
   KvCache cache_;
   std::vector<int32_t> blocks_;
   std::vector<float> q_;
@@ -155,6 +186,58 @@ TEST(Attention, SlidingWindowMatchesReferenceAndDoesNotDependOnItsBatch) {
   }
 }
 
+// Attention sinks (gpt-oss): a learned logit per head that joins its softmax without a value. Every
+// path against a float64 computation of transformers' formula, the same bits however a query is
+// batched (windowed or not), and sinks of -inf are no sinks, bit for bit.
+TEST(Attention, SinksMatchTheFormulaAndDoNotDependOnTheBatch) {
+  for (const AttnSetup& s : setups()) {
+    for (int window : {0, 7}) {
+      AttentionFixture f(s);
+      f.set_window(window);
+      const size_t qd = size_t(f.q_dim());
+      const auto plain = f.run(0, s.n_ctx, false);
+      f.set_sinks(std::vector<float>(size_t(s.n_heads), -INFINITY));
+      const auto none = f.run(0, s.n_ctx, false);
+      EXPECT_EQ(0, std::memcmp(none.data(), plain.data(), plain.size() * sizeof(float)))
+          << "-inf sinks, head_dim " << s.head_dim;
+      std::vector<float> sinks(size_t(s.n_heads));
+      for (int h = 0; h < s.n_heads; ++h) sinks[size_t(h)] = float(h % 4) * 1.5f - 1.0f;
+      f.set_sinks(sinks);
+      const auto all = f.run(0, s.n_ctx, false);
+      const auto ref = f.run(0, s.n_ctx, true);
+      double max_diff = 0, max_ref = 0, moved = 0;
+      for (size_t i = 0; i < all.size(); ++i) {
+        max_diff = std::max(max_diff, double(std::fabs(all[i] - ref[i])));
+        moved = std::max(moved, double(std::fabs(all[i] - plain[i])));
+      }
+      EXPECT_GT(moved, 1e-2) << "the sinks changed nothing";
+      if (s.dtype == DType::F32)
+        for (int pos : {0, s.n_ctx / 3, s.n_ctx - 1})
+          for (int h = 0; h < s.n_heads; ++h) {
+            const auto want = f.expected(pos, h);
+            for (int i = 0; i < s.head_dim; ++i)
+              max_ref = std::max(max_ref, std::fabs(double(all[size_t(pos) * qd + size_t(h) *
+                                                                    size_t(s.head_dim) + size_t(i)]) -
+                                                    want[size_t(i)]));
+          }
+      EXPECT_LT(max_diff, 2e-5) << "window " << window << " head_dim " << s.head_dim;
+      EXPECT_LT(max_ref, 2e-5) << "window " << window << " head_dim " << s.head_dim;
+      for (int pos : {0, 1, s.n_ctx / 2, s.n_ctx - 1}) {
+        const auto one = f.run(pos, 1, false);
+        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + size_t(pos) * qd, qd * sizeof(float)))
+            << "decode at " << pos << " window " << window << " head_dim " << s.head_dim;
+      }
+      for (int start = 0, len = 1; start < s.n_ctx; start += len, len = len % 5 + 2) {
+        const int n = std::min(len, s.n_ctx - start);
+        const auto chunk = f.run(start, n, false);
+        EXPECT_EQ(0, std::memcmp(chunk.data(), all.data() + size_t(start) * qd,
+                                 chunk.size() * sizeof(float)))
+            << "chunk at " << start << " window " << window << " head_dim " << s.head_dim;
+      }
+    }
+  }
+}
+
 // Several sequences in one call (batched decode) give each sequence's solo result.
 TEST(Attention, BatchedTasksEqualSoloTasks) {
   AttentionFixture f({14, 2, 64, 200, DType::F32});
@@ -177,16 +260,23 @@ TEST(Attention, BatchedTasksEqualSoloTasks) {
 TEST(Attention, Avx512TileBitIdenticalToAvx2) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
   for (const AttnSetup& setup : setups()) {
-    AttentionFixture f(setup);
-    for (auto [start, n] :
-         {std::pair<int, int>{0, setup.n_ctx}, {setup.n_ctx - 1, 1}, {setup.n_ctx / 3, 5}}) {
-      kernels::set_avx512_enabled(false);
-      const auto narrow = f.run(start, n, false);
-      kernels::set_avx512_enabled(true);
-      const auto wide = f.run(start, n, false);
-      ASSERT_EQ(0, std::memcmp(narrow.data(), wide.data(), 4 * wide.size()))
-          << setup.n_heads << "/" << setup.n_kv_heads << " heads of " << setup.head_dim
-          << ", queries " << start << "+" << n;
+    for (bool sinks : {false, true}) {
+      AttentionFixture f(setup);
+      if (sinks) {
+        std::vector<float> v(size_t(setup.n_heads));
+        for (int h = 0; h < setup.n_heads; ++h) v[size_t(h)] = 0.75f * float(h % 3);
+        f.set_sinks(v);
+      }
+      for (auto [start, n] :
+           {std::pair<int, int>{0, setup.n_ctx}, {setup.n_ctx - 1, 1}, {setup.n_ctx / 3, 5}}) {
+        kernels::set_avx512_enabled(false);
+        const auto narrow = f.run(start, n, false);
+        kernels::set_avx512_enabled(true);
+        const auto wide = f.run(start, n, false);
+        ASSERT_EQ(0, std::memcmp(narrow.data(), wide.data(), 4 * wide.size()))
+            << setup.n_heads << "/" << setup.n_kv_heads << " heads of " << setup.head_dim
+            << ", queries " << start << "+" << n << (sinks ? ", sinks" : "");
+      }
     }
   }
 }

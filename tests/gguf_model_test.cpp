@@ -124,6 +124,11 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
                 c.max_abs, c.min_cos, c.argmax_agree, c.positions);
     const std::string t = type;
     const bool hybrid = hf->config().is_hybrid();
+    // gpt-oss-tiny is chaotic by design (its reference.json: router margins of 0.0016, and
+    // rounding YaRN's correction range alone moves its logits by 2.4), so a weight type coarser
+    // than f16 flips expert choices: only f32 (exact), f16 and q8_0 (== --quant) are judged.
+    const bool chaotic = name == "gpt-oss-tiny";
+    if (chaotic && t != "f32" && t != "f16" && t != "q8_0") continue;
     if (t == "f32") {
       EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), 4 * ref.size())) << name;
     } else if (t == "f16" || t == "bf16") {
@@ -137,14 +142,18 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
       // (q8_0) and 0.70 (q4_k) on an 80-token prompt, and the GGUF files land at the same place.
       EXPECT_GT(c.min_cos, t == "q4_k_m" ? 0.4 : 0.95) << name << " " << t;
     } else if (t == "q8_0") {
-      EXPECT_GT(c.min_cos, 0.99) << name;
-      EXPECT_GE(c.argmax_agree, c.positions * 8 / 10) << name;
+      if (!chaotic) {
+        EXPECT_GT(c.min_cos, 0.99) << name;
+        EXPECT_GE(c.argmax_agree, c.positions * 8 / 10) << name;
+      }
       // note: only where every matrix fits Q8_0: a GGUF stores misfits (176 columns) as F16 like
       // llama.cpp, --quant keeps them in their loaded type.
       if (hf->config().hidden_dim % 32 == 0) {
         auto q = Model::load(dir, {.quant = QuantType::Q8_0});
         // Quantised at load, the matrices are buffers of the model's own: packed into panels.
-        EXPECT_EQ(q->weights().layers[0].mlp.down.panels, kernels::cpu_has_avx512()) << name;
+        const LayerWeights& L0 = q->weights().layers[0];
+        const WeightMatrix& down = L0.ffn == FfnKind::Moe ? L0.moe.down[0] : L0.mlp.down;
+        EXPECT_EQ(down.panels, kernels::cpu_has_avx512()) << name;
         const std::vector<float> ql = all_logits(q, ids);
         EXPECT_EQ(0, std::memcmp(ql.data(), got.data(), 4 * ql.size())) << name << " --quant";
       }
@@ -156,7 +165,7 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                          ::testing::Values("llama-tiny", "qwen2-tiny", "qwen3-tiny", "pycoder-6m",
-                                           "qwen35-hybrid-tiny"),
+                                           "qwen35-hybrid-tiny", "gpt-oss-tiny"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s)

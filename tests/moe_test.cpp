@@ -116,7 +116,7 @@ TEST(MoeOps, RoutingIsSoftmaxTopKAndRenormalisation) {
     r.k = k;
     r.renorm = renorm;
     c.call->moe_route(logits.data(), r, w.data());
-    c.call->moe_experts(G, U, D, x.data(), k, w.data(), out.data());
+    c.call->moe_experts({G, U, D}, x.data(), k, w.data(), out.data());
     for (int t = 0; t < T; ++t) {
       std::vector<int> want_ids;
       std::vector<double> want_w;
@@ -197,7 +197,7 @@ TEST(MoeOps, ExpertsMatchAFloat64ReferenceAndDoNotDependOnTheBatch) {
     r.n_experts = E;
     r.k = k;
     c.call->moe_route(ls, r, w.data());
-    c.call->moe_experts(G, U, Dn, xs, k, w.data(), out.data());
+    c.call->moe_experts({G, U, Dn}, xs, k, w.data(), out.data());
     return out;
   };
   const std::vector<float> all = run(T, x.data(), logits.data());
@@ -327,6 +327,13 @@ TEST(NewFamilies, BadConfigsAreRefusedNamingTheField) {
   refuses("glm4moe-tiny", [](json& j) { j["routed_scaling_factor"] = 0; }, "routed_scaling_factor");
   refuses("glm4moe-tiny", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act");
   refuses("glm4moe-tiny", [](json& j) { j["num_experts_per_tok"] = 8; }, "num_experts_per_tok");
+  EXPECT_EQ(error("gpt-oss-tiny", {}), "ok");
+  refuses("gpt-oss-tiny", [](json& j) { j["swiglu_limit"] = 0; }, "swiglu_limit");
+  refuses("gpt-oss-tiny", [](json& j) { j["num_experts_per_tok"] = 9; }, "num_experts_per_tok");
+  refuses("gpt-oss-tiny", [](json& j) { j["attention_bias"] = false; }, "attention_bias");
+  refuses("gpt-oss-tiny", [](json& j) { j.erase("num_local_experts"); }, "num_local_experts");
+  refuses("gpt-oss-tiny", [](json& j) { j["layer_types"][1] = "chunked_attention"; },
+          "layer_types[1]");
 }
 
 TEST(MoeModel, BadConfigsAreRefusedNamingTheField) {

@@ -51,6 +51,9 @@ std::vector<ModelCase> models() {
   cases.push_back({"gemma3_tiny", test::data_path("oracle/gemma3-tiny")});
   // GLM-4.5 MoE: a sigmoid, grouped router; CPU only too.
   cases.push_back({"glm4moe_tiny", test::data_path("oracle/glm4moe-tiny")});
+  // gpt-oss: attention sinks on every head, windows of 8 on every other layer, a biased router,
+  // experts with biases; CPU only too.
+  cases.push_back({"gpt_oss_tiny", test::data_path("oracle/gpt-oss-tiny")});
   return cases;
 }
 

@@ -91,7 +91,8 @@ std::vector<ModelCase> models() {
           {"qwen35_hybrid_tiny", test::data_path("oracle/qwen35-hybrid-tiny")},
           {"qwen35_moe_tiny", test::data_path("oracle/qwen35-moe-tiny")},
           {"gemma3_tiny", test::data_path("oracle/gemma3-tiny")},
-          {"glm4moe_tiny", test::data_path("oracle/glm4moe-tiny")}};
+          {"glm4moe_tiny", test::data_path("oracle/glm4moe-tiny")},
+          {"gpt_oss_tiny", test::data_path("oracle/gpt-oss-tiny")}};
 }
 
 // Hybrid sessions carry a DeltaNet state: equal bit for bit, or both absent.

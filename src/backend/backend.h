@@ -90,6 +90,15 @@ enum class Buf : uint8_t {
 };
 using BufferSizes = std::array<size_t, size_t(Buf::kCount)>;  // floats per buffer
 
+// What an attention layer computes beyond its shapes.
+struct AttentionSpec {
+  float scale = 1.0f;  // of q.k
+  int window = 0;      // > 0: each token attends to the last `window` positions only
+  // [n_heads] or null: each head's sink logit joins its softmax as a key without a value
+  // (gpt-oss), so the weights of the real keys sum to less than 1.
+  const std::vector<float>* sinks = nullptr;
+};
+
 // How moe_route picks each token's experts. Softmax: the k most probable (ties to the lower id),
 // renormalised to sum to 1 when `renorm`. Sigmoid (GLM-4.5): each expert's sigmoid, chosen by
 // sigmoid + bias within the groups_used best of `groups` groups (a group's score: the sum of its
@@ -101,6 +110,17 @@ struct MoeRouting {
   const std::vector<float>* bias = nullptr;  // sigmoid: e_score_correction_bias
   int groups = 1, groups_used = 1;
   float scale = 1.0f;
+};
+
+// A MoE layer's experts for moe_experts: one matrix per expert, optional biases ([n_experts][width]
+// each: gpt-oss) and the activation of gate and up (SwiGLU, or gpt-oss's clamped one).
+struct MoeExperts {
+  std::span<const WeightMatrix> gate, up, down;
+  const std::vector<float>* b_gate = nullptr;
+  const std::vector<float>* b_up = nullptr;
+  const std::vector<float>* b_down = nullptr;
+  Activation act = Activation::Silu;
+  float alpha = 1.702f, limit = 7.0f;  // ClampedSwiglu
 };
 
 // One forward call's ops. Pointers are buf() memory of this call unless said otherwise; `rows` is
@@ -136,10 +156,10 @@ class BackendCall {
   virtual void rope(float* x, int heads, int head_dim, int table) = 0;
   // Writes rows [T][kv_dim] into `plane` of attention layer `attn_layer` at the tokens' places.
   virtual void kv_store(int attn_layer, KvPlane plane, const float* rows) = 0;
-  // Causal GQA attention of q [T][n_heads][head_dim] over each token's sequence up to its position.
-  // window > 0: each token attends to the last `window` positions only (sliding window).
+  // Causal GQA attention of q [T][n_heads][head_dim] over each token's sequence up to its position,
+  // as `spec` says (scale, sliding window, sinks).
   virtual void attention(int attn_layer, const float* q, int n_heads, int n_kv_heads, int head_dim,
-                         float scale, int window, float* out) = 0;
+                         const AttentionSpec& spec, float* out) = 0;
   // Gated DeltaNet's core for model layer `layer` (ops/deltanet.h): the causal conv + SiLU over
   // qkv [T][conv_dim], q/k L2 norms, the gates from b and a [T][n_v_heads], and the delta rule
   // over each item's recurrent state; core [T][value_dim].
@@ -148,12 +168,11 @@ class BackendCall {
   // MoE routing of logits [T][n_experts] (MoeRouting): the k chosen ids per token stay with the
   // call for moe_experts, their weights go to `weights` [T][k].
   virtual void moe_route(const float* logits, const MoeRouting& r, float* weights) = 0;
-  // out[t] = sum over j < k, in rank order, of weights[t][j] x down_e(silu(gate_e x[t]) * up_e
-  // x[t]), e = the token's j-th chosen expert: only the chosen experts are read, each once per
-  // call for all the tokens routed to it.
-  virtual void moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
-                           std::span<const WeightMatrix> down, const float* x, int k,
-                           const float* weights, float* out) = 0;
+  // out[t] = sum over j < k, in rank order, of weights[t][j] x down_e(act(gate_e x[t], up_e x[t])),
+  // e = the token's j-th chosen expert (MoeExperts: the matrices, their biases, the activation):
+  // only the chosen experts are read, each once per call for all the tokens routed to it.
+  virtual void moe_experts(const MoeExperts& e, const float* x, int k, const float* weights,
+                           float* out) = 0;
   // out[t] += sigmoid(gate[t]) * y[t], rows of `width`.
   virtual void add_gated(float* out, const float* y, const float* gate, int width) = 0;
   // Logits of the rows asked for: final norm then the output head, into each row's host output.

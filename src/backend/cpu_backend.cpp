@@ -153,7 +153,7 @@ class CpuCall final : public BackendCall {
   }
 
   void attention(int attn_layer, const float* q, int n_heads, int n_kv_heads, int head_dim,
-                 float scale, int window, float* out) override {
+                 const AttentionSpec& spec, float* out) override {
     const size_t q_dim = size_t(n_heads) * size_t(head_dim);
     std::vector<AttentionTask> tasks;
     size_t t = 0;
@@ -161,7 +161,9 @@ class CpuCall final : public BackendCall {
       tasks.push_back({q + t * q_dim, out + t * q_dim, it.blocks, it.n_tokens, it.start_pos});
       t += size_t(it.n_tokens);
     }
-    fak::attention(tasks, cache_, attn_layer, {n_heads, n_kv_heads, head_dim, scale, window});
+    AttentionShape shape{n_heads, n_kv_heads, head_dim, spec.scale, spec.window};
+    shape.sinks = spec.sinks ? spec.sinks->data() : nullptr;
+    fak::attention(tasks, cache_, attn_layer, shape);
   }
 
   void deltanet(const DeltaNetParams& p, int layer, const float* qkv, const float* b,
@@ -198,13 +200,14 @@ class CpuCall final : public BackendCall {
       float* w = weights + size_t(t) * size_t(k);
       if (r.kind == RouterKind::Sigmoid)
         route_token_sigmoid(l, r, id, w);
+      else if (r.kind == RouterKind::SoftmaxChosen)
+        route_token_chosen(l, n_experts, k, id, w);
       else
         route_token(l, n_experts, k, r.renorm, id, w);
     }
   }
 
-  void moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
-                   std::span<const WeightMatrix> down, const float* x, int k, const float* weights,
+  void moe_experts(const MoeExperts& e, const float* x, int k, const float* weights,
                    float* out) override;
 
   void add_gated(float* out, const float* y, const float* gate, int width) override {
@@ -313,6 +316,17 @@ class CpuCall final : public BackendCall {
     for (int j = 0; j < r.k; ++j) w[j] = w[j] / denom * r.scale;
   }
 
+  // gpt-oss's router (transformers GptOssTopKRouter): the k highest logits (ties to the lower id),
+  // then a softmax over those k alone (its sum in double).
+  static void route_token_chosen(const float* logit, int n, int k, int32_t* ids, float* w) {
+    top_k(logit, n, k, ids);
+    const float max = logit[ids[0]];
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += double(w[j] = std::exp(logit[ids[j]] - max));
+    const float inv = float(1.0 / sum);
+    for (int j = 0; j < k; ++j) w[j] *= inv;
+  }
+
   static void route_token(const float* logit, int n, int k, bool renorm, int32_t* ids, float* w) {
     float max = logit[0];
     for (int e = 1; e < n; ++e) max = std::max(max, logit[e]);
@@ -344,9 +358,9 @@ class CpuCall final : public BackendCall {
 // (one GEMM over its tokens when prefilling, a GEMV of its rows alone when decoding), then every
 // token's k outputs summed in rank order. note: a row's result depends on that row alone (see
 // ops/matmul.h), so grouping by expert changes no bit.
-void CpuCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
-                          std::span<const WeightMatrix> down, const float* x, int k,
-                          const float* weights, float* out) {
+void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const float* weights,
+                          float* out) {
+  const std::span<const WeightMatrix> gate = ex.gate, up = ex.up, down = ex.down;
   const int n_experts = int(gate.size());
   const int32_t* ids = b_->ids.data();
   const size_t D = size_t(down.front().rows), I = size_t(gate.front().rows);
@@ -379,7 +393,22 @@ void CpuCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const We
     jobs.push_back({&up[size_t(e)], xs + r0 * D, n, u + r0 * I});
   }
   matmul_many(jobs);
-  fak::silu_mul(g, u, int(pairs.size() * I), g);
+  // Each row's expert's biases (gpt-oss), then the activation.
+  auto add_expert_bias = [&](float* rows, const std::vector<float>* bias, size_t width) {
+    if (!bias) return;
+    for (int e = 0; e < n_experts; ++e)
+      for (int32_t r = first[size_t(e)]; r < first[size_t(e) + 1]; ++r) {
+        float* y = rows + size_t(r) * width;
+        const float* b = bias->data() + size_t(e) * width;
+        for (size_t i = 0; i < width; ++i) y[i] += b[i];
+      }
+  };
+  add_expert_bias(g, ex.b_gate, I);
+  add_expert_bias(u, ex.b_up, I);
+  if (ex.act == Activation::ClampedSwiglu)
+    fak::clamped_swiglu_mul(g, u, int(pairs.size() * I), ex.alpha, ex.limit, g);
+  else
+    fak::silu_mul(g, u, int(pairs.size() * I), g);
   jobs.clear();
   for (int e = 0; e < n_experts; ++e) {
     const size_t r0 = size_t(first[size_t(e)]);
@@ -387,6 +416,7 @@ void CpuCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const We
     if (n > 0) jobs.push_back({&down[size_t(e)], g + r0 * I, n, ys + r0 * D});
   }
   matmul_many(jobs);
+  add_expert_bias(ys, ex.b_down, D);
   for (int t = 0; t < T_; ++t) {
     float* o = out + size_t(t) * D;
     std::memset(o, 0, sizeof(float) * D);

@@ -94,11 +94,12 @@ class CudaCall final : public BackendCall {
     cuda::kv_store(kv_, places_, attn_layer, p, rows, T_, kStream);
   }
   void attention(int attn_layer, const float* q, int n_heads, int n_kv_heads, int head_dim,
-                 float scale, int window, float* out) override {
+                 const AttentionSpec& spec, float* out) override {
     check(n_kv_heads == cache_.n_kv_heads() && head_dim == cache_.head_dim(),
           "forward: the KV cache's shape does not match the model");
-    if (window > 0) fail("sliding-window attention is not implemented on the CUDA backend yet");
-    cuda::attention(kv_, places_, attn_layer, q, T_, n_heads, scale, out, kStream);
+    if (spec.window > 0) fail("sliding-window attention is not implemented on the CUDA backend yet");
+    if (spec.sinks) fail("attention sinks are not implemented on the CUDA backend yet");
+    cuda::attention(kv_, places_, attn_layer, q, T_, n_heads, spec.scale, out, kStream);
   }
   void deltanet(const DeltaNetParams& p, int layer, const float* qkv, const float* b,
                 const float* a, float* core) override;
@@ -109,8 +110,7 @@ class CudaCall final : public BackendCall {
     cuda::moe_route(logits, T_, r.n_experts, r.k, r.renorm, s_.ids.as<int32_t>(), weights,
                     kStream);
   }
-  void moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
-                   std::span<const WeightMatrix> down, const float* x, int k, const float* weights,
+  void moe_experts(const MoeExperts& e, const float* x, int k, const float* weights,
                    float* out) override;
   void add_gated(float* out, const float* y, const float* gate, int width) override {
     cuda::add_gated(out, y, gate, T_, width, kStream);
@@ -384,9 +384,11 @@ void CudaCall::deltanet(const DeltaNetParams& p, int layer, const float* qkv, co
 
 // The (token, rank) pairs are grouped by expert on the host (the routes come back first), then
 // each expert runs one matmul over its group: one gather before, a rank-ordered sum after.
-void CudaCall::moe_experts(std::span<const WeightMatrix> gate, std::span<const WeightMatrix> up,
-                           std::span<const WeightMatrix> down, const float* x, int k,
-                           const float* weights, float* out) {
+void CudaCall::moe_experts(const MoeExperts& e, const float* x, int k, const float* weights,
+                           float* out) {
+  if (e.b_gate || e.b_up || e.b_down || e.act != Activation::Silu)
+    fail("MoE experts with biases or a clamped SwiGLU are not implemented on the CUDA backend yet");
+  const std::span<const WeightMatrix> gate = e.gate, up = e.up, down = e.down;
   const int n_experts = int(gate.size());
   const int D = int(down.front().rows), I = int(gate.front().rows);
   const size_t n_pairs = size_t(T_) * size_t(k);

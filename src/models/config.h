@@ -29,10 +29,13 @@ class Family;
 enum class LayerKind { FullAttention, LinearAttention };  // the token mixer of a layer
 enum class FfnKind { Dense, Moe };                        // its feed-forward block
 enum class RopeScaling { None, Linear, Llama3, Yarn };
-enum class Activation { Silu, GeluTanh };  // of the gated MLP: SwiGLU, or GeGLU (tanh GELU)
+// The gated MLP's activation: SwiGLU, GeGLU (tanh GELU), or gpt-oss's clamped SwiGLU:
+// (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g) with g = min(gate, limit).
+enum class Activation { Silu, GeluTanh, ClampedSwiglu };
 // How a MoE router turns its logits into the experts' weights: a softmax over all of them (Qwen),
-// or each expert's sigmoid, chosen with a correction bias and by groups (GLM-4.5, DeepSeek-V3).
-enum class RouterKind { Softmax, Sigmoid };
+// each expert's sigmoid, chosen with a correction bias and by groups (GLM-4.5, DeepSeek-V3), or
+// the top k logits and a softmax over those k alone (gpt-oss).
+enum class RouterKind { Softmax, Sigmoid, SoftmaxChosen };
 
 struct ModelConfig {
   const Family* family = nullptr;  // models/family.h: llama, qwen2, qwen3, qwen35, qwen3_moe, ...
@@ -78,6 +81,10 @@ struct ModelConfig {
   std::vector<int> layer_window;  // per layer (empty: none): attend to the last N positions only
   double rope_local_theta = 0.0;  // > 0: windowed layers rotate with this base, unscaled
 
+  // gpt-oss: a learned logit per query head that joins every softmax of its attention as one more
+  // key with no value ("attention sinks"), so a head may attend to nothing.
+  bool attn_sinks = false;
+
   std::vector<LayerKind> layer_kinds;  // one per layer
   std::vector<FfnKind> ffn_kinds;      // one per layer
   // Gated DeltaNet (Qwen3.5) layers.
@@ -98,6 +105,11 @@ struct ModelConfig {
   int n_expert_groups = 1, n_groups_used = 1;
   float routed_scaling = 1.0f;
   bool shared_expert_gated = true;  // Qwen3.5's sigmoid gate on the shared expert; GLM's has none
+  // gpt-oss: the router's logits and every expert's gate, up and down projections add a bias; the
+  // experts' activation (SwiGLU, or the clamped one with its alpha and limit).
+  bool moe_bias = false;
+  Activation expert_act = Activation::Silu;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
 
   // The multi-token-prediction head of the Qwen3.5 / 3.6 hybrids (runtime/mtp_draft.h): HF
   // mtp_num_hidden_layers, GGUF <arch>.nextn_predict_layers; 0 when the file has no MTP weights.

@@ -197,8 +197,11 @@ class Pass {
     b_.rope(k, c_.n_kv_heads, hd, table);
     b_.kv_store(al, KvPlane::K, k);
     b_.kv_store(al, KvPlane::V, v);
-    const float scale = c_.attn_scale > 0 ? c_.attn_scale : float(1.0 / std::sqrt(double(hd)));
-    b_.attention(al, q, c_.n_heads, c_.n_kv_heads, hd, scale, c_.window(layer), o);
+    AttentionSpec spec;
+    spec.scale = c_.attn_scale > 0 ? c_.attn_scale : float(1.0 / std::sqrt(double(hd)));
+    spec.window = c_.window(layer);
+    spec.sinks = A.sinks.empty() ? nullptr : &A.sinks;
+    b_.attention(al, q, c_.n_heads, c_.n_kv_heads, hd, spec, o);
     if (c_.attn_output_gate) b_.sigmoid_mul(o, b_.buf(Buf::AttnGate), size_t(T_) * size_t(q_dim));
     b_.matmul(A.wo, o, T_, out);
     b_.add_bias(out, A.bo, T_);
@@ -249,6 +252,7 @@ class Pass {
     float* logits = b_.buf(Buf::Router);     // [T][n_experts]
     float* weight = b_.buf(Buf::MoeWeight);  // [T][k]
     b_.matmul(M.router, xn, T_, logits);
+    b_.add_bias(logits, M.router_logit_bias, T_);
     MoeRouting routing;
     routing.n_experts = c_.n_experts;
     routing.k = k;
@@ -259,7 +263,16 @@ class Pass {
     routing.groups_used = c_.n_groups_used;
     routing.scale = c_.routed_scaling;
     b_.moe_route(logits, routing, weight);
-    b_.moe_experts(M.gate, M.up, M.down, xn, k, weight, out);
+    MoeExperts experts{M.gate, M.up, M.down};
+    if (c_.moe_bias) {
+      experts.b_gate = &M.b_gate;
+      experts.b_up = &M.b_up;
+      experts.b_down = &M.b_down;
+    }
+    experts.act = c_.expert_act;
+    experts.alpha = c_.swiglu_alpha;
+    experts.limit = c_.swiglu_limit;
+    b_.moe_experts(experts, xn, k, weight, out);
     if (c_.shared_expert_hidden_dim > 0) {
       float* shared = b_.buf(Buf::Shared);  // [T][dim]
       mlp_block(M.shared, xn, shared);

@@ -138,10 +138,11 @@ void Model::place_on(const Device& device) {
   if (!problem.empty()) fail("--device " + device.name() + ": " + problem);
   // Ops the device kernels do not have yet: refused here, not in the middle of a forward.
   if (config_.has_windows() || config_.mlp_act != Activation::Silu ||
-      config_.embed_scale != 1.0f || config_.router != RouterKind::Softmax)
+      config_.embed_scale != 1.0f || config_.router != RouterKind::Softmax ||
+      config_.attn_sinks || config_.moe_bias)
     fail("--device " + device.name() + ": " + config_.family_name() +
-         " (sliding-window attention, GeGLU, scaled embeddings, sigmoid MoE routers) runs on "
-         "the CPU only so far");
+         " (sliding-window attention, sinks, GeGLU, scaled embeddings, sigmoid or biased MoE "
+         "routers, experts with biases) runs on the CPU only so far");
   backend_ = make_cuda_backend(device.index);
   backend_->check_shapes(config_.head_dim, config_.linear_conv_kernel,
                          config_.linear_value_head_dim);

@@ -12,12 +12,13 @@ const Family& qwen3_moe_family();
 const Family& qwen35_moe_family();
 const Family& gemma3_family();
 const Family& glm4_moe_family();
+const Family& gpt_oss_family();
 
 const std::vector<const Family*>& all_families() {
   static const std::vector<const Family*> families = {
       &llama_family(),  &qwen2_family(),     &qwen3_family(),
       &qwen35_family(), &qwen3_moe_family(), &qwen35_moe_family(), &gemma3_family(),
-      &glm4_moe_family(),
+      &glm4_moe_family(), &gpt_oss_family(),
   };
   return families;
 }

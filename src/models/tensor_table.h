@@ -16,7 +16,8 @@
 namespace fak {
 
 enum class TensorKind : uint8_t {
-  Vector,   // f32 values [rows][cols] (norms, biases, gates' constants, the DeltaNet conv kernel)
+  Vector,   // f32 values [rows][cols] (norms, biases, gates' constants, the DeltaNet conv kernel,
+            // experts' biases [n_experts][width])
   Matrix,   // a WeightMatrix [rows, cols] in its stored type
   Experts,  // one WeightMatrix [rows, cols] per expert, n_experts of them
 };
@@ -29,6 +30,12 @@ enum class HfLayout : uint8_t {
   Stacked,      // one [n_experts, rows, cols] tensor
   FusedFirst,   // the first half of each expert's rows of [n_experts, 2 * rows, cols]
   FusedSecond,  // the second half
+  // gpt-oss (transformers' GptOssExperts computes x @ W, so a matrix is stored [cols, rows]):
+  StackedTransposed,  // one [n_experts, cols, rows] tensor
+  // Gate and up interleaved by columns (gate, up, gate, up, ...): experts from one
+  // [n_experts, cols, 2 * rows] tensor, a vector [rows][cols] from one [rows, 2 * cols].
+  InterleavedEven,  // the gate: columns 0, 2, 4, ...
+  InterleavedOdd,   // the up: columns 1, 3, 5, ...
 };
 
 // A constant transform between HF's values and the ones fak (and llama.cpp's GGUF) holds.

@@ -4,6 +4,7 @@
 #include "models/weights.h"
 
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "core/error.h"
@@ -96,8 +97,17 @@ class Loader {
   void load_vector(const TensorDef& d) {
     const std::string name = full_name(d, d.hf);
     std::vector<int64_t> shape = {d.rows};
+    if (d.cols > 1) shape = {d.rows, d.cols};
     if (d.hf_layout == HfLayout::Conv) shape = {d.rows, 1, d.cols};
+    const bool interleaved =
+        d.hf_layout == HfLayout::InterleavedEven || d.hf_layout == HfLayout::InterleavedOdd;
+    if (interleaved) shape = {d.rows, 2 * d.cols};
     std::vector<float> v = read_f32(tensor(name, shape));
+    if (interleaved) {  // every other column, from the first or the second
+      const size_t parity = d.hf_layout == HfLayout::InterleavedOdd ? 1 : 0;
+      for (size_t i = 0; i < size_t(d.rows * d.cols); ++i) v[i] = v[2 * i + parity];
+      v.resize(size_t(d.rows * d.cols));
+    }
     for (float& x : v) {
       if (d.hf_value == HfValue::PlusOne) x += 1.0f;
       if (d.hf_value == HfValue::NegExp) x = float(-std::exp(double(x)));
@@ -141,10 +151,39 @@ class Loader {
           out[size_t(e)] = view(t, e * 2 * d.rows + half, d.rows, d.cols);
         return;
       }
+      case HfLayout::StackedTransposed:
+      case HfLayout::InterleavedEven:
+      case HfLayout::InterleavedOdd: {
+        // Stored [cols, rows] per expert (x @ W); gate and up interleaved by column in one tensor.
+        // Laid out anew, [rows, cols], in the file's type.
+        const int64_t stride = layout == HfLayout::StackedTransposed ? 1 : 2;
+        const int64_t parity = layout == HfLayout::InterleavedOdd ? 1 : 0;
+        const TensorInfo& t = tensor(spelling, {E, d.cols, stride * d.rows});
+        const size_t elem = dtype_size(t.dtype);
+        for (int64_t e = 0; e < E; ++e) {
+          std::vector<uint8_t> bytes(size_t(d.rows * d.cols) * elem);
+          const uint8_t* src = t.data + size_t(e * d.cols * stride * d.rows) * elem;
+          for (int64_t c = 0; c < d.cols; ++c)
+            for (int64_t r = 0; r < d.rows; ++r)
+              std::memcpy(&bytes[size_t(r * d.cols + c) * elem],
+                          src + size_t(c * stride * d.rows + stride * r + parity) * elem, elem);
+          made_.push_back(std::move(bytes));
+          WeightMatrix m = view(t, 0, d.rows, d.cols);
+          m.data = made_.back().data();
+          out[size_t(e)] = m;
+        }
+        return;
+      }
       default:
         fail("tensor table: '" + spelling + "' has no expert layout");
     }
   }
+
+ public:
+  // The matrices laid out anew (load_experts), for ModelWeights::made_at_load.
+  std::vector<std::vector<uint8_t>> take_made() { return std::move(made_); }
+
+ private:
 
   static std::string expert_name(const std::string& pattern, int64_t e) {
     std::string n = pattern;
@@ -157,6 +196,7 @@ class Loader {
   std::string prefix_;
   size_t bytes_ = 0;
   std::set<std::string> used_;
+  std::vector<std::vector<uint8_t>> made_;
 };
 
 }  // namespace
@@ -184,6 +224,7 @@ ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
     }
   if (c.tie_embeddings) w.lm_head = w.embed;
   w.bytes = matrix_bytes(c, w);
+  w.made_at_load = std::make_shared<std::vector<std::vector<uint8_t>>>(ld.take_made());
   const size_t n_skipped = ld.check_all_used();
   if (skipped) *skipped = n_skipped;
   return w;

@@ -3,6 +3,8 @@
 // in their stored type and are widened inside the matmul kernels.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@ struct AttentionWeights {
   WeightMatrix wq, wk, wv, wo;        // wq is [q_dim (x2 with an output gate), dim]
   std::vector<float> bq, bk, bv, bo;  // empty when the model has no biases
   std::vector<float> q_norm, k_norm;  // [head_dim], empty without qk_norm
+  std::vector<float> sinks;           // [n_heads] attention sinks' logits, empty without
 };
 
 // Gated DeltaNet (Qwen3.5 linear attention) — filled by the hybrid family loader.
@@ -40,8 +43,11 @@ struct MlpWeights {
 struct MoeWeights {
   WeightMatrix router;                 // [n_experts, dim]
   std::vector<float> router_bias;      // sigmoid routers: e_score_correction_bias [n_experts]
-  std::vector<WeightMatrix> gate, up;  // per expert [expert_hidden_dim, dim]
-  std::vector<WeightMatrix> down;      // per expert [dim, expert_hidden_dim]
+  std::vector<float> router_logit_bias;  // moe_bias: added to the router's logits [n_experts]
+  std::vector<WeightMatrix> gate, up;    // per expert [expert_hidden_dim, dim]
+  std::vector<WeightMatrix> down;        // per expert [dim, expert_hidden_dim]
+  // moe_bias: every expert's biases, [n_experts][expert_hidden_dim] and [n_experts][dim].
+  std::vector<float> b_gate, b_up, b_down;
   MlpWeights shared;                   // [shared_expert_hidden_dim, dim] ...; empty if none
   WeightMatrix shared_gate;            // [1, dim]
 };
@@ -74,6 +80,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   MtpWeights mtp;    // empty unless config.mtp_layers > 0
   size_t bytes = 0;  // matrix bytes (a tied head once), for GB/s figures
+  // Matrices a loader had to lay out anew (experts stored transposed or interleaved: gpt-oss's
+  // HF checkpoints); the views above point into these.
+  std::shared_ptr<std::vector<std::vector<uint8_t>>> made_at_load;
 };
 
 // Loads and checks every tensor of the family's table (tensor_table.h) against the config: name,

@@ -44,7 +44,8 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   // are one run [first, n) that its rows view starts at; decode groups, whose sequences share a
   // prefix of rows from key 0, are not used.
   const bool windowed = s.window > 0;
-  const bool group_decode = kernels::avx512_enabled() && !windowed;
+  // Decode groups have no sinks either (gpt-oss's full layers run one-token tiles).
+  const bool group_decode = kernels::avx512_enabled() && !windowed && !s.sinks;
   int tile_queries = group_decode ? kernels::kTileQueries : kernels::kTileQueriesAvx2;
   if (windowed) {  // a divisor of the group, so no tile holds two tokens
     tile_queries = std::min(group, kernels::kTileQueriesAvx2);
@@ -204,6 +205,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
           tile.q[i] = task.q + off;
           tile.out[i] = task.out + off;
           tile.n_keys[i] = task.start_pos + token + 1 - key0;
+          tile.sink[i] = s.sinks ? s.sinks[head] : -INFINITY;
         }
         return key0;
       };
@@ -277,7 +279,9 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
           task.out + size_t(un.token) * size_t(q_dim) + size_t(un.head) * size_t(s.head_dim);
       const size_t head_off = size_t(un.head / group) * cache.head_stride();
       scores.resize(size_t(n_keys));
-      float mx = -INFINITY;
+      // The sink (ops/attention.h) starts the max and the sum; without one, -inf and +0.
+      const float sink = s.sinks ? s.sinks[un.head] : -INFINITY;
+      float mx = sink;
       for (int j = key0; j < n_keys; ++j) {
         const uint8_t* krow =
             cache.row((*task.blocks)[size_t(j / bs)], layer, KvPlane::K, j % bs) + head_off;
@@ -285,7 +289,7 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
         scores[size_t(j)] = sc;
         mx = sc > mx ? sc : mx;
       }
-      float sum = 0.0f;
+      float sum = std::exp(sink - mx);
       for (int j = key0; j < n_keys; ++j) {
         float e = std::exp(scores[size_t(j)] - mx);
         scores[size_t(j)] = e;

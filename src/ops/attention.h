@@ -27,6 +27,10 @@ struct AttentionShape {
   // positions [p - window + 1, p], as transformers' sliding_window mask. Its result is a function
   // of those keys alone, in order, in every path (decode, prefill, batched), like a full query's.
   int window = 0;
+  // [n_heads] or null: attention sinks (gpt-oss): head h's softmax also counts exp(sinks[h]) in
+  // its denominator, as a key with a zero value would. A lane starts its max at the sink and its
+  // sum at exp(sink - max), so a model without sinks (-inf: max unchanged, sum +0) keeps its bits.
+  const float* sinks = nullptr;
 };
 
 // Runs all tasks (one per sequence in the batch) over attention layer `layer`, multithreaded.

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -28,6 +29,12 @@ struct AttentionTile {
   const float* q[kTileQueries];  // head_dim floats each, RoPE applied
   float* out[kTileQueries];      // head_dim floats each
   int n_keys[kTileQueries];      // query i attends to keys [0, n_keys[i]) (causal)
+  // Query i's sink logit (ops/attention.h AttentionShape::sinks), -inf without: its softmax's max
+  // starts there and its sum at exp(sink - max).
+  float sink[kTileQueries];
+  AttentionTile() {
+    for (float& x : sink) x = -std::numeric_limits<float>::infinity();
+  }
 };
 
 struct KvRows {

@@ -19,6 +19,10 @@ void rope_apply(float* head, int rot, const float* cos, const float* sin);
 void silu_mul(const float* gate, const float* up, int n, float* out);
 // out = gelu_tanh(gate) * up: GeGLU with PyTorch's tanh approximation (ops/gelu.cpp).
 void gelu_tanh_mul(const float* gate, const float* up, int n, float* out);
+// out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate, limit): gpt-oss's
+// experts (ops/swiglu_clamped.cpp).
+void clamped_swiglu_mul(const float* gate, const float* up, int n, float alpha, float limit,
+                        float* out);
 void add_inplace(float* x, const float* y, int n);
 void softmax_inplace(float* x, int n);
 

@@ -97,7 +97,8 @@ std::vector<Tensor> tensor_list(const ModelConfig& c, const std::string& prefix)
     switch (d.hf_layout) {
       case HfLayout::Plain:
         if (d.kind == TensorKind::Vector) {
-          add(name, {d.rows}, fill);
+          add(name, d.cols > 1 ? std::vector<int64_t>{d.rows, d.cols} : std::vector<int64_t>{d.rows},
+              fill);
         } else {
           add(name, {d.rows, d.cols}, fill);
         }
@@ -117,6 +118,16 @@ std::vector<Tensor> tensor_list(const ModelConfig& c, const std::string& prefix)
       case HfLayout::FusedFirst:
       case HfLayout::FusedSecond:
         add(name, {d.n_experts, 2 * d.rows, d.cols}, fill);
+        break;
+      case HfLayout::StackedTransposed:
+        add(name, {d.n_experts, d.cols, d.rows}, fill);
+        break;
+      case HfLayout::InterleavedEven:
+      case HfLayout::InterleavedOdd:
+        if (d.kind == TensorKind::Vector)
+          add(name, {d.rows, 2 * d.cols}, fill);
+        else
+          add(name, {d.n_experts, d.cols, 2 * d.rows}, fill);
         break;
     }
   }

@@ -66,6 +66,8 @@ void attention_tensors(const ModelConfig& c, AttentionWeights& a, const LayerNam
   }
   if (c.attn_output_bias)
     out.push_back(vector_entry(a.bo, c.dim, hf + "o_proj.bias", n.gguf + "attn_output.bias"));
+  if (c.attn_sinks)
+    out.push_back(vector_entry(a.sinks, c.n_heads, hf + "sinks", n.gguf + "attn_sinks.weight"));
   if (c.qk_norm) {
     const HfValue norm = c.norm_plus_one ? HfValue::PlusOne : HfValue::AsIs;
     out.push_back(norm_entry(a.q_norm, c.head_dim, hf + "q_norm.weight",

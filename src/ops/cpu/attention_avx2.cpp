@@ -104,14 +104,16 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale,
   }
 
   // Pass 2: softmax numerators in place and their sums, in key order per lane.
+  // A lane's max starts at its sink and its sum at exp(sink - max): -inf and +0 without one.
+  alignas(32) float lane_sink[L];
+  for (int i = 0; i < L; ++i) lane_sink[i] = i < t.n ? t.sink[i] : -INFINITY;
   __m256 mx[NV], sum[NV];
-  for (int v = 0; v < NV; ++v) {
-    mx[v] = _mm256_set1_ps(-INFINITY);
-    sum[v] = _mm256_setzero_ps();
-  }
+  for (int v = 0; v < NV; ++v) mx[v] = _mm256_load_ps(lane_sink + 8 * v);
   for (int j = 0; j < n_keys; ++j)
     for (int v = 0; v < NV; ++v)
       mx[v] = _mm256_max_ps(mx[v], _mm256_loadu_ps(s + size_t(j) * L + 8 * v));
+  for (int v = 0; v < NV; ++v)
+    sum[v] = exp256(_mm256_sub_ps(_mm256_load_ps(lane_sink + 8 * v), mx[v]));
   for (int j = 0; j < n_keys; ++j)
     for (int v = 0; v < NV; ++v) {
       float* sj = s + size_t(j) * L + 8 * v;

@@ -93,8 +93,11 @@ void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
   // Pass 1: scores and their max.
   constexpr int KB = 8;
   const float* kp[kKeyBlock];
+  // A lane's max starts at its sink and its sum at exp(sink - max): -inf and +0 without one.
+  alignas(64) float lane_sink[L];
+  for (int i = 0; i < L; ++i) lane_sink[i] = i < t.n ? t.sink[i] : -INFINITY;
   __m512 mx[NV];
-  for (int v = 0; v < NV; ++v) mx[v] = _mm512_set1_ps(-INFINITY);
+  for (int v = 0; v < NV; ++v) mx[v] = _mm512_load_ps(lane_sink + 16 * v);
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
     block_rows<HD>(rows.k, rows.head_offset, rows.dtype, j0, j1, conv, kp);
@@ -108,7 +111,8 @@ void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
   // output += p_j V[j] (dimension chunks of DC, DC * NV accumulators).
   constexpr int DC = HD < 8 ? HD : 8;
   __m512 sum[NV];
-  for (int v = 0; v < NV; ++v) sum[v] = _mm512_setzero_ps();
+  for (int v = 0; v < NV; ++v)
+    sum[v] = exp512(_mm512_sub_ps(_mm512_load_ps(lane_sink + 16 * v), mx[v]));
   const float* vp[kKeyBlock];
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = j0 + kKeyBlock < n_keys ? j0 + kKeyBlock : n_keys;
