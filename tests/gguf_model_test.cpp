@@ -106,7 +106,10 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
   const std::vector<int32_t> ids = prompt_ids(name);
   const std::vector<float> ref = all_logits(hf, ids);
   const int vocab = hf->config().vocab;
-  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_k_m", "q6_k"}) {
+  // MXFP4 experts (gpt-oss as released) where the model has experts.
+  std::vector<const char*> types = {"f32", "f16", "bf16", "q8_0", "q4_k_m", "q6_k"};
+  if (hf->config().is_moe()) types.push_back("mxfp4_moe");
+  for (const char* type : types) {
     const auto out = dir / (std::string(type) + ".gguf");
     export_gguf(*hf, parse_file_type(type), out);
     auto g = Model::load(out);
@@ -128,7 +131,20 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
     // rounding YaRN's correction range alone moves its logits by 2.4), so a weight type coarser
     // than f16 flips expert choices: only f32 (exact), f16 and q8_0 (== --quant) are judged.
     const bool chaotic = name == "gpt-oss-tiny";
-    if (chaotic && t != "f32" && t != "f16" && t != "q8_0") continue;
+    if (chaotic && t != "f32" && t != "f16" && t != "q8_0" && t != "mxfp4_moe") continue;
+    if (t == "mxfp4_moe") {
+      // The experts MXFP4, the rest Q8_0: the same bits as quantising the HF weights at load.
+      EXPECT_EQ(g->weights().layers[0].moe.down[0].type, WType::MXFP4);
+      EXPECT_EQ(g->weights().layers[0].attn.wq.type, WType::Q8_0);
+      auto q = Model::load(dir, {.quant = QuantType::MXFP4});
+      EXPECT_EQ(q->weights().layers[0].moe.gate[0].type, WType::MXFP4);
+      const std::vector<float> ql = all_logits(q, ids);
+      EXPECT_EQ(0, std::memcmp(ql.data(), got.data(), 4 * ql.size())) << name << " --quant mxfp4";
+      if (!chaotic) {
+        EXPECT_GT(c.min_cos, 0.9) << name << " " << t;
+      }
+      continue;
+    }
     if (t == "f32") {
       EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), 4 * ref.size())) << name;
     } else if (t == "f16" || t == "bf16") {

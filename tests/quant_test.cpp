@@ -60,7 +60,7 @@ TEST(QuantTypes, SizesNamesAndIds) {
       {QuantType::Q5_0, "q5_0", 6, 32, 22},    {QuantType::Q5_1, "q5_1", 7, 32, 24},
       {QuantType::Q8_0, "q8_0", 8, 32, 34},    {QuantType::Q4_K, "q4_k", 12, 256, 144},
       {QuantType::Q5_K, "q5_k", 13, 256, 176}, {QuantType::Q6_K, "q6_k", 14, 256, 210},
-      {QuantType::Q8_K, "q8_k", 15, 256, 292},
+      {QuantType::Q8_K, "q8_k", 15, 256, 292}, {QuantType::MXFP4, "mxfp4", 39, 32, 17},
   };
   ASSERT_EQ(all_quant_types().size(), std::size(expect));
   for (const Expect& e : expect) {
@@ -98,6 +98,7 @@ const RmseCase kRmse[] = {
     {QuantType::Q4_0, 0.0990},  // 0.0859
     {QuantType::Q4_1, 0.0900},  // 0.0780
     {QuantType::Q4_K, 0.0820},  // 0.0712
+    {QuantType::MXFP4, 0.1300},  // 0.1144: 8 magnitudes, a power-of-two scale
 };
 
 TEST(QuantRoundTrip, RelativeRmseOnGaussianData) {
@@ -132,6 +133,33 @@ TEST(QuantRoundTrip, OutliersShiftedAndZeroRows) {
     EXPECT_LT(e_shift, 2 * c.max_rmse) << name;
     for (float v : dequantize(c.t, quantize(c.t, zeros).data(), n)) ASSERT_EQ(v, 0.0f) << name;
   }
+}
+
+// MXFP4 as ggml writes it: bytes from ggml_quantize_chunk(GGML_TYPE_MXFP4) (llama.cpp d32676d77)
+// on these inputs (blocks of magnitude 1, 0.013, 250 and 3e-6, a zero, a tripled element), and
+// its dequantised values.
+TEST(QuantLayout, Mxfp4BytesAreGgmls) {
+  std::vector<float> x(128);
+  for (int i = 0; i < 128; ++i) {
+    const float scale = i < 32 ? 1.0f : i < 64 ? 0.013f : i < 96 ? 250.0f : 3e-6f;
+    x[size_t(i)] = scale * std::sin(0.37f * float(i) + 0.1f) * (1.0f + 0.5f * std::cos(1.3f * float(i)));
+  }
+  x[40] = 0.0f;
+  x[70] = -x[70] * 3.0f;
+  const uint8_t ggml[68] = {
+      0x7d, 0xa1, 0x04, 0x33, 0x64, 0x66, 0x57, 0x45, 0x52, 0x50, 0x1b, 0x9e, 0xbd, 0xec, 0xfd,
+      0xee, 0xcd, 0x77, 0xea, 0xda, 0x91, 0x03, 0x33, 0x64, 0x66, 0x46, 0x40, 0x51, 0x40, 0x0b,
+      0x9d, 0xbc, 0xeb, 0xed, 0x85, 0xce, 0xeb, 0xeb, 0xda, 0x91, 0x13, 0x4e, 0x65, 0x67, 0x47,
+      0x44, 0x52, 0x40, 0x0c, 0x9d, 0xcc, 0x6b, 0xce, 0xce, 0xcd, 0xdb, 0xeb, 0xca, 0x91, 0x13,
+      0x42, 0x65, 0x56, 0x36, 0x43, 0x51, 0x40, 0x0b};
+  const auto q = quantize(QuantType::MXFP4, x);
+  ASSERT_EQ(q.size(), sizeof ggml);
+  EXPECT_EQ(0, std::memcmp(q.data(), ggml, sizeof ggml));
+  const auto y = dequantize(QuantType::MXFP4, ggml, 128);
+  EXPECT_EQ(y[0], 0.125f);
+  EXPECT_EQ(y[33], -0.00390625f);
+  EXPECT_EQ(y[70], -256.0f);
+  EXPECT_EQ(y[100], -1.43051147e-06f);
 }
 
 // Hand-built blocks pin the bit layouts that llama.cpp reads.

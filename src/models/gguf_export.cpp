@@ -260,9 +260,11 @@ ExportStats requantize_gguf(const std::filesystem::path& in, const std::filesyst
   static const std::regex kBlock(R"(blk\.(\d+)\.(\w+)\.weight)");
   for (const GgufTensor& t : f.tensors()) {
     const std::optional<WType> src = wtype_from_ggml(t.ggml_type);
-    // Vectors, the DeltaNet conv kernel, the MoE router and shared-expert gate (llama.cpp keeps
-    // them f32) and types fak cannot read are copied as they are.
-    const bool matrix = t.dims.size() == 2 || t.dims.size() == 3;
+    // Vectors (biases included: gpt-oss's expert biases are 2-D), the DeltaNet conv kernel, the
+    // MoE router and shared-expert gate (llama.cpp quantises only 2-D and 3-D '*weight' tensors
+    // and keeps those f32) and types fak cannot read are copied as they are.
+    const bool weight = t.name.size() >= 6 && t.name.compare(t.name.size() - 6, 6, "weight") == 0;
+    const bool matrix = (t.dims.size() == 2 || t.dims.size() == 3) && weight;
     if (!matrix || !src || t.name.find(".ssm_conv1d.") != std::string::npos ||
         t.name.find(".ffn_gate_inp") != std::string::npos) {
       col.w.add_tensor(t.name, t.ggml_type, t.dims, {t.data, t.nbytes});

@@ -49,6 +49,9 @@ std::shared_ptr<void> quantise_weights(ModelWeights& w, const ModelConfig& c, Qu
     case QuantType::Q6_K:
       ft = FileType::Q6_K;
       break;
+    case QuantType::MXFP4:
+      ft = FileType::MXFP4_MOE;  // as llama.cpp's MXFP4_MOE: MXFP4 experts, Q8_0 elsewhere
+      break;
     case QuantType::Q8_K:
       fail("--quant q8_k: Q8_K is an activation format, not a weight type");
   }

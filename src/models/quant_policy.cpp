@@ -18,7 +18,7 @@ constexpr Named kNames[] = {
     {FileType::F32, "f32"},       {FileType::F16, "f16"},   {FileType::BF16, "bf16"},
     {FileType::Q8_0, "q8_0"},     {FileType::Q4_0, "q4_0"}, {FileType::Q4_1, "q4_1"},
     {FileType::Q5_0, "q5_0"},     {FileType::Q5_1, "q5_1"}, {FileType::Q4_K_M, "q4_k_m"},
-    {FileType::Q5_K_M, "q5_k_m"}, {FileType::Q6_K, "q6_k"},
+    {FileType::Q5_K_M, "q5_k_m"}, {FileType::Q6_K, "q6_k"},   {FileType::MXFP4_MOE, "mxfp4_moe"},
 };
 
 // llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between.
@@ -62,6 +62,13 @@ std::string file_type_name(FileType t) {
 WType choose_wtype(FileType ft, std::string_view role, int layer, int n_layers, int64_t cols,
                    bool tied, int n_experts) {
   WType base = WType::F16;
+  if (ft == FileType::MXFP4_MOE) {
+    // llama.cpp: the stacked experts (3-D tensors) MXFP4, everything else Q8_0 (F16 where rows
+    // do not fit a 32-block).
+    const bool experts = role.size() > 5 && role.substr(role.size() - 5) == "_exps";
+    if (cols % 32 != 0) return WType::F16;
+    return experts ? WType::MXFP4 : WType::Q8_0;
+  }
   switch (ft) {
     case FileType::F32:
       return WType::F32;
@@ -93,6 +100,8 @@ WType choose_wtype(FileType ft, std::string_view role, int layer, int n_layers, 
     case FileType::Q6_K:
       base = WType::Q6_K;
       break;
+    case FileType::MXFP4_MOE:
+      break;  // above
   }
   WType t = base;
   const bool k_mix = ft == FileType::Q4_K_M || ft == FileType::Q5_K_M;

@@ -26,6 +26,7 @@ enum class FileType : uint32_t {
   Q5_K_M = 17,
   Q6_K = 18,
   BF16 = 32,
+  MXFP4_MOE = 38,  // the experts in MXFP4, every other matrix Q8_0 (gpt-oss as released)
 };
 
 FileType parse_file_type(std::string_view name);  // "f16", "q4_k_m", ...; throws listing choices

@@ -74,6 +74,8 @@ std::string_view wtype_name(WType t) {
       return "q5_k";
     case WType::Q6_K:
       return "q6_k";
+    case WType::MXFP4:
+      return "mxfp4";
   }
   return "?";
 }
@@ -89,6 +91,7 @@ int64_t wtype_block(WType t) {
     case WType::Q4_1:
     case WType::Q5_0:
     case WType::Q5_1:
+    case WType::MXFP4:
       return 32;
     case WType::Q4_K:
     case WType::Q5_K:
@@ -122,6 +125,8 @@ size_t wtype_row_bytes(WType t, int64_t cols) {
       return blocks * 176;
     case WType::Q6_K:
       return blocks * 210;
+    case WType::MXFP4:
+      return blocks * 17;
   }
   return 0;
 }

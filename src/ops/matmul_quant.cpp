@@ -40,6 +40,8 @@ std::optional<QuantType> wtype_quant(WType t) {
       return QuantType::Q5_K;
     case WType::Q6_K:
       return QuantType::Q6_K;
+    case WType::MXFP4:
+      return QuantType::MXFP4;
     default:
       return std::nullopt;
   }
@@ -47,7 +49,7 @@ std::optional<QuantType> wtype_quant(WType t) {
 
 std::optional<WType> wtype_from_quant(QuantType t) {
   for (WType w : {WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0, WType::Q5_1, WType::Q4_K,
-                  WType::Q5_K, WType::Q6_K})
+                  WType::Q5_K, WType::Q6_K, WType::MXFP4})
     if (wtype_quant(w) == t) return w;
   return std::nullopt;
 }

@@ -83,6 +83,20 @@ inline __m256i codes_q4_0(const uint8_t* qs) {
   return _mm256_sub_epi8(unpack_nibbles(qs), _mm256_set1_epi8(8));
 }
 
+// MXFP4's 32 signed codes: the doubled E2M1 value of each nibble (a 16-entry byte table).
+inline __m256i codes_mxfp4(const uint8_t* qs) {
+  const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0,
+                                         1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  return _mm256_shuffle_epi8(table, unpack_nibbles(qs));
+}
+
+// The same plus 12 (unsigned, 0..24), for the kernels that subtract the offset through sums.
+inline __m256i codes_mxfp4_unsigned(const uint8_t* qs) {
+  const __m256i table = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  return _mm256_shuffle_epi8(table, unpack_nibbles(qs));
+}
+
 // q5_0's 32 signed codes q - 16: the nibble when the 5th bit is set, nibble - 16 (= nibble | 0xF0
 // as a signed byte) when it is not.
 inline __m256i codes_q5_0(const uint8_t* qs, const uint8_t* qh) {

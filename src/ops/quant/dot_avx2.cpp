@@ -44,6 +44,17 @@ float dot_q4_0(int64_t n, const void* vw, const void* va) {
   return acc;
 }
 
+float dot_mxfp4(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockMxfp4*>(vw);
+  const auto* a = static_cast<const BlockQ8_0*>(va);
+  float acc = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const int isum = hsum_i32(dot_i8(codes_mxfp4(w[i].qs), load256(a[i].qs)));
+    acc = std::fma(e8m0_half(w[i].e) * h2f(a[i].d), float(isum), acc);
+  }
+  return acc;
+}
+
 // Unsigned codes with a min: d Σ q a + m Σ a (Σ a from maddubs with ones), block-serial as
 // dot_ref.cpp, so the AVX-512 panels (gemm_avx512.cpp) give the same bits.
 template <typename Block, bool kFiveBit>
@@ -188,6 +199,7 @@ QuantKernels make_avx2() {
   k.dots[uint32_t(QuantType::Q5_K)] = dot_k4<BlockQ5K, true>;
   k.dots[uint32_t(QuantType::Q6_K)] = dot_q6_k;
   k.dots[uint32_t(QuantType::Q8_K)] = dot_q8_k;
+  k.dots[uint32_t(QuantType::MXFP4)] = dot_mxfp4;
   k.quantize_q8_0 = quantize_q8_0_avx2;
   k.quantize_q8_k = quantize_q8_k_avx2;
   k.fit_k4 = fit_k4_super_block_avx2;

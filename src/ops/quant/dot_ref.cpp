@@ -60,6 +60,22 @@ float dot_q4_0(int64_t n, const void* vw, const void* va) {
   return sum;
 }
 
+// MXFP4: the doubled E2M1 values are exact int8, the halved shared exponent the weight's scale.
+float dot_mxfp4(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockMxfp4*>(vw);
+  const auto* a = static_cast<const BlockQ8_0*>(va);
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      sumi += kMxfp4Values[w[i].qs[j] & 0xF] * a[i].qs[j];
+      sumi += kMxfp4Values[w[i].qs[j] >> 4] * a[i].qs[j + kQK / 2];
+    }
+    sum = std::fma(e8m0_half(w[i].e) * f16_to_f32(a[i].d), float(sumi), sum);
+  }
+  return sum;
+}
+
 // The min term m * Σ a needs the activation sum, recomputed from the quants: Q8_0 carries none.
 float dot_q4_1(int64_t n, const void* vw, const void* va) {
   const auto* w = static_cast<const BlockQ4_1*>(vw);
@@ -195,6 +211,7 @@ QuantKernels make_scalar() {
   k.dots[uint32_t(QuantType::Q5_K)] = dot_k4<true, BlockQ5K>;
   k.dots[uint32_t(QuantType::Q6_K)] = dot_q6_k;
   k.dots[uint32_t(QuantType::Q8_K)] = dot_q8_k;
+  k.dots[uint32_t(QuantType::MXFP4)] = dot_mxfp4;
   k.quantize_q8_0 = quantize_q8_0_ref;
   k.quantize_q8_k = quantize_q8_k_ref;
   k.fit_k4 = fit_k4_super_block_ref;

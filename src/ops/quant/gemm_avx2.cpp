@@ -30,16 +30,21 @@ struct Block32 {
   static constexpr int kPanelBytes = 32 + 8 * 32;
   static constexpr int kTT = 4;
   static constexpr bool kSigned = T == WType::Q8_0;
-  static constexpr int kOffset = T == WType::Q4_0 ? 8 : 16;
-  // q4_0: 8 x (2 * 15 * 127) = 30480, q5_0: 4 x (2 * 31 * 127) = 31496, both < 32768.
+  static constexpr bool kMx = T == WType::MXFP4;
+  static constexpr int kOffset = T == WType::Q4_0 ? 8 : kMx ? 12 : 16;
+  // q4_0: 8 x (2 * 15 * 127) = 30480, q5_0: 4 x (2 * 31 * 127) = 31496, mxfp4 4 x (2 * 24 * 127)
+  // = 24384, all < 32768.
   static constexpr int kGroupsPer16 = T == WType::Q8_0 ? 1 : T == WType::Q4_0 ? 8 : 4;
-  using Block = std::conditional_t<T == WType::Q8_0, BlockQ8_0,
-                                   std::conditional_t<T == WType::Q4_0, BlockQ4_0, BlockQ5_0>>;
+  using Block = std::conditional_t<
+      T == WType::Q8_0, BlockQ8_0,
+      std::conditional_t<T == WType::Q4_0, BlockQ4_0,
+                         std::conditional_t<kMx, BlockMxfp4, BlockQ5_0>>>;
 
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];
     if constexpr (T == WType::Q8_0) return load256(b.qs);
     if constexpr (T == WType::Q4_0) return unpack_nibbles(b.qs);
+    if constexpr (kMx) return codes_mxfp4_unsigned(b.qs);
     if constexpr (T == WType::Q5_0)
       return _mm256_or_si256(unpack_nibbles(b.qs),
                              _mm256_and_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(0x10)));
@@ -48,7 +53,9 @@ struct Block32 {
   static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* p = panel + size_t(b) * kPanelBytes;
-      _mm256_store_ps(reinterpret_cast<float*>(p), gather_f16x8(rows, size_t(b) * sizeof(Block)));
+      const size_t at = size_t(b) * sizeof(Block);
+      _mm256_store_ps(reinterpret_cast<float*>(p),
+                      kMx ? gather_e8m0_half_x8(rows, at) : gather_f16x8(rows, at));
       __m256i v[8];
       for (int i = 0; i < 8; ++i) v[i] = codes(rows[i], b);
       transpose8_epi32(v);
@@ -120,6 +127,8 @@ QuantTileFn quant_tile_avx2(QuantType t) {
       return rows_panels<Block32<WType::Q4_0>>;
     case QuantType::Q5_0:
       return rows_panels<Block32<WType::Q5_0>>;
+    case QuantType::MXFP4:
+      return rows_panels<Block32<WType::MXFP4>>;
     case QuantType::Q4_K:
       return rows_q4_k_avx2;
     case QuantType::Q5_K:

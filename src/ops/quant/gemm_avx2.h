@@ -61,6 +61,16 @@ inline __m256 gather_f16x8(const uint8_t* const* p, size_t offset) {
   return _mm256_cvtph_ps(x);
 }
 
+// The 8 E8M0 exponents at p[i] + offset (one per row) as 8 floats 2^(e - 128) (quant::e8m0_half).
+inline __m256 gather_e8m0_half_x8(const uint8_t* const* p, size_t offset) {
+  const __m256i e = _mm256_setr_epi32(p[0][offset], p[1][offset], p[2][offset], p[3][offset],
+                                      p[4][offset], p[5][offset], p[6][offset], p[7][offset]);
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  const __m256i is_normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, is_normal));
+}
+
 // Lane i = the sum of the 8 int32 lanes of v[i].
 inline __m256i reduce8_epi32(const __m256i v[8]) {
   const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);

@@ -31,6 +31,14 @@ struct Signed32 {
     if constexpr (std::is_same_v<Block, BlockQ8_0>) return load256(b.qs);
     if constexpr (std::is_same_v<Block, BlockQ4_0>) return codes_q4_0(b.qs);
     if constexpr (std::is_same_v<Block, BlockQ5_0>) return codes_q5_0(b.qs, b.qh);
+    if constexpr (std::is_same_v<Block, BlockMxfp4>) return codes_mxfp4(b.qs);
+  }
+  // The 8 rows' weight scales of block b (fp16 d, or MXFP4's exponent).
+  static __m256 scales(const uint8_t* const* rows, int64_t b) {
+    if constexpr (std::is_same_v<Block, BlockMxfp4>)
+      return gather_e8m0_half_x8(rows, size_t(b) * sizeof(Block));
+    else
+      return gather_f16x8(rows, size_t(b) * sizeof(Block));
   }
 
   static __m256 block(const uint8_t* const* rows, int64_t b, const Act& a, __m256 acc) {
@@ -39,7 +47,7 @@ struct Signed32 {
 #pragma GCC unroll 8
     for (int i = 0; i < kPanelRows; ++i)
       v[i] = dot_i8(codes(reinterpret_cast<const Block*>(rows[i])[b]), av);
-    const __m256 dw = gather_f16x8(rows, size_t(b) * sizeof(Block));
+    const __m256 dw = scales(rows, b);
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(h2f(a.d))),
                            _mm256_cvtepi32_ps(reduce8_epi32(v)), acc);
   }
@@ -193,6 +201,8 @@ QuantTileFn quant_gemv_avx2(QuantType t) {
       return rows_gemv<Signed32<BlockQ4_0>>;
     case QuantType::Q5_0:
       return rows_gemv<Signed32<BlockQ5_0>>;
+    case QuantType::MXFP4:
+      return rows_gemv<Signed32<BlockMxfp4>>;
     case QuantType::Q4_K:
       return rows_gemv<K4<false>>;
     case QuantType::Q5_K:

@@ -23,6 +23,7 @@ void fit_k4_super_block_ref(const float* x, int nmax, uint8_t* codes, float* sca
 void fit_q6_k_scales_ref(const float* x, float* scales);
 void quantize_q6_k_ref(const float* x, void* y, int64_t n);
 void quantize_q8_k_ref(const float* x, void* y, int64_t n);
+void quantize_mxfp4_ref(const float* x, void* y, int64_t n);
 
 void dequantize_q4_0_ref(const void* x, float* y, int64_t n);
 void dequantize_q4_1_ref(const void* x, float* y, int64_t n);
@@ -33,6 +34,7 @@ void dequantize_q4_k_ref(const void* x, float* y, int64_t n);
 void dequantize_q5_k_ref(const void* x, float* y, int64_t n);
 void dequantize_q6_k_ref(const void* x, float* y, int64_t n);
 void dequantize_q8_k_ref(const void* x, float* y, int64_t n);
+void dequantize_mxfp4_ref(const void* x, float* y, int64_t n);
 
 // AVX2 variant (dot_avx2.cpp, quantize_avx2.cpp); only called when the CPU has AVX2+FMA+F16C.
 const QuantKernels& avx2_kernels();

@@ -32,6 +32,8 @@ void quantize_row(QuantType t, const float* x, void* y, int64_t n) {
       return quantize_q6_k(x, y, n, quant_kernels().fit_q6_k);
     case QuantType::Q8_K:
       return quant_kernels().quantize_q8_k(x, y, n);
+    case QuantType::MXFP4:
+      return quantize_mxfp4_ref(x, y, n);
   }
   fail("quantize_row: unknown quant type " + std::to_string(uint32_t(t)));
 }
@@ -57,6 +59,8 @@ void dequantize_row(QuantType t, const void* x, float* y, int64_t n) {
       return dequantize_q6_k_ref(x, y, n);
     case QuantType::Q8_K:
       return dequantize_q8_k_ref(x, y, n);
+    case QuantType::MXFP4:
+      return dequantize_mxfp4_ref(x, y, n);
   }
   fail("dequantize_row: unknown quant type " + std::to_string(uint32_t(t)));
 }

@@ -58,6 +58,25 @@ struct [[gnu::packed]] BlockQ5_1 {
   uint8_t qs[kQK / 2];
 };
 
+// MXFP4 (OCP microscaling FP4, gpt-oss's experts): x = 2^(e - 127) * fp4(q), fp4 an E2M1 value
+// (0, +-0.5, +-1, +-1.5, +-2, +-3, +-4, +-6); ggml stores it doubled (kMxfp4Values, integers) with
+// the scale halved (e8m0_half), so the codes are exact int8. Nibbles as in q4_0.
+struct [[gnu::packed]] BlockMxfp4 {
+  uint8_t e;
+  uint8_t qs[kQK / 2];
+};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 128) exactly (the scale of the doubled values), as ggml_e8m0_to_fp32_half: subnormal
+// bit patterns for e < 2.
+inline namespace FAK_ISA_NS {
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+}  // namespace FAK_ISA_NS
+
 // Prepacked q4_0 / q4_1 / q5_0 / q5_1 (as q8_0: 16 rows' block in the 16 x 18 / 20 / 22 / 24 bytes
 // they took): the 16 fp16 d; (q4_1, q5_1) the 16 fp16 m; (q5_0, q5_1) 64 bytes of fifth bits, row
 // i's dword at 4i, reordered by q5_high_bits_packed so that the tile shifts each register's bits
@@ -176,6 +195,7 @@ static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockMxfp4) == 17);
 static_assert(sizeof(BlockQ4K) == 144);
 static_assert(sizeof(BlockQ5K) == 176);
 static_assert(sizeof(BlockQ6K) == 210);

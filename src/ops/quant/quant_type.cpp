@@ -18,7 +18,7 @@ struct Info {
   size_t block_bytes;
 };
 
-constexpr std::array<Info, 9> kInfos{{
+constexpr std::array<Info, 10> kInfos{{
     {QuantType::Q4_0, "q4_0", quant::kQK, sizeof(quant::BlockQ4_0)},
     {QuantType::Q4_1, "q4_1", quant::kQK, sizeof(quant::BlockQ4_1)},
     {QuantType::Q5_0, "q5_0", quant::kQK, sizeof(quant::BlockQ5_0)},
@@ -28,11 +28,12 @@ constexpr std::array<Info, 9> kInfos{{
     {QuantType::Q5_K, "q5_k", quant::kQKK, sizeof(quant::BlockQ5K)},
     {QuantType::Q6_K, "q6_k", quant::kQKK, sizeof(quant::BlockQ6K)},
     {QuantType::Q8_K, "q8_k", quant::kQKK, sizeof(quant::BlockQ8K)},
+    {QuantType::MXFP4, "mxfp4", quant::kQK, sizeof(quant::BlockMxfp4)},
 }};
 
-constexpr std::array<QuantType, 9> kTypes{QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0,
-                                          QuantType::Q5_1, QuantType::Q8_0, QuantType::Q4_K,
-                                          QuantType::Q5_K, QuantType::Q6_K, QuantType::Q8_K};
+constexpr std::array<QuantType, 10> kTypes{
+    QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
+    QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K, QuantType::Q8_K, QuantType::MXFP4};
 
 const Info& info(QuantType t) {
   for (const Info& i : kInfos)

@@ -21,8 +21,9 @@ enum class QuantType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  MXFP4 = 39,
 };
-constexpr uint32_t kQuantTypeIdLimit = 16;  // every QuantType value is below this
+constexpr uint32_t kQuantTypeIdLimit = 40;  // every QuantType value is below this
 
 std::span<const QuantType> all_quant_types();
 std::string_view quant_type_name(QuantType t);                         // "q8_0", "q4_k", ...

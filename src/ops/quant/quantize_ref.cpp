@@ -1,5 +1,5 @@
-// Scalar quantize / dequantize of the 32-element block types (q4_0, q4_1, q5_0, q5_1, q8_0) and of
-// q8_K, the activation format of the K-quant dots. These are the spec the SIMD variants match.
+// Scalar quantize / dequantize of the 32-element block types (q4_0, q4_1, q5_0, q5_1, q8_0, mxfp4)
+// and of q8_K, the activation format of the K-quant dots. These are the spec the SIMD variants match.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -213,6 +213,48 @@ void dequantize_q8_0_ref(const void* vx, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
     const float d = f16_to_f32(x[i].d);
     for (int j = 0; j < kQK; ++j) y[j] = float(x[i].qs[j]) * d;
+  }
+}
+
+// As ggml's quantize_row_mxfp4_ref (llama-quantize writes these bytes): the shared exponent puts
+// the block's largest magnitude in [8, 16) times the halved scale, and each element takes the
+// nearest of the 16 doubled values (the first on a tie). The exponent is clamped to E8M0's finite
+// range (0..254), where ggml would wrap for magnitudes below 2^-125 or above 2^128.
+void quantize_mxfp4_ref(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockMxfp4*>(vy);
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float exponent = amax > 0.0f ? std::floor(std::log2(amax)) - 2 + 127 : 0.0f;
+    BlockMxfp4 b;
+    b.e = uint8_t(std::clamp(exponent, 0.0f, 254.0f));
+    const float d = e8m0_half(b.e);
+    auto nearest = [&](float v) {
+      int best = 0;
+      float best_err = std::fabs(float(kMxfp4Values[0]) * d - v);
+      for (int k = 1; k < 16; ++k) {
+        const float err = std::fabs(float(kMxfp4Values[k]) * d - v);
+        if (err < best_err) {
+          best = k;
+          best_err = err;
+        }
+      }
+      return best;
+    };
+    for (int j = 0; j < kQK / 2; ++j)
+      b.qs[j] = uint8_t(nearest(x[j]) | (nearest(x[j + kQK / 2]) << 4));
+    std::memcpy(&y[i], &b, sizeof b);
+  }
+}
+
+void dequantize_mxfp4_ref(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockMxfp4*>(vx);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const float d = e8m0_half(x[i].e);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = float(kMxfp4Values[x[i].qs[j] & 0xF]) * d;
+      y[j + kQK / 2] = float(kMxfp4Values[x[i].qs[j] >> 4]) * d;
+    }
   }
 }
 
