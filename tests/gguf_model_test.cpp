@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -190,6 +191,76 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                          });
 
 // Field-by-field conformance to llama.cpp's converter (convert_hf_to_gguf.py) and GGUF spec.
+// OpenAI's gpt-oss checkpoints keep the experts in MXFP4 (blocks + E8M0 scales, transformers'
+// Mxfp4GptOssExperts layout). The fixture (oracle/gpt-oss-tiny-mxfp4, gen.py) was encoded by an
+// OCP-rule quantiser that is not fak's or ggml's, and dequantized.safetensors holds what
+// transformers' convert_moe_packed_tensors makes of it. Loaded as stored, every expert row must
+// dequantise to exactly those values (the dense fixture with them swapped in is the reference), and
+// a GGUF converted from it keeps the experts MXFP4 and computes the same bits as the checkpoint
+// (its other matrices quantised alike at load).
+TEST(GptOssMxfp4, CheckpointExpertsRunAsStoredAndConvert) {
+  const auto mx_dir = test::data_path("oracle/gpt-oss-tiny-mxfp4");
+  const auto dense_dir = test::temp_dir() / "gpt-oss-dequantized";
+  std::filesystem::create_directories(dense_dir);
+  std::filesystem::copy_file(test::data_path("oracle/gpt-oss-tiny/config.json"),
+                             dense_dir / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  {
+    auto base = TensorStore::open_file(test::data_path("oracle/gpt-oss-tiny/model.safetensors"));
+    auto deq = TensorStore::open_file(mx_dir / "dequantized.safetensors");
+    std::vector<TensorToWrite> out;
+    for (const TensorInfo* t : base.all()) {
+      const TensorInfo* use = deq.find(t->name) ? deq.find(t->name) : t;
+      out.push_back({t->name, use->dtype, use->shape,
+                     {reinterpret_cast<const char*>(use->data), use->nbytes}});
+    }
+    write_safetensors(dense_dir / "model.safetensors", out);
+  }
+  auto mx = Model::load(mx_dir);
+  auto dense = Model::load(dense_dir, {.load_tokenizer = false});
+  const ModelConfig& c = mx->config();
+  ASSERT_EQ(c.n_layers, 4);
+  std::vector<float> a(static_cast<size_t>(c.dim)), b(static_cast<size_t>(c.dim));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const MoeWeights& m = mx->weights().layers[size_t(l)].moe;
+    const MoeWeights& d = dense->weights().layers[size_t(l)].moe;
+    for (int e = 0; e < c.n_experts; ++e)
+      for (auto [x, y] : {std::pair{&m.gate, &d.gate}, {&m.up, &d.up}, {&m.down, &d.down}}) {
+        const WeightMatrix& wx = (*x)[size_t(e)];
+        ASSERT_EQ(wx.type, WType::MXFP4);
+        for (int64_t r = 0; r < wx.rows; ++r) {
+          dequantize_row(wx, r, a.data());
+          dequantize_row((*y)[size_t(e)], r, b.data());
+          ASSERT_EQ(0, std::memcmp(a.data(), b.data(), size_t(wx.cols) * 4))
+              << "layer " << l << " expert " << e << " row " << r;
+        }
+      }
+  }
+  const auto gguf = test::temp_dir() / "gpt-oss-mxfp4.gguf";
+  export_gguf(*mx, FileType::MXFP4_MOE, gguf);
+  auto g = Model::load(gguf, {.load_tokenizer = false});
+  EXPECT_EQ(g->weights().layers[1].moe.up[3].type, WType::MXFP4);
+  auto q = Model::load(mx_dir, {.load_tokenizer = false, .quant = QuantType::MXFP4});
+  const std::vector<int32_t> ids = prompt_ids("gpt-oss-tiny");
+  const std::vector<float> from_gguf = all_logits(g, ids), from_hf = all_logits(q, ids);
+  ASSERT_EQ(from_gguf.size(), from_hf.size());
+  EXPECT_EQ(0, std::memcmp(from_gguf.data(), from_hf.data(), 4 * from_hf.size()));
+  // Another quantisation scheme is refused by name, not misread.
+  auto cfg = nlohmann::json::parse(std::ifstream(mx_dir / "config.json"));
+  cfg["quantization_config"]["quant_method"] = "fp8";
+  const auto fp8_dir = test::temp_dir() / "gpt-oss-fp8";
+  std::filesystem::create_directories(fp8_dir);
+  std::ofstream(fp8_dir / "config.json") << cfg.dump();
+  std::filesystem::copy_file(mx_dir / "model.safetensors", fp8_dir / "model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  try {
+    Model::load(fp8_dir, {.load_tokenizer = false});
+    ADD_FAILURE() << "an fp8 checkpoint loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quant_method 'fp8'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GgufExport, FollowsLlamaCppConventions) {
   const auto dir = fixture_with_tokenizer("llama-tiny");
   auto hf = Model::load(dir);

@@ -309,6 +309,19 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
     fail(label + ": use_sliding_window is set; sliding-window attention is not supported");
 
   c.family->read_hf(j, c, label);
+  // Quantised checkpoints: only gpt-oss's MXFP4 experts are read as stored (models/weights.cpp);
+  // any other scheme's tensors would not load as the weights they stand for.
+  if (auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
+    const std::string method = q->is_object() && q->contains("quant_method") &&
+                                       (*q)["quant_method"].is_string()
+                                   ? (*q)["quant_method"].get<std::string>()
+                                   : "?";
+    if (method != "mxfp4" || c.family_name() != "gpt_oss")
+      fail(label + ": quantization_config quant_method '" + method + "' is not supported for " +
+           c.family_name() +
+           " (fak reads unquantised checkpoints, and gpt-oss's MXFP4 experts; for others, convert "
+           "the unquantised weights with fak convert)");
+  }
   // A dense model's MLP width; MoE families whose every layer is sparse may leave it out.
   const bool any_dense =
       std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();

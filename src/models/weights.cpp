@@ -130,6 +130,12 @@ class Loader {
     }
     std::vector<WeightMatrix>& out = *d.experts;
     const int64_t E = d.n_experts;
+    // OpenAI's gpt-oss checkpoints keep the experts in MXFP4 (<name>_blocks and <name>_scales,
+    // [E, out, in]): run as stored.
+    if (!has(spelling) && has(spelling + "_blocks") &&
+        (layout == HfLayout::StackedTransposed || layout == HfLayout::InterleavedEven ||
+         layout == HfLayout::InterleavedOdd))
+      return load_mxfp4_experts(d, spelling, layout);
     switch (layout) {
       case HfLayout::PerExpert:
         for (int64_t e = 0; e < E; ++e)
@@ -184,6 +190,57 @@ class Loader {
   std::vector<std::vector<uint8_t>> take_made() { return std::move(made_); }
 
  private:
+
+  // MXFP4 experts as transformers' Mxfp4GptOssExperts holds them: blocks [E, R, in / 32, 16] and
+  // E8M0 scales [E, R, in / 32] (uint8), where R is the output rows (gate and up interleaved by
+  // row in gate_up_proj) and byte j of a block holds elements 2j (low nibble) and 2j + 1 (high).
+  // Each expert's rows are laid out as ggml's MXFP4 (byte j: elements j and j + 16; the same
+  // codes and exponent: 2^(e - 127) * fp4 = 2^(e - 128) * 2 fp4).
+  void load_mxfp4_experts(const TensorDef& d, const std::string& name, HfLayout layout) {
+    const int64_t E = d.n_experts, G = d.cols / 32;
+    if (d.cols % 32 != 0)
+      fail(store_.source().string() + ": '" + name + "_blocks': " + std::to_string(d.cols) +
+           " columns are not whole MXFP4 blocks of 32");
+    const int64_t stride = layout == HfLayout::StackedTransposed ? 1 : 2;
+    const int64_t parity = layout == HfLayout::InterleavedOdd ? 1 : 0;
+    const TensorInfo& blocks = raw_tensor(name + "_blocks", {E, stride * d.rows, G, 16});
+    const TensorInfo& scales = raw_tensor(name + "_scales", {E, stride * d.rows, G});
+    std::vector<WeightMatrix>& out = *d.experts;
+    const size_t row_bytes = wtype_row_bytes(WType::MXFP4, d.cols);
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<uint8_t> bytes(row_bytes * size_t(d.rows));
+      for (int64_t r = 0; r < d.rows; ++r) {
+        const int64_t src = e * stride * d.rows + stride * r + parity;  // [E][R] row index
+        for (int64_t g = 0; g < G; ++g) {
+          const uint8_t* b = blocks.data + size_t((src * G + g) * 16);
+          uint8_t code[32];
+          for (int j = 0; j < 16; ++j) {
+            code[2 * j] = b[j] & 0x0F;
+            code[2 * j + 1] = b[j] >> 4;
+          }
+          uint8_t* block = &bytes[size_t(r) * row_bytes + size_t(g) * 17];
+          block[0] = scales.data[size_t(src * G + g)];
+          for (int j = 0; j < 16; ++j) block[1 + j] = uint8_t(code[j] | (code[j + 16] << 4));
+        }
+      }
+      made_.push_back(std::move(bytes));
+      out[size_t(e)] = WeightMatrix{WType::MXFP4, made_.back().data(), d.rows, d.cols, row_bytes};
+    }
+  }
+
+  // A uint8 tensor (MXFP4 blocks and scales), its shape checked.
+  const TensorInfo& raw_tensor(const std::string& name, const std::vector<int64_t>& shape) {
+    const TensorInfo* t = store_.find(name);
+    if (!t) fail(store_.source().string() + ": missing tensor '" + name + "'");
+    used_.insert(name);
+    if (t->shape != shape)
+      fail(t->file + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected " +
+           shape_text(shape) + " from config.json");
+    if (t->dtype != DType::U8)
+      fail(t->file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
+           " (MXFP4 blocks and scales are U8)");
+    return *t;
+  }
 
   static std::string expert_name(const std::string& pattern, int64_t e) {
     std::string n = pattern;
