@@ -76,6 +76,7 @@ int gemv_max_tokens(QuantType t) {
       return 0;  // no decode kernel: vec_dot rows, which reduce two sums per block, are slower
     case QuantType::Q4_0:
     case QuantType::Q5_0:
+    case QuantType::MXFP4:
       return 1;
     case QuantType::Q8_0:
     case QuantType::Q4_K:

@@ -75,20 +75,27 @@ inline __m512i bcast4_512(const void* p) {
 
 // q8_0 / q4_0 / q5_0 / q4_1 / q5_1 panel block: 16 float scales (and for q4_1 / q5_1 the 16
 // float mins), then 8 registers of unsigned codes (register g: codes 4g..4g+3 of row i in lane i).
+// MXFP4 (per-call panels only): its doubled E2M1 codes + 12, unsigned, and the E8M0 scales widened.
 template <WType T>
 struct Block32 {
-  static constexpr QuantType kType = T == WType::Q8_0   ? QuantType::Q8_0
-                                     : T == WType::Q4_0 ? QuantType::Q4_0
-                                     : T == WType::Q5_0 ? QuantType::Q5_0
-                                     : T == WType::Q4_1 ? QuantType::Q4_1
-                                                        : QuantType::Q5_1;
+  static constexpr QuantType kType = T == WType::Q8_0    ? QuantType::Q8_0
+                                     : T == WType::Q4_0  ? QuantType::Q4_0
+                                     : T == WType::Q5_0  ? QuantType::Q5_0
+                                     : T == WType::Q4_1  ? QuantType::Q4_1
+                                     : T == WType::MXFP4 ? QuantType::MXFP4
+                                                         : QuantType::Q5_1;
+  static constexpr bool kMx = T == WType::MXFP4;
   static constexpr bool kMin = T == WType::Q4_1 || T == WType::Q5_1;  // x = d q + m
   static constexpr bool kFiveBit = T == WType::Q5_0 || T == WType::Q5_1;
   static constexpr int kBlock = kQK;
   static constexpr int kCodesAt = kMin ? 128 : 64;
   static constexpr int kPanelBytes = kCodesAt + 8 * 64;
   static constexpr int kTT = 8;
-  static constexpr int kOffset = kMin ? 0 : T == WType::Q8_0 ? 128 : T == WType::Q4_0 ? 8 : 16;
+  static constexpr int kOffset = kMin                ? 0
+                                 : T == WType::Q8_0  ? 128
+                                 : T == WType::Q4_0  ? 8
+                                 : T == WType::MXFP4 ? 12
+                                                     : 16;
   // The layout packed at load (quant_blocks.h: kPackedQ8* for q8_0, packed32_* for the others).
   static constexpr int kPackedBytes =
       T == WType::Q8_0 ? quant::kPackedQ8BlockBytes : quant::packed32_block_bytes(kMin, kFiveBit);
@@ -99,13 +106,17 @@ struct Block32 {
       T == WType::Q8_0, BlockQ8_0,
       std::conditional_t<
           T == WType::Q4_0, BlockQ4_0,
-          std::conditional_t<T == WType::Q5_0, BlockQ5_0,
-                             std::conditional_t<T == WType::Q4_1, BlockQ4_1, BlockQ5_1>>>>;
+          std::conditional_t<
+              T == WType::Q5_0, BlockQ5_0,
+              std::conditional_t<T == WType::Q4_1, BlockQ4_1,
+                                 std::conditional_t<kMx, BlockMxfp4, BlockQ5_1>>>>>;
 
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];
     if constexpr (T == WType::Q8_0) {
       return q8_codes_unsigned(b);
+    } else if constexpr (kMx) {
+      return codes_mxfp4_unsigned(b.qs);
     } else if constexpr (kFiveBit) {
       return _mm256_or_si256(unpack_nibbles(b.qs),
                              _mm256_and_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(0x10)));
@@ -118,7 +129,14 @@ struct Block32 {
     for (int64_t b = 0; b < nb; ++b) {
       next.upto(b, nb);
       uint8_t* p = panel + size_t(b) * kPanelBytes;
-      store_scales16(rows, size_t(b) * sizeof(Block), p);
+      if constexpr (kMx) {
+        _mm256_store_ps(reinterpret_cast<float*>(p),
+                        gather_e8m0_half_x8(rows, size_t(b) * sizeof(Block)));
+        _mm256_store_ps(reinterpret_cast<float*>(p + 32),
+                        gather_e8m0_half_x8(rows + 8, size_t(b) * sizeof(Block)));
+      } else {
+        store_scales16(rows, size_t(b) * sizeof(Block), p);
+      }
       if constexpr (kMin) store_scales16(rows, size_t(b) * sizeof(Block) + 2, p + 64);
       __m256i lo[8], hi[8];
 #pragma GCC unroll 8
@@ -740,6 +758,8 @@ QuantTileFn quant_tile_avx512(QuantType t) {
       return rows_panels16<Block32<WType::Q4_1>>;
     case QuantType::Q5_1:
       return rows_panels16<Block32<WType::Q5_1>>;
+    case QuantType::MXFP4:
+      return rows_panels16<Block32<WType::MXFP4>>;
     case QuantType::Q4_K:
       return rows_panels16<K4<false>>;
     case QuantType::Q5_K:
