@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "tokenizer/chat_template.h"
 
 namespace {
 

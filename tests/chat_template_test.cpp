@@ -2,7 +2,7 @@
 // test per Jinja feature, and clear errors for broken templates. Expected texts in the JSON
 // fixtures come from jinja2 set up as transformers does (tests/data/tokenizer/
 // gen_chat_template_cases.py); the inline expectations below were checked against it too.
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -135,9 +135,11 @@ TEST(ChatTemplateGemma, SystemFoldedIntoTheFirstTurnAndRolesAlternate) {
             "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n"
             "<start_of_turn>model\nHello!<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n"
             "<start_of_turn>model\n");
-  const ordered_json twice = ordered_json::parse(
-      R"([{"role":"user","content":"a"},{"role":"user","content":"b"}])");
-  EXPECT_THAT(error_of([&] { t.render(twice, ordered_json(), true, {{"bos_token", "<bos>"}}); }),
+  const ordered_json twice =
+      ordered_json::parse(R"([{"role":"user","content":"a"},{"role":"user","content":"b"}])");
+  EXPECT_THAT(error_of([&] {
+                t.render(twice, ordered_json(), true, {{"bos_token", "<bos>"}});
+              }),
               HasSubstr("Conversation roles must alternate"));
 }
 

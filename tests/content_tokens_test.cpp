@@ -8,12 +8,12 @@
 
 #include <algorithm>
 
+#include "chat/chat_prompt.h"
+#include "chat/chat_template.h"
 #include "core/json.h"
 #include "http_test_client.h"
-#include "server/chat_prompt.h"
 #include "server_process.h"
 #include "test_util.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_fixtures.h"
 
@@ -62,7 +62,7 @@ class QwenPrompt : public ::testing::Test {
                            ContentTokens content = ContentTokens::Text) const {
     return prompt_.encode(prompt_.render(messages, tools, true, nullptr, content), content);
   }
-  server::ChatPrompt prompt_;
+  chat::ChatPrompt prompt_;
 };
 
 TEST_F(QwenPrompt, EveryPieceOfContentIsText) {

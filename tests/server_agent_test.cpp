@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "chat/reasoning.h"
 #include "core/json.h"
 #include "grammar/schema_validate.h"
 #include "http_test_client.h"
-#include "server/reasoning.h"
 #include "server_process.h"
 #include "test_util.h"
 
@@ -380,10 +380,10 @@ TEST(ServerAgentDefaults, SamplingDefaultsComeFromGenerationConfig) {
 }
 
 TEST(ReasoningSplit, ThinkBlocksComeApartAcrossPieces) {
-  using server::ReasoningSplitter;
+  using chat::ReasoningSplitter;
   auto run = [](bool inside, const std::vector<std::string>& pieces) {
-    ReasoningSplitter s(true, inside);
-    ReasoningSplitter::Parts all;
+    chat::ReasoningSplitter s(true, inside);
+    chat::ReasoningSplitter::Parts all;
     for (const auto& p : pieces) {
       auto part = s.push(p);
       all.reasoning += part.reasoning;
@@ -403,7 +403,7 @@ TEST(ReasoningSplit, ThinkBlocksComeApartAcrossPieces) {
   EXPECT_EQ(run(true, {"cut off mid-thought"}),
             std::make_pair(std::string("cut off mid-thought"), std::string("")));
   EXPECT_EQ(run(false, {"<thin"}), std::make_pair(std::string(""), std::string("<thin")));
-  ReasoningSplitter off(false, false);
+  chat::ReasoningSplitter off(false, false);
   EXPECT_EQ(off.push("<think>x</think>").content, "<think>x</think>");
 }
 

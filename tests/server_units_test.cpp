@@ -2,10 +2,10 @@
 // extraction, request validation.
 #include <gtest/gtest.h>
 
+#include "chat/tool_calls.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/stop_filter.h"
-#include "server/tool_calls.h"
 
 namespace fak::server {
 namespace {
@@ -51,7 +51,7 @@ TEST(StopFilter, CapturesFromMarker) {
 }
 
 TEST(ToolCalls, ExtractsHermesBlocks) {
-  auto r = extract_tool_calls(
+  auto r = chat::extract_tool_calls(
       "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
       "\"Paris\"}}\n"
       "</tool_call>\n<tool_call>{\"name\": \"now\"}</tool_call>");
@@ -65,11 +65,11 @@ TEST(ToolCalls, ExtractsHermesBlocks) {
 }
 
 TEST(ToolCalls, BrokenBlocksStayText) {
-  auto r = extract_tool_calls("x <tool_call>{not json</tool_call>");
+  auto r = chat::extract_tool_calls("x <tool_call>{not json</tool_call>");
   EXPECT_TRUE(r.tool_calls.empty());
   EXPECT_EQ(r.content, "x <tool_call>{not json</tool_call>");
-  auto u =
-      extract_tool_calls("<tool_call>{\"name\": \"f\", \"arguments\": {}}");  // cut off at the end
+  auto u = chat::extract_tool_calls(
+      "<tool_call>{\"name\": \"f\", \"arguments\": {}}");  // cut off at the end
   EXPECT_EQ(u.tool_calls.size(), 1u);
 }
 
@@ -79,7 +79,7 @@ TEST(ToolCalls, PlainTemplatesGetToolsAndCallsAsText) {
     {"role":"tool","content":"42"}])");
   ojson tools = ojson::parse(
       R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
-  ojson out = messages_for_plain_template(msgs, tools);
+  ojson out = chat::messages_for_plain_template(msgs, tools);
   ASSERT_EQ(out.size(), 4u);
   EXPECT_EQ(out[0]["role"], "system");
   EXPECT_NE(out[0]["content"].get<std::string>().find("\"name\":\"f\""), std::string::npos);
@@ -115,9 +115,9 @@ TEST(OpenAiRequest, Validation) {
   EXPECT_EQ(status_of("{" + m + R"(,"response_format":{"type":"xml"}})", true), 400);
   EXPECT_EQ(status_of("{" + m + R"(,"response_format":{"type":"json_schema"}})", true), 400);
   EXPECT_EQ(status_of("{" + m + R"(,"response_format":{"type":"json_object"}})", true), 200);
-  EXPECT_EQ(status_of("{" + m + R"(,"tool_choice":{"type":"function","function":{"name":"f"}}})",
-                      true),
-            400);  // no such tool
+  EXPECT_EQ(
+      status_of("{" + m + R"(,"tool_choice":{"type":"function","function":{"name":"f"}}})", true),
+      400);  // no such tool
   EXPECT_EQ(status_of("{" + m + R"(,"chat_template_kwargs":[1]})", true), 400);
   EXPECT_EQ(status_of("{" + m + R"(,"stop":5})", true), 400);
   EXPECT_EQ(status_of("{" + m + R"(,"stop":["a","b"],"seed":7,"stream":true})", true), 200);

@@ -3,7 +3,7 @@
 // `input_json_delta`, Responses `function_call_arguments.delta`), adding up to what a whole reply
 // holds; and a call cut off by max_tokens is "length", with no half call in the text. The reader
 // in-process over awkward splits, then the server through every API.
-#include "server/tool_call_stream.h"
+#include "chat/tool_call_stream.h"
 
 #include <gtest/gtest.h>
 
@@ -17,25 +17,25 @@
 namespace fak::test {
 namespace {
 
-using server::ToolCallDelta;
-using server::ToolCallStream;
+using chat::ToolCallDelta;
+using chat::ToolCallStream;
 
 // Feeds text in pieces of `step` bytes; returns the deltas and the final state.
-std::pair<std::vector<ToolCallDelta>, ToolCallStream::Final> read(const std::string& text,
-                                                                  size_t step, bool cut) {
-  ToolCallStream s;
-  std::vector<ToolCallDelta> all;
+std::pair<std::vector<chat::ToolCallDelta>, chat::ToolCallStream::Final> read(
+    const std::string& text, size_t step, bool cut) {
+  chat::ToolCallStream s;
+  std::vector<chat::ToolCallDelta> all;
   for (size_t at = 0; at < text.size(); at += step)
-    for (ToolCallDelta& d : s.push(text.substr(at, step))) all.push_back(std::move(d));
-  ToolCallStream::Final f = s.finish(cut);
-  for (ToolCallDelta& d : f.deltas) all.push_back(d);
+    for (chat::ToolCallDelta& d : s.push(text.substr(at, step))) all.push_back(std::move(d));
+  chat::ToolCallStream::Final f = s.finish(cut);
+  for (chat::ToolCallDelta& d : f.deltas) all.push_back(d);
   return {all, std::move(f)};
 }
 
 // The calls the deltas describe: {id, name, arguments} per index.
-std::vector<std::array<std::string, 3>> replay(const std::vector<ToolCallDelta>& deltas) {
+std::vector<std::array<std::string, 3>> replay(const std::vector<chat::ToolCallDelta>& deltas) {
   std::vector<std::array<std::string, 3>> calls;
-  for (const ToolCallDelta& d : deltas) {
+  for (const chat::ToolCallDelta& d : deltas) {
     if (!d.id.empty()) {
       EXPECT_EQ(d.index, int(calls.size()));
       calls.push_back({d.id, d.name, ""});

@@ -205,4 +205,32 @@ struct IndexedOrderedMap : nlohmann::ordered_map<Key, T, IgnoredLess, Allocator>
 
 using ojson = nlohmann::basic_json<IndexedOrderedMap>;
 
+// Deepest nesting of arrays and objects fak parses from outside (request bodies, tool calls a model
+// wrote; tool schemas need a dozen): text nested thousands deep parses, but copying or walking it
+// recursively overflows the stack.
+inline constexpr int kMaxJsonDepth = 128;
+
+// How deeply arrays and objects nest in JSON text, counted without parsing it.
+inline int json_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = depth + 1 > deepest ? depth + 1 : deepest;
+      ++depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace fak

@@ -282,7 +282,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   ctx.model = model;
   ctx.options = options;
   ctx.model_id = options.model_id.empty() ? model_id_of(*model) : options.model_id;
-  if (model->tokenizer()) ctx.chat = std::make_unique<ChatPrompt>(*model);
+  if (model->tokenizer()) ctx.chat = std::make_unique<chat::ChatPrompt>(*model);
   ctx.sampling_defaults = load_generation_defaults(model->path());
   SchedulerOptions so;
   so.parallel = options.parallel;

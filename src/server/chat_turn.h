@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/object_id.h"
 #include "runtime/sampler.h"
 #include "server/generation.h"
 #include "server/prompt_builder.h"
@@ -54,8 +55,5 @@ GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
 // system prompt plus system messages, would otherwise be several system turns in a row, which
 // many chat templates refuse.
 void merge_leading_system(ojson& messages);
-
-// A fresh id for a reply object: prefix + 24 hex digits ("msg_...", "toolu_...", "resp_...").
-std::string new_object_id(std::string_view prefix);
 
 }  // namespace fak::server

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "chat/chat_prompt.h"
 #include "models/model.h"
-#include "server/chat_prompt.h"
 #include "server/http_router.h"
 #include "server/metrics.h"
 #include "server/openai_format.h"
@@ -28,8 +28,8 @@ struct ServerContext {
   std::shared_ptr<const Model> model;
   ServerOptions options;
   std::string model_id;
-  std::unique_ptr<ChatPrompt> chat;   // null when the model has no tokenizer
-  SamplingOptions sampling_defaults;  // generation_config.json: what requests start from
+  std::unique_ptr<chat::ChatPrompt> chat;  // null when the model has no tokenizer
+  SamplingOptions sampling_defaults;       // generation_config.json: what requests start from
   Metrics metrics;
   // --store (null without): the Redis pool and the shared prefix cache's blocks, declared before
   // the scheduler (which uses them) so that they outlive it; shared sessions after the session

@@ -40,12 +40,12 @@ struct Generation::Text {
   Text(const Tokenizer& tok, const GenerationSpec& spec)
       : decoder(tok, /*skip_special=*/true),
         reasoning(spec.split_reasoning, spec.reasoning_open),
-        filter(spec.stop, spec.capture_tool_calls ? std::string(kToolCallOpen) : ""),
+        filter(spec.stop, spec.capture_tool_calls ? std::string(chat::kToolCallOpen) : ""),
         stop_holdback(longest_stop(spec.stop)) {}
   StreamDecoder decoder;
-  ReasoningSplitter reasoning;
+  chat::ReasoningSplitter reasoning;
   StopFilter filter;
-  ToolCallStream calls;
+  chat::ToolCallStream calls;
   size_t fed = 0;  // bytes of filter.captured() given to `calls`
   size_t stop_holdback = 0;
 };
@@ -61,7 +61,7 @@ void Generation::feed_tool_calls(Text& t, ChoiceDelta& d, bool all) {
       --end;
   }
   if (end <= t.fed) return;
-  for (ToolCallDelta& c : t.calls.push(std::string_view(cap).substr(t.fed, end - t.fed)))
+  for (chat::ToolCallDelta& c : t.calls.push(std::string_view(cap).substr(t.fed, end - t.fed)))
     d.tool_calls.push_back(std::move(c));
   t.fed = end;
 }
@@ -111,8 +111,8 @@ void Generation::close_choice(int index, const std::string& reason, std::vector<
   Text& t = *text_[size_t(index)];
   ChoiceDelta& d = delta_for(index, out);
   // What the decoder and the splitter still hold, through the stop filter, then what it held.
-  ReasoningSplitter::Parts tail = t.reasoning.push(t.decoder.flush());
-  const ReasoningSplitter::Parts last = t.reasoning.finish();
+  chat::ReasoningSplitter::Parts tail = t.reasoning.push(t.decoder.flush());
+  const chat::ReasoningSplitter::Parts last = t.reasoning.finish();
   tail.reasoning += last.reasoning;
   tail.content += last.content;
   std::string content = t.filter.stopped() ? "" : t.filter.push(tail.content);
@@ -125,8 +125,8 @@ void Generation::close_choice(int index, const std::string& reason, std::vector<
   c.finish_reason = reason == "cancelled" ? "stop" : reason;
   if (capture_tool_calls_ && !t.filter.captured().empty()) {
     feed_tool_calls(t, d, /*all=*/true);
-    ToolCallStream::Final f = t.calls.finish(reason == "length");
-    for (ToolCallDelta& x : f.deltas) d.tool_calls.push_back(std::move(x));
+    chat::ToolCallStream::Final f = t.calls.finish(reason == "length");
+    for (chat::ToolCallDelta& x : f.deltas) d.tool_calls.push_back(std::move(x));
     if (f.tool_calls.empty()) {
       // No call: what was captured stays text (a <tool_call> that did not parse), except a block
       // the generation cut off.
@@ -174,7 +174,7 @@ void Generation::on_event(const GenEvent& e, std::vector<ChoiceDelta>& out) {
         c.logprobs.push_back(lp);
         d.logprobs.push_back(std::move(lp));
       }
-      const ReasoningSplitter::Parts parts = t.reasoning.push(t.decoder.push(e.token));
+      const chat::ReasoningSplitter::Parts parts = t.reasoning.push(t.decoder.push(e.token));
       d.reasoning += parts.reasoning;
       c.reasoning += parts.reasoning;
       const std::string shown = t.filter.push(parts.content);

@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "chat/reasoning.h"
+#include "chat/tool_call_stream.h"
+#include "chat/tool_calls.h"
 #include "runtime/generate.h"
 #include "server/http_message.h"
 #include "server/openai_format.h"
-#include "server/reasoning.h"
 #include "server/scheduler.h"
 #include "server/stop_filter.h"
-#include "server/tool_call_stream.h"
-#include "server/tool_calls.h"
 
 namespace fak::server {
 
@@ -64,7 +64,7 @@ struct ChoiceDelta {
   std::vector<TokenLogprob> logprobs;
   // Tool calls as they grow (tool_call_stream.h): the first delta of a call has its id and name.
   // Every call of the final reply comes through here, in order, before the choice is done.
-  std::vector<ToolCallDelta> tool_calls;
+  std::vector<chat::ToolCallDelta> tool_calls;
 };
 
 class Generation {
@@ -80,7 +80,7 @@ class Generation {
     double sum_logprob = 0;          // over the choice's tokens (best_of ranks by it)
     int tokens = 0;
     bool done = false;
-    ExtractedToolCalls tool_calls;  // filled when done, if the spec captures them
+    chat::ExtractedToolCalls tool_calls;  // filled when done, if the spec captures them
   };
 
   // Queues the generation; throws ApiError as Scheduler::submit does.

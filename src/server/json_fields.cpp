@@ -23,27 +23,6 @@ const std::string& required_string(const ojson& obj, const char* key, const std:
   return it->get_ref<const std::string&>();
 }
 
-int json_depth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 ojson parse_json_object(const std::string& body) {
   if (json_depth(body) > kMaxJsonDepth)
     bad_request("the request body nests arrays and objects deeper than " +

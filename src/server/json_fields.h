@@ -16,12 +16,6 @@ namespace fak::server {
 
 using ojson = fak::ojson;
 
-// Deepest nesting of arrays and objects a request body may have (tool schemas need a dozen): a
-// body nested thousands deep parses, but copying or walking it recursively overflows the stack.
-inline constexpr int kMaxJsonDepth = 128;
-// How deeply arrays and objects nest in JSON text, counted without parsing it.
-int json_depth(std::string_view text);
-
 // A request body as a JSON object: not JSON, too deeply nested or not an object is a 400.
 ojson parse_json_object(const std::string& body);
 

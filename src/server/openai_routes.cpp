@@ -80,9 +80,9 @@ struct StreamState {
 // OpenAI's streamed tool calls: a call's first delta has its index, id, type and name (with empty
 // arguments), later ones only the index and more arguments text; what one poll gathered for a
 // call goes out as one delta.
-ojson tool_call_deltas(const std::vector<ToolCallDelta>& calls) {
+ojson tool_call_deltas(const std::vector<chat::ToolCallDelta>& calls) {
   ojson out = ojson::array();
-  for (const ToolCallDelta& c : calls) {
+  for (const chat::ToolCallDelta& c : calls) {
     if (!c.id.empty()) {
       out.push_back({{"index", c.index},
                      {"id", c.id},

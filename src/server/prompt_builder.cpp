@@ -1,8 +1,8 @@
 #include "server/prompt_builder.h"
 
+#include "chat/reasoning.h"
 #include "server/api_error.h"
 #include "server/context.h"
-#include "server/reasoning.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak::server {
@@ -17,8 +17,8 @@ BuiltPrompt build_chat_prompt(ServerContext& ctx, const ojson& messages, const o
   const size_t end = text.find_last_not_of(" \t\r\n");
   const std::string_view trimmed =
       end == std::string::npos ? std::string_view() : std::string_view(text).substr(0, end + 1);
-  b.opens_reasoning = trimmed.ends_with(kThinkOpen);
-  b.closes_reasoning = trimmed.ends_with(kThinkClose);
+  b.opens_reasoning = trimmed.ends_with(chat::kThinkOpen);
+  b.closes_reasoning = trimmed.ends_with(chat::kThinkClose);
   return b;
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "server/chat_prompt.h"
+#include "chat/chat_prompt.h"
 #include "server/openai_request.h"
 #include "server/scheduler.h"
 

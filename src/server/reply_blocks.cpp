@@ -52,7 +52,7 @@ void ReplyBlocks::push(std::string_view reasoning, std::string_view content) {
   pending_.clear();
 }
 
-void ReplyBlocks::push_tool_call(const ToolCallDelta& call) {
+void ReplyBlocks::push_tool_call(const chat::ToolCallDelta& call) {
   if (!call.id.empty()) {
     close();
     pending_.clear();  // whitespace before a call opens no text block
@@ -69,7 +69,7 @@ void ReplyBlocks::push_tool_call(const ToolCallDelta& call) {
 
 void ReplyBlocks::push(const ChoiceDelta& d) {
   push(d.reasoning, d.content);
-  for (const ToolCallDelta& call : d.tool_calls) push_tool_call(call);
+  for (const chat::ToolCallDelta& call : d.tool_calls) push_tool_call(call);
 }
 
 void ReplyBlocks::finish(const Generation::Choice& c) {

@@ -41,7 +41,7 @@ class ReplyBlocks {
   // Text a poll released (ChoiceDelta's reasoning and content).
   void push(std::string_view reasoning, std::string_view content);
   // A tool call as it grows (ChoiceDelta's tool_calls): one with an id opens its block.
-  void push_tool_call(const ToolCallDelta& call);
+  void push_tool_call(const chat::ToolCallDelta& call);
   // Everything a poll released, in the order it was generated.
   void push(const ChoiceDelta& delta);
   // The choice is done (every delta pushed): what it holds beyond what was pushed (text that

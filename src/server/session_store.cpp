@@ -53,7 +53,7 @@ SessionQuota default_session_quota(int64_t kv_capacity_tokens, int ctx) {
 }
 
 SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
-                           const ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
+                           const chat::ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
                            SessionQuota quota)
     : model_(std::move(model)),
       cache_(std::move(cache)),

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_prompt.h"
 #include "core/json.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
-#include "server/chat_prompt.h"
 
 namespace fak::server {
 
@@ -70,7 +70,7 @@ struct SessionEdit {
 class SessionStore {
  public:
   SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
-               const ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
+               const chat::ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
                SessionQuota quota = {});
 
   // Each call names the tenant; a session is visible only to the tenant that made it.
@@ -174,7 +174,7 @@ class SessionStore {
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;
-  const ChatPrompt* chat_;
+  const chat::ChatPrompt* chat_;
   std::filesystem::path dir_;
   int ctx_;
   SessionQuota quota_;

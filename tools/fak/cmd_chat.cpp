@@ -9,13 +9,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "chat/chat_prompt.h"
 #include "common.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "runtime/generate.h"
 #include "runtime/model_cache.h"
 #include "runtime/session.h"
-#include "server/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak::cli {
@@ -173,7 +173,7 @@ class Chat {
  private:
   const ChatArgs& a_;
   std::shared_ptr<const Model> model_;
-  server::ChatPrompt prompt_;
+  chat::ChatPrompt prompt_;
   std::shared_ptr<KvCache> cache_;
   Session session_;
   ojson messages_;

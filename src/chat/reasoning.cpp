@@ -1,8 +1,8 @@
-#include "server/reasoning.h"
+#include "chat/reasoning.h"
 
 #include <algorithm>
 
-namespace fak::server {
+namespace fak::chat {
 
 namespace {
 
@@ -81,4 +81,4 @@ bool prompt_opens_reasoning(std::string_view prompt) {
   return close == std::string_view::npos || close < open;
 }
 
-}  // namespace fak::server
+}  // namespace fak::chat

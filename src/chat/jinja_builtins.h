@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "tokenizer/jinja_value.h"
+#include "chat/jinja_value.h"
 
 namespace fak::jinja {
 

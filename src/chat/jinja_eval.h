@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja_ast.h"
+#include "chat/jinja_ast.h"
 
 namespace fak::jinja {
 

@@ -1,8 +1,8 @@
 // Expression evaluation: names, literals, attribute/item access, calls, filters, tests and the
 // short-circuiting and comparison operators.
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_eval.h"
 #include "core/error.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_eval.h"
 
 namespace fak::jinja {
 

@@ -1,13 +1,13 @@
-#include "server/chat_prompt.h"
+#include "chat/chat_prompt.h"
 
 #include <algorithm>
 
+#include "chat/tool_calls.h"
 #include "core/error.h"
 #include "runtime/generate.h"
-#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
-namespace fak::server {
+namespace fak::chat {
 
 namespace {
 
@@ -84,4 +84,4 @@ std::vector<int32_t> ChatPrompt::encode(std::string_view rendered, ContentTokens
                                         : tokenizer_->encode(rendered);
 }
 
-}  // namespace fak::server
+}  // namespace fak::chat

@@ -10,7 +10,7 @@
 
 #include "core/json.h"
 
-namespace fak::server {
+namespace fak::chat {
 
 using ojson = fak::ojson;
 
@@ -34,4 +34,4 @@ ExtractedToolCalls extract_tool_calls(std::string_view text);
 // tools (a Hermes-style system preamble), the assistant's earlier calls and the tool results.
 ojson messages_for_plain_template(const ojson& messages, const ojson& tools);
 
-}  // namespace fak::server
+}  // namespace fak::chat

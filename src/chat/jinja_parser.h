@@ -5,7 +5,7 @@
 
 #include <string_view>
 
-#include "tokenizer/jinja_ast.h"
+#include "chat/jinja_ast.h"
 
 namespace fak::jinja {
 

@@ -2,13 +2,13 @@
 // falsey, prints as "", iterates as empty, but attribute access, calls and arithmetic on it fail.
 // note: a render that throws leaves the Interpreter's scope/output pointers dangling; it is never
 // reused after an error (render() resets everything), so no unwinding bookkeeping is needed.
-#include "tokenizer/jinja_eval.h"
+#include "chat/jinja_eval.h"
 
 #include <cmath>
 
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_lexer.h"
 #include "core/error.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_lexer.h"
 
 namespace fak::jinja {
 

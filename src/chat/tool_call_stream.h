@@ -19,7 +19,7 @@
 
 #include "core/json.h"
 
-namespace fak::server {
+namespace fak::chat {
 
 // Part of one call: the event that opens it carries id and name; later ones carry only
 // arguments text to append.
@@ -72,4 +72,4 @@ class ToolCallStream {
   std::vector<Body> bodies_;
 };
 
-}  // namespace fak::server
+}  // namespace fak::chat

@@ -1,11 +1,11 @@
 // ChatTemplate: the public face of the Jinja renderer; builds the variables transformers passes
 // to a chat template and runs the interpreter.
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
+#include "chat/jinja_eval.h"
+#include "chat/jinja_parser.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_parser.h"
 
 namespace fak {
 

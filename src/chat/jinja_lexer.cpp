@@ -1,12 +1,12 @@
 // Jinja lexer. The whitespace rules follow jinja2/lexer.py (tokeniter) closely because they decide
 // rendered bytes: lstrip only applies when the text since the last newline is pure whitespace and
 // either contains a newline or the previous tag ended a line.
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/utf8.h"
+#include "chat/jinja_lexer.h"
 
 #include <cstring>
 
 #include "core/error.h"
+#include "tokenizer/utf8.h"
 
 namespace fak::jinja {
 
@@ -33,7 +33,6 @@ size_t skip_space(std::string_view s, size_t p) {
   while (p < s.size() && is_space(s[p])) ++p;
   return p;
 }
-
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';

@@ -2,10 +2,10 @@
 // template globals (range, namespace, dict, raise_exception, strftime_now).
 #include <ctime>
 
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_eval.h"
+#include "chat/jinja_strings.h"
 #include "core/error.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_strings.h"
 
 namespace fak::jinja {
 

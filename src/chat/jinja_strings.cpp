@@ -1,7 +1,7 @@
 // Python string semantics over UTF-8: operations that depend on characters (strip sets, case
 // mapping) work on code points; pure substring operations (split, replace) work on bytes, which is
 // equivalent for valid UTF-8.
-#include "tokenizer/jinja_strings.h"
+#include "chat/jinja_strings.h"
 
 #include <utf8proc.h>
 

@@ -1,10 +1,10 @@
 // Tool calls as they are generated; see tool_call_stream.h.
-#include "server/tool_call_stream.h"
+#include "chat/tool_call_stream.h"
 
-#include "server/chat_turn.h"
-#include "server/tool_calls.h"
+#include "chat/tool_calls.h"
+#include "core/object_id.h"
 
-namespace fak::server {
+namespace fak::chat {
 
 namespace {
 
@@ -250,4 +250,4 @@ ToolCallStream::Final ToolCallStream::finish(bool cut) {
   return f;
 }
 
-}  // namespace fak::server
+}  // namespace fak::chat

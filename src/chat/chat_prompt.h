@@ -10,12 +10,12 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_template.h"
 #include "core/json.h"
 #include "models/model.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
-namespace fak::server {
+namespace fak::chat {
 
 using ojson = fak::ojson;
 
@@ -54,4 +54,4 @@ class ChatPrompt {
   bool handles_tools_ = false;
 };
 
-}  // namespace fak::server
+}  // namespace fak::chat

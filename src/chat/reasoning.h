@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace fak::server {
+namespace fak::chat {
 
 class ReasoningSplitter {
  public:
@@ -34,4 +34,4 @@ inline constexpr std::string_view kThinkClose = "</think>";
 // Whether a rendered prompt leaves its reply inside an open <think> block.
 bool prompt_opens_reasoning(std::string_view prompt);
 
-}  // namespace fak::server
+}  // namespace fak::chat

@@ -1,13 +1,13 @@
 // Recursive-descent Jinja parser. Precedence follows jinja2/parser.py: conditional < or < and <
 // not < comparison < + - < ~ < * / // % < ** < unary < postfix (. [] ()) < filters and tests.
-#include "tokenizer/jinja_parser.h"
+#include "chat/jinja_parser.h"
 
 #include <algorithm>
 #include <initializer_list>
 
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_lexer.h"
 #include "core/error.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_lexer.h"
 
 namespace fak::jinja {
 

@@ -1,11 +1,9 @@
-#include "server/tool_calls.h"
+#include "chat/tool_calls.h"
 
-#include <atomic>
-#include <cstdio>
+#include "core/json.h"
+#include "core/object_id.h"
 
-#include "server/openai_request.h"
-
-namespace fak::server {
+namespace fak::chat {
 
 namespace {
 
@@ -14,14 +12,6 @@ std::string trim(std::string_view s) {
   const size_t b = s.find_first_not_of(ws);
   if (b == std::string_view::npos) return "";
   return std::string(s.substr(b, s.find_last_not_of(ws) - b + 1));
-}
-
-std::string new_call_id() {
-  static std::atomic<uint64_t> counter{0};
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "call_%016llx",
-                (unsigned long long)(0x9e3779b97f4a7c15ull * ++counter));
-  return buf;
 }
 
 }  // namespace
@@ -33,7 +23,7 @@ bool parse_tool_call_body(std::string_view body, ojson& call) {
     return false;
   ojson args = j.contains("arguments") ? j["arguments"] : ojson::object();
   call = ojson::object();
-  call["id"] = new_call_id();
+  call["id"] = new_object_id("call_");
   call["type"] = "function";
   // OpenAI sends arguments as a JSON-encoded string.
   call["function"] = {{"name", j["name"]},
@@ -106,4 +96,4 @@ ojson messages_for_plain_template(const ojson& messages, const ojson& tools) {
   return out;
 }
 
-}  // namespace fak::server
+}  // namespace fak::chat

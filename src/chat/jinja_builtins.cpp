@@ -1,14 +1,14 @@
 // Filters and tests. Behaviour follows jinja2/filters.py and tests.py; tojson is transformers'
 // override (json.dumps with ensure_ascii=False, no HTML escaping), which is what decides the bytes
 // of tool schemas in a prompt.
-#include "tokenizer/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "chat/jinja_eval.h"
+#include "chat/jinja_strings.h"
 #include "core/error.h"
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_strings.h"
 
 namespace fak::jinja {
 

@@ -1,5 +1,5 @@
 // Value construction, truthiness, comparison and the Python spellings (str, repr, json.dumps).
-#include "tokenizer/jinja_value.h"
+#include "chat/jinja_value.h"
 
 #include <algorithm>
 #include <charconv>
