@@ -48,6 +48,8 @@ ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
   // tools and calls written into the messages instead (messages_for_plain_template).
   handles_tools_ = template_.source().find("tool_calls") != std::string::npos &&
                    template_.source().find("tools") != std::string::npos;
+  // A template without tools gets fak's Hermes preamble, and so Hermes calls.
+  format_ = handles_tools_ ? &format_for_template(template_.source()) : &hermes_format();
   extra_ = ojson::object();
   auto token_text = [&](std::optional<int32_t> id) { return id ? tok->decode({&*id, 1}) : ""; };
   extra_["bos_token"] = token_text(spec.bos_id);

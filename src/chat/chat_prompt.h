@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_format.h"
 #include "chat/chat_template.h"
 #include "core/json.h"
 #include "models/model.h"
@@ -44,6 +45,8 @@ class ChatPrompt {
   // End of an assistant turn: the model's eos ids plus end-of-turn specials (<|im_end|>, ...).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   bool template_handles_tools() const { return handles_tools_; }
+  // How this model writes tool calls (chat_format.h), told by its template.
+  const ChatFormat& format() const { return *format_; }
 
  private:
   const Tokenizer* tokenizer_;
@@ -52,6 +55,7 @@ class ChatPrompt {
   std::vector<int32_t> stop_ids_;
   std::optional<int32_t> think_open_, think_close_;
   bool handles_tools_ = false;
+  const ChatFormat* format_ = nullptr;
 };
 
 }  // namespace fak::chat

@@ -29,20 +29,32 @@ struct ToolCallDelta {
   std::string arguments;
 };
 
-class ToolCallStream {
- public:
-  // Text from the first "<tool_call>" on, as it is generated (StopFilter's capture).
-  std::vector<ToolCallDelta> push(std::string_view text);
+// What a tool-call reader has at the end of a generation.
+struct ToolCallsFinal {
+  ojson tool_calls = ojson::array();  // OpenAI shape: {id, type, function: {name, arguments}}
+  std::string content;                // text outside the blocks, trimmed
+  std::vector<ToolCallDelta> deltas;  // calls parsed only now, announced whole
+  bool dropped = false;               // a call cut off by the end of the generation was dropped
+};
 
-  struct Final {
-    ojson tool_calls = ojson::array();  // OpenAI shape: {id, type, function: {name, arguments}}
-    std::string content;                // text outside the blocks, trimmed
-    std::vector<ToolCallDelta> deltas;  // calls parsed only now, announced whole
-    bool dropped = false;               // a call cut off by the end of the generation was dropped
-  };
+// Reads a model's tool calls as they are generated, in its chat format's syntax
+// (chat_format.h): fed the output from the format's opening marker on.
+class ToolCallReader {
+ public:
+  virtual ~ToolCallReader() = default;
+  virtual std::vector<ToolCallDelta> push(std::string_view text) = 0;
   // The generation is over. cut: it ended on max_tokens (an unfinished block is then dropped
   // rather than kept as text).
-  Final finish(bool cut);
+  virtual ToolCallsFinal finish(bool cut) = 0;
+};
+
+// The Qwen/Hermes reader.
+class ToolCallStream final : public ToolCallReader {
+ public:
+  using Final = ToolCallsFinal;
+  // Text from the first "<tool_call>" on, as it is generated (StopFilter's capture).
+  std::vector<ToolCallDelta> push(std::string_view text) override;
+  Final finish(bool cut) override;
 
  private:
   enum class State { Outside, Head, Arguments, Tail, Skip };

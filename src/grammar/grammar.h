@@ -81,6 +81,17 @@ struct ToolCallOptions {
 std::shared_ptr<const Grammar> compile_tool_calls(const fak::ojson& tools,
                                                   const ToolCallOptions& options = {});
 
+// GLM-4.5 tool calls (chat/chat_format.h), for the same tool_choice:
+//   <tool_call><name>\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n...</tool_call>
+// with the tool's required parameters in its schema's order; a parameter that takes only strings
+// (schema_takes_only_strings) written as its text, without '<', any other value as JSON following
+// its schema.
+std::shared_ptr<const Grammar> compile_glm_tool_calls(const fak::ojson& tools,
+                                                      const ToolCallOptions& options = {});
+
+// Whether a parameter schema admits strings alone: type "string", or an enum / const of strings.
+bool schema_takes_only_strings(const fak::ojson& schema);
+
 // True when `text` is a whole sentence of the grammar (no tokenizer involved).
 bool grammar_matches(const Grammar& grammar, std::string_view text);
 

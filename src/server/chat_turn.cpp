@@ -17,7 +17,8 @@ namespace fak::server {
 namespace {
 
 // The same constraint rules as grammar_for in openai_routes.cpp, over a ChatTurn.
-std::shared_ptr<const grammar::Grammar> turn_grammar(const ChatTurn& t) {
+std::shared_ptr<const grammar::Grammar> turn_grammar(const ChatTurn& t,
+                                                     const chat::ChatFormat& format) {
   const bool forced_tool = t.tool_choice == "required" || t.tool_choice == "function";
   if (forced_tool && !t.response_format.is_null())
     bad_request("a JSON output format and a forced tool choice cannot be combined",
@@ -31,7 +32,7 @@ std::shared_ptr<const grammar::Grammar> turn_grammar(const ChatTurn& t) {
       o.only_function = t.tool_choice_name;
       o.max_calls = t.tool_choice == "required" ? std::max(1, t.max_tool_calls) : 1;
       o.schema.ignore_unsupported_keywords = !t.strict_tool_schemas;
-      return grammar::compile_tool_calls(t.tools, o);
+      return format.forced_calls(t.tools, o);
     }
   } catch (const ApiError&) {
     throw;
@@ -74,9 +75,11 @@ GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
   spec.sampling = turn.sampling;
   spec.stop = turn.stop;
   spec.stop_ids = ctx.chat->stop_ids();
-  spec.grammar = turn_grammar(turn);
+  spec.grammar = turn_grammar(turn, ctx.chat->format());
   spec.capture_tool_calls =
       turn.tools.is_array() && !turn.tools.empty() && turn.tool_choice != "none";
+  spec.format = &ctx.chat->format();
+  spec.tools = turn.tools;
   spec.split_reasoning = ctx.chat->think_close_id().has_value();
   spec.reasoning_open = spec.split_reasoning && prompt.opens_reasoning;
   if (turn.reasoning_budget && ctx.chat->think_open_id() && ctx.chat->think_close_id())

@@ -40,12 +40,17 @@ struct Generation::Text {
   Text(const Tokenizer& tok, const GenerationSpec& spec)
       : decoder(tok, /*skip_special=*/true),
         reasoning(spec.split_reasoning, spec.reasoning_open),
-        filter(spec.stop, spec.capture_tool_calls ? std::string(chat::kToolCallOpen) : ""),
+        filter(spec.stop,
+               spec.capture_tool_calls ? std::string(format(spec).tool_call_open()) : ""),
+        calls(format(spec).tool_call_reader(spec.tools)),
         stop_holdback(longest_stop(spec.stop)) {}
+  static const chat::ChatFormat& format(const GenerationSpec& spec) {
+    return spec.format ? *spec.format : chat::hermes_format();
+  }
   StreamDecoder decoder;
   chat::ReasoningSplitter reasoning;
   StopFilter filter;
-  chat::ToolCallStream calls;
+  std::unique_ptr<chat::ToolCallReader> calls;
   size_t fed = 0;  // bytes of filter.captured() given to `calls`
   size_t stop_holdback = 0;
 };
@@ -61,7 +66,7 @@ void Generation::feed_tool_calls(Text& t, ChoiceDelta& d, bool all) {
       --end;
   }
   if (end <= t.fed) return;
-  for (chat::ToolCallDelta& c : t.calls.push(std::string_view(cap).substr(t.fed, end - t.fed)))
+  for (chat::ToolCallDelta& c : t.calls->push(std::string_view(cap).substr(t.fed, end - t.fed)))
     d.tool_calls.push_back(std::move(c));
   t.fed = end;
 }
@@ -125,7 +130,7 @@ void Generation::close_choice(int index, const std::string& reason, std::vector<
   c.finish_reason = reason == "cancelled" ? "stop" : reason;
   if (capture_tool_calls_ && !t.filter.captured().empty()) {
     feed_tool_calls(t, d, /*all=*/true);
-    chat::ToolCallStream::Final f = t.calls.finish(reason == "length");
+    chat::ToolCallsFinal f = t.calls->finish(reason == "length");
     for (chat::ToolCallDelta& x : f.deltas) d.tool_calls.push_back(std::move(x));
     if (f.tool_calls.empty()) {
       // No call: what was captured stays text (a <tool_call> that did not parse), except a block

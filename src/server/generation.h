@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_format.h"
 #include "chat/reasoning.h"
 #include "chat/tool_call_stream.h"
 #include "chat/tool_calls.h"
@@ -51,9 +52,11 @@ struct GenerationSpec {
   int top_logprobs = -1;  // -1: none; 0: the chosen token's; k: and k alternatives
   std::shared_ptr<const grammar::Grammar> grammar;
   std::optional<ThinkBlock> think;  // a thinking model's optional reasoning block (scheduler.h)
-  bool capture_tool_calls = false;  // <tool_call> blocks become tool calls, not content
-  bool split_reasoning = false;     // <think> blocks become reasoning, not content
-  bool reasoning_open = false;      // the prompt leaves the reply inside a <think> block
+  bool capture_tool_calls = false;  // the format's tool-call blocks become calls, not content
+  const chat::ChatFormat* format = nullptr;  // with capture_tool_calls: the model's (chat_format.h)
+  ojson tools;                               // the request's, for readers that need their schemas
+  bool split_reasoning = false;              // <think> blocks become reasoning, not content
+  bool reasoning_open = false;               // the prompt leaves the reply inside a <think> block
   std::optional<ReasoningBudget> reasoning_budget;
 };
 

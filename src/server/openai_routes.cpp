@@ -180,7 +180,8 @@ bool next_events(StreamState& s, std::string& out) {
 
 // The constraint a request asks for: a response_format, or tool_choice "required" / a named
 // function (the tool-call shape with that tool's schema). Errors in a schema are a 400.
-std::shared_ptr<const grammar::Grammar> grammar_for(const CompletionRequest& r) {
+std::shared_ptr<const grammar::Grammar> grammar_for(const CompletionRequest& r,
+                                                    const chat::ChatFormat& format) {
   const bool forced_tool = r.tool_choice == "required" || r.tool_choice == "function";
   if (forced_tool && !r.response_format.is_null())
     bad_request("`response_format` and a forced `tool_choice` cannot be combined",
@@ -193,7 +194,7 @@ std::shared_ptr<const grammar::Grammar> grammar_for(const CompletionRequest& r) 
       grammar::ToolCallOptions o;
       o.only_function = r.tool_choice_name;
       o.max_calls = r.parallel_tool_calls && r.tool_choice == "required" ? 8 : 1;
-      return grammar::compile_tool_calls(r.tools, o);
+      return format.forced_calls(r.tools, o);
     }
   } catch (const ApiError&) {
     throw;
@@ -234,9 +235,11 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   spec.n = std::max(r.n, r.best_of);
   // best_of ranks choices by their total logprob: computed then, reported only when asked.
   spec.top_logprobs = r.best_of > r.n ? std::max(r.top_logprobs, 0) : r.top_logprobs;
-  spec.grammar = grammar_for(r);
+  spec.grammar = grammar_for(r, chat ? ctx.chat->format() : chat::hermes_format());
   spec.capture_tool_calls =
       chat && r.tools.is_array() && !r.tools.empty() && r.tool_choice != "none";
+  if (chat) spec.format = &ctx.chat->format();
+  spec.tools = r.tools;
   spec.split_reasoning = chat && ctx.chat->think_close_id().has_value();
   spec.reasoning_open = spec.split_reasoning && built.opens_reasoning;
   // The constraint holds from the first token; a thinking model may first write one reasoning

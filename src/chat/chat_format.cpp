@@ -1,0 +1,76 @@
+// The chat formats fak knows (chat_format.h), and how a template tells which it writes.
+#include "chat/chat_format.h"
+
+#include "chat/tool_calls.h"
+
+namespace fak::chat {
+
+std::unique_ptr<ToolCallReader> glm_tool_call_reader(const ojson& tools);  // glm_tool_calls.cpp
+
+namespace {
+
+class HermesFormat final : public ChatFormat {
+ public:
+  std::string_view name() const override { return "hermes"; }
+  std::string_view tool_call_open() const override { return kToolCallOpen; }
+  std::unique_ptr<ToolCallReader> tool_call_reader(const ojson&) const override {
+    return std::make_unique<ToolCallStream>();
+  }
+  std::shared_ptr<const grammar::Grammar> forced_calls(
+      const ojson& tools, const grammar::ToolCallOptions& options) const override {
+    return grammar::compile_tool_calls(tools, options);
+  }
+};
+
+class Glm45Format final : public ChatFormat {
+ public:
+  std::string_view name() const override { return "glm45"; }
+  std::string_view tool_call_open() const override { return "<tool_call>"; }
+  std::unique_ptr<ToolCallReader> tool_call_reader(const ojson& tools) const override {
+    return glm_tool_call_reader(tools);
+  }
+  std::shared_ptr<const grammar::Grammar> forced_calls(
+      const ojson& tools, const grammar::ToolCallOptions& options) const override {
+    return grammar::compile_glm_tool_calls(tools, options);
+  }
+};
+
+}  // namespace
+
+const ChatFormat& hermes_format() {
+  static const HermesFormat f;
+  return f;
+}
+
+const ChatFormat& glm45_format() {
+  static const Glm45Format f;
+  return f;
+}
+
+const ChatFormat& format_for_template(std::string_view source) {
+  if (source.find("<arg_key>") != std::string_view::npos &&
+      source.find("<arg_value>") != std::string_view::npos)
+    return glm45_format();
+  return hermes_format();
+}
+
+ToolCallsFinal read_tool_calls(const ChatFormat& format, std::string_view text,
+                               const ojson& tools) {
+  const size_t at = text.find(format.tool_call_open());
+  const std::string before(text.substr(0, at == std::string_view::npos ? text.size() : at));
+  ToolCallsFinal f;
+  if (at != std::string_view::npos) {
+    std::unique_ptr<ToolCallReader> reader = format.tool_call_reader(tools);
+    reader->push(text.substr(at));
+    f = reader->finish(/*cut=*/false);
+  }
+  // The text before the first call, then the text between and after the calls.
+  std::string content = before;
+  if (!f.content.empty()) content += (content.empty() ? "" : "\n") + f.content;
+  const size_t b = content.find_first_not_of(" \t\r\n");
+  f.content =
+      b == std::string::npos ? "" : content.substr(b, content.find_last_not_of(" \t\r\n") - b + 1);
+  return f;
+}
+
+}  // namespace fak::chat

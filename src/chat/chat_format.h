@@ -1,0 +1,47 @@
+// A model's chat format: how its template writes tool calls, and so how fak reads them back from
+// the output (streaming or whole) and forces them with a grammar (tool_choice "required" or a
+// named function). One format per family of templates, chosen from the template itself, so the
+// server's routes, the turn pipeline and `fak chat` never spell a model's markup:
+//
+// - Hermes (Qwen2.5 / Qwen3 / Qwen3.5, and fak's tool preamble for templates that know no tools):
+//     <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+// - GLM-4.5 / 4.6 / 4.7 (a name, then one key / value pair per argument; string values raw, others
+//   JSON):
+//     <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "chat/tool_call_stream.h"
+#include "core/json.h"
+#include "grammar/grammar.h"
+
+namespace fak::chat {
+
+class ChatFormat {
+ public:
+  virtual ~ChatFormat() = default;
+  virtual std::string_view name() const = 0;  // "hermes", "glm45"
+  // The text that opens a tool call: the output from here on goes to the reader, not the content.
+  virtual std::string_view tool_call_open() const = 0;
+  // A reader for one reply. tools: the request's (OpenAI shape), where the format needs a
+  // parameter's type to read its value.
+  virtual std::unique_ptr<ToolCallReader> tool_call_reader(const ojson& tools) const = 0;
+  // The grammar a forced call follows in this format. Throws fak::Error for bad tools.
+  virtual std::shared_ptr<const grammar::Grammar> forced_calls(
+      const ojson& tools, const grammar::ToolCallOptions& options) const = 0;
+};
+
+const ChatFormat& hermes_format();
+const ChatFormat& glm45_format();
+
+// The format a template writes calls in: GLM's when it writes <arg_key> pairs, Hermes otherwise
+// (also for templates without tool support, whose calls fak writes as Hermes blocks).
+const ChatFormat& format_for_template(std::string_view template_source);
+
+// A whole reply's text read by `format` (no streaming): the calls and the text around them.
+ToolCallsFinal read_tool_calls(const ChatFormat& format, std::string_view text,
+                               const ojson& tools = nullptr);
+
+}  // namespace fak::chat
