@@ -6,11 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include "chat/chat_prompt.h"
+#include "chat/harmony.h"
 #include "grammar/grammar.h"
 #include "grammar/schema_validate.h"
 #include "http_test_client.h"
 #include "server_process.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fak::test {
 namespace {
@@ -272,6 +275,131 @@ TEST(GlmToolCallsServed, ForcedCallsOnEveryApiMatchTheirSchemas) {
     ASSERT_EQ(call["type"], "function_call") << r.body;
     check_args(call["name"], ojson::parse(call["arguments"].get<std::string>()));
   }
+}
+
+// gpt-oss's own template (the fixture's tokenizer_config.json: the one shipped with
+// openai/gpt-oss-120b) says harmony.
+TEST(ChatFormat, GptOssTemplateIsHarmony) {
+  const ojson config =
+      ojson::parse(read_file(data_path("oracle/gpt-oss-tiny/tokenizer_config.json")));
+  EXPECT_EQ(chat::format_for_template(config["chat_template"].get<std::string>()).name(),
+            "harmony");
+}
+
+const std::string kHarmonyReply =
+    "<|channel|>analysis<|message|>The user wants weather; call the tool.<|end|>"
+    "<|start|>assistant<|channel|>commentary<|message|>Checking now.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    "<|message|>{\"city\": \"Paris\", \"unit\": \"celsius\"}<|call|>";
+
+chat::ReplyParts read_all(const std::string& text, size_t cut, bool max_tokens,
+                          chat::HarmonyReader& r) {
+  chat::ReplyParts all;
+  for (std::string_view piece :
+       {std::string_view(text).substr(0, cut), std::string_view(text).substr(cut)}) {
+    chat::ReplyParts p = r.push(piece);
+    all.reasoning += p.reasoning;
+    all.content += p.content;
+    for (auto& c : p.calls) all.calls.push_back(c);
+  }
+  chat::ReplyParts p = r.finish(max_tokens);
+  all.reasoning += p.reasoning;
+  all.content += p.content;
+  for (auto& c : p.calls) all.calls.push_back(c);
+  return all;
+}
+
+// Reasoning from the analysis channel, a commentary preamble as content, the call to
+// functions.get_weather with its JSON arguments; the same however the text is split.
+TEST(HarmonyReader, ChannelsAndCallsWhateverTheSplit) {
+  for (size_t cut = 0; cut <= kHarmonyReply.size(); ++cut) {
+    chat::HarmonyReader r;
+    const chat::ReplyParts all = read_all(kHarmonyReply, cut, false, r);
+    EXPECT_EQ(all.reasoning, "The user wants weather; call the tool.") << cut;
+    EXPECT_EQ(all.content, "Checking now.") << cut;
+    ASSERT_EQ(all.calls.size(), 1u) << cut;
+    EXPECT_EQ(all.calls[0].name, "get_weather");
+    EXPECT_EQ(ojson::parse(all.calls[0].arguments),
+              ojson::parse(R"({"city": "Paris", "unit": "celsius"})"));
+    ASSERT_EQ(r.calls().size(), 1u);
+    EXPECT_EQ(r.calls()[0]["id"], all.calls[0].id);
+    EXPECT_FALSE(r.dropped());
+  }
+}
+
+TEST(HarmonyReader, FinalAnswersRecipientsBeforeTheChannelAndCutCalls) {
+  {  // An answer: analysis then final, ended by <|return|> (a stop token, so maybe not in the
+     // text).
+    chat::HarmonyReader r;
+    const chat::ReplyParts all = read_all(
+        "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>4",
+        10, false, r);
+    EXPECT_EQ(all.reasoning, "Easy.");
+    EXPECT_EQ(all.content, "4");
+    EXPECT_TRUE(all.calls.empty());
+  }
+  {  // The recipient in the header before the channel, as the template writes past calls.
+    chat::HarmonyReader r;
+    const chat::ReplyParts all = read_all(
+        "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": "
+        "2}",
+        5, false, r);
+    ASSERT_EQ(all.calls.size(), 1u);
+    EXPECT_EQ(all.calls[0].name, "get_time");
+    EXPECT_EQ(all.calls[0].arguments, R"({"zone":2})");
+  }
+  {  // max_tokens inside a call: dropped, never content.
+    chat::HarmonyReader r;
+    const chat::ReplyParts all =
+        read_all("<|channel|>commentary to=functions.get_time<|message|>{\"zo", 3, true, r);
+    EXPECT_TRUE(all.calls.empty());
+    EXPECT_EQ(all.content, "");
+    EXPECT_TRUE(r.dropped());
+  }
+  {  // No harmony header at all: the text is the answer.
+    chat::HarmonyReader r;
+    EXPECT_EQ(read_all("plain words", 4, false, r).content, "plain words");
+  }
+}
+
+// A tokenizer that has harmony's special tokens: <|end|> ends a message, not the turn, so it is not
+// a stop; <|return|> and <|call|> are.
+TEST(HarmonyPrompt, StopsAtReturnAndCallNotAtEnd) {
+  const auto dir = data_path("oracle/gpt-oss-tiny");
+  ojson tok = ojson::parse(read_file(dir / "tokenizer.json"));
+  int id = 512;
+  for (const char* t : {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+                        "<|return|>", "<|call|>"})
+    tok["added_tokens"].push_back({{"id", id++},
+                                   {"content", t},
+                                   {"single_word", false},
+                                   {"lstrip", false},
+                                   {"rstrip", false},
+                                   {"normalized", false},
+                                   {"special", true}});
+  const Tokenizer t = Tokenizer::from_json(tok.dump(), read_file(dir / "tokenizer_config.json"));
+  const chat::ChatPrompt prompt(t, {0});
+  EXPECT_EQ(prompt.format().name(), "harmony");
+  const std::vector<int32_t> stops = prompt.stop_ids();
+  auto has = [&](const char* s) {
+    return std::find(stops.begin(), stops.end(), *t.token_id(s)) != stops.end();
+  };
+  EXPECT_TRUE(has("<|return|>"));
+  EXPECT_TRUE(has("<|call|>"));
+  EXPECT_FALSE(has("<|end|>"));
+  // The prompt for a turn ends where the model writes its first header.
+  // (gpt-oss's template needs every tool's description, as jinja2 does.)
+  ojson tools = kTools;
+  for (ojson& tool : tools) tool["function"]["description"] = "A tool.";
+  const std::string text =
+      prompt.render(ojson::parse(R"([{"role": "user", "content": "hi"}])"), tools, true);
+  EXPECT_EQ(text.substr(text.size() - std::string("<|start|>assistant").size()),
+            "<|start|>assistant");
+  EXPECT_NE(text.find("type get_weather"), std::string::npos);
+  // reasoning_effort (OpenAI's parameter, Responses' reasoning.effort) reaches its system message.
+  const std::string high = prompt.render(ojson::parse(R"([{"role": "user", "content": "hi"}])"),
+                                         nullptr, true, {{"reasoning_effort", "high"}});
+  EXPECT_NE(high.find("Reasoning: high"), std::string::npos) << high;
 }
 
 }  // namespace

@@ -154,5 +154,18 @@ TEST(OpenAiRequest, ToolCallArgumentsBecomeObjects) {
   EXPECT_EQ(r.messages[0]["tool_calls"][0]["function"]["arguments"].dump(), "{\"z\":1,\"a\":2}");
 }
 
+// reasoning_effort becomes the template variable gpt-oss's template reads; an explicit
+// chat_template_kwargs value wins; anything else is a 400 naming it.
+TEST(OpenAiRequest, ReasoningEffortReachesTheTemplate) {
+  const std::string base = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  auto r = parse_completion_request(base + R"("reasoning_effort":"high"})", true);
+  EXPECT_EQ(r.chat_template_kwargs["reasoning_effort"], "high");
+  r = parse_completion_request(
+      base + R"("reasoning_effort":"high","chat_template_kwargs":{"reasoning_effort":"low"}})",
+      true);
+  EXPECT_EQ(r.chat_template_kwargs["reasoning_effort"], "low");
+  EXPECT_EQ(status_of(base + R"("reasoning_effort":"max"})", true), 400);
+}
+
 }  // namespace
 }  // namespace fak::server

@@ -2,6 +2,7 @@
 #include "chat/chat_format.h"
 
 #include "chat/tool_calls.h"
+#include "core/error.h"
 
 namespace fak::chat {
 
@@ -35,7 +36,33 @@ class Glm45Format final : public ChatFormat {
   }
 };
 
+class HarmonyFormat final : public ChatFormat {
+ public:
+  std::string_view name() const override { return "harmony"; }
+  std::string_view tool_call_open() const override { return "<|channel|>"; }
+  std::unique_ptr<ToolCallReader> tool_call_reader(const ojson&) const override {
+    return std::make_unique<ToolCallStream>();  // unused: structured_reply
+  }
+  std::shared_ptr<const grammar::Grammar> forced_calls(
+      const ojson&, const grammar::ToolCallOptions&) const override {
+    // Its calls start with special tokens, which grammars do not produce (grammar.h).
+    fail(
+        "a forced tool choice is not supported for the harmony format (gpt-oss) yet: use "
+        "tool_choice auto");
+  }
+  bool structured_reply() const override { return true; }
+  // <|end|> ends one message of a reply, not the turn.
+  std::vector<std::string_view> end_of_turn() const override {
+    return {"<|return|>", "<|call|>", "<|endoftext|>"};
+  }
+};
+
 }  // namespace
+
+const ChatFormat& harmony_format() {
+  static const HarmonyFormat f;
+  return f;
+}
 
 const ChatFormat& hermes_format() {
   static const HermesFormat f;
@@ -48,6 +75,9 @@ const ChatFormat& glm45_format() {
 }
 
 const ChatFormat& format_for_template(std::string_view source) {
+  if (source.find("<|channel|>") != std::string_view::npos &&
+      source.find("<|message|>") != std::string_view::npos)
+    return harmony_format();
   if (source.find("<arg_key>") != std::string_view::npos &&
       source.find("<arg_value>") != std::string_view::npos)
     return glm45_format();

@@ -8,10 +8,13 @@
 // - GLM-4.5 / 4.6 / 4.7 (a name, then one key / value pair per argument; string values raw, others
 //   JSON):
 //     <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>
+// - Harmony (gpt-oss; harmony.h): channels for reasoning and the answer, calls as messages to
+//   functions.NAME in the commentary channel.
 #pragma once
 
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "chat/tool_call_stream.h"
 #include "core/json.h"
@@ -31,10 +34,19 @@ class ChatFormat {
   // The grammar a forced call follows in this format. Throws fak::Error for bad tools.
   virtual std::shared_ptr<const grammar::Grammar> forced_calls(
       const ojson& tools, const grammar::ToolCallOptions& options) const = 0;
+  // Harmony: the format lays out the whole reply (reasoning, answer and calls are its messages),
+  // read by a HarmonyReader (harmony.h) from the decoded text with the special tokens kept,
+  // instead of the think-tag splitter and the tool-call capture.
+  virtual bool structured_reply() const { return false; }
+  // The special tokens that end an assistant turn, beside the model's eos.
+  virtual std::vector<std::string_view> end_of_turn() const {
+    return {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"};
+  }
 };
 
 const ChatFormat& hermes_format();
 const ChatFormat& glm45_format();
+const ChatFormat& harmony_format();
 
 // The format a template writes calls in: GLM's when it writes <arg_key> pairs, Hermes otherwise
 // (also for templates without tool support, whose calls fak writes as Hermes blocks).

@@ -55,7 +55,7 @@ ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
   extra_["bos_token"] = token_text(spec.bos_id);
   extra_["eos_token"] = token_text(spec.eos_id);
   stop_ids_ = std::move(eos_ids);
-  for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"})
+  for (std::string_view end : format_->end_of_turn())
     if (auto id = tok->token_id(end); id && tok->is_special(*id)) stop_ids_.push_back(*id);
   think_open_ = tok->token_id("<think>");
   if (think_open_) think_close_ = tok->token_id("</think>");

@@ -38,12 +38,15 @@ size_t longest_stop(const std::vector<std::string>& stops) {
 
 struct Generation::Text {
   Text(const Tokenizer& tok, const GenerationSpec& spec)
-      : decoder(tok, /*skip_special=*/true),
+      : decoder(tok, /*skip_special=*/!format(spec).structured_reply()),
         reasoning(spec.split_reasoning, spec.reasoning_open),
-        filter(spec.stop,
-               spec.capture_tool_calls ? std::string(format(spec).tool_call_open()) : ""),
+        filter(spec.stop, spec.capture_tool_calls && !format(spec).structured_reply()
+                              ? std::string(format(spec).tool_call_open())
+                              : ""),
         calls(format(spec).tool_call_reader(spec.tools)),
-        stop_holdback(longest_stop(spec.stop)) {}
+        stop_holdback(longest_stop(spec.stop)) {
+    if (format(spec).structured_reply()) harmony = std::make_unique<chat::HarmonyReader>();
+  }
   static const chat::ChatFormat& format(const GenerationSpec& spec) {
     return spec.format ? *spec.format : chat::hermes_format();
   }
@@ -51,6 +54,8 @@ struct Generation::Text {
   chat::ReasoningSplitter reasoning;
   StopFilter filter;
   std::unique_ptr<chat::ToolCallReader> calls;
+  // Harmony replies (chat/harmony.h): reasoning, answer and calls read together instead.
+  std::unique_ptr<chat::HarmonyReader> harmony;
   size_t fed = 0;  // bytes of filter.captured() given to `calls`
   size_t stop_holdback = 0;
 };
@@ -116,10 +121,20 @@ void Generation::close_choice(int index, const std::string& reason, std::vector<
   Text& t = *text_[size_t(index)];
   ChoiceDelta& d = delta_for(index, out);
   // What the decoder and the splitter still hold, through the stop filter, then what it held.
-  chat::ReasoningSplitter::Parts tail = t.reasoning.push(t.decoder.flush());
-  const chat::ReasoningSplitter::Parts last = t.reasoning.finish();
-  tail.reasoning += last.reasoning;
-  tail.content += last.content;
+  chat::ReasoningSplitter::Parts tail;
+  if (t.harmony) {
+    chat::ReplyParts a = t.harmony->push(t.decoder.flush());
+    chat::ReplyParts b = t.harmony->finish(reason == "length");
+    tail.reasoning = a.reasoning + b.reasoning;
+    tail.content = a.content + b.content;
+    for (auto* calls : {&a.calls, &b.calls})
+      for (chat::ToolCallDelta& x : *calls) d.tool_calls.push_back(std::move(x));
+  } else {
+    tail = t.reasoning.push(t.decoder.flush());
+    const chat::ReasoningSplitter::Parts last = t.reasoning.finish();
+    tail.reasoning += last.reasoning;
+    tail.content += last.content;
+  }
   std::string content = t.filter.stopped() ? "" : t.filter.push(tail.content);
   if (!t.filter.stopped()) content += t.filter.finish();
   if (t.filter.stopped() && c.stop_sequence.empty()) c.stop_sequence = t.filter.matched();
@@ -128,7 +143,11 @@ void Generation::close_choice(int index, const std::string& reason, std::vector<
   c.reasoning += tail.reasoning;
   c.content += content;
   c.finish_reason = reason == "cancelled" ? "stop" : reason;
-  if (capture_tool_calls_ && !t.filter.captured().empty()) {
+  if (t.harmony && !t.harmony->calls().empty()) {
+    c.tool_calls.tool_calls = t.harmony->calls();
+    c.tool_calls.content = c.content;
+    if (!t.harmony->dropped()) c.finish_reason = "tool_calls";
+  } else if (capture_tool_calls_ && !t.filter.captured().empty()) {
     feed_tool_calls(t, d, /*all=*/true);
     chat::ToolCallsFinal f = t.calls->finish(reason == "length");
     for (chat::ToolCallDelta& x : f.deltas) d.tool_calls.push_back(std::move(x));
@@ -179,7 +198,14 @@ void Generation::on_event(const GenEvent& e, std::vector<ChoiceDelta>& out) {
         c.logprobs.push_back(lp);
         d.logprobs.push_back(std::move(lp));
       }
-      const chat::ReasoningSplitter::Parts parts = t.reasoning.push(t.decoder.push(e.token));
+      chat::ReasoningSplitter::Parts parts;
+      if (t.harmony) {
+        chat::ReplyParts h = t.harmony->push(t.decoder.push(e.token));
+        parts = {std::move(h.reasoning), std::move(h.content)};
+        for (chat::ToolCallDelta& x : h.calls) d.tool_calls.push_back(std::move(x));
+      } else {
+        parts = t.reasoning.push(t.decoder.push(e.token));
+      }
       d.reasoning += parts.reasoning;
       c.reasoning += parts.reasoning;
       const std::string shown = t.filter.push(parts.content);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "chat/chat_format.h"
+#include "chat/harmony.h"
 #include "chat/reasoning.h"
 #include "chat/tool_call_stream.h"
 #include "chat/tool_calls.h"

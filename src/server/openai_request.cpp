@@ -310,6 +310,18 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat,
       bad_request("`chat_template_kwargs` must be an object", "chat_template_kwargs");
     r.chat_template_kwargs = *it;
   }
+  // OpenAI's reasoning_effort reaches the template as the variable gpt-oss's reads (its system
+  // message's "Reasoning: low"); templates without it ignore it. chat_template_kwargs wins.
+  if (auto e = get_string(j, "reasoning_effort")) {
+    if (*e != "minimal" && *e != "low" && *e != "medium" && *e != "high" && *e != "none")
+      bad_request("`reasoning_effort` must be none, minimal, low, medium or high",
+                  "reasoning_effort");
+    if (*e != "none" && *e != "minimal") {
+      if (!r.chat_template_kwargs.is_object()) r.chat_template_kwargs = ojson::object();
+      if (!r.chat_template_kwargs.contains("reasoning_effort"))
+        r.chat_template_kwargs["reasoning_effort"] = *e;
+    }
+  }
   if (auto v = get_bool(j, "parallel_tool_calls")) r.parallel_tool_calls = *v;
   return r;
 }

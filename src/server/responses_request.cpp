@@ -378,6 +378,9 @@ ResponsesRequest parse_responses_request(const std::string& body, const Sampling
       reasoning["effort"] = *e;
       // The one effort a thinking model's template can honour: none turns thinking off.
       if (*e == "none" && model_thinks) t.template_kwargs = {{"enable_thinking", false}};
+      // gpt-oss's template reads reasoning_effort (low, medium, high); others ignore it.
+      if (*e == "low" || *e == "medium" || *e == "high")
+        t.template_kwargs = {{"reasoning_effort", *e}};
     }
     if (auto s = get_string(*it, "summary")) reasoning["summary"] = *s;
   }
