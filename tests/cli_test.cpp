@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
+#include "grammar/schema_validate.h"
 #include "test_util.h"
 
 namespace fak {
@@ -76,6 +78,51 @@ TEST(Cli, RunSessionResumesFromDisk) {
   const auto second_json = nlohmann::json::parse(second.out);
   for (auto& id : second_json["ids"]) ids.push_back(id);
   EXPECT_EQ(ids, nlohmann::json::parse(whole.out)["ids"]);
+}
+
+// fak run decodes under a JSON schema (the server's per-sequence decoder): the text is a JSON
+// value the schema accepts, and the run ends when it is whole.
+TEST(Cli, RunJsonSchemaOutputIsValid) {
+  const auto schema_path = test::temp_dir() / "person.json";
+  const std::string schema =
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+          "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": false})";
+  test::write_file(schema_path, schema);
+  for (const char* sampling : {"", " --temp 0.9 --seed 7"}) {
+    auto r = test::run_fak("run -p 'def f(x):\n' -n 120 --json --json-schema " +
+                           schema_path.string() + sampling);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["finish_reason"], "stop") << r.out;
+    const auto value = fak::ojson::parse(j["text"].get<std::string>());
+    EXPECT_EQ(grammar::schema_violation(value, fak::ojson::parse(schema), {.strict = true}), "")
+        << j["text"];
+  }
+  auto bad = test::run_fak("run -p x --json-schema " + (test::temp_dir() / "none.json").string());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("none.json"), std::string::npos) << bad.err;
+}
+
+// --stop: the run ends at the first stop string, which is not shown; the text before it is the
+// unconstrained run's.
+TEST(Cli, RunStopsAtAStopString) {
+  auto plain = test::run_fak("run -p 'def add(a, b):\n' -n 40 --ignore-eos --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::string text = nlohmann::json::parse(plain.out)["text"];
+  const std::string stop = "return";
+  const size_t at = text.find(stop);
+  ASSERT_NE(at, std::string::npos) << text;
+  auto r = test::run_fak("run -p 'def add(a, b):\n' -n 40 --ignore-eos --json --stop " + stop +
+                         " --stop 'never appears'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["finish_reason"], "stop");
+  EXPECT_EQ(j["stop"], stop);
+  EXPECT_EQ(j["text"], text.substr(0, at));
+  // Streamed to the terminal: the same text, the stop string held back.
+  auto shown = test::run_fak("run -p 'def add(a, b):\n' -n 40 --ignore-eos --stop " + stop);
+  EXPECT_EQ(shown.out, text.substr(0, at) + "\n");
 }
 
 TEST(Cli, RunWithIdsOnAModelWithoutTokenizer) {

@@ -2,15 +2,15 @@
 // extraction, request validation.
 #include <gtest/gtest.h>
 
+#include "chat/stop_filter.h"
 #include "chat/tool_calls.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
-#include "server/stop_filter.h"
 
 namespace fak::server {
 namespace {
 
-std::string feed(StopFilter& f, const std::vector<std::string>& pieces) {
+std::string feed(chat::StopFilter& f, const std::vector<std::string>& pieces) {
   std::string out;
   for (const auto& p : pieces) out += f.push(p);
   if (!f.stopped()) out += f.finish();
@@ -18,31 +18,31 @@ std::string feed(StopFilter& f, const std::vector<std::string>& pieces) {
 }
 
 TEST(StopFilter, StopSplitAcrossPiecesIsNeverShown) {
-  StopFilter f({"\n\n"});
+  chat::StopFilter f({"\n\n"});
   EXPECT_EQ(f.push("abc\n"), "abc");  // "\n" might start the stop string: held
   EXPECT_EQ(f.push("\nrest"), "");
   EXPECT_TRUE(f.stopped());
-  StopFilter g({"STOP"});
+  chat::StopFilter g({"STOP"});
   EXPECT_EQ(feed(g, {"xx ST", "O", "P yy"}), "xx ");
 }
 
 TEST(StopFilter, HeldTextComesOutWhenItCannotMatch) {
-  StopFilter f({"END"});
+  chat::StopFilter f({"END"});
   EXPECT_EQ(f.push("a E"), "a ");
   EXPECT_EQ(f.push("N"), "");
   EXPECT_EQ(f.push("x"), "ENx");
   EXPECT_EQ(f.finish(), "");
-  StopFilter g({"END"});
+  chat::StopFilter g({"END"});
   EXPECT_EQ(feed(g, {"tail E"}), "tail E");
 }
 
 TEST(StopFilter, EarliestOfSeveralStops) {
-  StopFilter f({"bbb", "b c"});
+  chat::StopFilter f({"bbb", "b c"});
   EXPECT_EQ(feed(f, {"aa b c bbb"}), "aa ");
 }
 
 TEST(StopFilter, CapturesFromMarker) {
-  StopFilter f({}, "<tool_call>");
+  chat::StopFilter f({}, "<tool_call>");
   std::string shown = f.push("hi <tool");
   shown += f.push("_call>{\"name\"");
   shown += f.push(": \"f\"}</tool_call>");

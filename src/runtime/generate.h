@@ -1,5 +1,6 @@
-// The decode loop: sample from the session's logits, append, repeat until max_tokens, an end
-// token, or the callback says stop. Used by `fak run`, chat and the server alike.
+// The decode loop: choose the next token from the session's logits (runtime/sequence_decoder.h,
+// the same per-sequence decoding as the server's batch loop), append, repeat until max_tokens, an
+// end token, a finished grammar, or the callback says stop. Used by `fak run` and `fak chat`.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
@@ -28,6 +30,9 @@ struct GenerateOptions {
   // Speculative decoding (runtime/speculative.h): same output, fewer forward calls. Empty = off;
   // on models where it would not be exact, generate() decodes plainly and says why in spec_off.
   Drafter drafter;
+  // Constrained decoding (grammar/grammar.h): every token keeps the output a prefix of the
+  // grammar, and a complete output ends the generation. Needs the model's tokenizer.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct GenerateResult {

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "runtime/sequence_decoder.h"
 
 namespace fak {
 
@@ -136,20 +137,27 @@ GenerateResult generate_speculative(Session& session, const GenerateOptions& o,
                                     const std::function<bool(int32_t)>& on_token) {
   check(session.has_logits(), "generate: the session is empty; append a prompt first");
   check(bool(o.drafter), "generate_speculative: no drafter");
-  Sampler sampler(o.sampling);
+  // The same per-sequence decoding as plain decoding and the server (runtime/sequence_decoder.h):
+  // its sampler samples the verify rows, and the token sampled after an accepted draft is its
+  // pending next one.
+  DecodeRules rules;
+  rules.sampling = o.sampling;
+  rules.stop_ids = o.stop_ids;
+  SequenceDecoder decoder(rules, nullptr);
   GenerateResult r;
   r.finish_reason = "length";
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> history;
   if (o.max_tokens > 0) {
-    // The loop keeps plain decoding's invariant: `next` was sampled from the session's logits and
-    // is not yet appended.
-    int32_t next = sampler.sample(session.sampleable_logits(), session.tokens());
+    // The loop keeps plain decoding's invariant: `next` was chosen from the session's logits (or
+    // is a verify's pending token) and is not yet appended.
     for (;;) {
-      if (is_stop(o.stop_ids, next)) {
+      const SequenceDecoder::Choice c = decoder.next(session.sampleable_logits(), session.tokens());
+      if (c.stop) {
         r.finish_reason = "stop";
         break;
       }
+      const int32_t next = c.token;
       r.ids.push_back(next);
       if (on_token && !on_token(next)) {
         r.finish_reason = "callback";
@@ -170,7 +178,7 @@ GenerateResult generate_speculative(Session& session, const GenerateOptions& o,
       std::vector<int32_t> draft = o.drafter(history, remaining - 1);
       if (int(draft.size()) > remaining - 1) draft.resize(size_t(remaining - 1));
       const int base = session.size();
-      Verified v = verify_draft({&session, next, draft, &sampler, o.stop_ids});
+      Verified v = verify_draft({&session, next, draft, &decoder.sampler(), o.stop_ids});
       ++r.forward_calls;
       if (v.drafted > 0) {
         ++r.spec_steps;
@@ -190,7 +198,7 @@ GenerateResult generate_speculative(Session& session, const GenerateOptions& o,
         }
       }
       if (stopped) break;
-      next = v.next;
+      decoder.set_pending(v.next);
     }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

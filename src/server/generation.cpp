@@ -52,7 +52,7 @@ struct Generation::Text {
   }
   StreamDecoder decoder;
   chat::ReasoningSplitter reasoning;
-  StopFilter filter;
+  chat::StopFilter filter;
   std::unique_ptr<chat::ToolCallReader> calls;
   // Harmony replies (chat/harmony.h): reasoning, answer and calls read together instead.
   std::unique_ptr<chat::HarmonyReader> harmony;

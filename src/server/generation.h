@@ -15,13 +15,13 @@
 #include "chat/chat_format.h"
 #include "chat/harmony.h"
 #include "chat/reasoning.h"
+#include "chat/stop_filter.h"
 #include "chat/tool_call_stream.h"
 #include "chat/tool_calls.h"
 #include "runtime/generate.h"
 #include "server/http_message.h"
 #include "server/openai_format.h"
 #include "server/scheduler.h"
-#include "server/stop_filter.h"
 
 namespace fak::server {
 

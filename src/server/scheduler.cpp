@@ -41,31 +41,23 @@ struct Scheduler::Active {
   GenRequest req;
   std::optional<Session> owned;  // from the prefix cache (empty for a caller's session)
   Session* session = nullptr;    // &owned or req.session
-  Sampler sampler;
+  // The choice's decoding (runtime/sequence_decoder.h): sampler, grammar, reasoning budget.
+  std::optional<SequenceDecoder> decoder;
   int index = 0;         // which choice of the request
   int choices_left = 0;  // the first choice clones the rest once the prompt is read
   int generated = 0;
   bool done = false;
   int32_t last = -1;  // last token sampled
-  std::optional<grammar::GrammarMatcher> matcher;
-  bool constrained = false;     // the matcher applies (false inside a reasoning block)
-  bool may_open_think = false;  // the next token may also open the reasoning block (req.think)
-  std::vector<uint32_t> mask;
-  std::vector<float> masked;  // the logits with the mask applied
-  // Speculative decoding: whether this sequence drafts, the token a verify call sampled after the
-  // accepted draft (not appended yet: emitted next step, as plain decoding would), and this
-  // step's verify ([last] + draft from position verify_base, every position's logits).
+  // Speculative decoding: whether this sequence drafts, and this step's verify ([last] + draft
+  // from position verify_base, every position's logits; the token it samples after the accepted
+  // draft is the decoder's pending one, emitted next step as plain decoding would).
   bool speculates = false;
-  std::optional<int32_t> pending;
   std::vector<int32_t> verify_input;
   std::vector<float> verify_rows;
   // --draft mtp: the head's drafter for this sequence's session (declared after `owned`, so it
   // goes first).
   std::unique_ptr<MtpDrafter> mtp;
   int verify_base = -1;  // -1: not verifying this step
-  // Inside a <think> block, and how many tokens it holds (for req.reasoning_budget).
-  bool reasoning = false;
-  int reasoning_tokens = 0;
   // Hybrid models: where the prefix cache asked for checkpoints of this prompt (ascending).
   std::vector<int> checkpoint_at;
   bool read_prompt = false;  // this step's call reads a chunk of the prompt
@@ -411,9 +403,14 @@ void Scheduler::admit(GenRequest r) {
   // Everything that can fail happens before r is taken apart, so the error reaches r's own stream
   // (and a lent session goes back to its owner).
   try {
-    Sampler sampler(r.sampling);
-    std::optional<grammar::GrammarMatcher> matcher;
-    if (r.grammar) matcher.emplace(r.grammar, token_index(), r.stop_ids);
+    DecodeRules rules;
+    rules.sampling = r.sampling;
+    rules.stop_ids = r.stop_ids;
+    rules.grammar = r.grammar;
+    rules.think = r.think;
+    rules.reasoning_budget = r.reasoning_budget;
+    rules.reasoning_open = r.reasoning_open;
+    SequenceDecoder decoder(rules, r.grammar ? token_index() : nullptr);
     std::optional<Session> owned;
     int reused = 0;
     std::vector<int> checkpoint_at;
@@ -445,20 +442,15 @@ void Scheduler::admit(GenRequest r) {
     } else {
       a->session = a->req.session;  // a caller's session: decoding starts at the next step
     }
-    a->sampler = std::move(sampler);
+    a->decoder.emplace(std::move(decoder));
     a->checkpoint_at = std::move(checkpoint_at);
     a->choices_left = a->req.n - 1;
-    a->matcher = std::move(matcher);
-    // Constrained from the first token, unless the reply starts inside a reasoning block; a model
-    // that may open one gets its opening tag allowed beside the grammar's first tokens.
-    a->constrained = a->matcher && !(a->req.think && a->req.think->inside);
-    a->may_open_think = a->constrained && a->req.think.has_value();
     // A reasoning budget closes the block at an exact token count, which a verify step's accepted
     // run could pass: those sequences decode one token at a time.
-    a->speculates = options_.draft && !a->req.session && !a->matcher && a->req.top_logprobs < 0 &&
-                    !a->req.reasoning_budget && speculation_unsupported(*model_).empty();
+    a->speculates = options_.draft && !a->req.session && !a->decoder->has_grammar() &&
+                    a->req.top_logprobs < 0 && !a->req.reasoning_budget &&
+                    speculation_unsupported(*model_).empty();
     if (a->speculates && options_.draft->mtp) start_mtp(*a);
-    a->reasoning = a->req.reasoning_open;
     active_.push_back(std::move(a));
   } catch (const std::exception& e) {
     if (r.on_finish) {
@@ -534,16 +526,11 @@ void Scheduler::spawn_choices() {
       c->req = a.req;  // on_finish is empty: a caller's session has one choice
       c->owned.emplace(a.session->clone());
       c->session = &*c->owned;
-      SamplingOptions o = a.req.sampling;
-      o.seed += uint64_t(i);
-      c->sampler = Sampler(o);
+      // Nothing generated yet: the start state, with the choice's own seed.
+      c->decoder.emplace(*a.decoder, a.req.sampling.seed + uint64_t(i));
       c->index = i;
-      if (a.matcher) c->matcher.emplace(*a.matcher);  // nothing generated yet: the start state
-      c->constrained = a.constrained;
-      c->may_open_think = a.may_open_think;
       c->speculates = a.speculates;
       if (c->speculates && options_.draft->mtp) start_mtp(*c);
-      c->reasoning = a.reasoning;
       spawned.push_back(std::move(c));
     }
     a.choices_left = 0;
@@ -606,46 +593,9 @@ void Scheduler::step() {
     }
     // Only ids the tokenizer can decode: padded embedding rows never come back as tokens.
     const std::span<const float> logits = a.session->sampleable_logits();
-    std::span<const float> choose_from = logits;
-    if (a.constrained) {
-      a.matcher->allowed_tokens(a.mask);
-      if (a.may_open_think) {
-        const auto open = uint32_t(a.req.think->open);
-        if (open / 32 < a.mask.size()) a.mask[open / 32] |= 1u << (open % 32);
-      }
-      a.masked.assign(logits.begin(), logits.end());
-      grammar::apply_token_mask(a.masked, a.mask);
-      choose_from = a.masked;
-    }
-    // After a verify the next token is already sampled (from the same logits and history); a
-    // reasoning block that has spent its budget is closed here, not by the model.
-    const std::optional<ReasoningBudget>& budget = a.req.reasoning_budget;
-    const bool close_reasoning = budget && a.reasoning && a.reasoning_tokens >= budget->tokens;
-    const int32_t next = close_reasoning ? budget->close
-                         : a.pending     ? *a.pending
-                                         : a.sampler.sample(choose_from, a.session->tokens());
-    a.pending.reset();
-    if (budget) {
-      // note: an opening tag inside the block is one more token of it: a model that repeats it
-      // must not think past its budget.
-      if (next == budget->open && !a.reasoning)
-        a.reasoning = true;
-      else if (next == budget->close)
-        a.reasoning = false;
-      else if (a.reasoning)
-        ++a.reasoning_tokens;
-    }
-    if (a.matcher) {
-      const bool opens = a.may_open_think && next == a.req.think->open;
-      a.may_open_think = false;  // only the reply's first token may open the block
-      if (opens)
-        a.constrained = false;  // free reasoning until the block is closed
-      else if (a.constrained)
-        a.matcher->advance_token(next);
-      else if (a.req.think && next == a.req.think->close)
-        a.constrained = true;  // the constraint starts with the next token
-    }
-    if (std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), next) != a.req.stop_ids.end()) {
+    const SequenceDecoder::Choice choice = a.decoder->next(logits, a.session->tokens());
+    const int32_t next = choice.token;
+    if (choice.stop) {
       finish(a, "stop", next);
       continue;
     }
@@ -659,7 +609,7 @@ void Scheduler::step() {
     a.last = next;
     // A grammar that is complete and admits nothing more ends the choice (with no stop id to
     // sample, e.g. under ignore_eos, the mask would be empty).
-    if (a.constrained && a.matcher->is_complete() && !a.matcher->can_continue()) {
+    if (a.decoder->grammar_finished()) {
       finish(a, "stop", next);
       continue;
     }
@@ -773,8 +723,8 @@ std::vector<int> Scheduler::plan_prefill() const {
 // sampled after them is kept for the next step.
 void Scheduler::accept_verified(Active& a) {
   const VerifyRequest request{a.session, a.verify_input[0],
-                              std::span<const int32_t>(a.verify_input).subspan(1), &a.sampler,
-                              a.req.stop_ids};
+                              std::span<const int32_t>(a.verify_input).subspan(1),
+                              &a.decoder->sampler(), a.req.stop_ids};
   const Verified v = accept_draft(request, a.verify_base, a.verify_rows);
   if (metrics_) metrics_->add_speculation(v.drafted, int(v.accepted.size()));
   for (int32_t t : v.accepted) {
@@ -782,7 +732,7 @@ void Scheduler::accept_verified(Active& a) {
     ++a.generated;
     a.last = t;
   }
-  a.pending = v.next;
+  a.decoder->set_pending(v.next);
 }
 
 void Scheduler::stop_for_kv(Active& a, const std::string& message) {

@@ -30,6 +30,7 @@
 #include "runtime/kv_budget.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/sequence_decoder.h"
 #include "runtime/session.h"
 #include "runtime/speculative.h"
 #include "server/cache_dir.h"
@@ -121,23 +122,6 @@ class GenStream {
   std::deque<GenEvent> events_;
   std::vector<bool> cancelled_choices_;
   std::atomic<bool> cancelled_{false}, client_gone_{false};
-};
-
-// At most `tokens` tokens of reasoning (Anthropic's thinking.budget_tokens): once a <think> block
-// has that many, the scheduler appends `close` itself, and the model goes on to its answer.
-struct ReasoningBudget {
-  int tokens = 0;
-  int32_t open = -1, close = -1;  // the <think> and </think> token ids
-};
-
-// Thinking models under a constraint: the reply may begin with one reasoning block, which is
-// free text; the grammar holds everywhere else, from the first token. inside: the prompt already
-// opened the block (the reply starts as reasoning, constrained once `close` is sampled);
-// otherwise the first token is the grammar's or `open`, and a model that does not open a block
-// (an -Instruct model, /no_think, a small model) is constrained from its first token.
-struct ThinkBlock {
-  int32_t open = -1, close = -1;
-  bool inside = false;
 };
 
 struct GenRequest {

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "chat/stop_filter.h"
 #include "common.h"
 #include "core/error.h"
+#include "grammar/grammar.h"
 #include "runtime/generate.h"
 #include "runtime/mtp_draft.h"
 #include "runtime/session.h"
@@ -16,7 +18,8 @@ namespace fak::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, file, ids, session, draft = "none";
+  std::string model, prompt, file, ids, session, draft = "none", json_schema;
+  std::vector<std::string> stop;
   int n = 64;
   int threads = 0;
   SamplingOptions sampling;
@@ -32,8 +35,18 @@ void run(const RunArgs& a) {
   set_threads(a.threads);
   const int sources = !a.prompt.empty() + !a.file.empty() + !a.ids.empty();
   if (sources != 1 && a.session.empty()) fail("give exactly one of -p TEXT, -f FILE, --ids 1,2,3");
+  std::shared_ptr<const grammar::Grammar> schema;
+  if (!a.json_schema.empty()) {
+    try {
+      schema = grammar::compile_json_schema_text(read_text_file(a.json_schema));
+    } catch (const Error& e) {
+      fail("--json-schema " + a.json_schema + ": " + e.what());
+    }
+  }
   auto model = load_model(a.model);
   const Tokenizer* tok = model->tokenizer();
+  if ((schema || !a.stop.empty()) && !tok)
+    fail(model->path().string() + " has no tokenizer.json: --json-schema and --stop need one");
   std::vector<int32_t> prompt;
   if (!a.ids.empty()) {
     prompt = parse_ids(a.ids);
@@ -67,18 +80,30 @@ void run(const RunArgs& a) {
   g.append_last = !a.session.empty();
   if (a.draft == "ngram") g.drafter = ngram_drafter(a.draft_options);
   if (head) g.drafter = mtp_drafter(head);
+  g.grammar = schema;
 
   std::unique_ptr<StreamDecoder> stream;
   if (tok) stream = std::make_unique<StreamDecoder>(*tok);
+  // Stop strings: text is shown once no stop string can still start in it (chat/stop_filter.h).
+  chat::StopFilter filter(a.stop);
+  std::string text;  // what was shown (or, with --json, what would be)
   auto on_token = [&](int32_t id) {
+    const std::string piece = filter.push(stream ? stream->push(id) : std::to_string(id) + " ");
+    text += piece;
     if (!a.json) {
-      std::string piece = stream ? stream->push(id) : std::to_string(id) + " ";
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
-    return true;
+    return !filter.stopped();
   };
   GenerateResult r = generate(session, g, on_token);
+  if (filter.stopped()) {
+    r.finish_reason = "stop";
+  } else {
+    const std::string rest = filter.push(stream ? stream->flush() : "") + filter.finish();
+    text += rest;
+    if (!a.json) std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
   if (!r.spec_off.empty()) std::fprintf(stderr, "fak: note: %s\n", r.spec_off.c_str());
   if (!a.session.empty()) session.save(a.session);
 
@@ -92,7 +117,8 @@ void run(const RunArgs& a) {
     nlohmann::json j;
     j["prompt_ids"] = prompt;
     j["ids"] = r.ids;
-    j["text"] = tok ? tok->decode(r.ids) : "";
+    j["text"] = tok ? text : "";
+    if (filter.stopped()) j["stop"] = filter.matched();
     j["finish_reason"] = r.finish_reason;
     j["prompt_tokens"] = prompt.size();
     j["generated_tokens"] = r.ids.size();
@@ -112,10 +138,6 @@ void run(const RunArgs& a) {
     }
     std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    if (stream) {
-      std::string rest = stream->flush();
-      std::fwrite(rest.data(), 1, rest.size(), stdout);
-    }
     std::printf("\n");
     std::fprintf(stderr, "[prefill %zu tok, %.1f tok/s | decode %zu tok, %.1f tok/s", prompt.size(),
                  prefill_tok_s, r.ids.size(), decode_tok_s);
@@ -152,6 +174,9 @@ void register_run(CLI::App& app) {
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_option("--session", a->session, "resume from / save to this session file");
   c->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text");
+  c->add_option("--json-schema", a->json_schema,
+                "decode under this JSON schema (a file): the output is a JSON value it accepts");
+  c->add_option("--stop", a->stop, "stop at this text (repeatable); it is not shown");
   c->add_option("--draft", a->draft,
                 "speculative decoding (same output, fewer forward calls): ngram (prompt lookup), "
                 "mtp (the model's multi-token-prediction head: Qwen3.5 / 3.6) or none")

@@ -1,8 +1,8 @@
-#include "server/stop_filter.h"
+#include "chat/stop_filter.h"
 
 #include <algorithm>
 
-namespace fak::server {
+namespace fak::chat {
 
 StopFilter::StopFilter(std::vector<std::string> stops, std::string capture_marker)
     : stops_(std::move(stops)), marker_(std::move(capture_marker)) {
@@ -69,4 +69,4 @@ std::string StopFilter::finish() {
   return out;
 }
 
-}  // namespace fak::server
+}  // namespace fak::chat

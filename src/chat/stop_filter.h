@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace fak::server {
+namespace fak::chat {
 
 class StopFilter {
  public:
@@ -37,4 +37,4 @@ class StopFilter {
   bool stopped_ = false;
 };
 
-}  // namespace fak::server
+}  // namespace fak::chat
