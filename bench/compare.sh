@@ -6,19 +6,21 @@
 # build --target llama-bench`), else the prebuilt library of the npm package node-llama-cpp
 # (bench/llamacpp; run `npm ci` there once; -b needs this one; -d needs a llama-bench that has it).
 #
-#   bench/compare.sh [-p 256] [-n 32] [-d 0] [-b 1] [-F] [-t 2] [-r 3] [-P passes] [-o DIR] MODEL.gguf ...
+#   bench/compare.sh [-p 256] [-n 32] [-d 0] [-b 1] [-F] [-k TYPE] [-t 2] [-r 3] [-P passes] [-o DIR] MODEL.gguf ...
 #
 # -d D: both engines run the tests after D context tokens ("pp256 @ d4096"); -F: llama.cpp with
 # flash attention (off by default, as llama-bench's -fa 0); -b B: the tg test decodes B sequences at
 # once (fak: B clones of the depth's context; llama.cpp: B sequences of one context, each with its
-# own copy of it).
+# own copy of it). -k TYPE: both engines store K and V as TYPE (f16, q8_0; llama.cpp: -ctk/-ctv, and
+# flash attention, which its quantised V cache needs).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 fak="${FAK:-$here/../build/fak}"
-p=256 n=32 d=0 b=1 fa="" t=2 r=3 passes=2 out=""
-while getopts "p:n:d:b:Ft:r:P:o:" opt; do
+p=256 n=32 d=0 b=1 fa="" t=2 r=3 passes=2 out="" kv=""
+while getopts "p:n:d:b:Fk:t:r:P:o:" opt; do
   case $opt in
     p) p=$OPTARG ;; n) n=$OPTARG ;; d) d=$OPTARG ;; b) b=$OPTARG ;; F) fa="--fa" ;; t) t=$OPTARG ;;
+    k) kv=$OPTARG; [ "$kv" = f16 ] || fa="--fa" ;;
     r) r=$OPTARG ;;
     P) passes=$OPTARG ;; o) out=$OPTARG ;;
     *) exit 2 ;;
@@ -36,7 +38,7 @@ fi
 # load_s}. Its peak RSS comes from GNU time; it reports no load time (0).
 llama_source() {  # MODEL OUT
   /usr/bin/time -f "%M" -o "$2.rss" "$LLAMA_BENCH" -m "$1" -p "$p" -n "$n" -d "$d" -t "$t" -r "$r" \
-    -fa "$([ -n "$fa" ] && echo 1 || echo 0)" -o json >"$2.raw"
+    -fa "$([ -n "$fa" ] && echo 1 || echo 0)" ${kv:+-ctk "$kv" -ctv "$kv"} -o json >"$2.raw"
   python3 - "$2.raw" "$2.rss" >"$2" <<'PY'
 import json, sys
 recs = json.load(open(sys.argv[1]))
@@ -55,7 +57,8 @@ for m in "$@"; do
   for pass in $(seq 1 "$passes"); do
     # The file into the page cache before each engine, so neither pays the other's cold read.
     cat "$m" >/dev/null
-    "$fak" bench -m "$m" -p "$p" -n "$n" -d "$d" -b "$b" -t "$t" -r "$r" -o json >"$work/$name.fak.$pass.json"
+    "$fak" bench -m "$m" -p "$p" -n "$n" -d "$d" -b "$b" -t "$t" -r "$r" ${kv:+--kv-type "$kv"} -o json \
+      >"$work/$name.fak.$pass.json"
     cat "$m" >/dev/null
     if [ -n "${LLAMA_BENCH:-}" ]; then
       llama_source "$m" "$work/$name.llama.$pass.json"

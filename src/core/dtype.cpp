@@ -4,16 +4,28 @@ namespace fak {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::F64: return "F64";
-    case DType::I64: return "I64";
-    case DType::I32: return "I32";
-    case DType::I16: return "I16";
-    case DType::I8: return "I8";
-    case DType::U8: return "U8";
-    case DType::BOOL: return "BOOL";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::F64:
+      return "F64";
+    case DType::I64:
+      return "I64";
+    case DType::I32:
+      return "I32";
+    case DType::I16:
+      return "I16";
+    case DType::I8:
+      return "I8";
+    case DType::U8:
+      return "U8";
+    case DType::BOOL:
+      return "BOOL";
+    case DType::Q8_0:
+      return "Q8_0";
   }
   return "?";
 }
@@ -21,17 +33,28 @@ std::string_view dtype_name(DType t) {
 size_t dtype_size(DType t) {
   switch (t) {
     case DType::F64:
-    case DType::I64: return 8;
+    case DType::I64:
+      return 8;
     case DType::F32:
-    case DType::I32: return 4;
+    case DType::I32:
+      return 4;
     case DType::F16:
     case DType::BF16:
-    case DType::I16: return 2;
+    case DType::I16:
+      return 2;
     case DType::I8:
     case DType::U8:
-    case DType::BOOL: return 1;
+    case DType::BOOL:
+      return 1;
+    case DType::Q8_0:
+      return 0;
   }
   return 0;
+}
+
+size_t dtype_row_bytes(DType t, int64_t n) {
+  if (t == DType::Q8_0) return size_t(n / 32) * 34;
+  return size_t(n) * dtype_size(t);
 }
 
 // IEEE half <-> single, bit-exact (subnormals, inf, NaN), round to nearest even.
@@ -67,7 +90,7 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {                                  // subnormal or zero in half
     if (abs < 0x33000000u) return uint16_t(sign);

@@ -8,10 +8,13 @@
 
 namespace fak {
 
-enum class DType : uint8_t { F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL };
+// Q8_0 (KV rows only): ggml's blocks of 32, an f16 scale and 32 int8 codes; no size per element.
+enum class DType : uint8_t { F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, Q8_0 };
 
 std::string_view dtype_name(DType t);
-size_t dtype_size(DType t);  // bytes per element
+size_t dtype_size(DType t);  // bytes per element (0 for Q8_0: use dtype_row_bytes)
+// Bytes of n elements (for Q8_0, n a multiple of 32).
+size_t dtype_row_bytes(DType t, int64_t n);
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t bits = uint32_t(h) << 16;

@@ -85,8 +85,8 @@ class CudaCall final : public BackendCall {
   }
   void rope(float* x, int heads, int head_dim, int table) override {
     const size_t base = size_t(table) * size_t(T_) * size_t(half_);
-    cuda::rope(x, T_, heads, head_dim, half_, s_.cos.as<float>() + base,
-               s_.sin.as<float>() + base, kStream);
+    cuda::rope(x, T_, heads, head_dim, half_, s_.cos.as<float>() + base, s_.sin.as<float>() + base,
+               kStream);
   }
   void kv_store(int attn_layer, KvPlane plane, const float* rows) override {
     if (plane == KvPlane::Kraw && !cache_.keeps_kraw()) return;
@@ -97,7 +97,8 @@ class CudaCall final : public BackendCall {
                  const AttentionSpec& spec, float* out) override {
     check(n_kv_heads == cache_.n_kv_heads() && head_dim == cache_.head_dim(),
           "forward: the KV cache's shape does not match the model");
-    if (spec.window > 0) fail("sliding-window attention is not implemented on the CUDA backend yet");
+    if (spec.window > 0)
+      fail("sliding-window attention is not implemented on the CUDA backend yet");
     if (spec.sinks) fail("attention sinks are not implemented on the CUDA backend yet");
     cuda::attention(kv_, places_, attn_layer, q, T_, n_heads, spec.scale, out, kStream);
   }
@@ -107,8 +108,7 @@ class CudaCall final : public BackendCall {
     if (r.kind != RouterKind::Softmax || r.scale != 1.0f)
       fail("sigmoid MoE routers are not implemented on the CUDA backend yet");
     s_.ids.reserve(size_t(T_) * size_t(r.k) * sizeof(int32_t), "MoE routes");
-    cuda::moe_route(logits, T_, r.n_experts, r.k, r.renorm, s_.ids.as<int32_t>(), weights,
-                    kStream);
+    cuda::moe_route(logits, T_, r.n_experts, r.k, r.renorm, s_.ids.as<int32_t>(), weights, kStream);
   }
   void moe_experts(const MoeExperts& e, const float* x, int k, const float* weights,
                    float* out) override;
@@ -325,6 +325,7 @@ CudaCall::CudaCall(const CudaBackend& be, std::unique_lock<std::mutex> lock,
   kv_.n_kv_heads = cache.n_kv_heads();
   kv_.head_dim = cache.head_dim();
   kv_.planes = cache.keeps_kraw() ? 3 : 2;
+  check(cache.dtype() != DType::Q8_0, "--kv-type q8_0 is not implemented on the CUDA backend yet");
   kv_.elem_bytes = int(dtype_size(cache.dtype()));
   kv_.is_bf16 = cache.dtype() == DType::BF16;
   kv_.head_bytes = cache.head_bytes();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/quant/quant.h"
 
 namespace fak {
 
@@ -13,17 +14,21 @@ DType parse_kv_type(const std::string& name) {
   if (name == "f32") return DType::F32;
   if (name == "f16") return DType::F16;
   if (name == "bf16") return DType::BF16;
-  fail("KV type '" + name + "' is not supported (f32, f16, bf16)");
+  if (name == "q8_0") return DType::Q8_0;
+  fail("KV type '" + name + "' is not supported (f32, f16, bf16, q8_0)");
 }
 
 const char* kv_type_name(DType dtype) {
-  return dtype == DType::F16 ? "f16" : dtype == DType::BF16 ? "bf16" : "f32";
+  return dtype == DType::F16    ? "f16"
+         : dtype == DType::BF16 ? "bf16"
+         : dtype == DType::Q8_0 ? "q8_0"
+                                : "f32";
 }
 
 size_t kv_bytes_per_token(int n_attention_layers, int n_kv_heads, int head_dim, DType dtype,
                           bool keep_kraw) {
   return size_t(n_attention_layers) * size_t(keep_kraw ? 3 : 2) * size_t(n_kv_heads) *
-         size_t(head_dim) * dtype_size(dtype);
+         dtype_row_bytes(dtype, head_dim);
 }
 
 namespace {
@@ -48,10 +53,14 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
       storage_(options.storage ? std::move(options.storage) : host_kv_storage()) {
   check(block_size_ > 0 && n_kv_heads_ > 0 && head_dim_ > 0 && n_layers_ >= 0,
         "KvCache: invalid shape");
-  check(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16,
-        "KvCache: storage type must be f32, f16 or bf16");
-  head_bytes_ = size_t(head_dim_) * dtype_size(dtype_);
-  row_bytes_ = size_t(kv_dim_) * dtype_size(dtype_);
+  check(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16 ||
+            dtype_ == DType::Q8_0,
+        "KvCache: storage type must be f32, f16, bf16 or q8_0");
+  if (dtype_ == DType::Q8_0 && head_dim_ % 32 != 0)
+    fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model's is " +
+         std::to_string(head_dim_) + ")");
+  head_bytes_ = dtype_row_bytes(dtype_, head_dim_);
+  row_bytes_ = dtype_row_bytes(dtype_, kv_dim_);
   block_bytes_ = size_t(n_layers_) * size_t(planes()) * size_t(block_size_) * row_bytes_;
   blocks_per_slab_ = int(std::clamp<size_t>(options.slab_bytes / std::max<size_t>(block_bytes_, 1),
                                             1, size_t(kMaxBlocksPerSlab)));
@@ -105,8 +114,13 @@ uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
 
 namespace {
 
-// n f32 values as stored elements of type dt, and back (the rounding is deterministic).
+// n f32 values as stored elements of type dt, and back (the rounding is deterministic: Q8_0's
+// quantiser gives the same bytes in every kernel variant, ops/quant/quant.h).
 void encode(DType dt, const float* x, int n, uint8_t* out) {
+  if (dt == DType::Q8_0) {
+    quantize_row(QuantType::Q8_0, x, out, n);
+    return;
+  }
   if (dt == DType::F32) {
     std::memcpy(out, x, sizeof(float) * size_t(n));
     return;
@@ -118,6 +132,10 @@ void encode(DType dt, const float* x, int n, uint8_t* out) {
 }
 
 void decode(DType dt, const uint8_t* in, int n, float* y) {
+  if (dt == DType::Q8_0) {
+    dequantize_row(QuantType::Q8_0, in, y, n);
+    return;
+  }
   if (dt == DType::F32) {
     std::memcpy(y, in, sizeof(float) * size_t(n));
     return;

@@ -41,7 +41,7 @@ struct KvRows {
   const uint8_t* const* k;  // k[j]: K plane row of position j (all KV heads)
   const uint8_t* const* v;
   size_t head_offset;  // bytes from a row's start to this KV head
-  DType dtype;         // F32, F16 or BF16
+  DType dtype;         // F32, F16, BF16 or Q8_0
 };
 
 // Per-thread working memory of the tile kernel, grown on demand and reused across tiles.

@@ -69,7 +69,8 @@ std::string describe_bytes_per_token(const Model& model, DType dtype, bool keep_
   return std::to_string(bpt) + " bytes/token (" + std::to_string(model.n_attention_layers()) +
          " attention layers x (K + V" + (keep_kraw ? " + Kraw" : "") + ") x " +
          std::to_string(c.n_kv_heads) + " KV heads x " + std::to_string(c.head_dim) + " dims x " +
-         std::to_string(dtype_size(dtype)) + " bytes, " + kv_type_name(dtype) + ")";
+         (dtype == DType::Q8_0 ? std::string("34/32") : std::to_string(dtype_size(dtype))) +
+         " bytes, " + kv_type_name(dtype) + ")";
 }
 
 }  // namespace fak

@@ -29,10 +29,6 @@ namespace fak {
 
 namespace {
 
-const char* kv_dtype_name(DType t) {
-  return t == DType::F32 ? "f32" : t == DType::F16 ? "f16" : "bf16";
-}
-
 constexpr char kMagic[8] = {'F', 'A', 'K', 'S', 'E', 'S', 'S', '\0'};
 constexpr uint32_t kVersion = 3;
 
@@ -99,7 +95,7 @@ std::string Session::to_bytes(const nlohmann::json& meta) const {
                    {"vocab", c.vocab},
                    {"attention_layers", model_->n_attention_layers()},
                    {"kv_dim", c.kv_dim()},
-                   {"kv_dtype", kv_dtype_name(cache_->dtype())},
+                   {"kv_dtype", kv_type_name(cache_->dtype())},
                    {"kraw", cache_->keeps_kraw()},
                    {"recurrent_bytes", state_.bytes()}};
   if (!meta.is_null()) h["meta"] = meta;
@@ -155,9 +151,9 @@ Session Session::from_bytes(std::string_view bytes, const std::string& label,
     fail(label + " has a KV layout that does not match the model");
   const int n = int(h.n_tokens);
   const bool kraw = h.kraw;
-  if (h.kv_dtype != kv_dtype_name(cache->dtype()))
+  if (h.kv_dtype != kv_type_name(cache->dtype()))
     fail(label + " holds " + h.kv_dtype + " KV rows but this cache stores " +
-         kv_dtype_name(cache->dtype()) + " (use the same --kv-type)");
+         kv_type_name(cache->dtype()) + " (use the same --kv-type)");
   const size_t state_bytes = RecurrentState(c.recurrent_shape()).bytes();
   if (h.recurrent_bytes != int64_t(state_bytes))
     fail(label + " has a recurrent state layout that does not match the model");

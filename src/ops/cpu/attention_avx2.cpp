@@ -89,7 +89,7 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale,
   // Pass 1: scores. More keys per step with fewer lanes keeps 8 accumulators in flight.
   constexpr int KB = 8 / NV;
   const float* kp[kKeyBlock];
-  const size_t row_bytes = size_t(HD) * dtype_size(rows.dtype);
+  const size_t row_bytes = dtype_row_bytes(rows.dtype, HD);
   prefetch_rows(rows.k, rows.head_offset, row_bytes, 0, std::min(n_keys, kKeyBlock));
   for (int j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int j1 = std::min(n_keys, j0 + kKeyBlock);
@@ -176,6 +176,11 @@ void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale,
 
 void widen_rows(const uint8_t* const* rows, size_t offset, int n, int elems, DType dtype,
                 float* out) {
+  if (dtype == DType::Q8_0) {
+    for (int i = 0; i < n; ++i)
+      widen_q8_0(rows[i] + offset, elems, out + size_t(i) * size_t(elems));
+    return;
+  }
   for (int i = 0; i < n; ++i) {
     const auto* src = reinterpret_cast<const uint16_t*>(rows[i] + offset);
     float* dst = out + size_t(i) * size_t(elems);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/isa_namespace.h"
@@ -13,10 +14,32 @@
 namespace fak::kernels {
 inline namespace FAK_ISA_NS {
 
-// Row pointers for keys [j0, j1) of one plane as f32; half rows are widened into `conv`.
+// One head's Q8_0 row (n / 32 blocks: an f16 scale, 32 int8 codes) as n floats q * d: one exact
+// product per element, the same in every path.
+inline void widen_q8_0(const uint8_t* src, int n, float* dst) {
+  for (int b = 0; b < n / 32; ++b, src += 34, dst += 32) {
+    uint16_t h;
+    std::memcpy(&h, src, 2);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+    for (int k = 0; k < 32; k += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 2 + k));
+      _mm256_storeu_ps(dst + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+
+// Row pointers for keys [j0, j1) of one plane as f32; half and q8_0 rows are widened into `conv`.
 template <int HD>
 void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1,
                 float* conv, const float** out) {
+  if (dt == DType::Q8_0) {
+    for (int j = j0; j < j1; ++j) {
+      float* dst = conv + size_t(j - j0) * HD;
+      widen_q8_0(plane[j] + head_offset, HD, dst);
+      out[j - j0] = dst;
+    }
+    return;
+  }
   if (dt == DType::F32) {
     for (int j = j0; j < j1; ++j)
       out[j - j0] = reinterpret_cast<const float*>(plane[j] + head_offset);
@@ -30,9 +53,9 @@ void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j
       float* dst = conv + size_t(j - j0) * HD;
       for (int d = 0; d < HD; d += 16) {
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
-        const __m512 f = dt == DType::F16 ? _mm512_cvtph_ps(h)
-                                          : _mm512_castsi512_ps(
-                                                _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        const __m512 f = dt == DType::F16
+                             ? _mm512_cvtph_ps(h)
+                             : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
         _mm512_storeu_ps(dst + d, f);
       }
       out[j - j0] = dst;
