@@ -229,13 +229,13 @@ TEST_F(BudgetedPrefixCache, OwnCapEvictsAtInsert) {
 TEST(KvBudget, BytesPerTokenOfQwen25ShapesAsTheReadmeTable) {
   struct Row {
     const char* config;
-    size_t f32_kraw, f32, half_kraw, half;
+    size_t f32_kraw, f32, half_kraw, half, q8;
   };
   // The README's table (Server section).
   const Row rows[] = {
-      {"qwen2.5-0.5b-instruct.json", 36864, 24576, 18432, 12288},
-      {"qwen2.5-1.5b-instruct.json", 86016, 57344, 43008, 28672},
-      {"qwen2.5-7b-instruct.json", 172032, 114688, 86016, 57344},
+      {"qwen2.5-0.5b-instruct.json", 36864, 24576, 18432, 12288, 6528},
+      {"qwen2.5-1.5b-instruct.json", 86016, 57344, 43008, 28672, 15232},
+      {"qwen2.5-7b-instruct.json", 172032, 114688, 86016, 57344, 30464},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(r.config);
@@ -248,6 +248,7 @@ TEST(KvBudget, BytesPerTokenOfQwen25ShapesAsTheReadmeTable) {
     EXPECT_EQ(bpt(DType::F16, true), r.half_kraw);
     EXPECT_EQ(bpt(DType::BF16, true), r.half_kraw);
     EXPECT_EQ(bpt(DType::BF16, false), r.half);
+    EXPECT_EQ(bpt(DType::Q8_0, false), r.q8);  // 34 bytes per 32 elements
   }
 }
 
