@@ -8,6 +8,7 @@
 #include "grammar/grammar.h"
 #include "runtime/generate.h"
 #include "server/api_error.h"
+#include "server/chat_turn.h"
 #include "server/context.h"
 #include "server/generation.h"
 #include "server/openai_request.h"
@@ -178,30 +179,34 @@ bool next_events(StreamState& s, std::string& out) {
   }
 }
 
-// The constraint a request asks for: a response_format, or tool_choice "required" / a named
-// function (the tool-call shape with that tool's schema). Errors in a schema are a 400.
-std::shared_ptr<const grammar::Grammar> grammar_for(const CompletionRequest& r,
-                                                    const chat::ChatFormat& format) {
-  const bool forced_tool = r.tool_choice == "required" || r.tool_choice == "function";
-  if (forced_tool && !r.response_format.is_null())
-    bad_request("`response_format` and a forced `tool_choice` cannot be combined",
-                "response_format");
+// /v1/completions' constraint: a response_format (a chat request's is its turn's, chat_turn.h).
+std::shared_ptr<const grammar::Grammar> completion_grammar(const CompletionRequest& r) {
+  if (r.response_format.is_null()) return nullptr;
   try {
-    if (!r.response_format.is_null()) return grammar::compile_response_format(r.response_format);
-    if (forced_tool) {
-      if (!r.tools.is_array() || r.tools.empty())
-        bad_request("`tool_choice` \"" + r.tool_choice + "\" needs `tools`", "tool_choice");
-      grammar::ToolCallOptions o;
-      o.only_function = r.tool_choice_name;
-      o.max_calls = r.parallel_tool_calls && r.tool_choice == "required" ? 8 : 1;
-      return format.forced_calls(r.tools, o);
-    }
+    return grammar::compile_response_format(r.response_format);
   } catch (const ApiError&) {
     throw;
   } catch (const Error& e) {
-    bad_request(e.what(), r.response_format.is_null() ? "tools" : "response_format");
+    bad_request(e.what(), "response_format");
   }
-  return nullptr;
+}
+
+// A chat request as the turn every chat API builds (chat_turn.h): the same prompt, grammar,
+// reasoning split and tool-call format as Anthropic messages and OpenAI responses.
+ChatTurn chat_turn_of(const CompletionRequest& r) {
+  ChatTurn t;
+  t.messages = r.messages;
+  t.tools = r.tools;
+  t.tool_choice = r.tool_choice;
+  t.tool_choice_name = r.tool_choice_name;
+  t.max_tool_calls = r.parallel_tool_calls ? 8 : 1;
+  t.response_format = r.response_format;
+  t.template_kwargs = r.chat_template_kwargs;
+  t.content_tokens = r.content_tokens;
+  t.max_tokens = r.max_tokens;
+  t.sampling = r.sampling;
+  t.stop = r.stop;
+  return t;
 }
 
 void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, bool chat) {
@@ -216,36 +221,35 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
       bad_request("`logit_bias` names token " + std::to_string(id) +
                       ", outside the vocabulary of " + std::to_string(ctx.model->config().vocab),
                   "logit_bias");
-  const BuiltPrompt built = build_prompt(ctx, r);
   const int n_ctx = ctx.scheduler->ctx();
-  check_prompt_fits(built.ids, n_ctx, chat ? "messages" : "prompt");
-
   GenerationSpec spec;
+  if (chat) {
+    const ChatTurn turn = chat_turn_of(r);
+    const BuiltPrompt built = build_turn_prompt(ctx, turn);
+    check_prompt_fits(built.ids, n_ctx, "messages");
+    spec = turn_generation_spec(ctx, turn, built, tenant_of(req));
+  } else {
+    const BuiltPrompt built = build_prompt(ctx, r);
+    check_prompt_fits(built.ids, n_ctx, "prompt");
+    const OutputBudget budget =
+        output_budget(ctx.options, r.max_tokens, n_ctx - int(built.ids.size()));
+    spec.max_tokens = budget.tokens;
+    spec.max_tokens_source = budget.source;
+    spec.prompt = built.ids;
+    spec.sampling = r.sampling;
+    spec.stop = r.stop;
+    spec.stop_ids = model_stop_ids(*ctx.model);
+    spec.grammar = completion_grammar(r);
+  }
+  // What OpenAI's routes add: the cache salt, several choices and logprobs, ignore_eos.
   spec.partition = cache_partition(tenant_of(req), r.cache_salt);
   spec.tenant = tenant_hash(tenant_of(req));
-  const OutputBudget budget =
-      output_budget(ctx.options, r.max_tokens, n_ctx - int(built.ids.size()));
-  spec.max_tokens = budget.tokens;
-  spec.max_tokens_source = budget.source;
-  note_output_budget(res, budget);
-  spec.prompt = built.ids;
-  spec.sampling = r.sampling;
-  spec.stop = r.stop;
-  if (!r.ignore_eos) spec.stop_ids = chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
+  note_output_budget(res, {spec.max_tokens, spec.max_tokens_source});
+  if (r.ignore_eos) spec.stop_ids.clear();
   spec.n = std::max(r.n, r.best_of);
   // best_of ranks choices by their total logprob: computed then, reported only when asked.
   spec.top_logprobs = r.best_of > r.n ? std::max(r.top_logprobs, 0) : r.top_logprobs;
-  spec.grammar = grammar_for(r, chat ? ctx.chat->format() : chat::hermes_format());
-  spec.capture_tool_calls =
-      chat && r.tools.is_array() && !r.tools.empty() && r.tool_choice != "none";
-  if (chat) spec.format = &ctx.chat->format();
-  spec.tools = r.tools;
-  spec.split_reasoning = chat && ctx.chat->think_close_id().has_value();
-  spec.reasoning_open = spec.split_reasoning && built.opens_reasoning;
-  // The constraint holds from the first token; a thinking model may first write one reasoning
-  // block (or is inside the one its prompt opened). A prompt that closed the block itself
-  // (thinking turned off) allows none.
-  if (spec.grammar && chat) spec.think = think_block(ctx, built);
+
   auto gen = std::make_unique<Generation>(ctx, std::move(spec));
   const ResponseMeta meta = new_response_meta(r.model, chat);
 
