@@ -367,16 +367,10 @@ TEST(HarmonyReader, FinalAnswersRecipientsBeforeTheChannelAndCutCalls) {
 TEST(HarmonyPrompt, StopsAtReturnAndCallNotAtEnd) {
   const auto dir = data_path("oracle/gpt-oss-tiny");
   ojson tok = ojson::parse(read_file(dir / "tokenizer.json"));
-  int id = 512;
-  for (const char* t : {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
-                        "<|return|>", "<|call|>"})
-    tok["added_tokens"].push_back({{"id", id++},
-                                   {"content", t},
-                                   {"single_word", false},
-                                   {"lstrip", false},
-                                   {"rstrip", false},
-                                   {"normalized", false},
-                                   {"special", true}});
+  add_tokens(tok, 512,
+             {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>",
+              "<|call|>"},
+             /*special=*/true);
   const Tokenizer t = Tokenizer::from_json(tok.dump(), read_file(dir / "tokenizer_config.json"));
   const chat::ChatPrompt prompt(t, {0});
   EXPECT_EQ(prompt.format().name(), "harmony");

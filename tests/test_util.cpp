@@ -123,19 +123,25 @@ std::string error_with_file_size_limit(size_t bytes, const std::function<void()>
   return msg;
 }
 
+void add_tokens(fak::ojson& tokenizer_json, int first_id, std::initializer_list<const char*> tokens,
+                bool special) {
+  int id = first_id;
+  for (const char* t : tokens)
+    tokenizer_json["added_tokens"].push_back({{"id", id++},
+                                              {"content", t},
+                                              {"single_word", false},
+                                              {"lstrip", false},
+                                              {"rstrip", false},
+                                              {"normalized", false},
+                                              {"special", special}});
+}
+
 std::filesystem::path thinking_model() {
   const auto model = temp_dir() / "thinker";
   std::filesystem::copy(source_path("models/pycoder-6m"), model);
   fak::ojson tok = fak::ojson::parse(read_file(model / "tokenizer.json"));
-  int id = 8128;  // the embedding's padded rows begin here
-  for (const char* t : {"<think>", "</think>"})
-    tok["added_tokens"].push_back({{"id", id++},
-                                   {"content", t},
-                                   {"single_word", false},
-                                   {"lstrip", false},
-                                   {"rstrip", false},
-                                   {"normalized", false},
-                                   {"special", false}});
+  // The embedding's padded rows begin at 8128.
+  add_tokens(tok, 8128, {"<think>", "</think>"}, /*special=*/false);
   write_file(model / "tokenizer.json", tok.dump());
   fak::ojson config = fak::ojson::parse(read_file(model / "tokenizer_config.json"));
   config["chat_template"] =

@@ -4,8 +4,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "core/json.h"
 
 namespace fak {
 class Session;
@@ -42,6 +45,10 @@ std::string error_with_file_size_limit(size_t bytes, const std::function<void()>
 // theirs: llama-tiny's 512-row weights with a tokenizer of `tokenizer_ids` ids (all but the last
 // plain vocabulary entries, the last a special added token), in a fresh temp directory.
 std::filesystem::path padded_vocab_model(int tokenizer_ids);
+
+// Appends added tokens (ids first_id, first_id + 1, ...) to a tokenizer.json.
+void add_tokens(fak::ojson& tokenizer_json, int first_id, std::initializer_list<const char*> tokens,
+                bool special);
 
 // The bundled model with <think> / </think> added (on the embedding's first padded rows) and a
 // template that opens a thinking block unless enable_thinking is false (as Qwen3's does): what it

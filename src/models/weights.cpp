@@ -31,13 +31,19 @@ class Loader {
   }
   bool has(const std::string& full) const { return store_.find(full) != nullptr; }
 
-  const TensorInfo& tensor(const std::string& name, const std::vector<int64_t>& shape) {
+  // A listed tensor, found and of this shape (and now counted as used).
+  const TensorInfo& shaped(const std::string& name, const std::vector<int64_t>& shape) {
     const TensorInfo* t = store_.find(name);
     if (!t) fail(store_.source().string() + ": missing tensor '" + name + "'");
     used_.insert(name);
     if (t->shape != shape)
       fail(t->file + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected " +
            shape_text(shape) + " from config.json");
+    return *t;
+  }
+
+  const TensorInfo& tensor(const std::string& name, const std::vector<int64_t>& shape) {
+    const TensorInfo* t = &shaped(name, shape);
     if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
       fail(t->file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
            " (supported: F32, BF16, F16)");
@@ -190,7 +196,6 @@ class Loader {
   std::vector<std::vector<uint8_t>> take_made() { return std::move(made_); }
 
  private:
-
   // MXFP4 experts as transformers' Mxfp4GptOssExperts holds them: blocks [E, R, in / 32, 16] and
   // E8M0 scales [E, R, in / 32] (uint8), where R is the output rows (gate and up interleaved by
   // row in gate_up_proj) and byte j of a block holds elements 2j (low nibble) and 2j + 1 (high).
@@ -230,12 +235,7 @@ class Loader {
 
   // A uint8 tensor (MXFP4 blocks and scales), its shape checked.
   const TensorInfo& raw_tensor(const std::string& name, const std::vector<int64_t>& shape) {
-    const TensorInfo* t = store_.find(name);
-    if (!t) fail(store_.source().string() + ": missing tensor '" + name + "'");
-    used_.insert(name);
-    if (t->shape != shape)
-      fail(t->file + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected " +
-           shape_text(shape) + " from config.json");
+    const TensorInfo* t = &shaped(name, shape);
     if (t->dtype != DType::U8)
       fail(t->file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
            " (MXFP4 blocks and scales are U8)");

@@ -1,8 +1,8 @@
 // GeGLU's activation: PyTorch's gelu(approximate="tanh"), the one Gemma's checkpoints name
 // (gelu_pytorch_tanh). Element-wise with libm's tanhf: the same bits on every thread count.
-#include <algorithm>
 #include <cmath>
 
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace fak {
@@ -11,17 +11,11 @@ void gelu_tanh_mul(const float* gate, const float* up, int n, float* out) {
   // sqrt(2 / pi) and the cubic term's coefficient, as PyTorch's kernel writes them.
   const float kBeta = float(M_SQRT2 * M_2_SQRTPI * 0.5);
   const float kKappa = 0.044715f;
-  constexpr int kChunk = 16 * 1024;
-  const int chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int c = 0; c < chunks; ++c) {
-    const int end = std::min(n, (c + 1) * kChunk);
-    for (int i = c * kChunk; i < end; ++i) {
-      const float x = gate[i];
-      const float inner = kBeta * (x + kKappa * x * x * x);
-      out[i] = 0.5f * x * (1.0f + std::tanh(inner)) * up[i];
-    }
-  }
+  for_each_element(n, [&](int i) {
+    const float x = gate[i];
+    const float inner = kBeta * (x + kKappa * x * x * x);
+    out[i] = 0.5f * x * (1.0f + std::tanh(inner)) * up[i];
+  });
 }
 
 }  // namespace fak

@@ -4,23 +4,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace fak {
 
 void clamped_swiglu_mul(const float* gate, const float* up, int n, float alpha, float limit,
                         float* out) {
-  constexpr int kChunk = 16 * 1024;
-  const int chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int c = 0; c < chunks; ++c) {
-    const int end = std::min(n, (c + 1) * kChunk);
-    for (int i = c * kChunk; i < end; ++i) {
-      const float g = std::min(gate[i], limit);
-      const float u = std::clamp(up[i], -limit, limit);
-      out[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
-    }
-  }
+  for_each_element(n, [&](int i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+  });
 }
 
 }  // namespace fak
