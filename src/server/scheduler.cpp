@@ -16,6 +16,7 @@
 #include "runtime/mtp_draft.h"
 #include "server/api_error.h"
 #include "server/fair_share.h"
+#include "server/scheduler_active.h"
 #include "store/block_store.h"
 
 namespace fak::server {
@@ -36,39 +37,6 @@ std::vector<GenEvent> GenStream::wait(std::chrono::milliseconds timeout) {
   events_.clear();
   return out;
 }
-
-struct Scheduler::Active {
-  GenRequest req;
-  std::optional<Session> owned;  // from the prefix cache (empty for a caller's session)
-  Session* session = nullptr;    // &owned or req.session
-  // The choice's decoding (runtime/sequence_decoder.h): sampler, grammar, reasoning budget.
-  std::optional<SequenceDecoder> decoder;
-  int index = 0;         // which choice of the request
-  int choices_left = 0;  // the first choice clones the rest once the prompt is read
-  int generated = 0;
-  bool done = false;
-  int32_t last = -1;  // last token sampled
-  // Speculative decoding: whether this sequence drafts, and this step's verify ([last] + draft
-  // from position verify_base, every position's logits; the token it samples after the accepted
-  // draft is the decoder's pending one, emitted next step as plain decoding would).
-  bool speculates = false;
-  std::vector<int32_t> verify_input;
-  std::vector<float> verify_rows;
-  // --draft mtp: the head's drafter for this sequence's session (declared after `owned`, so it
-  // goes first).
-  std::unique_ptr<MtpDrafter> mtp;
-  int verify_base = -1;  // -1: not verifying this step
-  // Hybrid models: where the prefix cache asked for checkpoints of this prompt (ascending).
-  std::vector<int> checkpoint_at;
-  bool read_prompt = false;  // this step's call reads a chunk of the prompt
-  // The reply is out; the session appends the token sampled last (or the stop token) in the next
-  // step, so the prefix cache holds the whole context an agent resends next turn.
-  bool closing = false;
-  int32_t close_token = -1;
-  // The uncached part of the prompt is prefilled in chunks, inside decode steps.
-  bool prefilling() const { return session->size() < int(req.prompt.size()); }
-  int prefill_left() const { return prefilling() ? int(req.prompt.size()) - session->size() : 0; }
-};
 
 namespace {
 
@@ -394,150 +362,6 @@ void Scheduler::loop() {
   active_count_ = 0;
 }
 
-void Scheduler::admit(GenRequest r) {
-  if (r.stream->cancelled()) {
-    if (metrics_) metrics_->add_cancelled();
-    if (r.on_finish) r.on_finish("cancelled", -1);
-    return;
-  }
-  // Everything that can fail happens before r is taken apart, so the error reaches r's own stream
-  // (and a lent session goes back to its owner).
-  try {
-    DecodeRules rules;
-    rules.sampling = r.sampling;
-    rules.stop_ids = r.stop_ids;
-    rules.grammar = r.grammar;
-    rules.think = r.think;
-    rules.reasoning_budget = r.reasoning_budget;
-    rules.reasoning_open = r.reasoning_open;
-    SequenceDecoder decoder(rules, r.grammar ? token_index() : nullptr);
-    std::optional<Session> owned;
-    int reused = 0;
-    std::vector<int> checkpoint_at;
-    if (!r.session) {
-      if (r.prefetched) {
-        store_->install(*prefix_, r.prompt, *r.prefetched);
-        r.prefetched.reset();
-      }
-      // Only the cached prefix here; the rest is prefilled in chunks by step().
-      owned.emplace(
-          prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false, &checkpoint_at));
-      if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
-    } else {
-      // An empty prompt: nothing to read, decode from where the session is.
-      check(r.prompt.empty() || (int(r.prompt.size()) >= r.session->size() &&
-                                 std::equal(r.session->tokens().begin(), r.session->tokens().end(),
-                                            r.prompt.begin())),
-            "scheduler: a session's prompt must extend what the session holds");
-      if (metrics_ && int(r.prompt.size()) > r.session->size())
-        metrics_->add_prompt(int(r.prompt.size()) - r.session->size(), 0);
-    }
-    auto a = std::make_unique<Active>();
-    active_.reserve(active_.size() + 1);
-    r.stream->push(GenEvent::started(r.session ? 0 : int(r.prompt.size()), reused));
-    a->req = std::move(r);
-    if (owned) {
-      a->owned.emplace(std::move(*owned));
-      a->session = &*a->owned;
-    } else {
-      a->session = a->req.session;  // a caller's session: decoding starts at the next step
-    }
-    a->decoder.emplace(std::move(decoder));
-    a->checkpoint_at = std::move(checkpoint_at);
-    a->choices_left = a->req.n - 1;
-    // A reasoning budget closes the block at an exact token count, which a verify step's accepted
-    // run could pass: those sequences decode one token at a time.
-    a->speculates = options_.draft && !a->req.session && !a->decoder->has_grammar() &&
-                    a->req.top_logprobs < 0 && !a->req.reasoning_budget &&
-                    speculation_unsupported(*model_).empty();
-    if (a->speculates && options_.draft->mtp) start_mtp(*a);
-    active_.push_back(std::move(a));
-  } catch (const std::exception& e) {
-    if (r.on_finish) {
-      try {
-        r.on_finish("error", -1);
-      } catch (const std::exception&) {
-      }
-    }
-    r.stream->push(GenEvent::error(e.what()));
-  }
-}
-
-void Scheduler::finish(Active& a, const std::string& reason, int32_t tail) {
-  a.done = true;
-  if (metrics_) metrics_->add_generated(a.generated);
-  if (a.choices_left > 0) {
-    // Ended before its prompt was read (cancelled, or an error): the choices it would have
-    // cloned end with it.
-    for (int i = 1; i <= a.choices_left; ++i) a.req.stream->push(GenEvent::done(reason, i));
-    a.choices_left = 0;
-  }
-  if (a.req.on_finish) {
-    // A caller's session goes back to its owner before the reply is released, with a checkpoint
-    // at the end of the call (hybrid models: what a later edit restarts from).
-    if (a.session) a.session->checkpoint();
-    try {
-      a.req.on_finish(reason, a.last);
-    } catch (const std::exception& e) {
-      a.req.stream->push(GenEvent::error(e.what()));
-      return;
-    }
-    a.req.stream->push(GenEvent::done(reason, a.index));
-    return;
-  }
-  a.req.stream->push(GenEvent::done(reason, a.index));
-  // The whole reply goes into the session first (the next step appends its last token with the
-  // others' steps), so that an agent resending this history next turn (prompt + reply) reuses all
-  // of it; then offer_to_cache.
-  if (tail >= 0 && a.owned && a.session->size() + 1 <= ctx_) {
-    a.done = false;
-    a.closing = true;
-    a.close_token = tail;
-    return;
-  }
-  offer_to_cache(a);
-}
-
-void Scheduler::offer_to_cache(Active& a) {
-  // The conversation so far, offered to the cache, with a checkpoint at its end on hybrid models.
-  try {
-    a.session->checkpoint();
-    prefix_->insert(a.req.partition, *a.session);
-    if (store_) store_->publish(a.req.partition, *a.session);
-  } catch (const std::exception&) {
-    // A full cache only costs the next turn a prefill.
-  }
-}
-
-// One forward call for every active sequence: a sampled token for each one that is decoding, and
-// a chunk of the prompt for those still prefilling (at most prefill_chunk prompt tokens per step in
-// all, oldest request first), so a long prompt never stalls the others' decoding for its whole
-// prefill. Chunking changes nothing in the results: each position is computed the same way
-// whatever the batch (ops/matmul.h).
-void Scheduler::spawn_choices() {
-  std::vector<std::unique_ptr<Active>> spawned;
-  for (auto& ap : active_) {
-    Active& a = *ap;
-    if (a.choices_left == 0 || a.prefilling() || !a.session->has_logits() ||
-        a.req.stream->cancelled())
-      continue;
-    for (int i = 1; i <= a.choices_left; ++i) {
-      auto c = std::make_unique<Active>();
-      c->req = a.req;  // on_finish is empty: a caller's session has one choice
-      c->owned.emplace(a.session->clone());
-      c->session = &*c->owned;
-      // Nothing generated yet: the start state, with the choice's own seed.
-      c->decoder.emplace(*a.decoder, a.req.sampling.seed + uint64_t(i));
-      c->index = i;
-      c->speculates = a.speculates;
-      if (c->speculates && options_.draft->mtp) start_mtp(*c);
-      spawned.push_back(std::move(c));
-    }
-    a.choices_left = 0;
-  }
-  for (auto& c : spawned) active_.push_back(std::move(c));
-}
-
 // One forward call for every active sequence: a sampled token for each one that is decoding, and
 // a chunk of the prompt for those still prefilling (at most prefill_chunk prompt tokens per step in
 // all, oldest request first), so a long prompt never stalls the others' decoding for its whole
@@ -695,30 +519,6 @@ std::vector<int32_t> Scheduler::mtp_draft(Active& a, std::span<const int32_t> hi
   }
 }
 
-// Hybrid models: a checkpoint where the prefix cache asked for one and at the end of the prompt,
-// offered to the cache at once (a request sharing this prompt can restart there while this one
-// decodes). Dense models need none: their blocks are offered when the request ends.
-void Scheduler::after_prompt_chunk(Active& a) {
-  if (!model_->config().is_hybrid()) return;
-  bool take = !a.prefilling();
-  while (!a.checkpoint_at.empty() && a.checkpoint_at.front() <= a.session->size()) {
-    take |= a.checkpoint_at.front() == a.session->size();
-    a.checkpoint_at.erase(a.checkpoint_at.begin());
-  }
-  if (take) offer_to_cache(a);
-}
-
-std::vector<int> Scheduler::plan_prefill() const {
-  std::vector<int> wanted;
-  std::vector<std::string> tenants;
-  for (const auto& ap : active_) {
-    const bool reads = !ap->done && ap->session && !ap->req.stream->cancelled();
-    wanted.push_back(reads ? ap->prefill_left() : 0);
-    tenants.push_back(ap->req.tenant);
-  }
-  return share_prefill(options_.prefill_chunk, wanted, tenants);
-}
-
 // The tokens a verify call confirmed go out as plain decoding would have sent them; the token
 // sampled after them is kept for the next step.
 void Scheduler::accept_verified(Active& a) {
@@ -733,101 +533,6 @@ void Scheduler::accept_verified(Active& a) {
     a.last = t;
   }
   a.decoder->set_pending(v.next);
-}
-
-void Scheduler::stop_for_kv(Active& a, const std::string& message) {
-  a.done = true;
-  if (a.req.on_finish) {
-    try {
-      a.req.on_finish("error", -1);
-    } catch (const std::exception&) {
-    }
-  }
-  a.req.stream->push(GenEvent::error(message, a.index, 503));
-  // Its blocks go back now, for the sequences still in this step.
-  a.session = nullptr;
-  a.owned.reset();
-}
-
-// Each sequence of the batch gets the KV blocks its tokens need before the forward call, oldest
-// first, so running out fails one sequence rather than the whole batch (append_batch would). The
-// KV cache has already taken back what the prefix cache could give when it throws KvBudgetError;
-// then the blocks of sequences that finished this step go, and then the newest sequence that owns
-// its blocks is stopped to free them: an older request has the most work invested, and a new one
-// fails at once instead of starving those before it. A sequence with nothing newer to take from
-// fails itself.
-void Scheduler::reserve_kv(std::vector<Session*>& batch,
-                           std::vector<std::span<const int32_t>>& spans,
-                           std::vector<Active*>& members) {
-  const std::string flag = " (--kv-mem " + std::to_string(budget_.bytes >> 20) + " MiB)";
-  for (size_t i = 0; i < members.size(); ++i) {
-    Active& a = *members[i];
-    if (a.done) continue;
-    for (;;) {
-      try {
-        a.session->reserve_for_append(int(spans[i].size()));
-        break;
-      } catch (const KvBudgetError& e) {
-        if (a.closing) {  // the reply is out: it goes to the cache without its last token
-          a.closing = false;
-          a.done = true;
-          offer_to_cache(a);
-          break;
-        }
-        bool released = false;
-        for (auto& other : active_) {
-          if (other->closing) {  // likewise, to free what it holds
-            other->closing = false;
-            other->done = true;
-            offer_to_cache(*other);
-          }
-          if (other->done && other->owned) {
-            other->session = nullptr;
-            other->owned.reset();
-            released = true;
-          }
-        }
-        if (released) continue;
-        // Who gives way (fair_share.h): the newest sequence of the API key holding the most KV
-        // beyond an equal share; within one key the older request wins.
-        std::vector<KvHolder> holders;
-        std::vector<Active*> who;
-        size_t requester = 0;
-        for (auto& other : active_) {
-          if (other->done || !other->session) continue;
-          if (other.get() == &a) requester = holders.size();
-          holders.push_back({other->req.tenant, other->session->size(), other->owned.has_value()});
-          who.push_back(other.get());
-        }
-        const std::optional<size_t> pick = kv_victim(holders, requester);
-        Active* victim = pick ? who[*pick] : &a;
-        if (victim == &a) {
-          stop_for_kv(a, e.what() + flag + "; retry later");
-          break;
-        }
-        const bool same_key = victim->req.tenant == a.req.tenant;
-        stop_for_kv(*victim,
-                    std::string(same_key ? "stopped to free KV memory for an older request: "
-                                         : "stopped to free KV memory for another API key "
-                                           "(yours held more than its share): ") +
-                        e.what() + flag + "; retry later");
-      } catch (const std::exception& e) {
-        stop_for_kv(a, e.what());
-        break;
-      }
-    }
-  }
-  size_t kept = 0;
-  for (size_t i = 0; i < members.size(); ++i)
-    if (!members[i]->done) {
-      batch[kept] = batch[i];
-      spans[kept] = spans[i];
-      members[kept] = members[i];
-      ++kept;
-    }
-  batch.resize(kept);
-  spans.resize(kept);
-  members.resize(kept);
 }
 
 }  // namespace fak::server

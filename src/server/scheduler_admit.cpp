@@ -1,0 +1,126 @@
+// The scheduler's admission: a queued request becomes an active sequence (its prefix from the
+// cache, its decoder), a request's first choice clones the others once its prompt is read, and
+// each step's prompt reading is shared out (fair_share.h).
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "core/error.h"
+#include "runtime/model_cache.h"
+#include "server/fair_share.h"
+#include "server/scheduler.h"
+#include "server/scheduler_active.h"
+#include "store/block_store.h"
+
+namespace fak::server {
+
+void Scheduler::admit(GenRequest r) {
+  if (r.stream->cancelled()) {
+    if (metrics_) metrics_->add_cancelled();
+    if (r.on_finish) r.on_finish("cancelled", -1);
+    return;
+  }
+  // Everything that can fail happens before r is taken apart, so the error reaches r's own stream
+  // (and a lent session goes back to its owner).
+  try {
+    DecodeRules rules;
+    rules.sampling = r.sampling;
+    rules.stop_ids = r.stop_ids;
+    rules.grammar = r.grammar;
+    rules.think = r.think;
+    rules.reasoning_budget = r.reasoning_budget;
+    rules.reasoning_open = r.reasoning_open;
+    SequenceDecoder decoder(rules, r.grammar ? token_index() : nullptr);
+    std::optional<Session> owned;
+    int reused = 0;
+    std::vector<int> checkpoint_at;
+    if (!r.session) {
+      if (r.prefetched) {
+        store_->install(*prefix_, r.prompt, *r.prefetched);
+        r.prefetched.reset();
+      }
+      // Only the cached prefix here; the rest is prefilled in chunks by step().
+      owned.emplace(
+          prefix_->acquire(r.partition, r.prompt, &reused, /*prefill_rest=*/false, &checkpoint_at));
+      if (metrics_) metrics_->add_prompt(int(r.prompt.size()), reused);
+    } else {
+      // An empty prompt: nothing to read, decode from where the session is.
+      check(r.prompt.empty() || (int(r.prompt.size()) >= r.session->size() &&
+                                 std::equal(r.session->tokens().begin(), r.session->tokens().end(),
+                                            r.prompt.begin())),
+            "scheduler: a session's prompt must extend what the session holds");
+      if (metrics_ && int(r.prompt.size()) > r.session->size())
+        metrics_->add_prompt(int(r.prompt.size()) - r.session->size(), 0);
+    }
+    auto a = std::make_unique<Active>();
+    active_.reserve(active_.size() + 1);
+    r.stream->push(GenEvent::started(r.session ? 0 : int(r.prompt.size()), reused));
+    a->req = std::move(r);
+    if (owned) {
+      a->owned.emplace(std::move(*owned));
+      a->session = &*a->owned;
+    } else {
+      a->session = a->req.session;  // a caller's session: decoding starts at the next step
+    }
+    a->decoder.emplace(std::move(decoder));
+    a->checkpoint_at = std::move(checkpoint_at);
+    a->choices_left = a->req.n - 1;
+    // A reasoning budget closes the block at an exact token count, which a verify step's accepted
+    // run could pass: those sequences decode one token at a time.
+    a->speculates = options_.draft && !a->req.session && !a->decoder->has_grammar() &&
+                    a->req.top_logprobs < 0 && !a->req.reasoning_budget &&
+                    speculation_unsupported(*model_).empty();
+    if (a->speculates && options_.draft->mtp) start_mtp(*a);
+    active_.push_back(std::move(a));
+  } catch (const std::exception& e) {
+    if (r.on_finish) {
+      try {
+        r.on_finish("error", -1);
+      } catch (const std::exception&) {
+      }
+    }
+    r.stream->push(GenEvent::error(e.what()));
+  }
+}
+
+// One forward call for every active sequence: a sampled token for each one that is decoding, and
+// a chunk of the prompt for those still prefilling (at most prefill_chunk prompt tokens per step in
+// all, oldest request first), so a long prompt never stalls the others' decoding for its whole
+// prefill. Chunking changes nothing in the results: each position is computed the same way
+// whatever the batch (ops/matmul.h).
+void Scheduler::spawn_choices() {
+  std::vector<std::unique_ptr<Active>> spawned;
+  for (auto& ap : active_) {
+    Active& a = *ap;
+    if (a.choices_left == 0 || a.prefilling() || !a.session->has_logits() ||
+        a.req.stream->cancelled())
+      continue;
+    for (int i = 1; i <= a.choices_left; ++i) {
+      auto c = std::make_unique<Active>();
+      c->req = a.req;  // on_finish is empty: a caller's session has one choice
+      c->owned.emplace(a.session->clone());
+      c->session = &*c->owned;
+      // Nothing generated yet: the start state, with the choice's own seed.
+      c->decoder.emplace(*a.decoder, a.req.sampling.seed + uint64_t(i));
+      c->index = i;
+      c->speculates = a.speculates;
+      if (c->speculates && options_.draft->mtp) start_mtp(*c);
+      spawned.push_back(std::move(c));
+    }
+    a.choices_left = 0;
+  }
+  for (auto& c : spawned) active_.push_back(std::move(c));
+}
+
+std::vector<int> Scheduler::plan_prefill() const {
+  std::vector<int> wanted;
+  std::vector<std::string> tenants;
+  for (const auto& ap : active_) {
+    const bool reads = !ap->done && ap->session && !ap->req.stream->cancelled();
+    wanted.push_back(reads ? ap->prefill_left() : 0);
+    tenants.push_back(ap->req.tenant);
+  }
+  return share_prefill(options_.prefill_chunk, wanted, tenants);
+}
+
+}  // namespace fak::server
