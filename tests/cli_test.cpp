@@ -104,6 +104,20 @@ TEST(Cli, RunJsonSchemaOutputIsValid) {
   EXPECT_NE(bad.err.find("none.json"), std::string::npos) << bad.err;
 }
 
+// fak chat takes the same: every reply under the schema.
+TEST(Cli, ChatJsonSchemaRepliesAreValid) {
+  const auto dir = test::temp_dir();
+  const std::string schema =
+      R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})";
+  test::write_file(dir / "s.json", schema);
+  auto r = test::run_fak_with_input("chat -n 60 --json-schema " + (dir / "s.json").string(),
+                                    "Are you there?\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto value = fak::ojson::parse(r.out);
+  EXPECT_EQ(grammar::schema_violation(value, fak::ojson::parse(schema), {.strict = true}), "")
+      << r.out;
+}
+
 // --stop: the run ends at the first stop string, which is not shown; the text before it is the
 // unconstrained run's.
 TEST(Cli, RunStopsAtAStopString) {

@@ -80,11 +80,17 @@ void write_file(const std::filesystem::path& path, const std::string& bytes) {
 }
 
 CommandResult run_fak(const std::string& args) {
+  return run_fak_with_input(args, "");
+}
+
+CommandResult run_fak_with_input(const std::string& args, const std::string& input) {
   auto dir = temp_dir();
   auto out_path = dir / "stdout";
   auto err_path = dir / "stderr";
+  auto in_path = dir / "stdin";
+  write_file(in_path, input);
   std::string cmd = std::string(FAK_BINARY) + " " + args + " >" + out_path.string() + " 2>" +
-                    err_path.string() + " </dev/null";
+                    err_path.string() + " <" + in_path.string();
   int status = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

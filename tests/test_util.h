@@ -27,6 +27,8 @@ struct CommandResult {
 };
 // Runs `fak <args>` (args are passed to /bin/sh, quote as needed).
 CommandResult run_fak(const std::string& args);
+// The same with `input` as its standard input (run_fak's is empty).
+CommandResult run_fak_with_input(const std::string& args, const std::string& input);
 std::string read_file(const std::filesystem::path& path);
 // The lines, each ending with a newline (for failure messages).
 std::string joined(const std::vector<std::string>& lines);

@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_prompt.h"
+#include "chat/stop_filter.h"
 #include "common.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "grammar/grammar.h"
 #include "runtime/generate.h"
 #include "runtime/model_cache.h"
 #include "runtime/session.h"
@@ -25,7 +27,8 @@ namespace {
 using ojson = fak::ojson;
 
 struct ChatArgs {
-  std::string model, session, system;
+  std::string model, session, system, json_schema;
+  std::vector<std::string> stop;
   int n = 256, threads = 0;
   float temp = 0.0f;
   uint64_t seed = 0;
@@ -37,10 +40,22 @@ struct Stats {
   double decode_s = 0, prefill_s = 0;
 };
 
+// --json-schema's grammar (null without one), compiled before the model loads: a bad schema is one
+// error line at once.
+std::shared_ptr<const grammar::Grammar> compile_schema(const std::string& path) {
+  if (path.empty()) return nullptr;
+  try {
+    return grammar::compile_json_schema_text(read_text_file(path));
+  } catch (const Error& e) {
+    fail("--json-schema " + path + ": " + e.what());
+  }
+}
+
 class Chat {
  public:
   Chat(const ChatArgs& a)
       : a_(a),
+        schema_(compile_schema(a.json_schema)),
         model_(load_model(a.model)),
         prompt_(*model_),
         cache_(make_kv_cache(*model_)),
@@ -85,16 +100,18 @@ class Chat {
     g.sampling.temperature = a_.temp;
     g.sampling.seed = a_.seed + uint64_t(stats_.turns);
     g.stop_ids = prompt_.stop_ids();
+    g.grammar = schema_;  // every reply a JSON value the schema accepts
     StreamDecoder dec(*model_->tokenizer(), /*skip_special=*/true);
+    chat::StopFilter filter(a_.stop);  // a stop string ends the reply and is not shown
     std::string reply;
     GenerateResult r = generate(session_, g, [&](int32_t id) {
-      std::string piece = dec.push(id);
+      const std::string piece = filter.push(dec.push(id));
       reply += piece;
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
-      return true;
+      return !filter.stopped();
     });
-    std::string rest = dec.flush();
+    const std::string rest = filter.stopped() ? "" : filter.push(dec.flush()) + filter.finish();
     reply += rest;
     std::printf("%s\n", rest.c_str());
     std::fflush(stdout);
@@ -172,6 +189,7 @@ class Chat {
 
  private:
   const ChatArgs& a_;
+  std::shared_ptr<const grammar::Grammar> schema_;  // --json-schema, or null
   std::shared_ptr<const Model> model_;
   chat::ChatPrompt prompt_;
   std::shared_ptr<KvCache> cache_;
@@ -222,6 +240,9 @@ void register_chat(CLI::App& app) {
   c->add_option("--session", a->session, "resume from / save to this session file");
   c->add_option("--system", a->system, "system message");
   c->add_option("-n,--n-predict", a->n, "most tokens per reply")->check(CLI::Range(1, 1 << 20));
+  c->add_option("--json-schema", a->json_schema,
+                "decode every reply under this JSON schema (a file): a JSON value it accepts");
+  c->add_option("--stop", a->stop, "end a reply at this text (repeatable); it is not shown");
   // Its range is checked by SamplingOptions::validate (the one set of rules), not here.
   c->add_option("--temp", a->temp, "temperature, 0 to 100 (0 = greedy)");
   c->add_option("--seed", a->seed, "sampling seed");
