@@ -56,5 +56,31 @@ TEST(Vec, SiluMulSameBitsOnEveryKernelAndAgreesWithLibm) {
   EXPECT_EQ(0, std::memcmp(want.data(), g.data(), sizeof(float) * 9));
 }
 
+// GeGLU's tanh GELU as x sigma(2u) through exp_poly: every variant the same bits (the threaded
+// op too, in place), and within 2e-6 of PyTorch's formula 0.5 x (1 + tanh(u)) in double.
+TEST(Vec, GeluMulVariantsAgreeAndMatchTheTanhFormula) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int n : {1, 7, 8, 33, 4096 + 5}) {
+    std::vector<float> gate(static_cast<size_t>(n)), up(static_cast<size_t>(n));
+    for (auto& x : gate) x = nd(rng);
+    for (auto& x : up) x = nd(rng);
+    gate[0] = -60.0f;  // far in the tail: gelu ~ 0
+    const size_t sz = static_cast<size_t>(n);
+    std::vector<float> ref(sz), fast(sz), threaded(sz);
+    vec_kernels_ref().gelu_mul(gate.data(), up.data(), n, ref.data());
+    vec_kernels().gelu_mul(gate.data(), up.data(), n, fast.data());
+    gelu_tanh_mul(gate.data(), up.data(), n, threaded.data());
+    ASSERT_EQ(0, std::memcmp(ref.data(), fast.data(), sizeof(float) * sz)) << n;
+    ASSERT_EQ(0, std::memcmp(ref.data(), threaded.data(), sizeof(float) * sz)) << n;
+    for (int i = 0; i < n; ++i) {
+      const double x = gate[size_t(i)];
+      const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+      const double want = 0.5 * x * (1.0 + std::tanh(u)) * up[size_t(i)];
+      EXPECT_NEAR(ref[size_t(i)], want, 2e-6 * (1.0 + std::fabs(want))) << i << " x " << x;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fak

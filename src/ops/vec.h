@@ -18,6 +18,10 @@ struct VecKernels {
   void (*axpy_bf16)(float* y, float a, const uint16_t* x, int n);
   // out[i] = gate[i] / (1 + exp_poly(-gate[i])) * up[i]; every variant gives the same bits.
   void (*silu_mul)(const float* gate, const float* up, int n, float* out);
+  // out[i] = gelu_tanh(gate[i]) * up[i] (GeGLU), as x sigma(2u) = x / (1 + exp_poly(-2u)) with
+  // u = sqrt(2 / pi) (x + 0.044715 x^3): PyTorch's tanh GELU (1 + tanh(u) = 2 sigma(2u)) through
+  // the same exp as SiLU; every variant gives the same bits.
+  void (*gelu_mul)(const float* gate, const float* up, int n, float* out);
   const char* isa;
 };
 
@@ -42,6 +46,18 @@ inline float exp_poly(float x) {
   float e;
   std::memcpy(&e, &bits, sizeof e);
   return underflow ? 0.0f : p * e;
+}
+
+// The GELU argument's constants, as PyTorch's kernel writes them.
+inline constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluKappa = 0.044715f;
+
+// One element of gelu_mul, in the exact operations the vector kernels do per lane (explicit fma,
+// no product left for a compiler to contract with an add).
+inline float gelu_mul_one(float x, float up) {
+  const float x3k = kGeluKappa * x * x;
+  const float u = kGeluBeta * std::fma(x3k, x, x);
+  return x / (1.0f + exp_poly(-2.0f * u)) * up;
 }
 
 const VecKernels& vec_kernels();

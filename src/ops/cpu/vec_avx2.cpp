@@ -83,6 +83,21 @@ void silu_mul_avx2(const float* gate, const float* up, int n, float* out) {
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
 }
 
+void gelu_mul_avx2(const float* gate, const float* up, int n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f), beta = _mm256_set1_ps(kGeluBeta),
+               kappa = _mm256_set1_ps(kGeluKappa), minus_two = _mm256_set1_ps(-2.0f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(gate + i);
+    const __m256 x3k = _mm256_mul_ps(_mm256_mul_ps(kappa, x), x);
+    const __m256 u = _mm256_mul_ps(beta, _mm256_fmadd_ps(x3k, x, x));
+    const __m256 e = kernels::exp256(_mm256_mul_ps(minus_two, u));
+    _mm256_storeu_ps(
+        out + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gelu_mul_one(gate[i], up[i]);
+}
+
 }  // namespace
 
 const VecKernels& vec_kernels_avx2() {
@@ -93,6 +108,7 @@ const VecKernels& vec_kernels_avx2() {
                             dot_half_avx2<widen_bf16, bf16_to_f32>,
                             axpy_half_avx2<widen_bf16, bf16_to_f32>,
                             silu_mul_avx2,
+                            gelu_mul_avx2,
                             "avx2"};
   return k;
 }

@@ -25,6 +25,9 @@ void axpy_half_ref(float* y, float a, const uint16_t* x, int n) {
 void silu_mul_ref(const float* gate, const float* up, int n, float* out) {
   for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
 }
+void gelu_mul_ref(const float* gate, const float* up, int n, float* out) {
+  for (int i = 0; i < n; ++i) out[i] = gelu_mul_one(gate[i], up[i]);
+}
 }  // namespace
 
 const VecKernels& vec_kernels_ref() {
@@ -35,6 +38,7 @@ const VecKernels& vec_kernels_ref() {
                             dot_half_ref<bf16_to_f32>,
                             axpy_half_ref<bf16_to_f32>,
                             silu_mul_ref,
+                            gelu_mul_ref,
                             "scalar"};
   return k;
 }
