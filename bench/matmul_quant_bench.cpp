@@ -60,6 +60,7 @@ FAK_MM(Q5_0)
 FAK_MM(Q4_K)
 FAK_MM(Q6_K)
 FAK_MM(Q5_1)
+FAK_MM(MXFP4)
 
 // The same weights packed at load (pack_weight_panels), 1 and 128 tokens.
 #define FAK_PACKED(type)                                                                   \
@@ -78,6 +79,8 @@ FAK_PACKED(Q6_K)
 #define FAK_FEW(type, n) \
   BENCHMARK_CAPTURE(bench_matmul, type##_streamed_##n##tok, WType::type, n, true, 131072);
 FAK_FEW(Q8_0, 5)
+FAK_FEW(Q4_0, 1)
+FAK_FEW(MXFP4, 1)
 FAK_FEW(Q8_0, 9)
 FAK_FEW(Q8_0, 16)
 #define FAK_FEW_PACKED(type, n)                                                                  \
