@@ -396,5 +396,91 @@ TEST(HarmonyPrompt, StopsAtReturnAndCallNotAtEnd) {
   EXPECT_NE(high.find("Reasoning: high"), std::string::npos) << high;
 }
 
+// The bundled model as a harmony model: gpt-oss's own template, harmony's special tokens on the
+// embedding's padded rows. A forced call of a named function ends its prompt inside the call's
+// header; the grammar holds the arguments and then allows only <|call|>: the reply is that call,
+// read back through the harmony reader, whole and streamed, on OpenAI chat and Responses.
+TEST(HarmonyServed, AForcedNamedCallIsTheCall) {
+  const auto model = temp_dir() / "harmony-model";
+  std::filesystem::remove_all(model);
+  std::filesystem::copy(source_path("models/pycoder-6m"), model);
+  ojson tok = ojson::parse(read_file(model / "tokenizer.json"));
+  add_tokens(tok, 8128,
+             {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>",
+              "<|call|>"},
+             /*special=*/true);
+  write_file(model / "tokenizer.json", tok.dump());
+  ojson config = ojson::parse(read_file(model / "tokenizer_config.json"));
+  config["chat_template"] = ojson::parse(
+      read_file(data_path("oracle/gpt-oss-tiny/tokenizer_config.json")))["chat_template"];
+  write_file(model / "tokenizer_config.json", config.dump());
+  ServerProcess server("-m " + model.string() + " --parallel 2");
+  ASSERT_NE(server.port(), 0);
+  ojson tools = kTools;
+  for (ojson& t : tools) t["function"]["description"] = "A tool.";
+  const ojson& schema = tools[1]["function"]["parameters"];
+  for (bool stream : {false, true}) {
+    ojson req = {{"model", "harmony-model"},
+                 {"max_tokens", 60},
+                 {"messages", {{{"role", "user"}, {"content", "What time is it?"}}}},
+                 {"tools", tools},
+                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}};
+    ojson calls = ojson::array();
+    std::string finish;
+    if (!stream) {
+      const HttpReply r = post_json(server.port(), "/v1/chat/completions", req);
+      ASSERT_EQ(r.status, 200) << r.body;
+      const ojson reply = r.j();
+      calls = reply["choices"][0]["message"]["tool_calls"];
+      finish = reply["choices"][0]["finish_reason"];
+    } else {
+      req["stream"] = true;
+      const std::string raw = post_stream(server.port(), "/v1/chat/completions", req);
+      for (size_t at = 0; (at = raw.find("data: ", at)) != std::string::npos;) {
+        const size_t end = raw.find("\n\n", at);
+        const std::string payload = raw.substr(at + 6, end - at - 6);
+        at = end;
+        if (payload == "[DONE]") continue;
+        const ojson e = ojson::parse(payload);
+        const ojson& delta = e["choices"][0]["delta"];
+        if (delta.contains("tool_calls"))
+          for (const ojson& d : delta["tool_calls"]) calls.push_back(d);
+        if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+      }
+    }
+    ASSERT_EQ(finish, "tool_calls") << "stream " << stream;
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0]["function"]["name"], "get_time");
+    const ojson args = ojson::parse(calls[0]["function"]["arguments"].get<std::string>());
+    EXPECT_EQ(grammar::schema_violation(args, schema, {.strict = true}), "") << args.dump();
+  }
+  // Responses, a named function too.
+  ojson rtools = ojson::array();
+  for (const ojson& t : tools)
+    rtools.push_back({{"type", "function"},
+                      {"name", t["function"]["name"]},
+                      {"description", "A tool."},
+                      {"parameters", t["function"]["parameters"]}});
+  const ojson rreq = {{"model", "harmony-model"},
+                      {"max_output_tokens", 60},
+                      {"input", "What time is it?"},
+                      {"tools", rtools},
+                      {"tool_choice", {{"type", "function"}, {"name", "get_time"}}}};
+  const HttpReply r = post_json(server.port(), "/v1/responses", rreq);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const ojson call = r.j()["output"].back();
+  ASSERT_EQ(call["type"], "function_call") << r.body;
+  EXPECT_EQ(call["name"], "get_time");
+  // Any listed function: refused, saying why.
+  ojson required = {{"model", "harmony-model"},
+                    {"max_tokens", 8},
+                    {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                    {"tools", tools},
+                    {"tool_choice", "required"}};
+  const HttpReply refused = post_json(server.port(), "/v1/chat/completions", required);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("harmony"), std::string::npos) << refused.body;
+}
+
 }  // namespace
 }  // namespace fak::test

@@ -43,6 +43,13 @@ size_t safe_length(std::string_view text) {
 
 }  // namespace
 
+HarmonyReader::HarmonyReader(std::string_view header) {
+  if (header.empty()) return;
+  ReplyParts none;
+  buf_ = std::string(header);
+  run(none, /*at_end=*/false);
+}
+
 ReplyParts HarmonyReader::push(std::string_view text) {
   buf_ += text;
   ReplyParts out;

@@ -26,6 +26,10 @@ struct ReplyParts {
 
 class HarmonyReader {
  public:
+  HarmonyReader() = default;
+  // A reply whose prompt ended inside a message's header (ChatFormat::forced_call_prefix): the
+  // reply starts as that message's body.
+  explicit HarmonyReader(std::string_view header);
   // Decoded text of the reply (special tokens included), as it is generated.
   ReplyParts push(std::string_view text);
   // The generation is over; cut: by max_tokens (a call it cut off is dropped, `dropped` says so).

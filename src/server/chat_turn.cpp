@@ -42,6 +42,13 @@ std::shared_ptr<const grammar::Grammar> turn_grammar(const ChatTurn& t,
   return nullptr;
 }
 
+// The text a forced call of the named function starts the reply with, in formats whose call
+// header is special tokens (ChatFormat::forced_call_prefix); empty otherwise.
+std::string forced_prefix(const ServerContext& ctx, const ChatTurn& t) {
+  if (t.tool_choice != "function" || !ctx.chat) return "";
+  return ctx.chat->format().forced_call_prefix(t.tool_choice_name);
+}
+
 }  // namespace
 
 BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn) {
@@ -57,6 +64,11 @@ BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn) {
     // applies from its first token.
     built.opens_reasoning = false;
     built.closes_reasoning = true;
+  }
+  // A forced call whose header no grammar produces (harmony): the prompt ends inside it.
+  if (const std::string head = forced_prefix(ctx, turn); !head.empty()) {
+    const std::vector<int32_t> more = ctx.model->tokenizer()->encode(head);
+    built.ids.insert(built.ids.end(), more.begin(), more.end());
   }
   return built;
 }
@@ -80,6 +92,7 @@ GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
       turn.tools.is_array() && !turn.tools.empty() && turn.tool_choice != "none";
   spec.format = &ctx.chat->format();
   spec.tools = turn.tools;
+  spec.reply_header = forced_prefix(ctx, turn);
   spec.split_reasoning = ctx.chat->think_close_id().has_value();
   spec.reasoning_open = spec.split_reasoning && prompt.opens_reasoning;
   if (turn.reasoning_budget && ctx.chat->think_open_id() && ctx.chat->think_close_id())

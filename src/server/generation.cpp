@@ -45,7 +45,8 @@ struct Generation::Text {
                               : ""),
         calls(format(spec).tool_call_reader(spec.tools)),
         stop_holdback(longest_stop(spec.stop)) {
-    if (format(spec).structured_reply()) harmony = std::make_unique<chat::HarmonyReader>();
+    if (format(spec).structured_reply())
+      harmony = std::make_unique<chat::HarmonyReader>(spec.reply_header);
   }
   static const chat::ChatFormat& format(const GenerationSpec& spec) {
     return spec.format ? *spec.format : chat::hermes_format();

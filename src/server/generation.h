@@ -56,8 +56,10 @@ struct GenerationSpec {
   bool capture_tool_calls = false;  // the format's tool-call blocks become calls, not content
   const chat::ChatFormat* format = nullptr;  // with capture_tool_calls: the model's (chat_format.h)
   ojson tools;                               // the request's, for readers that need their schemas
-  bool split_reasoning = false;              // <think> blocks become reasoning, not content
-  bool reasoning_open = false;               // the prompt leaves the reply inside a <think> block
+  // A structured reply whose prompt ended inside a message's header (a forced harmony call).
+  std::string reply_header;
+  bool split_reasoning = false;  // <think> blocks become reasoning, not content
+  bool reasoning_open = false;   // the prompt leaves the reply inside a <think> block
   std::optional<ReasoningBudget> reasoning_budget;
 };
 
