@@ -61,6 +61,24 @@ const char* kGlmTemplate = R"({%- if tools -%}<|system|>
 {%- if add_generation_prompt -%}<|assistant|>
 {% endif -%})";
 
+// The tool-call deltas of an OpenAI chat stream (each call whole in one delta, as the GLM and
+// harmony readers announce them), and its finish_reason.
+ojson streamed_calls(const std::string& raw, std::string& finish) {
+  ojson calls = ojson::array();
+  for (size_t at = 0; (at = raw.find("data: ", at)) != std::string::npos;) {
+    const size_t end = raw.find("\n\n", at);
+    const std::string payload = raw.substr(at + 6, end - at - 6);
+    at = end;
+    if (payload == "[DONE]") continue;
+    const ojson e = ojson::parse(payload);
+    const ojson& delta = e["choices"][0]["delta"];
+    if (delta.contains("tool_calls"))
+      for (const ojson& d : delta["tool_calls"]) calls.push_back(d);
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  return calls;
+}
+
 TEST(ChatFormat, TheTemplateSaysWhichFormat) {
   EXPECT_EQ(chat::format_for_template(kGlmTemplate).name(), "glm45");
   EXPECT_EQ(
@@ -201,18 +219,7 @@ TEST(GlmToolCallsServed, ForcedCallsOnEveryApiMatchTheirSchemas) {
       finish = r.j()["choices"][0]["finish_reason"];
     } else {
       req["stream"] = true;
-      const std::string raw = post_stream(server.port(), "/v1/chat/completions", req, key);
-      for (size_t at = 0; (at = raw.find("data: ", at)) != std::string::npos;) {
-        const size_t end = raw.find("\n\n", at);
-        const std::string payload = raw.substr(at + 6, end - at - 6);
-        at = end;
-        if (payload == "[DONE]") continue;
-        const ojson e = ojson::parse(payload);
-        const ojson& delta = e["choices"][0]["delta"];
-        if (delta.contains("tool_calls"))
-          for (const ojson& d : delta["tool_calls"]) calls.push_back(d);
-        if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
-      }
+      calls = streamed_calls(post_stream(server.port(), "/v1/chat/completions", req, key), finish);
     }
     ASSERT_EQ(finish, "tool_calls") << "stream " << stream;
     ASSERT_EQ(calls.size(), 1u);
@@ -435,18 +442,7 @@ TEST(HarmonyServed, AForcedNamedCallIsTheCall) {
       finish = reply["choices"][0]["finish_reason"];
     } else {
       req["stream"] = true;
-      const std::string raw = post_stream(server.port(), "/v1/chat/completions", req);
-      for (size_t at = 0; (at = raw.find("data: ", at)) != std::string::npos;) {
-        const size_t end = raw.find("\n\n", at);
-        const std::string payload = raw.substr(at + 6, end - at - 6);
-        at = end;
-        if (payload == "[DONE]") continue;
-        const ojson e = ojson::parse(payload);
-        const ojson& delta = e["choices"][0]["delta"];
-        if (delta.contains("tool_calls"))
-          for (const ojson& d : delta["tool_calls"]) calls.push_back(d);
-        if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
-      }
+      calls = streamed_calls(post_stream(server.port(), "/v1/chat/completions", req), finish);
     }
     ASSERT_EQ(finish, "tool_calls") << "stream " << stream;
     ASSERT_EQ(calls.size(), 1u);
