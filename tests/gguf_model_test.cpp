@@ -245,6 +245,22 @@ TEST(GptOssMxfp4, CheckpointExpertsRunAsStoredAndConvert) {
   const std::vector<float> from_gguf = all_logits(g, ids), from_hf = all_logits(q, ids);
   ASSERT_EQ(from_gguf.size(), from_hf.size());
   EXPECT_EQ(0, std::memcmp(from_gguf.data(), from_hf.data(), 4 * from_hf.size()));
+  // Blocks that do not fit the config: one error naming the tensor.
+  {
+    auto bad = nlohmann::json::parse(std::ifstream(mx_dir / "config.json"));
+    bad["intermediate_size"] = 64;
+    const auto bad_dir = test::temp_dir() / "gpt-oss-bad-blocks";
+    std::filesystem::create_directories(bad_dir);
+    std::ofstream(bad_dir / "config.json") << bad.dump();
+    std::filesystem::copy_file(mx_dir / "model.safetensors", bad_dir / "model.safetensors",
+                               std::filesystem::copy_options::overwrite_existing);
+    try {
+      Model::load(bad_dir, {.load_tokenizer = false});
+      ADD_FAILURE() << "blocks of another shape loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("_blocks' has shape"), std::string::npos) << e.what();
+    }
+  }
   // Another quantisation scheme is refused by name, not misread.
   auto cfg = nlohmann::json::parse(std::ifstream(mx_dir / "config.json"));
   cfg["quantization_config"]["quant_method"] = "fp8";

@@ -628,6 +628,14 @@ TEST(KvCache, HeadContiguousLayoutRoundTrips) {
 TEST(KvCache, RefusesAnInvalidShape) {
   EXPECT_THROW(KvCache(1, 0, 8), Error);
   EXPECT_THROW(KvCache(1, 2, 0), Error);
+  // Q8_0 rows are blocks of 32: a head of 16 cannot be one, and the error says so.
+  try {
+    KvCache(1, 2, 16, {.dtype = DType::Q8_0});
+    ADD_FAILURE() << "a q8_0 cache with heads of 16 was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 32"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_kv_type("q4_0"), Error);
   // A cache with the model's kv_dim but another split into heads is not the model's cache.
   auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
   const ModelConfig& c = model->config();

@@ -7,16 +7,13 @@
 
 namespace fak {
 
-// fn(i) for every i in [0, n).
+// fn(begin, end) for the chunks of [0, n), in parallel when there are several.
 template <class Fn>
-void for_each_element(int n, Fn&& fn) {
+void for_each_chunk(int n, Fn&& fn) {
   constexpr int kChunk = 16 * 1024;
   const int chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int c = 0; c < chunks; ++c) {
-    const int end = std::min(n, (c + 1) * kChunk);
-    for (int i = c * kChunk; i < end; ++i) fn(i);
-  }
+  for (int c = 0; c < chunks; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
 }
 
 }  // namespace fak

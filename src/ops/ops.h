@@ -1,6 +1,6 @@
 // Element-wise and per-row ops of the forward pass. Free functions over plain pointers with
 // explicit sizes. Most are cheap next to matmul and attention and stay scalar and readable; the
-// SiLU of the MLP (T x hidden exps) is vectorised and threaded (ops/silu.cpp).
+// SiLU of the MLP (T x hidden exps) is vectorised and threaded (ops/gated_activation.cpp).
 #pragma once
 
 #include <cstdint>
@@ -17,10 +17,10 @@ void rope_apply(float* head, int rot, const float* cos, const float* sin);
 
 // out = silu(gate) * up, with exp_poly (ops/vec.h): the same bits on every ISA and thread count.
 void silu_mul(const float* gate, const float* up, int n, float* out);
-// out = gelu_tanh(gate) * up: GeGLU with PyTorch's tanh approximation (ops/gelu.cpp).
+// out = gelu_tanh(gate) * up: GeGLU with PyTorch's tanh approximation (ops/gated_activation.cpp).
 void gelu_tanh_mul(const float* gate, const float* up, int n, float* out);
 // out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate, limit): gpt-oss's
-// experts (ops/swiglu_clamped.cpp).
+// experts (ops/gated_activation.cpp).
 void clamped_swiglu_mul(const float* gate, const float* up, int n, float alpha, float limit,
                         float* out);
 void add_inplace(float* x, const float* y, int n);

@@ -80,10 +80,7 @@ GenerationSpec turn_generation_spec(ServerContext& ctx, const ChatTurn& turn,
   spec.partition = cache_partition(api_key, "");
   spec.tenant = tenant_hash(api_key);
   spec.prompt = prompt.ids;
-  const OutputBudget budget =
-      output_budget(ctx.options, turn.max_tokens, n_ctx - int(prompt.ids.size()));
-  spec.max_tokens = budget.tokens;
-  spec.max_tokens_source = budget.source;
+  set_output_budget(spec, ctx.options, turn.max_tokens, n_ctx);
   spec.sampling = turn.sampling;
   spec.stop = turn.stop;
   spec.stop_ids = ctx.chat->stop_ids();

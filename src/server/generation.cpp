@@ -19,6 +19,13 @@ OutputBudget output_budget(const ServerOptions& options, std::optional<int> aske
   return b;
 }
 
+void set_output_budget(GenerationSpec& spec, const ServerOptions& options, std::optional<int> asked,
+                       int n_ctx) {
+  const OutputBudget b = output_budget(options, asked, n_ctx - int(spec.prompt.size()));
+  spec.max_tokens = b.tokens;
+  spec.max_tokens_source = b.source;
+}
+
 void note_output_budget(HttpResponse& res, const OutputBudget& b) {
   if (std::string_view(b.source) == "server_default" || std::string_view(b.source) == "server_cap")
     res.set_header("Fak-Max-Tokens", std::to_string(b.tokens) + "; source=" + b.source);

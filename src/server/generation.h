@@ -63,6 +63,11 @@ struct GenerationSpec {
   std::optional<ReasoningBudget> reasoning_budget;
 };
 
+// spec.max_tokens and its source (output_budget): what the request asked, under --max-tokens and
+// the room spec.prompt leaves in a context of n_ctx.
+void set_output_budget(GenerationSpec& spec, const ServerOptions& options, std::optional<int> asked,
+                       int n_ctx);
+
 // What one poll released for one choice.
 struct ChoiceDelta {
   int index = 0;

@@ -231,11 +231,8 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   } else {
     const BuiltPrompt built = build_prompt(ctx, r);
     check_prompt_fits(built.ids, n_ctx, "prompt");
-    const OutputBudget budget =
-        output_budget(ctx.options, r.max_tokens, n_ctx - int(built.ids.size()));
-    spec.max_tokens = budget.tokens;
-    spec.max_tokens_source = budget.source;
     spec.prompt = built.ids;
+    set_output_budget(spec, ctx.options, r.max_tokens, n_ctx);
     spec.sampling = r.sampling;
     spec.stop = r.stop;
     spec.stop_ids = model_stop_ids(*ctx.model);
