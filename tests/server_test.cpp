@@ -227,12 +227,16 @@ TEST_F(ServerTest, MultiTurnReusesCachedPrefix) {
                {{"role", "user"}, {"content", "reverse a string"}}};
   json req = {{"model", "pycoder-6m"}, {"messages", msgs}, {"max_tokens", 12}};
   auto first = post("/v1/chat/completions", req).j();
-  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  // Earlier tests in this process may have cached the system prompt's opening tokens, never this
+  // conversation.
+  const int first_prompt = first["usage"]["prompt_tokens"];
+  EXPECT_LT(first["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), first_prompt - 4);
   req["messages"].push_back(
       {{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
   req["messages"].push_back({{"role", "user"}, {"content", "now reverse the words"}});
   auto second = post("/v1/chat/completions", req).j();
-  EXPECT_GT(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0)
+  // The whole first turn is reused.
+  EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), first_prompt)
       << second.dump();
   EXPECT_GT(std::stod(metric("fak_prefix_cache_reused_tokens_total")), 0);
 }
@@ -454,6 +458,52 @@ TEST_F(ServerTest, SessionGenerateIsBatchedAndLendsTheSession) {
                     json{{"max_tokens", 300}, {"ignore_eos", true}});
   ASSERT_EQ(alone.status, 200);
   EXPECT_EQ(alone.j()["ids"], gen.j()["ids"]);
+}
+
+// /generate goes through the same Generation as OpenAI's routes: logit_bias works as it does there
+// (a banned token never comes, +100 forces one), an id outside the vocabulary is refused naming
+// the field, and the text shows the special tokens the session holds, as the session's own does.
+TEST_F(ServerTest, SessionGenerateTakesLogitBiasAndShowsSpecialTokens) {
+  auto created = post("/v1/fak/sessions", json{{"text", "def add(a, b):\n"}});
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string base = "/v1/fak/sessions/" + created.j()["id"].get<std::string>();
+  auto clone_of = [&] {
+    const Reply c = post(base + "/clone", json::object());
+    EXPECT_EQ(c.status, 201) << c.body;
+    return "/v1/fak/sessions/" + c.j()["id"].get<std::string>();
+  };
+  const std::string a = clone_of(), b = clone_of(), c = clone_of();
+  const json gen{{"max_tokens", 8}, {"ignore_eos", true}};
+  const Reply plain = post(a + "/generate", gen);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const int first = plain.j()["ids"][0];
+
+  json banned_req = gen;
+  banned_req["logit_bias"] = json{{std::to_string(first), -100}};
+  const Reply banned = post(b + "/generate", banned_req);
+  ASSERT_EQ(banned.status, 200) << banned.body;
+  ASSERT_EQ(banned.j()["ids"].size(), 8u);
+  for (const json& t : banned.j()["ids"]) EXPECT_NE(t.get<int>(), first);
+
+  // <|im_end|> (id 2) forced: it is generated, kept in the session and shown in the text.
+  json forced_req = gen;
+  forced_req["max_tokens"] = 2;
+  forced_req["logit_bias"] = json{{"2", 100}};
+  const Reply forced = post(c + "/generate", forced_req);
+  ASSERT_EQ(forced.status, 200) << forced.body;
+  EXPECT_EQ(forced.j()["ids"], json({2, 2}));
+  EXPECT_EQ(forced.j()["text"], "<|im_end|><|im_end|>");
+  const json after = get(c).j();
+  EXPECT_EQ(after["size"], forced.j()["size"]);
+  EXPECT_EQ(after["tokens"].back(), 2);
+
+  json outside = gen;
+  outside["logit_bias"] = json{{"1000000", 5}};
+  const Reply refused = post(a + "/generate", outside);
+  expect_error(refused, 400, "logit_bias outside the vocabulary");
+  EXPECT_EQ(refused.j()["error"]["param"], "logit_bias");
+  // The refused call left the session as it was: not lent, not grown.
+  EXPECT_EQ(get(a).j()["size"], plain.j()["size"]);
 }
 
 TEST_F(ServerTest, SessionsCloneSaveLoadAndTenants) {

@@ -6,7 +6,8 @@
 //   GET    /v1/fak/sessions/:id             tokens, text, segments
 //   DELETE /v1/fak/sessions/:id
 //   POST   /v1/fak/sessions/:id/append      {text | ids | messages, add_generation_prompt?}
-//   POST   /v1/fak/sessions/:id/generate    {max_tokens, ignore_eos, sampling as in OpenAI's}
+//   POST   /v1/fak/sessions/:id/generate    {max_tokens, ignore_eos, logit_bias, sampling
+//                                             as in OpenAI's}
 //   POST   /v1/fak/sessions/:id/clone       {id?}
 //   POST   /v1/fak/sessions/:id/save        {name}  (in the tenant's folder under --session-dir)
 //   POST   /v1/fak/sessions/load            {name, id?}
@@ -43,57 +44,42 @@ void in_job(ServerContext& ctx, HttpResponse& res, int status, std::function<ojs
   reply_json(res, status, out);
 }
 
-// /generate joins the scheduler's batch like any completion: the session is lent to the scheduler
-// (busy for everything else) and its tokens are decoded together with the other sequences.
+// /generate joins the scheduler's batch like any completion, through the same Generation as every
+// other API (server/generation.h): the session is lent to the scheduler (busy for everything else)
+// and its tokens are decoded together with the other sequences; the session keeps every token
+// generated (`ids`). No stop strings here: the scheduler may decode past one before the reply sees
+// it, and the session would then hold more than the reply.
 ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::string& tenant,
                        const std::string& id, GenerateOptions o) {
   SessionStore& store = *ctx.sessions;
   int begin = 0;
-  GenRequest g;
-  ctx.scheduler->run_job([&] { g.session = store.begin_generate(tenant, id, o, &begin); });
+  GenerationSpec spec;
+  ctx.scheduler->run_job([&] { spec.session = store.begin_generate(tenant, id, o, &begin); });
   auto size = std::make_shared<int>(begin);
-  g.tenant = tenant_hash(tenant);
-  g.max_tokens = o.max_tokens;
-  g.sampling = o.sampling;
-  g.stop_ids = o.stop_ids;
-  g.stream = std::make_shared<GenStream>();
-  g.on_finish = [&store, tenant, id, begin, size](const std::string& reason, int32_t last) {
+  spec.tenant = tenant_hash(tenant);
+  spec.max_tokens = o.max_tokens;
+  spec.sampling = o.sampling;
+  spec.stop_ids = o.stop_ids;
+  spec.keep_special = true;
+  spec.on_finish = [&store, tenant, id, begin, size](const std::string& reason, int32_t last) {
     *size = store.end_generate(tenant, id, reason, last, begin);
   };
-  auto stream = g.stream;
+  std::optional<Generation> gen;
   try {
-    ctx.scheduler->submit(std::move(g));
+    gen.emplace(ctx, std::move(spec));
   } catch (...) {
+    // Never queued: the session is handed back here (on_finish runs only for what was queued).
     ctx.scheduler->run_job([&] { store.end_generate(tenant, id, "", -1, begin); });
     throw;
   }
-  std::vector<int32_t> ids;
-  std::string reason, error;
-  int error_status = 500;
-  for (bool done = false; !done;) {
-    // A client that left frees its place in the batch; the session keeps what was generated.
-    if (req.client_gone()) stream->cancel();
-    for (const GenEvent& e : stream->wait(std::chrono::milliseconds(200))) {
-      if (e.kind == GenEvent::Kind::Token) ids.push_back(e.token);
-      if (e.kind == GenEvent::Kind::Done) reason = e.text;
-      if (e.kind == GenEvent::Kind::Error) {
-        error = e.text;
-        error_status = e.status;
-      }
-      done = done || e.kind == GenEvent::Kind::Done || e.kind == GenEvent::Kind::Error;
-    }
-  }
-  if (!error.empty()) throw ApiError(error_status, error);
+  // A client that leaves frees its place in the batch (499); the session keeps what was generated.
+  gen->wait(req);
+  const Generation::Choice& c = gen->choices().front();
   ojson j;
   j["id"] = id;
-  j["ids"] = ids;
-  if (const Tokenizer* tok = ctx.model->tokenizer()) {
-    StreamDecoder d(*tok);
-    std::string text;
-    for (int32_t t : ids) text += d.push(t);
-    j["text"] = text + d.flush();
-  }
-  j["finish_reason"] = reason;
+  j["ids"] = c.token_ids;
+  if (ctx.model->tokenizer()) j["text"] = c.content;
+  j["finish_reason"] = c.finish_reason;
   j["size"] = *size;
   return j;
 }
@@ -252,6 +238,8 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                o.max_tokens = budget.tokens;
                note_output_budget(res, budget);
                o.sampling = parse_sampling(body);
+               parse_logit_bias(body, o.sampling);
+               check_logit_bias(o.sampling, ctx.model->config().vocab);
                if (!get_bool(body, "ignore_eos").value_or(false))
                  o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
                const auto call = open_shared(ctx, req, tenant, id);

@@ -1,5 +1,7 @@
 #include "server/generation.h"
 
+#include <algorithm>
+
 #include "server/api_error.h"
 #include "server/context.h"
 #include "server/http_message.h"
@@ -45,7 +47,7 @@ size_t longest_stop(const std::vector<std::string>& stops) {
 
 struct Generation::Text {
   Text(const Tokenizer& tok, const GenerationSpec& spec)
-      : decoder(tok, /*skip_special=*/!format(spec).structured_reply()),
+      : decoder(tok, /*skip_special=*/!format(spec).structured_reply() && !spec.keep_special),
         reasoning(spec.split_reasoning, spec.reasoning_open),
         filter(spec.stop, spec.capture_tool_calls && !format(spec).structured_reply()
                               ? std::string(format(spec).tool_call_open())
@@ -91,9 +93,12 @@ Generation::Generation(ServerContext& ctx, GenerationSpec spec)
       capture_tool_calls_(spec.capture_tool_calls),
       wants_logprobs_(spec.top_logprobs >= 0) {
   const Tokenizer* tok = ctx.model->tokenizer();
-  if (!tok) bad_request("the model has no tokenizer");
+  // Without a tokenizer a /v1/fak/ session of ids still generates: only ids come back.
+  if (!tok && !(spec.session && spec.stop.empty() && spec.top_logprobs < 0))
+    bad_request("the model has no tokenizer");
   choices_.resize(size_t(spec.n));
-  for (int i = 0; i < spec.n; ++i) text_.push_back(std::make_unique<Text>(*tok, spec));
+  for (int i = 0; i < spec.n; ++i)
+    text_.push_back(tok ? std::make_unique<Text>(*tok, spec) : nullptr);
   GenRequest g;
   g.partition = std::move(spec.partition);
   g.tenant = std::move(spec.tenant);
@@ -108,6 +113,8 @@ Generation::Generation(ServerContext& ctx, GenerationSpec spec)
   g.think = spec.think;
   g.reasoning_budget = spec.reasoning_budget;
   g.reasoning_open = spec.reasoning_open;
+  g.session = spec.session;
+  g.on_finish = std::move(spec.on_finish);
   ctx.scheduler->submit(std::move(g));
 }
 
@@ -126,8 +133,15 @@ ChoiceDelta& Generation::delta_for(int index, std::vector<ChoiceDelta>& out) {
 void Generation::close_choice(int index, const std::string& reason, std::vector<ChoiceDelta>& out) {
   Choice& c = choices_[size_t(index)];
   if (c.done) return;
-  Text& t = *text_[size_t(index)];
   ChoiceDelta& d = delta_for(index, out);
+  if (!text_[size_t(index)]) {
+    c.finish_reason = reason == "cancelled" ? "stop" : reason;
+    c.done = true;
+    finished_ =
+        std::all_of(choices_.begin(), choices_.end(), [](const Choice& x) { return x.done; });
+    return;
+  }
+  Text& t = *text_[size_t(index)];
   // What the decoder and the splitter still hold, through the stop filter, then what it held.
   chat::ReasoningSplitter::Parts tail;
   if (t.harmony) {
@@ -174,9 +188,7 @@ void Generation::close_choice(int index, const std::string& reason, std::vector<
     }
   }
   c.done = true;
-  bool all = true;
-  for (const Choice& x : choices_) all = all && x.done;
-  finished_ = all;
+  finished_ = std::all_of(choices_.begin(), choices_.end(), [](const Choice& x) { return x.done; });
 }
 
 void Generation::on_event(const GenEvent& e, std::vector<ChoiceDelta>& out) {
@@ -195,12 +207,13 @@ void Generation::on_event(const GenEvent& e, std::vector<ChoiceDelta>& out) {
       if (e.index < 0 || e.index >= int(choices_.size())) return;
       Choice& c = choices_[size_t(e.index)];
       if (c.done) return;
-      Text& t = *text_[size_t(e.index)];
       ++usage_.completion_tokens;
       ++c.tokens;
       c.token_ids.push_back(e.token);
       c.sum_logprob += e.logprob;
       ChoiceDelta& d = delta_for(e.index, out);
+      if (!text_[size_t(e.index)]) return;
+      Text& t = *text_[size_t(e.index)];
       if (wants_logprobs_) {
         TokenLogprob lp{e.token, ctx_.model->tokenizer()->token_bytes(e.token), e.logprob, e.top};
         c.logprobs.push_back(lp);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,12 @@ struct GenerationSpec {
   bool split_reasoning = false;  // <think> blocks become reasoning, not content
   bool reasoning_open = false;   // the prompt leaves the reply inside a <think> block
   std::optional<ReasoningBudget> reasoning_budget;
+  // A /v1/fak/ session's generate: the tokens extend this session, lent by the session store, and
+  // on_finish hands it back (GenRequest::session and on_finish). Its text shows special tokens
+  // (keep_special), as the session's own text does.
+  Session* session = nullptr;
+  std::function<void(const std::string& reason, int32_t last)> on_finish;
+  bool keep_special = false;
 };
 
 // spec.max_tokens and its source (output_budget): what the request asked, under --max-tokens and

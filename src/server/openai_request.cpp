@@ -206,6 +206,53 @@ SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults) 
   return o;
 }
 
+void parse_logit_bias(const ojson& j, SamplingOptions& s) {
+  // OpenAI's logit_bias: {"token id": bias in [-100, 100]}, added to that token's logit before
+  // sampling (-100 bans it). check_logit_bias checks the ids against the vocabulary.
+  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
+    if (!it->is_object())
+      bad_request("`logit_bias` must be an object of token ids to biases", "logit_bias");
+    if (it->size() > 1024) bad_request("`logit_bias` may name at most 1024 tokens", "logit_bias");
+    for (const auto& [key, value] : it->items()) {
+      int64_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX)
+        bad_request("`logit_bias` keys must be token ids, got '" + key.substr(0, 32) + "'",
+                    "logit_bias");
+      if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+        bad_request("`logit_bias` values must be numbers from -100 to 100 (token " + key + ")",
+                    "logit_bias");
+      s.logit_bias.push_back({int32_t(id), value.get<float>()});
+    }
+  }
+}
+
+void check_logit_bias(const SamplingOptions& s, int vocab) {
+  for (const auto& [id, bias] : s.logit_bias)
+    if (id >= vocab)
+      bad_request("`logit_bias` names token " + std::to_string(id) +
+                      ", outside the vocabulary of " + std::to_string(vocab),
+                  "logit_bias");
+}
+
+std::vector<std::string> parse_stop(const ojson& j) {
+  std::vector<std::string> stop;
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 16) {
+      for (const ojson& s : *it) {
+        if (!s.is_string()) bad_request("`stop` must be a string or an array of strings", "stop");
+        stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad_request("`stop` must be a string or an array of at most 16 strings", "stop");
+    }
+    std::erase_if(stop, [](const std::string& s) { return s.empty(); });
+  }
+  return stop;
+}
+
 ContentTokens parse_content_tokens(const ojson& j) {
   return get_bool(j, "special_tokens_in_content").value_or(false) ? ContentTokens::Special
                                                                   : ContentTokens::Text;
@@ -241,42 +288,13 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat,
   if (auto v = get_int(j, "max_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
   if (auto v = get_int(j, "max_completion_tokens", 1, INT32_MAX)) r.max_tokens = int(*v);
   r.sampling = parse_sampling(j, defaults);
-  // OpenAI's logit_bias: {"token id": bias in [-100, 100]}, added to that token's logit before
-  // sampling (-100 bans it). The ids are checked against the vocabulary by the route.
-  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
-    if (!it->is_object())
-      bad_request("`logit_bias` must be an object of token ids to biases", "logit_bias");
-    if (it->size() > 1024) bad_request("`logit_bias` may name at most 1024 tokens", "logit_bias");
-    for (const auto& [key, value] : it->items()) {
-      int64_t id = -1;
-      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
-      if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX)
-        bad_request("`logit_bias` keys must be token ids, got '" + key.substr(0, 32) + "'",
-                    "logit_bias");
-      if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
-        bad_request("`logit_bias` values must be numbers from -100 to 100 (token " + key + ")",
-                    "logit_bias");
-      r.sampling.logit_bias.push_back({int32_t(id), value.get<float>()});
-    }
-  }
+  parse_logit_bias(j, r.sampling);
   if (auto v = get_bool(j, "stream")) r.stream = *v;
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) bad_request("`stream_options` must be an object", "stream_options");
     if (auto v = get_bool(*it, "include_usage")) r.include_usage = *v;
   }
-  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
-    if (it->is_string()) {
-      r.stop.push_back(it->get<std::string>());
-    } else if (it->is_array() && it->size() <= 16) {
-      for (const ojson& s : *it) {
-        if (!s.is_string()) bad_request("`stop` must be a string or an array of strings", "stop");
-        r.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      bad_request("`stop` must be a string or an array of at most 16 strings", "stop");
-    }
-    std::erase_if(r.stop, [](const std::string& s) { return s.empty(); });
-  }
+  r.stop = parse_stop(j);
   if (auto v = get_string(j, "cache_salt")) r.cache_salt = *v;
   if (auto v = get_bool(j, "ignore_eos")) r.ignore_eos = *v;
   if (auto v = get_bool(j, "return_token_ids")) r.return_token_ids = *v;

@@ -61,6 +61,12 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat,
 // The sampling fields of a request body (temperature, top_p, top_k, min_p, repetition_penalty,
 // presence_penalty, frequency_penalty, seed), typed, ranged and validated as the Sampler needs.
 SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults = {});
+// OpenAI's logit_bias ({"token id": bias in [-100, 100]}) into s; check_logit_bias then refuses
+// ids outside the model's vocabulary (400 naming the field).
+void parse_logit_bias(const ojson& j, SamplingOptions& s);
+void check_logit_bias(const SamplingOptions& s, int vocab);
+// OpenAI's `stop`: a string or up to 16 strings (empty ones dropped).
+std::vector<std::string> parse_stop(const ojson& j);
 
 // The special_tokens_in_content field of a chat request (any API): Text unless it is true.
 ContentTokens parse_content_tokens(const ojson& j);

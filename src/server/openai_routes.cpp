@@ -216,11 +216,7 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
         404, "The model '" + r.model + "' does not exist; this server has '" + ctx.model_id + "'",
         "model", "model_not_found");
   if (!ctx.model->tokenizer()) bad_request("the model has no tokenizer");
-  for (const auto& [id, bias] : r.sampling.logit_bias)
-    if (id >= ctx.model->config().vocab)
-      bad_request("`logit_bias` names token " + std::to_string(id) +
-                      ", outside the vocabulary of " + std::to_string(ctx.model->config().vocab),
-                  "logit_bias");
+  check_logit_bias(r.sampling, ctx.model->config().vocab);
   const int n_ctx = ctx.scheduler->ctx();
   GenerationSpec spec;
   if (chat) {
