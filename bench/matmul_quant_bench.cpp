@@ -95,6 +95,12 @@ FAK_FEW(Q5_0, 16)
 FAK_FEW_PACKED(Q5_0, 5)
 FAK_FEW_PACKED(Q5_0, 9)
 FAK_FEW_PACKED(Q5_0, 16)
+// Decode as a model loaded into memory does it: one token against packed weights from memory.
+FAK_FEW_PACKED(Q8_0, 1)
+FAK_FEW_PACKED(Q4_K, 1)
+FAK_FEW_PACKED(Q6_K, 1)
+FAK_FEW_PACKED(Q4_K, 2)
+FAK_FEW_PACKED(Q6_K, 2)
 // 1-4 tokens of each type: where the decode kernel hands over to the panels.
 #define FAK_FEW4(type) FAK_FEW(type, 1) FAK_FEW(type, 2) FAK_FEW(type, 3) FAK_FEW(type, 4)
 FAK_FEW4(Q8_0)

@@ -48,29 +48,11 @@ inline __m512 load_ps(const uint8_t* p) {
 inline __m512i load_si(const uint8_t* p) {
   return _mm512_load_si512(reinterpret_cast<const __m512i*>(p));
 }
-// The next 16-row group, prefetched evenly over the blocks of this group's repacking: with few
-// tokens per call (batched decode, continuous batching's mixed steps) the rows are read once from
-// memory as 16 interleaved streams, which the hardware prefetchers follow badly.
-struct NextRows {
-  const uint8_t* p = nullptr;  // null: nothing to prefetch
-  size_t bytes = 0, done = 0;
-  void upto(int64_t b, int64_t nb) {
-    if (!p) return;
-    for (const size_t end = size_t(b + 1) * bytes / size_t(nb); done < end; done += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(p + done), _MM_HINT_T0);
-  }
-};
-
 // 16 fp16 values at src stored widened as 16 floats at dst (64-byte aligned): a packed block's
 // scales into a call's own panel.
 inline void store_f16x16(const uint8_t* src, uint8_t* dst) {
   _mm512_store_ps(reinterpret_cast<float*>(dst),
                   _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))));
-}
-
-// 4 activation bytes broadcast to all 16 lanes.
-inline __m512i bcast4_512(const void* p) {
-  return _mm512_set1_epi32(load_i32(p));
 }
 
 // q8_0 / q4_0 / q5_0 / q4_1 / q5_1 panel block: 16 float scales (and for q4_1 / q5_1 the 16
@@ -721,6 +703,19 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   }
 }
 
+// Up to this many tokens a packed q4_K / q6_K call takes the decode kernels
+// (gemv_packed_avx512.cpp), each token on its own; more take the tiles, which share each widened
+// code register between tokens: two tokens over 131072 rows from memory, one core
+// (matmul_quant_bench *_streamed_2tok_packed), 2.7 / 5.2 ms through the decode kernel twice
+// against 2.2 / 3.8 ms through the two-token tile (q4_K / q6_K).
+constexpr int kPackedGemvTokens = 1;
+
+template <class P, QuantTileFn kGemv>
+void rows_packed16_gemv(const QuantTask& q, int64_t r0, int64_t r1) {
+  if (q.n_tokens <= kPackedGemvTokens) return kGemv(q, r0, r1);
+  rows_packed16<P>(q, r0, r1);
+}
+
 }  // namespace
 
 QuantTileFn quant_tile_packed_avx512(QuantType t) {
@@ -736,11 +731,11 @@ QuantTileFn quant_tile_packed_avx512(QuantType t) {
     case QuantType::Q5_1:
       return rows_packed16<Packed32<WType::Q5_1>>;
     case QuantType::Q4_K:
-      return rows_packed16<PackedK<K4<false>>>;
+      return rows_packed16_gemv<PackedK<K4<false>>, gemv_packed_q4_k>;
     case QuantType::Q5_K:
       return rows_packed16<PackedK<K4<true>>>;
     case QuantType::Q6_K:
-      return rows_packed16<PackedK<Q6K>>;
+      return rows_packed16_gemv<PackedK<Q6K>, gemv_packed_q6_k>;
     default:
       return nullptr;
   }

@@ -9,6 +9,7 @@
 
 #include "core/isa_namespace.h"
 #include "ops/quant/avx2_common.h"
+#include "ops/matmul_kernels.h"
 #include "ops/quant/quant_blocks.h"
 
 namespace fak::kernels {
@@ -53,6 +54,30 @@ inline namespace FAK_ISA_NS {
 inline __m256i q8_codes_unsigned(const quant::BlockQ8_0& b) {
   return _mm256_xor_si256(quant::load256(b.qs), _mm256_set1_epi8(-128));
 }
+
+// The next 16-row group, prefetched evenly over the blocks of this group's repacking: with few
+// tokens per call (batched decode, continuous batching's mixed steps) the rows are read once from
+// memory as 16 interleaved streams, which the hardware prefetchers follow badly.
+struct NextRows {
+  const uint8_t* p = nullptr;  // null: nothing to prefetch
+  size_t bytes = 0, done = 0;
+  void upto(int64_t b, int64_t nb) {
+    if (!p) return;
+    for (const size_t end = size_t(b + 1) * bytes / size_t(nb); done < end; done += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p + done), _MM_HINT_T0);
+  }
+};
+
+// 4 activation bytes broadcast to all 16 lanes.
+inline __m512i bcast4_512(const void* p) {
+  return _mm512_set1_epi32(quant::load_i32(p));
+}
+
+// One activation row against packed K-quant weights (quant_blocks.h's kPackedQ4K* / kPackedQ6K*),
+// 16 rows at a time (gemv_packed_avx512.cpp): decode's kernel, cheaper per byte than a one-token
+// tile. Rows [r0, r1) are whole groups of 16; every token of q is done, one after another.
+void gemv_packed_q4_k(const QuantTask& q, int64_t r0, int64_t r1);
+void gemv_packed_q6_k(const QuantTask& q, int64_t r0, int64_t r1);
 
 }  // namespace FAK_ISA_NS
 }  // namespace fak::kernels

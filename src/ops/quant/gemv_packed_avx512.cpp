@@ -1,0 +1,189 @@
+// AVX-512 VNNI decode kernels for q4_K and q6_K weights packed at load (quant_blocks.h's
+// kPackedQ4K* / kPackedQ6K*): one activation row against 16 rows, lane i holding row i.
+//
+// A one-token tile of the prefill kernels (gemm_avx512.cpp) read these panels at 38 (q4_K) and
+// 29 (q6_K) GB/s on one core, below what memory gives two cores (62 GB/s): a Q4_K_M model's
+// Q6_K output head, half of a MoE decode step, ran compute-bound. Here, per block of 16 rows:
+// - every code register is made once, with one ternary-logic merge of its nibble and its high
+//   bits (q6_K: the two high bits of four slices come from one qh load),
+// - the sub-blocks' dot products are 8 independent vpdpbusd chains, not one chain at a time,
+// - sub-block scales and mins are taken from the packed dwords with shifts in registers, not
+//   widened through the stack.
+// One core, 4864 x 1024 (matmul_quant_bench *_decode_packed, interleaved with the tiles, a noisy
+// host): q4_K 29-43 -> 36-45 GB/s, q6_K 17-29 -> 28-39 GB/s; Qwen3-30B-A3B 6 layers Q4_K_M, tg32 on
+// two threads 90-97 -> 101-107 tok/s.
+//
+// note: bit-identical to the tiles and to vec_dot (dot_ref.cpp's block-serial rule): the integer
+// block sum is exact whatever order makes it (q6_K: Σ_k sc_k (Σ q a - 32 bsum_k) is the reference's
+// Σ_k sc_k Σ q a - 32 Σ_k sc_k bsum_k), and per block each lane does the same float steps,
+// acc = fma(d_w * d_a, float(isum), acc) (q4_K: then acc = fnma(dmin_w * d_a, float(imin), acc)).
+// matmul_quant_test compares them.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/quant/panels_avx512.h"
+#include "ops/quant/quant_blocks.h"
+
+namespace fak::kernels {
+inline namespace FAK_ISA_NS {
+
+namespace {
+
+using quant::BlockQ8K;
+
+constexpr int kRows = 16;
+
+inline __m512i load_u(const uint8_t* p) {
+  return _mm512_loadu_si512(p);
+}
+inline __m512 load_f16x16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// (a & c) | (b & ~c): the bytes' bits from a where c is set, from b elsewhere.
+inline __m512i bit_select(__m512i a, __m512i b, __m512i c) {
+  return _mm512_ternarylogic_epi32(a, b, c, 0xE4);
+}
+
+// One block of 16 q6_K rows against activation block a, into acc.
+// Element 128h + 32gg + 4G + (0..3) of a row: the low (gg < 2) or high nibble of ql dword
+// 16h + 8 (gg & 1) + G, bits 2gg of qh dword 8h + G; sub-block k = 8h + 2gg + (G >= 4).
+inline __m512 q6_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  alignas(64) int32_t off[16];  // 32 bsum_k: the -32 code offset, taken off each sub-block
+  _mm512_store_si512(off, _mm512_slli_epi32(_mm512_cvtepi16_epi32(quant::load256(a.bsums)), 5));
+  const uint8_t* low = p + quant::kPackedQ6KLowOffset;
+  const uint8_t* high = p + quant::kPackedQ6KHighOffset;
+  __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m512i t[8];  // sub-block 8h + k: t[k], k = 2gg + s
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) t[k] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int G = 0; G < 8; ++G) {
+      const int s = G >> 2;
+      const __m512i qh = load_u(high + 64 * (8 * h + G));
+      const __m512i qa = load_u(low + 64 * (16 * h + G));
+      const __m512i qb = load_u(low + 64 * (16 * h + 8 + G));
+      const __m512i c0 = bit_select(qa, _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30), m0f);
+      const __m512i c1 = bit_select(qb, _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30), m0f);
+      const __m512i c2 = bit_select(_mm512_srli_epi16(qa, 4), _mm512_and_si512(qh, m30), m0f);
+      const __m512i c3 = bit_select(_mm512_srli_epi16(qb, 4),
+                                    _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30), m0f);
+      const int8_t* aq = a.qs + 128 * h + 4 * G;
+      t[s] = _mm512_dpbusd_epi32(t[s], c0, bcast4_512(aq));
+      t[2 + s] = _mm512_dpbusd_epi32(t[2 + s], c1, bcast4_512(aq + 32));
+      t[4 + s] = _mm512_dpbusd_epi32(t[4 + s], c2, bcast4_512(aq + 64));
+      t[6 + s] = _mm512_dpbusd_epi32(t[6 + s], c3, bcast4_512(aq + 96));
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const int sub = 8 * h + k;  // the scale: byte sub % 4 of scales dword sub / 4, signed
+      const __m512i v = load_u(p + quant::kPackedQ6KScalesOffset + 64 * (sub / 4));
+      const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * (sub % 4)), 24);
+      const __m512i q = _mm512_sub_epi32(t[k], _mm512_set1_epi32(off[sub]));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(q, sc));
+    }
+  }
+  const __m512 dw = load_f16x16(p);
+  return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a.d)), _mm512_cvtepi32_ps(isum), acc);
+}
+
+// One block of 16 q4_K rows against activation block a, into acc.
+// Codes dword 8c + G: its low nibbles are elements 64c + 4G + (0..3) (sub-block 2c), its high
+// ones 64c + 32 + 4G + (0..3) (sub-block 2c + 1). Scales and mins: scales_mins_k4's word steps on
+// the packed dwords, then each sub-block's byte shifted down in its lane.
+inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  const __m512i u0 = load_u(p + quant::kPackedQ4KScalesOffset);
+  const __m512i u1 = load_u(p + quant::kPackedQ4KScalesOffset + 64);
+  const __m512i u2 = load_u(p + quant::kPackedQ4KScalesOffset + 128);
+  const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
+                low2 = _mm512_set1_epi32(0x03030303);
+  const __m512i sc_lo = _mm512_and_si512(u0, low6);
+  const __m512i sc_hi =
+      _mm512_or_si512(_mm512_and_si512(u2, low4),
+                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), low2), 4));
+  const __m512i m_lo = _mm512_and_si512(u1, low6);
+  const __m512i m_hi =
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
+                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), low2), 4));
+  const uint8_t* codes = p + quant::kPackedQ4KCodesOffset;
+  __m512i t[8];  // sub-block s
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) t[s] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c)
+#pragma GCC unroll 8
+    for (int G = 0; G < 8; ++G) {
+      const __m512i raw = load_u(codes + 64 * (8 * c + G));
+      const int8_t* aq = a.qs + 64 * c + 4 * G;
+      t[2 * c] = _mm512_dpbusd_epi32(t[2 * c], _mm512_and_si512(raw, m0f), bcast4_512(aq));
+      t[2 * c + 1] = _mm512_dpbusd_epi32(
+          t[2 * c + 1], _mm512_and_si512(_mm512_srli_epi16(raw, 4), m0f), bcast4_512(aq + 32));
+    }
+  __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    const __m512i bytes = s < 4 ? sc_lo : sc_hi;
+    const __m512i sc =
+        _mm512_and_si512(_mm512_srli_epi32(bytes, 8 * (s % 4)), _mm512_set1_epi32(0xff));
+    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(t[s], sc));
+  }
+  // Σ_s m_s (bsum_2s + bsum_2s+1): the mins against the 32-element sums, two per madd.
+  alignas(64) int16_t b32[8];
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) b32[s] = int16_t(a.bsums[2 * s] + a.bsums[2 * s + 1]);
+  __m512i imin = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i bytes = k < 2 ? m_lo : m_hi;
+    const __m512i pairs = _mm512_srli_epi32(bytes, 16 * (k % 2));  // m_2k, m_2k+1 in bytes 0, 1
+    const __m512i mp = _mm512_or_si512(
+        _mm512_and_si512(pairs, _mm512_set1_epi32(0xff)),
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(pairs, 8), _mm512_set1_epi32(0xff)),
+                          16));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp, bcast4_512(&b32[2 * k])));
+  }
+  const __m512 da = _mm512_set1_ps(a.d);
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(load_f16x16(p), da), _mm512_cvtepi32_ps(isum), acc);
+  return _mm512_fnmadd_ps(_mm512_mul_ps(load_f16x16(p + 32), da), _mm512_cvtepi32_ps(imin), acc);
+}
+
+template <size_t kBlockBytes, __m512 (*kBlock)(const uint8_t*, const BlockQ8K&, __m512)>
+void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
+  const int64_t nb = q.w->cols / quant::kQKK;
+  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
+  for (int64_t r = r0; r < r1; r += kRows) {
+    const uint8_t* panel = q.w->row(r);
+    // The next group streams in while this one is read (see NextRows).
+    NextRows next;
+    if (r + kRows < q.w->rows) next = {panel + group_bytes, group_bytes, 0};
+    for (int t = 0; t < q.n_tokens; ++t) {
+      const auto* a = reinterpret_cast<const BlockQ8K*>(q.act + size_t(t) * q.act_row_bytes);
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        if (t == 0) next.upto(b, nb);
+        acc = kBlock(panel + size_t(b) * kBlockBytes, a[b], acc);
+      }
+      _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
+    }
+  }
+}
+
+}  // namespace
+
+void gemv_packed_q4_k(const QuantTask& q, int64_t r0, int64_t r1) {
+  gemv_packed<quant::kPackedQ4KBlockBytes, q4_k_block>(q, r0, r1);
+}
+
+void gemv_packed_q6_k(const QuantTask& q, int64_t r0, int64_t r1) {
+  gemv_packed<quant::kPackedQ6KBlockBytes, q6_k_block>(q, r0, r1);
+}
+
+}  // namespace FAK_ISA_NS
+}  // namespace fak::kernels
