@@ -162,6 +162,17 @@ TEST(Cli, TokenizeMatchesGoldenIds) {
   auto q = test::run_fak("tokenize -m " + dir.string() + " 'Hello world' --json");
   ASSERT_EQ(q.exit_code, 0) << q.err;
   EXPECT_EQ(nlohmann::json::parse(q.out), nlohmann::json::parse("[9707, 1879]"));
+  // And a GGUF file's vocabulary: the bundled model converted.
+  const auto gguf = dir / "model.gguf";
+  auto c = test::run_fak("convert -o " + gguf.string());
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  auto g = test::run_fak("tokenize -m " + gguf.string() + " " +
+                         quote(ref["cases"][2]["prompt"].get<std::string>()) + " --json");
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(nlohmann::json::parse(g.out), ref["cases"][2]["input_ids"]);
+  auto bad = test::run_fak("tokenize -m " + (dir / "missing").string() + " hello");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("neither a directory nor a GGUF file"), std::string::npos) << bad.err;
 }
 
 TEST(Cli, PerplexityMatchesReference) {

@@ -8,8 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "tokenizer/tokenizer.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "models/gguf_tokenizer.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fak {
 namespace {
@@ -45,6 +48,48 @@ TEST(TokenizerSpm, EveryCaseEncodesAndDecodesAsHuggingFace) {
 TEST(TokenizerSpm, TheLlama2VariantEncodesAndDecodesAsHuggingFace) {
   check_cases(Tokenizer::from_dir(test::data_path("tokenizer/spm-bpe-llama")),
               "tokenizer/spm-bpe-llama");
+}
+
+// The same tokenizers as llama.cpp keeps them in a GGUF ('llama': pieces, a score each, types; no
+// merge list, so the merges are rebuilt from the scores): written as fak convert writes them, read
+// back, and every case still encodes and decodes as Hugging Face's library does.
+TEST(TokenizerSpm, ThroughALlamaCppGgufVocabularyEveryCaseIsStillHuggingFaces) {
+  for (const std::string dir : {"tokenizer/spm-bpe", "tokenizer/spm-bpe-llama"}) {
+    const Tokenizer t = Tokenizer::from_dir(test::data_path(dir));
+    GgufWriter w;
+    write_gguf_tokenizer(w, t.spec(), int(t.spec().tokens.size()));
+    const auto path = test::temp_dir() / "spm-vocab.gguf";
+    w.write(path);
+    const GgufFile f = GgufFile::open(path);
+    EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
+    EXPECT_EQ(f.find("tokenizer.ggml.merges"), nullptr);
+    EXPECT_EQ(f.get_bool("tokenizer.ggml.add_space_prefix"), dir == "tokenizer/spm-bpe-llama");
+    check_cases(Tokenizer::from_spec(tokenizer_spec_from_gguf(f)), dir);
+  }
+}
+
+// A 'llama' vocabulary without its scores, or with too few, is refused naming the key.
+TEST(TokenizerSpm, AGgufVocabularyWithoutItsScoresIsRefusedNamingThem) {
+  const Tokenizer t = Tokenizer::from_dir(test::data_path("tokenizer/spm-bpe"));
+  for (const bool drop : {true, false}) {
+    GgufWriter w;
+    write_gguf_tokenizer(w, t.spec(), int(t.spec().tokens.size()));
+    if (drop) {
+      w.set("tokenizer.ggml.scores", GgufValue::make_string("none"));
+    } else {
+      const float few[2] = {0, 0};
+      w.set("tokenizer.ggml.scores",
+            GgufValue::make_array(GgufArray::numbers(GgufType::F32, few, 2)));
+    }
+    const auto path = test::temp_dir() / "bad-vocab.gguf";
+    w.write(path);
+    try {
+      tokenizer_spec_from_gguf(GgufFile::open(path));
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.scores"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(TokenizerSpm, UnknownCharactersFallBackToTheirBytes) {
@@ -90,9 +135,8 @@ TEST(TokenizerSpm, WhatItDoesNotImplementIsRefusedNamingIt) {
             }).find("normalizer Replace"),
             std::string::npos);
   EXPECT_NE(refused([](nlohmann::json& j) {
-              j["pre_tokenizer"] = {{"type", "Split"},
-                                    {"pattern", {{"String", " "}}},
-                                    {"behavior", "Isolated"}};
+              j["pre_tokenizer"] = {
+                  {"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}};
             }).find("pre_tokenizer is not supported"),
             std::string::npos);
 }
