@@ -73,8 +73,11 @@ work, passes, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def tests(path, key):
     d = json.load(open(path))
     return {x["test"]: x["tok_s"] for x in d[key]}, d
-print("| model | test | fak tok/s | llama.cpp tok/s | ratio | fak RSS MiB | llama.cpp RSS MiB | load s fak / llama.cpp |")
-print("|---|---|---|---|---|---|---|---|")
+# The host's memory bandwidth can move by half within minutes (a shared VM), so the ratio is the
+# median of each pass's ratio (fak and llama.cpp run back to back within a pass), with their range;
+# the tok/s columns are the medians over the passes.
+print("| model | test | fak tok/s | llama.cpp tok/s | ratio (median of passes) | passes' ratios | fak RSS MiB | llama.cpp RSS MiB | load s fak / llama.cpp |")
+print("|---|---|---|---|---|---|---|---|---|")
 for m in models:
     name = os.path.basename(m).removesuffix(".gguf")
     f = [tests(f"{work}/{name}.fak.{i}.json", "results") for i in range(1, passes + 1)]
@@ -86,7 +89,9 @@ for m in models:
         lrss = max(x[1]["peak_rss_mib"] for x in l)
         fload = statistics.median(x[1]["load_seconds"] for x in f)
         lload = statistics.median(x[1]["load_s"] for x in l)
-        print(f"| {name} | {test} | {fv:.1f} | {lv:.1f} | {fv / lv:.2f} | {frss:.0f} | {lrss:.0f} | "
-              f"{fload:.2f} / {lload:.2f} |")
+        ratios = sorted(x[0][test] / y[0][test] for x, y in zip(f, l))
+        spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}" if len(ratios) > 1 else "-"
+        print(f"| {name} | {test} | {fv:.1f} | {lv:.1f} | {statistics.median(ratios):.2f} | "
+              f"{spread} | {frss:.0f} | {lrss:.0f} | {fload:.2f} / {lload:.2f} |")
 EOF
 echo "raw JSON: $work" >&2
