@@ -118,6 +118,21 @@ TEST(Cli, ChatJsonSchemaRepliesAreValid) {
       << r.out;
 }
 
+// fak chat --draft: the same replies (greedy), turn after turn, with prompt-lookup drafts; a model
+// without an MTP head refuses --draft mtp naming it.
+TEST(Cli, ChatDraftGivesTheSameReplies) {
+  const std::string turns = "def add(a, b):\nnow a class\n";
+  auto plain = test::run_fak_with_input("chat -n 40", turns);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto drafted = test::run_fak_with_input("chat -n 40 --draft ngram --draft-max 4", turns);
+  ASSERT_EQ(drafted.exit_code, 0) << drafted.err;
+  EXPECT_EQ(drafted.out, plain.out);
+  EXPECT_FALSE(plain.out.empty());
+  auto mtp = test::run_fak_with_input("chat -n 8 --draft mtp", "hi\n");
+  EXPECT_NE(mtp.exit_code, 0);
+  EXPECT_NE(mtp.err.find("MTP"), std::string::npos) << mtp.err;
+}
+
 // --stop: the run ends at the first stop string, which is not shown; the text before it is the
 // unconstrained run's.
 TEST(Cli, RunStopsAtAStopString) {

@@ -17,7 +17,9 @@
 #include "grammar/grammar.h"
 #include "runtime/generate.h"
 #include "runtime/model_cache.h"
+#include "runtime/mtp_draft.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fak::cli {
@@ -27,7 +29,8 @@ namespace {
 using ojson = fak::ojson;
 
 struct ChatArgs {
-  std::string model, session, system, json_schema;
+  std::string model, session, system, json_schema, draft = "none";
+  DraftOptions draft_options;
   std::vector<std::string> stop;
   int n = 256, threads = 0;
   float temp = 0.0f;
@@ -64,7 +67,10 @@ class Chat {
   }
 
   void reset() {
+    head_.reset();
     session_ = Session(model_, cache_);
+    // The MTP head drafts from the model's hidden states, kept for every row.
+    if (a_.draft == "mtp") session_.keep_hidden(true);
     messages_ = ojson::array();
     turn_starts_.clear();
     if (!a_.system.empty()) messages_.push_back({{"role", "system"}, {"content", a_.system}});
@@ -81,7 +87,10 @@ class Chat {
     while (common < have.size() && common < ids.size() && have[common] == ids[common]) ++common;
     if (common == ids.size() && common > 0) --common;  // keep one token to recompute for logits
     const auto t0 = std::chrono::steady_clock::now();
-    if (common < have.size()) session_.truncate(int(common));
+    if (common < have.size()) {
+      session_.truncate(int(common));
+      head_.reset();  // its rows past `common` are gone: a new one catches up from the session
+    }
     session_.append(std::span(ids).subspan(common));
     stats_.prefill_s +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -101,6 +110,12 @@ class Chat {
     g.sampling.seed = a_.seed + uint64_t(stats_.turns);
     g.stop_ids = prompt_.stop_ids();
     g.grammar = schema_;  // every reply a JSON value the schema accepts
+    // Speculative decoding: the same reply, fewer forward calls.
+    if (a_.draft == "ngram") g.drafter = ngram_drafter(a_.draft_options);
+    if (a_.draft == "mtp") {
+      if (!head_) head_ = std::make_shared<MtpDrafter>(session_, a_.draft_options.max_draft);
+      g.drafter = mtp_drafter(head_);
+    }
     StreamDecoder dec(*model_->tokenizer(), /*skip_special=*/true);
     chat::StopFilter filter(a_.stop);  // a stop string ends the reply and is not shown
     std::string reply;
@@ -137,6 +152,7 @@ class Chat {
         auto [tokens, messages] = turn_starts_.back();
         turn_starts_.pop_back();
         session_.truncate(tokens);
+        head_.reset();
         messages_.erase(messages_.begin() + long(messages), messages_.end());
         note("last turn removed (" + std::to_string(session_.size()) + " tokens left)");
       }
@@ -179,6 +195,8 @@ class Chat {
     if (meta.is_discarded() || !meta.contains("messages") || !meta["messages"].is_array())
       fail(path + ".chat.json is not a fak chat history");
     session_ = std::move(s);
+    head_.reset();
+    if (a_.draft == "mtp") session_.keep_hidden(true);
     messages_ = meta["messages"];
     turn_starts_.clear();
     for (const ojson& x : meta.value("turn_starts", ojson::array()))
@@ -194,6 +212,7 @@ class Chat {
   chat::ChatPrompt prompt_;
   std::shared_ptr<KvCache> cache_;
   Session session_;
+  std::shared_ptr<MtpDrafter> head_;  // --draft mtp: drafts for session_ (reset when it shrinks)
   ojson messages_;
   std::vector<std::pair<int, size_t>> turn_starts_;  // (session tokens, messages) before each turn
   Stats stats_;
@@ -203,6 +222,7 @@ void chat(const ChatArgs& a) {
   SamplingOptions check;
   check.temperature = a.temp;
   check.validate();  // before the model loads
+  if (a.draft != "none") a.draft_options.validate();
   set_threads(a.threads);
   Chat c(a);
   if (!a.session.empty() && std::filesystem::exists(a.session)) c.load(a.session);
@@ -243,6 +263,13 @@ void register_chat(CLI::App& app) {
   c->add_option("--json-schema", a->json_schema,
                 "decode every reply under this JSON schema (a file): a JSON value it accepts");
   c->add_option("--stop", a->stop, "end a reply at this text (repeatable); it is not shown");
+  c->add_option("--draft", a->draft,
+                "speculative decoding (same replies, fewer forward calls): ngram (prompt lookup), "
+                "mtp (the model's multi-token-prediction head: Qwen3.5 / 3.6) or none")
+      ->check(CLI::IsMember({"none", "ngram", "mtp"}));
+  c->add_option("--draft-max", a->draft_options.max_draft, "tokens drafted per step, 1 to 64");
+  c->add_option("--draft-ngram", a->draft_options.max_ngram,
+                "longest context suffix looked up for a draft, 1 to 16 (down to 1)");
   // Its range is checked by SamplingOptions::validate (the one set of rules), not here.
   c->add_option("--temp", a->temp, "temperature, 0 to 100 (0 = greedy)");
   c->add_option("--seed", a->seed, "sampling seed");
