@@ -6,7 +6,8 @@
 //
 // The first byte picks whether the tokenizer is loaded and whether the file is mapped or read.
 // Seeds: tiny oracle models converted by `fak convert` (with the bundled model's 8k-token
-// tokenizer), in fuzz/corpus/gguf_model.
+// tokenizer; llama-spm-vocab-q4_0 with the SentencePiece fixture's, a 'llama' vocabulary with
+// scores), in fuzz/corpus/gguf_model.
 #include <unistd.h>
 
 #include <cstddef>
