@@ -263,13 +263,7 @@ void register_chat(CLI::App& app) {
   c->add_option("--json-schema", a->json_schema,
                 "decode every reply under this JSON schema (a file): a JSON value it accepts");
   c->add_option("--stop", a->stop, "end a reply at this text (repeatable); it is not shown");
-  c->add_option("--draft", a->draft,
-                "speculative decoding (same replies, fewer forward calls): ngram (prompt lookup), "
-                "mtp (the model's multi-token-prediction head: Qwen3.5 / 3.6) or none")
-      ->check(CLI::IsMember({"none", "ngram", "mtp"}));
-  c->add_option("--draft-max", a->draft_options.max_draft, "tokens drafted per step, 1 to 64");
-  c->add_option("--draft-ngram", a->draft_options.max_ngram,
-                "longest context suffix looked up for a draft, 1 to 16 (down to 1)");
+  add_draft_flags(c, a->draft, a->draft_options);
   // Its range is checked by SamplingOptions::validate (the one set of rules), not here.
   c->add_option("--temp", a->temp, "temperature, 0 to 100 (0 = greedy)");
   c->add_option("--seed", a->seed, "sampling seed");

@@ -177,13 +177,7 @@ void register_run(CLI::App& app) {
   c->add_option("--json-schema", a->json_schema,
                 "decode under this JSON schema (a file): the output is a JSON value it accepts");
   c->add_option("--stop", a->stop, "stop at this text (repeatable); it is not shown");
-  c->add_option("--draft", a->draft,
-                "speculative decoding (same output, fewer forward calls): ngram (prompt lookup), "
-                "mtp (the model's multi-token-prediction head: Qwen3.5 / 3.6) or none")
-      ->check(CLI::IsMember({"none", "ngram", "mtp"}));
-  c->add_option("--draft-max", a->draft_options.max_draft, "tokens drafted per step, 1 to 64");
-  c->add_option("--draft-ngram", a->draft_options.max_ngram,
-                "longest context suffix looked up for a draft, 1 to 16 (down to 1)");
+  add_draft_flags(c, a->draft, a->draft_options);
   c->add_flag("--json", a->json, "print one JSON object instead of streaming");
   add_load_flags(c);
   a->kv.add_to(c);

@@ -136,4 +136,15 @@ void set_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
+void add_draft_flags(CLI::App* command, std::string& draft, DraftOptions& options) {
+  command
+      ->add_option("--draft", draft,
+                   "speculative decoding (the same output, fewer forward calls): ngram (prompt "
+                   "lookup), mtp (the model's multi-token-prediction head: Qwen3.5 / 3.6) or none")
+      ->check(CLI::IsMember({"none", "ngram", "mtp"}));
+  command->add_option("--draft-max", options.max_draft, "tokens drafted per step, 1 to 64");
+  command->add_option("--draft-ngram", options.max_ngram,
+                      "longest context suffix looked up for a draft, 1 to 16 (down to 1)");
+}
+
 }  // namespace fak::cli

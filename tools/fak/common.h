@@ -8,6 +8,7 @@
 
 #include "memory/kv_cache.h"
 #include "models/model.h"
+#include "runtime/speculative.h"
 
 namespace fak::cli {
 
@@ -28,6 +29,8 @@ void check_utf8(const std::string& text, const std::string& what);
 std::vector<int32_t> parse_ids(const std::string& csv);
 
 void set_threads(int threads);  // 0 = all cores
+// --draft none|ngram|mtp, --draft-max and --draft-ngram (speculative decoding), for run and chat.
+void add_draft_flags(CLI::App* command, std::string& draft, DraftOptions& options);
 
 // --kv-type f32|f16|bf16 and --no-kraw, shared by every subcommand that builds a KV cache.
 struct KvFlags {

@@ -266,33 +266,18 @@ struct K4 {
   // the min pairs (m_2k, m_2k+1) as int16 pairs, as prep stores them; scales_mins_k4's word steps
   // on all 16 lanes at once.
   static void widen_scales(const uint8_t* p, int32_t (*sc_lanes)[kRows], __m512i* mp) {
-    const __m512i u0 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset);
-    const __m512i u1 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset + 64);
-    const __m512i u2 = _mm512_loadu_si512(p + quant::kPackedQ4KScalesOffset + 128);
-    const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
-                  low2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
-    const __m512i sc_lo = _mm512_and_si512(u0, low6);
-    const __m512i sc_hi =
-        _mm512_or_si512(_mm512_and_si512(u2, low4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), low2), 4));
-    const __m512i m_lo = _mm512_and_si512(u1, low6);
-    const __m512i m_hi =
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), low2), 4));
+    const K4ScaleBytes s = k4_scale_bytes(p);
+    const __m512i byte = _mm512_set1_epi32(0xff);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      _mm512_store_si512(sc_lanes[k], _mm512_and_si512(_mm512_srli_epi32(sc_lo, 8 * k), byte));
-      _mm512_store_si512(sc_lanes[4 + k], _mm512_and_si512(_mm512_srli_epi32(sc_hi, 8 * k), byte));
+      _mm512_store_si512(sc_lanes[k], _mm512_and_si512(_mm512_srli_epi32(s.sc_lo, 8 * k), byte));
+      _mm512_store_si512(sc_lanes[4 + k],
+                         _mm512_and_si512(_mm512_srli_epi32(s.sc_hi, 8 * k), byte));
     }
 #pragma GCC unroll 2
     for (int k = 0; k < 2; ++k) {
-      const __m512i lo = _mm512_srli_epi32(m_lo, 16 * k), hi = _mm512_srli_epi32(m_hi, 16 * k);
-      mp[k] =
-          _mm512_or_si512(_mm512_and_si512(lo, byte),
-                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(lo, 8), byte), 16));
-      mp[2 + k] =
-          _mm512_or_si512(_mm512_and_si512(hi, byte),
-                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 8), byte), 16));
+      mp[k] = byte_pair_i16(s.m_lo, k);
+      mp[2 + k] = byte_pair_i16(s.m_hi, k);
     }
   }
 

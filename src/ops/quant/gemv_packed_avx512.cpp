@@ -99,19 +99,7 @@ inline __m512 q6_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
 // the packed dwords, then each sub-block's byte shifted down in its lane.
 inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
   const __m512i m0f = _mm512_set1_epi8(0x0F);
-  const __m512i u0 = load_u(p + quant::kPackedQ4KScalesOffset);
-  const __m512i u1 = load_u(p + quant::kPackedQ4KScalesOffset + 64);
-  const __m512i u2 = load_u(p + quant::kPackedQ4KScalesOffset + 128);
-  const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
-                low2 = _mm512_set1_epi32(0x03030303);
-  const __m512i sc_lo = _mm512_and_si512(u0, low6);
-  const __m512i sc_hi =
-      _mm512_or_si512(_mm512_and_si512(u2, low4),
-                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), low2), 4));
-  const __m512i m_lo = _mm512_and_si512(u1, low6);
-  const __m512i m_hi =
-      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
-                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), low2), 4));
+  const K4ScaleBytes sm = k4_scale_bytes(p);
   const uint8_t* codes = p + quant::kPackedQ4KCodesOffset;
   __m512i t[8];  // sub-block s
 #pragma GCC unroll 8
@@ -129,7 +117,7 @@ inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
   __m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
-    const __m512i bytes = s < 4 ? sc_lo : sc_hi;
+    const __m512i bytes = s < 4 ? sm.sc_lo : sm.sc_hi;
     const __m512i sc =
         _mm512_and_si512(_mm512_srli_epi32(bytes, 8 * (s % 4)), _mm512_set1_epi32(0xff));
     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(t[s], sc));
@@ -141,12 +129,7 @@ inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
   __m512i imin = _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
-    const __m512i bytes = k < 2 ? m_lo : m_hi;
-    const __m512i pairs = _mm512_srli_epi32(bytes, 16 * (k % 2));  // m_2k, m_2k+1 in bytes 0, 1
-    const __m512i mp = _mm512_or_si512(
-        _mm512_and_si512(pairs, _mm512_set1_epi32(0xff)),
-        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(pairs, 8), _mm512_set1_epi32(0xff)),
-                          16));
+    const __m512i mp = byte_pair_i16(k < 2 ? sm.m_lo : sm.m_hi, k % 2);  // m_2k, m_2k+1
     imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp, bcast4_512(&b32[2 * k])));
   }
   const __m512 da = _mm512_set1_ps(a.d);

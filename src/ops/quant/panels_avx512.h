@@ -73,6 +73,35 @@ inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(quant::load_i32(p));
 }
 
+// A packed q4_K / q5_K block's 6-bit scales and mins (quant::kPackedQ4KScalesOffset: each row's 12
+// scale bytes as three dwords in its lane), by scales_mins_k4's word steps on all 16 lanes at once:
+// byte k of a lane is that row's scale of sub-block k in sc_lo and of sub-block 4 + k in sc_hi, and
+// so for the mins in m_lo / m_hi.
+struct K4ScaleBytes {
+  __m512i sc_lo, sc_hi, m_lo, m_hi;
+};
+inline K4ScaleBytes k4_scale_bytes(const uint8_t* packed_block) {
+  const uint8_t* p = packed_block + quant::kPackedQ4KScalesOffset;
+  const __m512i u0 = _mm512_loadu_si512(p), u1 = _mm512_loadu_si512(p + 64),
+                u2 = _mm512_loadu_si512(p + 128);
+  const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
+                low2 = _mm512_set1_epi32(0x03030303);
+  K4ScaleBytes s;
+  s.sc_lo = _mm512_and_si512(u0, low6);
+  s.sc_hi = _mm512_or_si512(_mm512_and_si512(u2, low4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), low2), 4));
+  s.m_lo = _mm512_and_si512(u1, low6);
+  s.m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), low2), 4));
+  return s;
+}
+// Bytes 2 half and 2 half + 1 of each lane of `bytes` as an int16 pair (the pair madd takes).
+inline __m512i byte_pair_i16(__m512i bytes, int half) {
+  const __m512i b = _mm512_srli_epi32(bytes, 16 * half), byte = _mm512_set1_epi32(0xff);
+  return _mm512_or_si512(_mm512_and_si512(b, byte),
+                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b, 8), byte), 16));
+}
+
 // One activation row against packed K-quant weights (quant_blocks.h's kPackedQ4K* / kPackedQ6K*),
 // 16 rows at a time (gemv_packed_avx512.cpp): decode's kernel, cheaper per byte than a one-token
 // tile. Rows [r0, r1) are whole groups of 16; every token of q is done, one after another.
