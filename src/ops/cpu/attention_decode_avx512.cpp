@@ -167,7 +167,12 @@ void pair_rows(const KvRows& a, const KvRows& b, int j0, int j1, float* kb) {
 // interleaved (slot a's head h in lane 2h, slot b's in 2h + 1), so one zmm FMA serves both
 // sequences where scores_slot takes one ymm FMA each. qp: [HD][16] queries so interleaved; kb:
 // pair_rows' output. Stores both slots' scores (adjacent in a row of s) and their max.
-template <int HD, int KB>
+// kHalf > 0: the two "slots" are one lone sequence at keys j and j + kHalf (its heads use 8 of a
+// register's lanes, so one slot alone leaves half of every FMA empty): key j's scores go to lanes
+// 0..7 of row j, key j + kHalf's to lanes 0..7 of row j + kHalf, lanes 8..15 zero as an empty
+// slot's. (attention_bench decode_1agent_16k_f16, one thread, interleaved: 23.6-24.4 -> 19.4-20.8
+// ms.)
+template <int HD, int KB, int kHalf = 0>
 [[gnu::always_inline]] inline void scores_pair(const float* qp, const float* kb, float scale,
                                                float* s, size_t lw, __m512& mx) {
   const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -189,42 +194,14 @@ template <int HD, int KB>
   for (int b = 0; b < KB; ++b) {
     const __m512 x = _mm512_permutexvar_ps(split, _mm512_mul_ps(acc[b], sc));
     mx = _mm512_max_ps(mx, x);
-    _mm512_storeu_ps(s + size_t(b) * lw, x);
-  }
-}
-
-// A lone sequence's keys j and j + kHalf scored together (scores_pair's lanes, the two "slots"
-// being one query at two keys): its heads use 8 of a register's lanes, so one slot alone leaves
-// half of every FMA empty. (attention_bench decode_1agent_16k_f16, one thread,
-// interleaved: 23.6-24.4 -> 19.4-20.8 ms.) Stores key j's scores in lanes 0..7 of row j of s and
-// key j + kHalf's in row j + kHalf (lanes 8..15 zero, as an empty slot's), and keeps both halves'
-// max in mx.
-template <int HD, int KB, int kHalf>
-[[gnu::always_inline]] inline void scores_two_keys(const float* qp, const float* kb, float scale,
-                                                   float* s, size_t lw, __m512& mx) {
-  const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const __m512i high = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-  __m512 acc[KB];
-#pragma GCC unroll 8
-  for (int b = 0; b < KB; ++b) acc[b] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-  for (int d = 0; d < HD; ++d) {
-    const __m512 q = _mm512_loadu_ps(qp + d * 16);
-#pragma GCC unroll 8
-    for (int b = 0; b < KB; ++b) {
-      double pair;
-      std::memcpy(&pair, kb + (size_t(b) * HD + size_t(d)) * 2, sizeof(pair));
-      acc[b] = _mm512_fmadd_ps(q, _mm512_castpd_ps(_mm512_set1_pd(pair)), acc[b]);
+    if constexpr (kHalf == 0) {
+      _mm512_storeu_ps(s + size_t(b) * lw, x);
+    } else {
+      const __m512i high = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+      _mm512_storeu_ps(s + size_t(b) * lw, _mm512_maskz_mov_ps(0x00FF, x));
+      _mm512_storeu_ps(s + size_t(b + kHalf) * lw,
+                       _mm512_maskz_mov_ps(0x00FF, _mm512_permutexvar_ps(high, x)));
     }
-  }
-  const __m512 sc = _mm512_set1_ps(scale);
-#pragma GCC unroll 8
-  for (int b = 0; b < KB; ++b) {
-    const __m512 x = _mm512_permutexvar_ps(split, _mm512_mul_ps(acc[b], sc));
-    mx = _mm512_max_ps(mx, x);
-    _mm512_storeu_ps(s + size_t(b) * lw, _mm512_maskz_mov_ps(0x00FF, x));
-    _mm512_storeu_ps(s + size_t(b + kHalf) * lw,
-                     _mm512_maskz_mov_ps(0x00FF, _mm512_permutexvar_ps(high, x)));
   }
 }
 
@@ -332,7 +309,7 @@ void attend_group(const DecodeGroup& g, float scale) {
   for (int v = 0; v < NZ; ++v) mx[v] = _mm512_set1_ps(-INFINITY);
   const float* kp[kKeyBlock];
   // A lone sequence with f32 / f16 / bf16 keys: whole blocks as 16 pairs of keys (j, j + 16),
-  // both keys in one register (scores_two_keys); the same chains, so the same bits.
+  // both keys in one register (scores_pair's kHalf); the same chains, so the same bits.
   const bool two_keys = n_seq == 1 && NZ == 1 && r0.dtype != DType::Q8_0;
   if (two_keys) {
     const __m512i weave = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
@@ -349,8 +326,8 @@ void attend_group(const DecodeGroup& g, float scale) {
       pair_rows<HD>(r0, later, j0, j0 + kHalf, kb);
       for (int j = j0; j < j0 + kHalf; j += KB) {
         stream.ahead(2 * KB);
-        scores_two_keys<HD, KB, kHalf>(qp, kb + size_t(j - j0) * HD * 2, scale, s + size_t(j) * LW,
-                                       LW, mx_two);
+        scores_pair<HD, KB, kHalf>(qp, kb + size_t(j - j0) * HD * 2, scale, s + size_t(j) * LW, LW,
+                                   mx_two);
       }
       continue;
     }
