@@ -62,6 +62,27 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
   head_bytes_ = dtype_row_bytes(dtype_, head_dim_);
   row_bytes_ = dtype_row_bytes(dtype_, kv_dim_);
   block_bytes_ = size_t(n_layers_) * size_t(planes()) * size_t(block_size_) * row_bytes_;
+  // Windowed layers keep their rows in parts of their own (see kv_cache.h); a model whose every
+  // layer is windowed keeps them all with its blocks (a part per block would save nothing).
+  const std::vector<int>& windows = options.layer_window;
+  check(windows.empty() || int(windows.size()) == n_layers_,
+        "KvCache: one window per layer (or none)");
+  int n_windowed = 0;
+  for (int w : windows) n_windowed += w > 0 ? 1 : 0;
+  if (n_windowed > 0 && n_windowed < n_layers_) {
+    n_window_layers_ = n_windowed;
+    windowed_.resize(size_t(n_layers_));
+    group_layer_.resize(size_t(n_layers_));
+    int counts[2] = {0, 0};
+    for (int l = 0; l < n_layers_; ++l) {
+      const bool w = windows[size_t(l)] > 0;
+      windowed_[size_t(l)] = w;
+      group_layer_[size_t(l)] = counts[w ? 1 : 0]++;
+      max_window_ = std::max(max_window_, windows[size_t(l)]);
+    }
+  }
+  part_bytes_ = size_t(n_window_layers_) * size_t(planes()) * size_t(block_size_) * row_bytes_;
+  full_block_bytes_ = block_bytes_ - part_bytes_;
   blocks_per_slab_ = int(std::clamp<size_t>(options.slab_bytes / std::max<size_t>(block_bytes_, 1),
                                             1, size_t(kMaxBlocksPerSlab)));
   if (max_bytes_ > 0 && block_bytes_ > 0) {
@@ -82,6 +103,7 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
 
 KvCache::~KvCache() {
   for (uint8_t* slab : slabs_) storage_->unmap_slab(slab, slab_bytes());
+  for (uint8_t* slab : window_slabs_) storage_->unmap_slab(slab, window_slab_bytes());
 }
 
 size_t KvCache::capacity_tokens() const {
@@ -99,17 +121,55 @@ void KvCache::clear_reclaimer(const void* owner) {
   reclaimer_ = nullptr;
 }
 
-size_t KvCache::row_offset(int32_t block, int layer, KvPlane plane, int slot) const {
+size_t KvCache::offset_in_slab(int32_t index, int group_layer, KvPlane plane, int slot) const {
   // A slab is [layer][plane][head][block][slot][head_dim]: one head's rows of all its blocks are
-  // contiguous (see kv_cache.h).
+  // contiguous (see kv_cache.h). A window slab is the same with parts for blocks.
   const size_t region = size_t(n_kv_heads_) * head_stride_;  // one (layer, plane) of the slab
-  return (size_t(layer) * size_t(planes()) + size_t(plane)) * region +
-         (size_t(block % blocks_per_slab_) * size_t(block_size_) + size_t(slot)) * head_bytes_;
+  return (size_t(group_layer) * size_t(planes()) + size_t(plane)) * region +
+         (size_t(index % blocks_per_slab_) * size_t(block_size_) + size_t(slot)) * head_bytes_;
+}
+
+size_t KvCache::row_offset(int32_t block, int layer, KvPlane plane, int slot) const {
+  check(!windowed(layer), "KvCache: a windowed layer's rows are not in the block's slab");
+  return offset_in_slab(block, group_layer_.empty() ? layer : group_layer_[size_t(layer)], plane,
+                        slot);
 }
 
 uint8_t* KvCache::row(int32_t block, int layer, KvPlane plane, int slot) {
   if (plane == KvPlane::Kraw && !keep_kraw_) return nullptr;
-  return slabs_[size_t(block / blocks_per_slab_)] + row_offset(block, layer, plane, slot);
+  if (n_window_layers_ == 0)
+    return slabs_[size_t(block / blocks_per_slab_)] + offset_in_slab(block, layer, plane, slot);
+  const int gl = group_layer_[size_t(layer)];
+  if (!windowed_[size_t(layer)])
+    return slabs_[size_t(block / blocks_per_slab_)] + offset_in_slab(block, gl, plane, slot);
+  const int32_t part = part_of_[size_t(block)];
+  if (part < 0)
+    fail("KvCache: layer " + std::to_string(layer) + "'s rows of block " + std::to_string(block) +
+         " were dropped (out of its sliding window)");
+  return window_slabs_[size_t(part / blocks_per_slab_)] + offset_in_slab(part, gl, plane, slot);
+}
+
+int KvCache::exact_point(std::span<const int32_t> blocks, int n) const {
+  if (n_window_layers_ == 0) return n;
+  while (n > 0) {
+    const int lo = std::max(0, n - max_window_ + 1) / block_size_, hi = (n - 1) / block_size_;
+    int missing = -1;
+    for (int b = hi; b >= lo && missing < 0; --b)
+      if (!has_window_rows(blocks[size_t(b)])) missing = b;
+    if (missing < 0) return n;
+    n = missing * block_size_;  // the rows before that block may all be there
+  }
+  return 0;
+}
+
+void KvCache::drop_window_rows(int32_t block) {
+  check_thread();
+  if (n_window_layers_ == 0) return;
+  int32_t& part = part_of_[size_t(block)];
+  if (part < 0) return;
+  window_free_.push_back(part);
+  part = -1;
+  --parts_in_use_;
 }
 
 namespace {
@@ -260,13 +320,44 @@ void KvCache::map_slab(bool populate) {
   if (populate) storage_->populate(slabs_.back(), slab_bytes());
   mapped_slabs_.store(slabs_.size(), std::memory_order_relaxed);
   refcounts_.resize(refcounts_.size() + size_t(blocks_per_slab_), 0);
+  if (n_window_layers_ > 0) part_of_.resize(refcounts_.size(), -1);
   for (int i = blocks_per_slab_ - 1; i >= 0; --i) free_.push_back(first + i);
+}
+
+void KvCache::map_window_slab(bool populate) {
+  const int32_t first = int32_t(window_slabs_.size()) * blocks_per_slab_;
+  window_slabs_.push_back(storage_->map_slab(window_slab_bytes(), "KV cache (windowed layers)"));
+  if (populate) storage_->populate(window_slabs_.back(), window_slab_bytes());
+  mapped_window_slabs_.store(window_slabs_.size(), std::memory_order_relaxed);
+  for (int i = blocks_per_slab_ - 1; i >= 0; --i) window_free_.push_back(first + i);
+}
+
+bool KvCache::slab_fits(size_t bytes, size_t mapped_slabs) const {
+  if (capacity_blocks_ == SIZE_MAX) return true;
+  if (n_window_layers_ == 0)
+    return (mapped_slabs + 1) * size_t(blocks_per_slab_) <= capacity_blocks_;
+  return mapped_bytes() + bytes <= max_bytes_;
 }
 
 size_t KvCache::map_all() {
   if (capacity_blocks_ == SIZE_MAX) return 0;
-  while ((slabs_.size() + 1) * size_t(blocks_per_slab_) <= capacity_blocks_) map_slab(true);
+  // As whole blocks (every block with its window part): what the budget was sized for.
+  while ((slabs_.size() + 1) * size_t(blocks_per_slab_) <= capacity_blocks_) {
+    map_slab(true);
+    if (n_window_layers_ > 0) map_window_slab(true);
+  }
   return mapped_bytes();
+}
+
+int32_t KvCache::take_window_part() {
+  // A block the reclaimer frees gives its part back, unless its part was dropped already.
+  while (window_free_.empty() && !slab_fits(window_slab_bytes(), window_slabs_.size()))
+    if (!reclaimer_ || reclaimer_(1) == 0) fail_budget();
+  if (window_free_.empty()) map_window_slab(false);
+  const int32_t part = window_free_.back();
+  window_free_.pop_back();
+  ++parts_in_use_;
+  return part;
 }
 
 void KvCache::check_thread() const {
@@ -279,7 +370,7 @@ void KvCache::check_thread() const {
 
 int32_t KvCache::allocate() {
   check_thread();
-  if (free_.empty() && (slabs_.size() + 1) * size_t(blocks_per_slab_) > capacity_blocks_) {
+  if (free_.empty() && !slab_fits(slab_bytes(), slabs_.size())) {
     // note: the reclaimer releases blocks through release(), which refills free_.
     if (reclaimer_) reclaimer_(1);
     if (free_.empty()) fail_budget();
@@ -289,6 +380,14 @@ int32_t KvCache::allocate() {
   free_.pop_back();
   refcounts_[size_t(b)] = 1;
   in_use_.fetch_add(1, std::memory_order_relaxed);
+  if (n_window_layers_ > 0) {
+    try {
+      part_of_[size_t(b)] = take_window_part();
+    } catch (...) {
+      release(b);
+      throw;
+    }
+  }
   return b;
 }
 
@@ -302,6 +401,7 @@ void KvCache::release(int32_t block) {
   int& rc = refcounts_[size_t(block)];
   check(rc > 0, "KvCache: release of a free block");
   if (--rc == 0) {
+    if (n_window_layers_ > 0) drop_window_rows(block);
     free_.push_back(block);
     in_use_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -309,9 +409,12 @@ void KvCache::release(int32_t block) {
 
 int32_t KvCache::copy_block(int32_t src, int n_rows) {
   int32_t dst = allocate();
+  // A copy of a block whose windowed rows were dropped has none either (see kv_cache.h).
+  const bool window_rows = has_window_rows(src) || n_rows == 0;
+  if (!window_rows) drop_window_rows(dst);
   for (int l = 0; l < n_layers_; ++l)
     for (KvPlane p : {KvPlane::K, KvPlane::V, KvPlane::Kraw})
-      if (n_rows > 0 && (p != KvPlane::Kraw || keep_kraw_))
+      if (n_rows > 0 && (p != KvPlane::Kraw || keep_kraw_) && (window_rows || !windowed(l)))
         storage_->copy_2d(CopyKind::Inside, row(dst, l, p, 0), head_stride_, row(src, l, p, 0),
                           head_stride_, head_bytes_ * size_t(n_rows), size_t(n_kv_heads_));
   return dst;

@@ -22,6 +22,12 @@
 // work on either. row() pointers point into the storage: the CPU dereferences them only where
 // storage().host_accessible().
 //
+// Sliding-window layers (KvCacheOptions::layer_window): a windowed layer's rows live apart from the
+// other layers', in window parts of their own (same layout, same head stride), one per block while
+// the block has them. drop_window_rows() gives a block's part back once no one will read its rows
+// again (a session past the window, runtime/session.h), so a windowed layer holds about its window
+// of KV per sequence, as llama.cpp's iSWA cache does, and the block keeps its other layers' rows.
+//
 // Budget: with max_bytes set, the cache never maps more than max_bytes of slabs (what a slab maps
 // becomes resident as its blocks are written, so mapped bytes are what the budget counts, not
 // blocks in use). When every block it may map is taken, allocate() first asks the reclaimer (the
@@ -33,6 +39,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +61,12 @@ struct KvCacheOptions {
   size_t slab_bytes = size_t(128) << 20;
   // Where the slabs live; null: host memory.
   std::shared_ptr<KvStorage> storage = nullptr;
+  // Per layer (empty: none): > 0, the layer attends to its last N positions only, and its rows of
+  // a block may be dropped (drop_window_rows) once out of every reader's window.
+  std::vector<int> layer_window = {};
+  // For make_kv_cache (runtime/model_cache.h): leave layer_window empty, keeping every row of a
+  // windowed layer (--swa-full: rewinds and exact quarantine far back then never replay).
+  bool keep_window_rows = false;
 };
 
 enum class KvPlane : uint8_t { K, V, Kraw };
@@ -106,6 +119,20 @@ class KvCache : public BlockPool {
   // block's rows, whatever the KV type (no conversion: what goes in comes out bit for bit).
   void write_block_bytes(int32_t block, const uint8_t* src, size_t n);
   void read_block_bytes(int32_t block, uint8_t* dst, size_t n) const;
+  // Windowed layers (see above): whether a block still has their rows, and dropping them (the
+  // block keeps its other layers'). A block is allocated with them; a copy of a block without
+  // them has none either. Rows of a dropped part cannot be read or written (a fak::Error).
+  bool has_windows() const { return n_window_layers_ > 0; }
+  int max_window() const { return max_window_; }
+  bool windowed(int layer) const { return windowed_.empty() ? false : windowed_[size_t(layer)]; }
+  bool has_window_rows(int32_t block) const {
+    return n_window_layers_ == 0 || part_of_[size_t(block)] >= 0;
+  }
+  void drop_window_rows(int32_t block);
+  // The latest position p <= n at which a sequence over `blocks` can go on exactly: every windowed
+  // row the token at p reads ([p - max_window() + 1, p)) is still there. n without windows.
+  int exact_point(std::span<const int32_t> blocks, int n) const;
+  size_t window_parts_in_use() const { return parts_in_use_; }
   // Copies one row (every head) of a plane; the two may be in the same block.
   void move_row(int32_t dst_block, int dst_slot, int32_t src_block, int src_slot, int layer,
                 KvPlane plane);
@@ -131,14 +158,19 @@ class KvCache : public BlockPool {
   size_t block_bytes() const { return block_bytes_; }
   // Safe to read from any thread (metrics), like mapped_bytes().
   size_t blocks_in_use() const { return in_use_.load(std::memory_order_relaxed); }
-  size_t bytes_in_use() const { return blocks_in_use() * block_bytes(); }
+  // Every layer's rows of a block (windowed layers' included).
+  size_t bytes_in_use() const {
+    return blocks_in_use() * full_block_bytes_ + window_parts_in_use() * part_bytes_;
+  }
   size_t max_bytes() const { return max_bytes_; }
   // Blocks the budget allows (whole slabs within max_bytes); SIZE_MAX without a budget.
   size_t capacity_blocks() const { return capacity_blocks_; }
   size_t capacity_tokens() const;
-  size_t slab_bytes() const { return size_t(blocks_per_slab_) * block_bytes_; }
+  // One slab of the layers that keep every row (the whole block when none is windowed).
+  size_t slab_bytes() const { return size_t(blocks_per_slab_) * full_block_bytes_; }
   size_t mapped_bytes() const {
-    return mapped_slabs_.load(std::memory_order_relaxed) * slab_bytes();
+    return mapped_slabs_.load(std::memory_order_relaxed) * slab_bytes() +
+           mapped_window_slabs_.load(std::memory_order_relaxed) * window_slab_bytes();
   }
 
   // Maps every slab the budget allows and backs it with memory now, so that no step pays for the
@@ -165,7 +197,16 @@ class KvCache : public BlockPool {
   void for_each_payload_run(int32_t block, size_t n, Fn&& fn) const;
   int planes() const { return keep_kraw_ ? 3 : 2; }
   [[noreturn]] void fail_budget() const;
-  void map_slab(bool populate);  // one more slab, its blocks free
+  void map_slab(bool populate);         // one more slab, its blocks free
+  void map_window_slab(bool populate);  // one more slab of window parts, all free
+  size_t window_slab_bytes() const { return size_t(blocks_per_slab_) * part_bytes_; }
+  // Whether one more slab of `bytes` stays within the budget (windowed caches count bytes: their
+  // two kinds of slab fill it together).
+  bool slab_fits(size_t bytes, size_t mapped_slabs) const;
+  int32_t take_window_part();
+  // The byte offset of row `slot` of item `index` (a block, or a window part) in its slab, for the
+  // layer that is `group_layer`-th of its kind.
+  size_t offset_in_slab(int32_t index, int group_layer, KvPlane plane, int slot) const;
 
   int n_layers_, n_kv_heads_, head_dim_, kv_dim_, block_size_;
   bool keep_kraw_;
@@ -188,7 +229,16 @@ class KvCache : public BlockPool {
   std::vector<uint8_t*> slabs_;  // host: huge-page advised, a step reads them all
   std::vector<int> refcounts_;
   std::vector<int32_t> free_;
-  std::atomic<size_t> in_use_{0}, mapped_slabs_{0};
+  std::atomic<size_t> in_use_{0}, mapped_slabs_{0}, mapped_window_slabs_{0};
+  // Windowed layers: which layers (and each one's index among its kind), their parts' slabs and
+  // free list, and each block's part (-1: dropped).
+  std::vector<uint8_t> windowed_;
+  std::vector<int> group_layer_;
+  int n_window_layers_ = 0, max_window_ = 0;
+  size_t full_block_bytes_ = 0, part_bytes_ = 0;
+  std::vector<uint8_t*> window_slabs_;
+  std::vector<int32_t> window_free_, part_of_;
+  size_t parts_in_use_ = 0;
   void check_thread() const;
   std::atomic<std::thread::id> owner_{};
   const void* reclaimer_owner_ = nullptr;

@@ -59,12 +59,17 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   // a division by the block size per key cost more than the key's arithmetic.
   std::vector<std::vector<const uint8_t*>> k_rows(tasks.size()), v_rows(tasks.size());
   std::vector<int> widen_tasks;  // f16/bf16 rows read by several tiles: widened once, below
+  // The first row each task reads (a block's first): 0, or on a windowed layer where its first
+  // query's window starts, so rows no query reads are neither touched nor widened (a windowed
+  // layer's older rows may be gone, memory/kv_cache.h).
+  std::vector<int> first_row(tasks.size(), 0);
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttentionTask& task = tasks[ti];
     const int n = task.start_pos + task.n_tokens;
+    first_row[ti] = first_key(s, task.start_pos) / bs * bs;
     k_rows[ti].resize(size_t(n));
     v_rows[ti].resize(size_t(n));
-    for (int j0 = 0; j0 < n; j0 += bs) {
+    for (int j0 = first_row[ti]; j0 < n; j0 += bs) {
       const int32_t b = (*task.blocks)[size_t(j0 / bs)];
       const uint8_t* k0 = cache.row(b, layer, KvPlane::K, 0);
       const uint8_t* v0 = cache.row(b, layer, KvPlane::V, 0);
@@ -140,11 +145,16 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       int task, slot, j0;
     };
     std::vector<Job> jobs;
+    // A task's widened rows are those from its first row on: n - first of them.
+    auto widened_rows = [&](int ti) {
+      return tasks[size_t(ti)].start_pos + tasks[size_t(ti)].n_tokens - first_row[size_t(ti)];
+    };
     for (size_t w = 0; w < widen_tasks.size(); ++w) {
       const int ti = widen_tasks[w];
       const int n = tasks[size_t(ti)].start_pos + tasks[size_t(ti)].n_tokens;
-      widened[w].resize(2 * size_t(n) * size_t(kv_dim));
-      for (int j0 = 0; j0 < n; j0 += kRowsPerJob) jobs.push_back({ti, int(w), j0});
+      widened[w].resize(2 * size_t(widened_rows(ti)) * size_t(kv_dim));
+      for (int j0 = first_row[size_t(ti)]; j0 < n; j0 += kRowsPerJob)
+        jobs.push_back({ti, int(w), j0});
       is_widened[size_t(ti)] = true;
     }
 #pragma omp parallel for schedule(dynamic, 1) if (jobs.size() > 1)
@@ -152,11 +162,12 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       const Job& job = jobs[jb];
       const int n = tasks[size_t(job.task)].start_pos + tasks[size_t(job.task)].n_tokens;
       const int j1 = std::min(n, job.j0 + kRowsPerJob);
+      const int rows = widened_rows(job.task), first = first_row[size_t(job.task)];
       // Widened as the cache keeps them: [head][position][head_dim], K then V.
       float* k = widened[size_t(job.slot)].data();
-      float* v = k + size_t(n) * size_t(kv_dim);
+      float* v = k + size_t(rows) * size_t(kv_dim);
       for (int h = 0; h < s.n_kv_heads; ++h) {
-        const size_t at = (size_t(h) * size_t(n) + size_t(job.j0)) * size_t(s.head_dim);
+        const size_t at = (size_t(h) * size_t(rows) + size_t(job.j0 - first)) * size_t(s.head_dim);
         const size_t off = size_t(h) * cache.head_stride();
         kernels::widen_rows(k_rows[size_t(job.task)].data() + job.j0, off, j1 - job.j0, s.head_dim,
                             cache.dtype(), k + at);
@@ -167,13 +178,14 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
     for (size_t w = 0; w < widen_tasks.size(); ++w) {
       const int ti = widen_tasks[w];
       const int n = tasks[size_t(ti)].start_pos + tasks[size_t(ti)].n_tokens;
+      const int first = first_row[size_t(ti)];
       const float* k = widened[w].data();
-      const float* v = k + size_t(n) * size_t(kv_dim);
-      for (int j = 0; j < n; ++j) {
+      const float* v = k + size_t(widened_rows(ti)) * size_t(kv_dim);
+      for (int j = first; j < n; ++j) {
         k_rows[size_t(ti)][size_t(j)] =
-            reinterpret_cast<const uint8_t*>(k + size_t(j) * size_t(s.head_dim));
+            reinterpret_cast<const uint8_t*>(k + size_t(j - first) * size_t(s.head_dim));
         v_rows[size_t(ti)][size_t(j)] =
-            reinterpret_cast<const uint8_t*>(v + size_t(j) * size_t(s.head_dim));
+            reinterpret_cast<const uint8_t*>(v + size_t(j - first) * size_t(s.head_dim));
       }
     }
   }
@@ -190,7 +202,8 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
         const bool f32 = is_widened[size_t(ti)];
         const AttentionTask& task = tasks[size_t(ti)];
         const size_t widened_stride =
-            size_t(task.start_pos + task.n_tokens) * size_t(s.head_dim) * sizeof(float);
+            size_t(task.start_pos + task.n_tokens - first_row[size_t(ti)]) * size_t(s.head_dim) *
+            sizeof(float);
         return kernels::KvRows{k_rows[size_t(ti)].data() + key0, v_rows[size_t(ti)].data() + key0,
                                size_t(kv_head) * (f32 ? widened_stride : cache.head_stride()),
                                f32 ? DType::F32 : cache.dtype()};

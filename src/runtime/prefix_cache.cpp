@@ -140,6 +140,14 @@ Session PrefixCache::acquire(const std::string& partition, std::span<const int32
     }
     const uint64_t now = ++clock_;
     if (last && last != root && (path.empty() || last != path.back())) path.push_back(last);
+    if (!hybrid && pos > 0 && cache_->has_windows()) {
+      // Sliding windows: the reuse ends where the windowed rows the next token reads are all kept
+      // (a session may have dropped them behind it, memory/kv_cache.h).
+      std::vector<int32_t> held;
+      for (Node* n : path) held.push_back(n->block);
+      pos = cache_->exact_point(held, pos);
+      path.resize(size_t((pos + bs - 1) / bs));
+    }
     for (Node* n : path) {
       touch(n, now, /*hit=*/true);
       cache_->retain(n->block);  // the session's reference

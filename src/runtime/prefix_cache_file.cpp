@@ -183,6 +183,8 @@ struct ParsedFile {
   std::vector<Meta> meta;
   std::vector<size_t> first_token;  // per node: its first token among all nodes'
   std::vector<int> checkpoint_of;   // per node: its index among checkpoints, or -1
+  // Per node: its sliding-window layers' rows were dropped (zeros in the file, memory/kv_cache.h).
+  std::vector<bool> window_rows_dropped;
 };
 
 template <typename T>
@@ -278,6 +280,19 @@ void parse_bytes(ParsedFile& f, std::string_view bytes, const std::string& label
     const int32_t id = get<int32_t>(f.tokens + t * 4);
     if (id < 0 || id >= c.vocab) corrupted("a token id outside the vocabulary");
   }
+  f.window_rows_dropped.assign(f.n, false);
+  if (h.contains("window_rows_dropped")) {
+    const nlohmann::json& list = h["window_rows_dropped"];
+    if (!list.is_array()) bad();
+    for (const nlohmann::json& i : list) {
+      if (!i.is_number_unsigned() || i.get<uint64_t>() >= f.n) bad();
+      f.window_rows_dropped[i.get<size_t>()] = true;
+    }
+    if (!list.empty() && !cache.has_windows())
+      fail(label +
+           " holds blocks whose sliding-window rows were dropped, and this cache keeps "
+           "every row (--swa-full)");
+  }
   f.checkpoint_of.assign(f.n, -1);
   for (size_t j = 0; j < f.m; ++j) {
     const int32_t node = get<int32_t>(f.cps + j * kCheckpointRecord);
@@ -306,6 +321,10 @@ void write_tree(FileWriter& w, nlohmann::json h, const KvCache& cache,
   const int bs = cache.block_size();
   h["blocks"] = kept.size();
   h["checkpoints"] = cps.size();
+  nlohmann::json dropped = nlohmann::json::array();
+  for (size_t k = 0; k < kept.size(); ++k)
+    if (!cache.has_window_rows(list[kept[k]].block)) dropped.push_back(k);
+  if (!dropped.empty()) h["window_rows_dropped"] = dropped;
   const std::string header = h.dump();
   w.put(kMagic, 8);
   w.put(kVersion);
@@ -327,9 +346,13 @@ void write_tree(FileWriter& w, nlohmann::json h, const KvCache& cache,
   std::vector<uint8_t> rows(size_t(bs) * cache.row_bytes());
   for (size_t i : kept) {
     const int len = int(list[i].tokens.size());
+    const bool window_rows = cache.has_window_rows(list[i].block);
     for (int l = 0; l < cache.n_layers(); ++l)
       for (int plane = 0; plane < (cache.keeps_kraw() ? 3 : 2); ++plane) {
-        cache.read_rows(list[i].block, l, KvPlane(plane), len, rows.data());
+        if (window_rows || !cache.windowed(l))
+          cache.read_rows(list[i].block, l, KvPlane(plane), len, rows.data());
+        else
+          std::fill(rows.begin(), rows.end(), uint8_t(0));
         w.put(rows.data(), size_t(len) * cache.row_bytes());
       }
   }
@@ -508,6 +531,7 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
           for (size_t plane = 0; plane < planes; ++plane, p += plane_bytes)
             cache_->write_rows(entries.back().block, l, KvPlane(plane), int(len),
                                reinterpret_cast<const uint8_t*>(p));
+        if (f.window_rows_dropped[i]) cache_->drop_window_rows(entries.back().block);
         if (const int j = f.checkpoint_of[i]; j >= 0)
           entries.back().checkpoint = StateCheckpoint::from_payload(
               cache_, meta[i].end, {f.states + size_t(j) * payload_bytes, payload_bytes},
@@ -633,6 +657,7 @@ int32_t PrefixRecord::load_block(size_t i, KvCache& cache) const {
   for (int l = 0; l < cache.n_layers(); ++l)
     for (size_t plane = 0; plane < planes; ++plane, p += plane_bytes)
       cache.write_rows(block, l, KvPlane(plane), bs, reinterpret_cast<const uint8_t*>(p));
+  if (p_->f.window_rows_dropped[i]) cache.drop_window_rows(block);
   return block;
 }
 

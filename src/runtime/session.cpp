@@ -115,7 +115,9 @@ DeltaNetTrail* Session::begin_trail() {
 }
 
 void Session::commit_append(std::span<const int32_t> tokens) {
+  const int call_start = size();
   cells_.push(tokens);
+  drop_window_rows_behind(call_start);
   logits_valid_ = true;
   trail_valid_ = trail_pending_;
   trail_pending_ = false;
@@ -132,8 +134,33 @@ void Session::append(std::span<const int32_t> tokens, std::vector<float>* all_lo
     return;
   }
   if (hybrid()) return append_hybrid(tokens, all_logits);
-  if (all_logits) all_logits->resize(tokens.size() * size_t(model_->config().vocab));
-  forward_segment(tokens, all_logits ? all_logits->data() : nullptr);
+  const size_t vocab = size_t(model_->config().vocab);
+  if (all_logits) all_logits->resize(tokens.size() * vocab);
+  // Windowed layers drop their rows behind each call: calls of a bounded size keep what they hold
+  // bounded (where calls split changes no bit, ops/attention.h).
+  const size_t call = cache_->has_windows() ? size_t(kWindowedCallTokens) : tokens.size();
+  for (size_t at = 0; at < tokens.size(); at += call)
+    forward_segment(tokens.subspan(at, std::min(call, tokens.size() - at)),
+                    all_logits ? all_logits->data() + at * vocab : nullptr);
+}
+
+void Session::drop_window_rows_behind(int call_start) {
+  if (!cache_->has_windows()) return;
+  const int bs = cache_->block_size();
+  const int horizon = call_start - cache_->max_window();  // rows before it are not read again
+  const std::vector<int32_t>& b = blocks();
+  for (int i = 0; (i + 1) * bs <= horizon; ++i)
+    if (cache_->refcount(b[size_t(i)]) == 1) cache_->drop_window_rows(b[size_t(i)]);
+}
+
+void Session::keep_and_append(int keep, std::span<const int32_t> more) {
+  cells_.truncate(keep);
+  logits_valid_ = false;
+  const int from = cache_->exact_point(blocks(), keep);
+  std::vector<int32_t> redo(tokens().begin() + from, tokens().end());
+  redo.insert(redo.end(), more.begin(), more.end());
+  cells_.truncate(from);
+  append(redo);
 }
 
 void Session::forward_segment(std::span<const int32_t> tokens, float* all_logits) {
@@ -196,8 +223,7 @@ void Session::truncate(int n) {
   // determinism the result equals the logits that position had before).
   if (n > 0) {
     const int32_t last = tokens().back();
-    cells_.truncate(n - 1);
-    append({&last, 1});
+    keep_and_append(n - 1, {&last, 1});
   }
 }
 
@@ -223,6 +249,9 @@ void Session::truncate(int n, std::span<const float> logits) {
       if (!kept.empty()) forward_segment(kept, nullptr);
     }
   }
+  // Windowed rows behind n dropped (a truncate further back than the last call): recomputed, to
+  // the same logits.
+  if (cache_->exact_point(blocks(), n) < n) return truncate(n);
   cells_.truncate(n);
   logits_.assign(logits.begin(), logits.end());
   logits_valid_ = true;

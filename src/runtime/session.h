@@ -23,6 +23,9 @@ namespace fak {
 // Hybrid models: an append runs as forward calls of at most this many tokens (it bounds the
 // activations; where calls split changes no bit, ops/deltanet.cpp).
 constexpr int kHybridCallTokens = 512;
+// Models with sliding-window layers: an append runs as forward calls of at most this many tokens,
+// so that what a windowed layer holds stays about its window plus one call (memory/kv_cache.h).
+constexpr int kWindowedCallTokens = 1024;
 
 enum class EvictMode {
   Exact,  // recompute what followed the span: bit-identical to a context that never saw it
@@ -139,6 +142,13 @@ class Session {
   void evict_hybrid(int begin, int end);
   // Makes the session hold `tokens`, given that its first `unchanged` tokens stay as they are.
   void rewind(const std::vector<int32_t>& tokens, int unchanged);
+  // Sliding-window layers (memory/kv_cache.h): drops the windowed rows of blocks this session alone
+  // holds that neither its next token nor a truncate back into its last call (which started at
+  // `call_start`) reads again.
+  void drop_window_rows_behind(int call_start);
+  // Keeps the first `keep` tokens and appends `more`: from `keep` on where the windowed rows there
+  // are kept, else recomputed from the latest position where they are (KvCache::exact_point).
+  void keep_and_append(int keep, std::span<const int32_t> more);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<KvCache> cache_;

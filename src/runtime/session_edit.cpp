@@ -1,5 +1,6 @@
 // Session edits that rewrite the middle of a context: span eviction (exact and shift) and the
 // batched decode step.
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -20,17 +21,24 @@ void Session::evict(int begin, int end, EvictMode mode) {
     return evict_hybrid(begin, end);
   }
   const std::vector<int32_t> suffix(tokens().begin() + end, tokens().end());
-  if (mode == EvictMode::Exact || suffix.empty()) {
+  // A shift on a model with sliding windows needs the windowed rows the span leaves in the last
+  // token's window (it moves the end closer to older rows): where they were dropped
+  // (memory/kv_cache.h), the eviction is exact instead.
+  const int window_from = std::max(0, begin - cache_->max_window()) / cache_->block_size();
+  const bool windows_kept = std::all_of(blocks().begin() + window_from, blocks().end(),
+                                        [&](int32_t b) { return cache_->has_window_rows(b); });
+  if (mode == EvictMode::Exact || suffix.empty() || !windows_kept) {
     // Keep [0, begin) as it is; everything after the span attended to it, so recompute it at its
     // new positions. By the forward's determinism this equals a cold prefill of prefix + suffix.
+    // (Where windowed rows before `begin` were dropped, from the latest point they are kept.)
     cells_.truncate(begin);
-    logits_valid_ = false;
     if (!suffix.empty()) {
-      append(suffix);
+      keep_and_append(begin, suffix);
     } else if (begin > 0) {
       const int32_t last = tokens().back();
-      cells_.truncate(begin - 1);
-      append({&last, 1});
+      keep_and_append(begin - 1, {&last, 1});
+    } else {
+      logits_valid_ = false;
     }
     return;
   }

@@ -44,6 +44,9 @@ struct SessionHeader {
   std::string model, model_type, kv_dtype;
   int64_t n_tokens = -1, vocab = 0, attention_layers = -1, kv_dim = 0, recurrent_bytes = -1;
   bool kraw = false;
+  // Blocks (indices in the session) whose sliding-window layers' rows were dropped: their rows
+  // there are written as zeros and dropped again at load (memory/kv_cache.h).
+  std::vector<int64_t> window_rows_dropped;
 };
 
 SessionHeader parse_header(std::string_view text, const std::string& label) {
@@ -76,6 +79,13 @@ SessionHeader parse_header(std::string_view text, const std::string& label) {
   if (kraw == h.end() || !kraw->is_boolean()) bad();
   r.kraw = kraw->get<bool>();
   if (const auto meta = h.find("meta"); meta != h.end()) r.meta = *meta;
+  if (const auto dropped = h.find("window_rows_dropped"); dropped != h.end()) {
+    if (!dropped->is_array()) bad();
+    for (const auto& b : *dropped) {
+      if (!b.is_number_integer()) bad();
+      r.window_rows_dropped.push_back(b.get<int64_t>());
+    }
+  }
   return r;
 }
 
@@ -99,6 +109,17 @@ std::string Session::to_bytes(const nlohmann::json& meta) const {
                    {"kraw", cache_->keeps_kraw()},
                    {"recurrent_bytes", state_.bytes()}};
   if (!meta.is_null()) h["meta"] = meta;
+  const int bs = cache_->block_size();
+  std::vector<bool> dropped(blocks().size(), false);
+  if (cache_->has_windows()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (size_t b = 0; b * size_t(bs) < size_t(n); ++b)
+      if (!cache_->has_window_rows(blocks()[b])) {
+        dropped[b] = true;
+        list.push_back(b);
+      }
+    if (!list.empty()) h["window_rows_dropped"] = list;
+  }
   const std::string header = h.dump();
   std::string out;
   const size_t kv_rows_bytes = size_t(n) * cache_->row_bytes();
@@ -110,16 +131,16 @@ std::string Session::to_bytes(const nlohmann::json& meta) const {
   out += header;
   out.append(reinterpret_cast<const char*>(tokens().data()), tokens().size() * 4);
   if (n > 0) out.append(reinterpret_cast<const char*>(logits_.data()), size_t(c.vocab) * 4);
-  const int bs = cache_->block_size();
   const size_t row = cache_->row_bytes();
   for (int l = 0; l < model_->n_attention_layers(); ++l) {
     for (int which = 0; which < (cache_->keeps_kraw() ? 3 : 2); ++which) {
       for (int p = 0; p < n; p += bs) {
         const int rows = std::min(bs, n - p);
         const size_t at = out.size();
-        out.resize(at + row * size_t(rows));
-        cache_->read_rows(blocks()[size_t(p / bs)], l, KvPlane(which), rows,
-                          reinterpret_cast<uint8_t*>(out.data() + at));
+        out.resize(at + row * size_t(rows));  // zeros where a windowed layer's rows were dropped
+        if (!cache_->windowed(l) || !dropped[size_t(p / bs)])
+          cache_->read_rows(blocks()[size_t(p / bs)], l, KvPlane(which), rows,
+                            reinterpret_cast<uint8_t*>(out.data() + at));
       }
     }
   }
@@ -188,6 +209,14 @@ Session Session::from_bytes(std::string_view bytes, const std::string& label,
         p += row * size_t(rows);
       }
     }
+  }
+  if (!h.window_rows_dropped.empty() && !s.cache_->has_windows())
+    fail(label +
+         " was saved with the rows its sliding-window layers no longer read dropped, and "
+         "this cache keeps every row (--swa-full): load it without --swa-full");
+  for (int64_t b : h.window_rows_dropped) {
+    if (b < 0 || b >= int64_t(s.blocks().size())) fail(label + " has a corrupted header");
+    s.cache_->drop_window_rows(s.blocks()[size_t(b)]);
   }
   s.state_.read(p, state_bytes);
   p += state_bytes;

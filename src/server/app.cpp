@@ -291,6 +291,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   so.cache_bytes = options.cache_mib << 20;
   so.kv_type = options.kv_type;
   so.keep_kraw = options.kv_kraw;
+  so.keep_window_rows = options.kv_swa_full;
   so.map_kv_at_start = options.map_kv_at_start;
   so.warm_up = options.warm_up;
   so.ctx = options.ctx;

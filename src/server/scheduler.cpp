@@ -105,6 +105,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   KvCacheOptions ko;
   ko.storage = storage;
   ko.keep_kraw = options_.keep_kraw;
+  ko.keep_window_rows = options_.keep_window_rows;
   ko.dtype = options_.kv_type;
   ko.max_bytes = budget_.bytes;
   cache_ = make_kv_cache(*model_, ko);

@@ -173,6 +173,7 @@ struct SchedulerOptions {
   size_t available_memory = 0;
   DType kv_type = DType::F32;
   bool keep_kraw = true;
+  bool keep_window_rows = false;  // --swa-full (memory/kv_cache.h)
   // Map and back the whole KV budget at start (KvCache::map_all), so no request pays for the first
   // touch of its memory; false: slabs are mapped as sequences need them.
   bool map_kv_at_start = false;

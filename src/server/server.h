@@ -37,6 +37,7 @@ struct ServerOptions {
   size_t kv_mib = 0;
   size_t cache_mib = 0;
   DType kv_type = DType::F16;  // tools/fak/common.h says why
+  bool kv_swa_full = false;    // sliding-window layers keep every row (--swa-full)
   bool kv_kraw = false;        // keep pre-RoPE keys (shift-mode quarantine exact in layer 0)
   // What `fak serve` does before it listens (off here, so that tests start at once): map and back
   // the whole KV budget (--kv-lazy turns it off), and run one prompt chunk and one decode step of

@@ -59,6 +59,7 @@ void serve(ServeArgs& a) {
   set_threads(a.threads);
   a.o.kv_type = parse_kv_type(a.kv.type);
   a.o.kv_kraw = a.kv.kraw && !a.kv.no_kraw;
+  a.o.kv_swa_full = a.kv.swa_full;
   a.o.map_kv_at_start = !a.kv_lazy;
   a.o.warm_up = !a.no_warmup;
   if (!a.api_key_env.empty()) {

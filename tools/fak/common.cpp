@@ -123,12 +123,16 @@ void KvFlags::add_to(CLI::App* app) {
                 "also keep pre-RoPE keys (half as much KV again): a shift eviction then leaves "
                 "layer 0 exactly as a fresh run computes it");
   app->add_flag("--no-kraw", no_kraw, "keep no pre-RoPE keys (the default)");
+  app->add_flag("--swa-full", swa_full,
+                "sliding-window layers keep every row, not only their window's (more memory; a "
+                "rewind or exact eviction far back then never recomputes from further back)");
 }
 
 std::shared_ptr<KvCache> KvFlags::make_cache(const Model& model) const {
   KvCacheOptions o;
   o.dtype = parse_kv_type(type);
   o.keep_kraw = kraw && !no_kraw;
+  o.keep_window_rows = swa_full;
   return make_kv_cache(model, o);
 }
 

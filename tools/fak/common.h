@@ -40,6 +40,7 @@ struct KvFlags {
   // fixture), and pycoder-6m's perplexity moves by 2e-5 (bf16: 6e-4).
   std::string type = "f16";
   bool kraw = false, no_kraw = false;
+  bool swa_full = false;  // keep every row of sliding-window layers
   void add_to(CLI::App* app);
   std::shared_ptr<KvCache> make_cache(const Model& model) const;
 };
