@@ -144,9 +144,10 @@ TEST(Attention, OutputOfAQueryDoesNotDependOnItsBatch) {
 }
 
 // Sliding windows (Gemma 3's local layers): close to the reference, which loops over exactly the
-// window's keys; every query the same bits however it is batched (each windowed tile holds one
-// token's queries, its rows view starting at the window); a window as long as the context is no
-// window; and a short one really leaves keys out.
+// window's keys; every query the same bits however it is batched (a windowed tile holds several
+// tokens' queries, each masking the keys before its own window, as a tile of that token alone
+// starts its rows there); a window as long as the context is no window; and a short one really
+// leaves keys out.
 TEST(Attention, SlidingWindowMatchesReferenceAndDoesNotDependOnItsBatch) {
   for (const AttnSetup& s : setups()) {
     for (int window : {1, 7, 16, 33}) {

@@ -41,19 +41,18 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   const int bs = cache.block_size();
   const int q_dim = s.n_heads * s.head_dim;
   std::vector<Unit> units;
-  // A windowed layer: every tile holds one token's queries (its GQA group), so the tile's keys
-  // are one run [first, n) that its rows view starts at; decode groups, whose sequences share a
-  // prefix of rows from key 0, are not used.
+  // A windowed layer: a tile's rows view starts at its first token's first key, and each later
+  // token's queries mask the keys before their own (AttentionTile::first_key: the same bits as a
+  // tile of that token alone); decode groups, whose sequences share a prefix of rows from key 0,
+  // are not used.
   const bool windowed = s.window > 0;
   // Decode groups have no sinks either (gpt-oss's full layers run one-token tiles).
   // Nor Q8_0 rows, which that kernel does not read.
   const bool group_decode =
       kernels::avx512_enabled() && !windowed && !s.sinks && cache.dtype() != DType::Q8_0;
-  int tile_queries = group_decode ? kernels::kTileQueries : kernels::kTileQueriesAvx2;
-  if (windowed) {  // a divisor of the group, so no tile holds two tokens
-    tile_queries = std::min(group, kernels::kTileQueriesAvx2);
-    while (group % tile_queries != 0) --tile_queries;
-  }
+  const int tile_queries = group_decode || (windowed && kernels::avx512_enabled())
+                               ? kernels::kTileQueries
+                               : kernels::kTileQueriesAvx2;
   std::vector<int> decode_tasks;  // one-token tasks, grouped below
   // Each task's block table becomes two arrays of row pointers (one per position) once per call:
   // a division by the block size per key cost more than the key's arithmetic.
@@ -208,7 +207,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
                                size_t(kv_head) * (f32 ? widened_stride : cache.head_stride()),
                                f32 ? DType::F32 : cache.dtype()};
       };
-      // Returns the tile's first key: 0, or on a windowed layer its one token's window start.
+      // Returns the tile's first key: 0, or on a windowed layer its first token's window start.
       auto make_tile = [&](int ti, int kv_head, int first, kernels::AttentionTile& tile) {
         const AttentionTask& task = tasks[size_t(ti)];
         const int n_queries = task.n_tokens * group;
@@ -221,6 +220,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
           tile.q[i] = task.q + off;
           tile.out[i] = task.out + off;
           tile.n_keys[i] = task.start_pos + token + 1 - key0;
+          tile.first_key[i] = first_key(s, task.start_pos + token) - key0;
           tile.sink[i] = s.sinks ? s.sinks[head] : -INFINITY;
         }
         return key0;

@@ -29,11 +29,16 @@ struct AttentionTile {
   const float* q[kTileQueries];  // head_dim floats each, RoPE applied
   float* out[kTileQueries];      // head_dim floats each
   int n_keys[kTileQueries];      // query i attends to keys [0, n_keys[i]) (causal)
+  // ... from key first_key[i] on (a sliding window's start; 0 without): keys before it are masked
+  // as keys past n_keys are, adding exact zeros, so a query's bits are those of a tile whose rows
+  // start at its first key.
+  int first_key[kTileQueries];
   // Query i's sink logit (ops/attention.h AttentionShape::sinks), -inf without: its softmax's max
   // starts there and its sum at exp(sink - max).
   float sink[kTileQueries];
   AttentionTile() {
     for (float& x : sink) x = -std::numeric_limits<float>::infinity();
+    for (int& f : first_key) f = 0;
   }
 };
 

@@ -25,10 +25,12 @@ namespace {
 
 constexpr int kKeyBlock = 64;
 
-// Scores of KB consecutive keys (starting at key j) for all lanes, scaled and causally masked.
+// Scores of KB consecutive keys (starting at key j) for all lanes, scaled and causally masked
+// (and before a lane's first key, for windowed tiles: max_first > 0).
 template <int HD, int NV, int KB>
 inline void scores(const float* qt, const float* const* k, int j, float scale,
-                   const __m256i* n_keys, int min_keys, float* s) {
+                   const __m256i* n_keys, int min_keys, const __m256i* first, int max_first,
+                   float* s) {
   constexpr int L = 8 * NV;
   __m256 acc[KB][NV];
 #pragma GCC unroll 8
@@ -53,8 +55,10 @@ inline void scores(const float* qt, const float* const* k, int j, float scale,
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
       __m256 x = _mm256_mul_ps(acc[b][v], sc);
-      if (j + b >= min_keys) {
-        const __m256i valid = _mm256_cmpgt_epi32(n_keys[v], _mm256_set1_epi32(j + b));
+      if (j + b >= min_keys || j + b < max_first) {
+        const __m256i valid =
+            _mm256_and_si256(_mm256_cmpgt_epi32(n_keys[v], _mm256_set1_epi32(j + b)),
+                             _mm256_cmpgt_epi32(_mm256_set1_epi32(j + b + 1), first[v]));
         x = _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(valid));
       }
       _mm256_storeu_ps(s + size_t(j + b) * L + 8 * v, x);
@@ -78,11 +82,18 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale,
   float* s = ot + HD * L;          // [n_keys][L]: scores, then probabilities
   float* conv = s + size_t(n_keys) * L;
 
-  alignas(32) int32_t lane_keys[L];
-  for (int i = 0; i < L; ++i) lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
-  __m256i nk[NV];
-  for (int v = 0; v < NV; ++v)
+  alignas(32) int32_t lane_keys[L], lane_first[L];
+  int max_first = 0;
+  for (int i = 0; i < L; ++i) {
+    lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
+    lane_first[i] = i < t.n ? t.first_key[i] : 0;
+    max_first = std::max(max_first, lane_first[i]);
+  }
+  __m256i nk[NV], fk[NV];
+  for (int v = 0; v < NV; ++v) {
     nk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lane_keys + 8 * v));
+    fk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lane_first + 8 * v));
+  }
   for (int d = 0; d < HD; ++d)
     for (int i = 0; i < L; ++i) qt[d * L + i] = i < t.n ? t.q[i][d] : 0.0f;
 
@@ -99,8 +110,10 @@ void attend_tile(const AttentionTile& t, const KvRows& rows, float scale,
       prefetch_rows(rows.v, rows.head_offset, row_bytes, 0, std::min(n_keys, kKeyBlock));
     block_rows<HD>(rows.k, rows.head_offset, rows.dtype, j0, j1, conv, kp);
     int j = j0;
-    for (; j + KB <= j1; j += KB) scores<HD, NV, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
-    for (; j < j1; ++j) scores<HD, NV, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, s);
+    for (; j + KB <= j1; j += KB)
+      scores<HD, NV, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, fk, max_first, s);
+    for (; j < j1; ++j)
+      scores<HD, NV, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, fk, max_first, s);
   }
 
   // Pass 2: softmax numerators in place and their sums, in key order per lane.

@@ -33,7 +33,8 @@ constexpr int kKeyBlock = 64;
 template <int HD, int NV, int KB>
 [[gnu::always_inline]] inline void scores16(const float* qt, const float* const* k, int j,
                                             float scale, const __m512i* n_keys, int min_keys,
-                                            float* s, __m512* mx) {
+                                            const __m512i* first, int max_first, float* s,
+                                            __m512* mx) {
   constexpr int L = 16 * NV;
   __m512 acc[KB][NV];
 #pragma GCC unroll 8
@@ -58,8 +59,10 @@ template <int HD, int NV, int KB>
 #pragma GCC unroll 3
     for (int v = 0; v < NV; ++v) {
       __m512 x = _mm512_mul_ps(acc[b][v], sc);
-      if (j + b >= min_keys) {
-        const __mmask16 valid = _mm512_cmpgt_epi32_mask(n_keys[v], _mm512_set1_epi32(j + b));
+      if (j + b >= min_keys || j + b < max_first) {  // past a lane's keys, or before its first
+        const __m512i at = _mm512_set1_epi32(j + b);
+        const __mmask16 valid =
+            _mm512_cmpgt_epi32_mask(n_keys[v], at) & _mm512_cmple_epi32_mask(first[v], at);
         x = _mm512_mask_blend_ps(valid, neg_inf, x);
       }
       mx[v] = _mm512_max_ps(mx[v], x);
@@ -83,10 +86,18 @@ void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
   float* s = ot + HD * L;   // [n_keys][L]: scores, then probabilities
   float* conv = s + size_t(n_keys) * L;
 
-  alignas(64) int32_t lane_keys[L];
-  for (int i = 0; i < L; ++i) lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
-  __m512i nk[NV];
-  for (int v = 0; v < NV; ++v) nk[v] = _mm512_load_si512(lane_keys + 16 * v);
+  alignas(64) int32_t lane_keys[L], lane_first[L];
+  int max_first = 0;
+  for (int i = 0; i < L; ++i) {
+    lane_keys[i] = i < t.n ? t.n_keys[i] : n_keys;
+    lane_first[i] = i < t.n ? t.first_key[i] : 0;
+    max_first = lane_first[i] > max_first ? lane_first[i] : max_first;
+  }
+  __m512i nk[NV], fk[NV];
+  for (int v = 0; v < NV; ++v) {
+    nk[v] = _mm512_load_si512(lane_keys + 16 * v);
+    fk[v] = _mm512_load_si512(lane_first + 16 * v);
+  }
   for (int d = 0; d < HD; ++d)
     for (int i = 0; i < L; ++i) qt[d * L + i] = i < t.n ? t.q[i][d] : 0.0f;
 
@@ -103,8 +114,9 @@ void attend_tile16(const AttentionTile& t, const KvRows& rows, float scale) {
     block_rows<HD>(rows.k, rows.head_offset, rows.dtype, j0, j1, conv, kp);
     int j = j0;
     for (; j + KB <= j1; j += KB)
-      scores16<HD, NV, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, s, mx);
-    for (; j < j1; ++j) scores16<HD, NV, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, s, mx);
+      scores16<HD, NV, KB>(qt, kp + (j - j0), j, scale, nk, min_keys, fk, max_first, s, mx);
+    for (; j < j1; ++j)
+      scores16<HD, NV, 1>(qt, kp + (j - j0), j, scale, nk, min_keys, fk, max_first, s, mx);
   }
 
   // Pass 2, block by block: softmax numerators and their sums in key order per lane, then
