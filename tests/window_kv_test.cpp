@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "runtime/kv_budget.h"
 #include "runtime/model_cache.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
@@ -223,6 +226,40 @@ TEST_P(WindowKv, TheBudgetCountsWindowPartsAndDroppedOnesMakeRoom) {
   auto tight_full = make_kv_cache(*model, o);
   Session f(model, tight_full);
   EXPECT_THROW(f.append(ids), KvBudgetError);
+}
+
+// The server's default budget counts a window's worth of windowed rows per sequence, not a
+// context's, and a cache of that budget holds the whole context. The fixture with a longer trained
+// context (its weights do not depend on it), so that the window is a small part of it.
+TEST_P(WindowKv, TheDefaultBudgetHoldsTheContextWithAWindowOfWindowedRows) {
+  const std::filesystem::path dir = test::temp_dir() / ("long-" + GetParam());
+  std::filesystem::create_directories(dir);
+  for (const auto& e : std::filesystem::directory_iterator(test::data_path("oracle/" + GetParam())))
+    if (e.path().filename() != "config.json")
+      std::filesystem::copy(e.path(), dir / e.path().filename(),
+                            std::filesystem::copy_options::overwrite_existing);
+  nlohmann::json config =
+      nlohmann::json::parse(std::ifstream(test::data_path("oracle/" + GetParam()) / "config.json"));
+  config["max_position_embeddings"] = 8192;
+  std::ofstream(dir / "config.json") << config.dump();
+  auto long_model = Model::load(dir.string(), {.load_tokenizer = false});
+  constexpr int kCtx = 8192;
+  KvBudgetOptions o{.dtype = DType::F16, .keep_kraw = false, .ctx = kCtx, .cache_bytes = 1};
+  const KvBudget b = plan_kv_budget(*long_model, o);
+  EXPECT_GT(b.window_bytes_per_token, 0u);
+  EXPECT_LT(b.sequences, size_t(kCtx) * b.bytes_per_token);
+  auto cache =
+      make_kv_cache(*long_model, {.keep_kraw = false, .max_bytes = b.bytes, .dtype = DType::F16});
+  EXPECT_GE(cache->capacity_tokens(), size_t(kCtx));
+  Session s(long_model, cache);
+  const auto ids = random_ids(kCtx, vocab, 15);
+  s.append({ids.data(), ids.size() - 1});  // the whole context, its last token decoded
+  s.append({&ids.back(), 1});
+  EXPECT_EQ(s.size(), kCtx);
+  EXPECT_LE(cache->mapped_bytes(), b.bytes);
+  // With every row kept, the same context needs the whole-row budget.
+  o.keep_window_rows = true;
+  EXPECT_EQ(plan_kv_budget(*long_model, o).sequences, size_t(kCtx) * b.bytes_per_token);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, WindowKv, ::testing::Values("gemma3-tiny", "gpt-oss-tiny"),

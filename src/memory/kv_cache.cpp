@@ -107,7 +107,15 @@ KvCache::~KvCache() {
 }
 
 size_t KvCache::capacity_tokens() const {
-  return capacity_blocks_ == SIZE_MAX ? SIZE_MAX : capacity_blocks_ * size_t(block_size_);
+  if (capacity_blocks_ == SIZE_MAX) return SIZE_MAX;
+  const size_t whole = capacity_blocks_ * size_t(block_size_);
+  if (n_window_layers_ == 0) return whole;
+  // One sequence: the window parts it may hold (whole slabs of them), the rest main slabs.
+  const size_t parts = size_t((max_window_ + kWindowCallTokens) / block_size_ + 3);
+  const size_t bps = size_t(blocks_per_slab_);
+  const size_t window_bytes = (parts + bps - 1) / bps * window_slab_bytes();
+  if (window_bytes >= max_bytes_) return whole;
+  return std::max(whole, (max_bytes_ - window_bytes) / slab_bytes() * bps * size_t(block_size_));
 }
 
 void KvCache::set_reclaimer(const void* owner, Reclaimer reclaimer) {

@@ -51,6 +51,11 @@
 
 namespace fak {
 
+// On a cache with windowed layers, a session's forward calls take at most this many tokens
+// (runtime/session.h), so one sequence holds at most max_window() + this of their rows (and a block
+// either side): what capacity_tokens() and the server's budget (runtime/kv_budget.h) count.
+constexpr int kWindowCallTokens = 1024;
+
 struct KvCacheOptions {
   int block_size = 32;
   bool keep_kraw = true;     // drop to save a third of the memory when shift-eviction is not needed
@@ -165,6 +170,8 @@ class KvCache : public BlockPool {
   size_t max_bytes() const { return max_bytes_; }
   // Blocks the budget allows (whole slabs within max_bytes); SIZE_MAX without a budget.
   size_t capacity_blocks() const { return capacity_blocks_; }
+  // Tokens the budget holds: capacity_blocks() of them, or with windowed layers the most one
+  // sequence can hold, its windowed rows being about a window's (kWindowCallTokens).
   size_t capacity_tokens() const;
   // One slab of the layers that keep every row (the whole block when none is windowed).
   size_t slab_bytes() const { return size_t(blocks_per_slab_) * full_block_bytes_; }

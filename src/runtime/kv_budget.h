@@ -4,7 +4,8 @@
 //
 //   bytes per token = attention layers x (K + V + Kraw if kept) x n_kv_heads x head_dim x
 //                     bytes per element (f32 4, f16 / bf16 2)
-//   default budget  = ctx x parallel x bytes per token         (every sequence at full context)
+//   default budget  = ctx x parallel x bytes per token         (every sequence at full context;
+//                     sliding-window layers: their rows of a window + one call per sequence)
 //                   + cache room       (--cache-mem; default one ctx, at least 256 MiB)
 //                     bounded by the machine: available memory (MemAvailable, cgroup limit)
 //                     - model weights still in the page cache - a margin (1/8, >= 256 MiB)
@@ -31,11 +32,18 @@ struct KvBudgetOptions {
   size_t cache_bytes = 0;    // the default's room for cached prefixes (--cache-mem); 0 = above
   size_t available = 0;      // memory the machine can still give; 0 = unknown (no bound)
   size_t weights_bytes = 0;  // model weights that `available` still counts as free (mapped files)
+  // Sliding-window layers keep every row (--swa-full); otherwise a sequence holds about a window
+  // of their rows (memory/kv_cache.h), and the default counts that.
+  bool keep_window_rows = false;
 };
 
 struct KvBudget {
-  int ctx = 0, parallel = 0;  // what the default was sized for
-  size_t bytes_per_token = 0;
+  int ctx = 0, parallel = 0;   // what the default was sized for
+  size_t bytes_per_token = 0;  // every attention layer's rows of one token
+  // Of those, the sliding-window layers' (0 without, or with --swa-full): a sequence holds about
+  // window_tokens of them.
+  size_t window_bytes_per_token = 0;
+  size_t window_tokens = 0;
   size_t bytes = 0;          // the budget
   size_t sequences = 0;      // ctx x parallel x bytes per token
   size_t cache_room = 0;     // the default's room for cached prefixes
@@ -53,6 +61,7 @@ KvBudget plan_kv_budget(const Model& model, const KvBudgetOptions& options);
 size_t mapped_weight_bytes(const Model& model);
 
 // "36864 bytes/token (24 attention layers x (K + V + Kraw) x 2 KV heads x 64 dims x 2 bytes, bf16)"
-std::string describe_bytes_per_token(const Model& model, DType dtype, bool keep_kraw);
+std::string describe_bytes_per_token(const Model& model, DType dtype, bool keep_kraw,
+                                     bool keep_window_rows = false);
 
 }  // namespace fak

@@ -100,6 +100,9 @@ void Session::reserve_for_append(int n) {
   if (size() + n > limit)
     fail("prompt too long: " + std::to_string(size() + n) + " tokens exceed the context of " +
          std::to_string(limit));
+  // A new call ends any truncate back into the last one: rows behind the window go first, so a
+  // windowed layer holds its window and this call's rows, not the last call's too.
+  drop_window_rows_behind(size());
   cells_.reserve(size(), size() + n);
 }
 

@@ -25,7 +25,7 @@ namespace fak {
 constexpr int kHybridCallTokens = 512;
 // Models with sliding-window layers: an append runs as forward calls of at most this many tokens,
 // so that what a windowed layer holds stays about its window plus one call (memory/kv_cache.h).
-constexpr int kWindowedCallTokens = 1024;
+constexpr int kWindowedCallTokens = kWindowCallTokens;
 
 enum class EvictMode {
   Exact,  // recompute what followed the span: bit-identical to a context that never saw it

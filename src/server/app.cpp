@@ -395,7 +395,8 @@ std::string kv_summary(const Model& model, const ServerOptions& options, const S
   const KvBudget& b = s.kv_budget();
   const KvCache& kv = *s.kv_cache();
   std::string out =
-      "fak serve: KV " + describe_bytes_per_token(model, options.kv_type, options.kv_kraw) + "\n";
+      "fak serve: KV " +
+      describe_bytes_per_token(model, options.kv_type, options.kv_kraw, options.kv_swa_full) + "\n";
   std::string why;
   if (b.explicit_total) {
     why = "--kv-mem";

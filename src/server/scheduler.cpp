@@ -85,6 +85,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   KvBudgetOptions bo;
   bo.dtype = options_.kv_type;
   bo.keep_kraw = options_.keep_kraw;
+  bo.keep_window_rows = options_.keep_window_rows;
   bo.ctx = ctx_;
   bo.parallel = options_.parallel;
   bo.total_bytes = options_.kv_bytes;
