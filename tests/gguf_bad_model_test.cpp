@@ -113,12 +113,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufBadModel,
                          ::testing::Values("llama-tiny", "qwen2-tiny", "qwen3-tiny",
                                            "qwen35-hybrid-tiny", "qwen3-moe-tiny",
                                            "qwen35-moe-tiny"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::fixture_name(info.param); });
 
 }  // namespace
 }  // namespace fak

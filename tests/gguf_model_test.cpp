@@ -183,12 +183,7 @@ TEST_P(GgufRoundTrip, ConvertedModelMatchesHfPath) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                          ::testing::Values("llama-tiny", "qwen2-tiny", "qwen3-tiny", "pycoder-6m",
                                            "qwen35-hybrid-tiny", "gpt-oss-tiny"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (ch == '-') ch = '_';
-                           return s;
-                         });
+                         [](const auto& info) { return test::fixture_name(info.param); });
 
 // Field-by-field conformance to llama.cpp's converter (convert_hf_to_gguf.py) and GGUF spec.
 // OpenAI's gpt-oss checkpoints keep the experts in MXFP4 (blocks + E8M0 scales, transformers'

@@ -579,12 +579,7 @@ TEST_P(MoeConvert, MatchesLlamaCppsConverterTensorByTensor) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeConvert,
                          ::testing::Values("qwen3-moe-tiny", "qwen35-moe-tiny"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::fixture_name(info.param); });
 
 }  // namespace
 }  // namespace fak

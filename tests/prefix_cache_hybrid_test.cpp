@@ -253,11 +253,6 @@ TEST_P(HybridPrefixCache, PartitionsNeverShare) {
 // The Qwen3.5 hybrid and its MoE sibling (DeltaNet + gated attention + experts).
 INSTANTIATE_TEST_SUITE_P(Models, HybridPrefixCache,
                          ::testing::Values("qwen35-hybrid-tiny", "qwen35-moe-tiny"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::fixture_name(info.param); });
 
 }  // namespace fak

@@ -59,6 +59,14 @@ std::filesystem::path thinking_model();
 
 // n token ids drawn uniformly from [0, vocab) by mt19937(seed).
 std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed);
+
+// A fixture directory's name as a test name: gtest allows no '-' ("gemma3-tiny" -> "gemma3_tiny").
+// For INSTANTIATE_TEST_SUITE_P over fixture names: [](const auto& i) { return fixture_name(i.param); }
+inline std::string fixture_name(std::string name) {
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+}
 // a followed by b.
 inline std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());

@@ -263,11 +263,6 @@ TEST_P(WindowKv, TheDefaultBudgetHoldsTheContextWithAWindowOfWindowedRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, WindowKv, ::testing::Values("gemma3-tiny", "gpt-oss-tiny"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::fixture_name(info.param); });
 
 }  // namespace fak
