@@ -18,6 +18,13 @@
 
 namespace fak {
 
+namespace {
+// The dense MLP's tokens per pass (mlp_block): its gate and up activations are the widest buffers
+// of a prefill call (Gemma 3 27B: 86 KiB a token), and reading each weight once per this many
+// tokens keeps its matmuls compute-bound.
+constexpr int kMlpCallTokens = 128;
+}  // namespace
+
 BufferSizes forward_buffer_sizes(const ModelConfig& c, int T) {
   BufferSizes s{};
   auto set = [&](Buf b, int64_t width) {
@@ -40,9 +47,12 @@ BufferSizes forward_buffer_sizes(const ModelConfig& c, int T) {
   }
   const bool dense =
       std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
-  const int hidden = std::max(dense ? c.hidden_dim : 0, c.shared_expert_hidden_dim);
-  set(Buf::Gate, hidden);
-  set(Buf::Up, hidden);
+  // The dense MLP runs kMlpCallTokens tokens at a time (mlp_block); a shared expert takes them all.
+  const size_t hidden_floats =
+      std::max(size_t(std::min(T, kMlpCallTokens)) * size_t(dense ? c.hidden_dim : 0),
+               size_t(T) * size_t(std::max(c.shared_expert_hidden_dim, 0)));
+  s[size_t(Buf::Gate)] = hidden_floats;
+  s[size_t(Buf::Up)] = hidden_floats;
   if (c.is_hybrid()) {
     const int64_t key_dim = int64_t(c.linear_num_key_heads) * c.linear_key_head_dim;
     const int64_t value_dim = int64_t(c.linear_num_value_heads) * c.linear_value_head_dim;
@@ -227,21 +237,27 @@ class Pass {
     b_.matmul(D.out_proj, core, T_, out);
   }
 
-  // SwiGLU: down(silu(gate x) * up x).
+  // SwiGLU: down(silu(gate x) * up x), kMlpCallTokens tokens at a time (the same bits: a matmul's
+  // rows do not depend on the others, ops/matmul.h), so its two widest buffers stay small.
   void mlp_block(const MlpWeights& M, const float* xn, float* out) {
     const int hidden = int(M.gate.rows);
-    float* g = b_.buf(Buf::Gate);  // [T][hidden]
-    float* u = b_.buf(Buf::Up);    // [T][hidden]
-    const MatmulJob gate_up[2] = {{&M.gate, xn, T_, g}, {&M.up, xn, T_, u}};
-    b_.matmuls(gate_up);
-    b_.add_bias(g, M.b_gate, T_);
-    b_.add_bias(u, M.b_up, T_);
-    if (c_.mlp_act == Activation::GeluTanh)
-      b_.gelu_mul(g, u, size_t(T_) * size_t(hidden), g);
-    else
-      b_.silu_mul(g, u, size_t(T_) * size_t(hidden), g);
-    b_.matmul(M.down, g, T_, out);
-    b_.add_bias(out, M.b_down, T_);
+    float* g = b_.buf(Buf::Gate);  // [tokens][hidden]
+    float* u = b_.buf(Buf::Up);    // [tokens][hidden]
+    for (int t0 = 0; t0 < T_; t0 += kMlpCallTokens) {
+      const int n = std::min(kMlpCallTokens, T_ - t0);
+      const float* x = xn + size_t(t0) * size_t(c_.dim);
+      float* y = out + size_t(t0) * size_t(c_.dim);
+      const MatmulJob gate_up[2] = {{&M.gate, x, n, g}, {&M.up, x, n, u}};
+      b_.matmuls(gate_up);
+      b_.add_bias(g, M.b_gate, n);
+      b_.add_bias(u, M.b_up, n);
+      if (c_.mlp_act == Activation::GeluTanh)
+        b_.gelu_mul(g, u, size_t(n) * size_t(hidden), g);
+      else
+        b_.silu_mul(g, u, size_t(n) * size_t(hidden), g);
+      b_.matmul(M.down, g, n, y);
+      b_.add_bias(y, M.b_down, n);
+    }
   }
 
   // Sparse MoE: a softmax router picks each token's top n_experts_used experts, whose SwiGLU
