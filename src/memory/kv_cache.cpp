@@ -348,12 +348,12 @@ bool KvCache::slab_fits(size_t bytes, size_t mapped_slabs) const {
 }
 
 size_t KvCache::map_all() {
-  if (capacity_blocks_ == SIZE_MAX) return 0;
-  // As whole blocks (every block with its window part): what the budget was sized for.
-  while ((slabs_.size() + 1) * size_t(blocks_per_slab_) <= capacity_blocks_) {
-    map_slab(true);
-    if (n_window_layers_ > 0) map_window_slab(true);
-  }
+  // With windowed layers the budget's split between blocks and window parts follows the sequences
+  // (one long one needs many blocks and a window's parts, many short ones a part per block), so
+  // nothing is mapped ahead: mapping it as whole blocks would leave a long sequence short of
+  // blocks with the budget spent on parts it never uses.
+  if (capacity_blocks_ == SIZE_MAX || n_window_layers_ > 0) return 0;
+  while ((slabs_.size() + 1) * size_t(blocks_per_slab_) <= capacity_blocks_) map_slab(true);
   return mapped_bytes();
 }
 

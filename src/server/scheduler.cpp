@@ -110,7 +110,11 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   ko.dtype = options_.kv_type;
   ko.max_bytes = budget_.bytes;
   cache_ = make_kv_cache(*model_, ko);
-  if (options_.map_kv_at_start) {
+  if (options_.map_kv_at_start && cache_->has_windows()) {
+    log()(
+        "KV memory: mapped as needed (sliding-window layers: how much goes to their rows follows "
+        "the sequences)");
+  } else if (options_.map_kv_at_start) {
     const auto start = std::chrono::steady_clock::now();
     const size_t mapped = cache_->map_all();
     char line[160];
