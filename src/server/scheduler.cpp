@@ -408,6 +408,8 @@ void Scheduler::step() {
       // A chunk ends where the prefix cache wants a checkpoint.
       if (!a.checkpoint_at.empty())
         n = std::min(n, std::max(1, a.checkpoint_at.front() - a.session->size()));
+      // ... and where a sequence waiting for this one clones it (scheduler_admit.cpp).
+      n = std::min(n, next_follow_point(a) - a.session->size());
       if (n <= 0) continue;
       a.read_prompt = true;
       batch.push_back(a.session);
@@ -507,6 +509,7 @@ void Scheduler::step() {
       }
     }
   }
+  join_followers();
   std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->done; });
 }
 

@@ -234,6 +234,14 @@ class Scheduler {
   void admit(GenRequest request);
   // A request's first choice clones the rest once its prompt is read: one prefill for n choices.
   void spawn_choices();
+  // Shared prompt reading (scheduler_admit.cpp): the active sequence still reading the longest
+  // common start of a's prompt, past what a has from the prefix cache, becomes a's leader.
+  void follow_leader(Active& a);
+  // Where a leader's next chunk must end: the nearest point a follower clones at.
+  int next_follow_point(const Active& leader) const;
+  // After a step: followers whose leader reached their point clone it; those whose leader ended
+  // or went past read on their own.
+  void join_followers();
   void step();
   void accept_verified(Active& a);
   // tail: the token sampled last and not appended (the stop token, or the last one emitted); a
@@ -272,6 +280,7 @@ class Scheduler {
   // Round robin between API keys: when each tenant last had a request admitted.
   std::map<std::string, uint64_t> last_admitted_;
   uint64_t admissions_ = 0;
+  uint64_t next_active_id_ = 0;  // scheduler thread only
 
   std::vector<std::unique_ptr<Active>> active_;  // scheduler thread only
   std::thread thread_;

@@ -37,13 +37,23 @@ struct Scheduler::Active {
   // Hybrid models: where the prefix cache asked for checkpoints of this prompt (ascending).
   std::vector<int> checkpoint_at;
   bool read_prompt = false;  // this step's call reads a chunk of the prompt
+  // Prompts read at the same time share their common start (scheduler_admit.cpp): a sequence
+  // admitted while another one is still reading the same tokens waits for it and clones its
+  // session there instead of reading them again. id names a sequence while it is active;
+  // follows is the id of the one this one waits for (0: none), follow_to where it clones.
+  uint64_t id = 0;
+  uint64_t follows = 0;
+  int follow_to = 0;
   // The reply is out; the session appends the token sampled last (or the stop token) in the next
   // step, so the prefix cache holds the whole context an agent resends next turn.
   bool closing = false;
   int32_t close_token = -1;
   // The uncached part of the prompt is prefilled in chunks, inside decode steps.
   bool prefilling() const { return session->size() < int(req.prompt.size()); }
-  int prefill_left() const { return prefilling() ? int(req.prompt.size()) - session->size() : 0; }
+  // A follower reads nothing until it has cloned its leader's session.
+  int prefill_left() const {
+    return prefilling() && follows == 0 ? int(req.prompt.size()) - session->size() : 0;
+  }
 };
 
 }  // namespace fak::server

@@ -3,6 +3,7 @@
 // each step's prompt reading is shared out (fair_share.h).
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -65,6 +66,8 @@ void Scheduler::admit(GenRequest r) {
     a->decoder.emplace(std::move(decoder));
     a->checkpoint_at = std::move(checkpoint_at);
     a->choices_left = a->req.n - 1;
+    a->id = ++next_active_id_;
+    if (a->owned) follow_leader(*a);
     // A reasoning budget closes the block at an exact token count, which a verify step's accepted
     // run could pass: those sequences decode one token at a time.
     a->speculates = options_.draft && !a->req.session && !a->decoder->has_grammar() &&
@@ -110,6 +113,81 @@ void Scheduler::spawn_choices() {
     a.choices_left = 0;
   }
   for (auto& c : spawned) active_.push_back(std::move(c));
+}
+
+// Agents started together (sub-agents fanned out with one long system prompt and tool list) send
+// the same first thousands of tokens at once, before any of them is in the prefix cache. The first
+// one reads them; the others wait and clone its session where their prompts part (a clone shares
+// the blocks, and on hybrid models carries the recurrent state), then read their own rest. What
+// they compute is what they would have computed alone: the shared positions are the same tokens
+// at the same positions, and chunking changes no result (ops/matmul.h).
+void Scheduler::follow_leader(Active& a) {
+  // Below this many tokens the wait costs about what it saves.
+  constexpr int kMinShared = 64;
+  const std::vector<int32_t>& prompt = a.req.prompt;
+  Active* best = nullptr;
+  int best_to = a.session->size() + kMinShared - 1;
+  for (const auto& op : active_) {
+    const Active& o = *op;
+    if (&o == &a || o.follows != 0 || o.done || o.closing || !o.owned || !o.session ||
+        !o.prefilling() || o.req.partition != a.req.partition || o.req.stream->cancelled())
+      continue;
+    const auto [mine, theirs] =
+        std::mismatch(prompt.begin(), prompt.end(), o.req.prompt.begin(), o.req.prompt.end());
+    // The follower keeps at least its last prompt token to read itself: its logits are its own.
+    const int common = std::min(int(mine - prompt.begin()), int(prompt.size()) - 1);
+    if (common > best_to && o.session->size() <= common) {
+      best = op.get();
+      best_to = common;
+    }
+  }
+  if (!best) return;
+  a.follows = best->id;
+  a.follow_to = best_to;
+  // Hybrid models: the leader keeps a checkpoint where the prompts part, and offers it to the
+  // cache (after_prompt_chunk), so a later agent with the same start restarts there too.
+  if (model_->config().is_hybrid()) {
+    auto& at = best->checkpoint_at;
+    const auto it = std::lower_bound(at.begin(), at.end(), best_to);
+    if (it == at.end() || *it != best_to) at.insert(it, best_to);
+  }
+}
+
+int Scheduler::next_follow_point(const Active& leader) const {
+  int point = std::numeric_limits<int>::max();
+  for (const auto& op : active_)
+    if (op->follows == leader.id && !op->done && op->follow_to > leader.session->size())
+      point = std::min(point, op->follow_to);
+  return point;
+}
+
+void Scheduler::join_followers() {
+  for (auto& fp : active_) {
+    Active& f = *fp;
+    if (f.follows == 0 || f.done) continue;
+    const auto leader = std::find_if(active_.begin(), active_.end(),
+                                     [&](const auto& o) { return o->id == f.follows; });
+    const Active* l = leader == active_.end() ? nullptr : leader->get();
+    if (l && !l->done && l->session && l->session->size() < f.follow_to) continue;  // not yet
+    if (l && !l->done && l->session && l->session->size() == f.follow_to) {
+      try {
+        const int had = f.session->size();
+        Session shared = l->session->clone();
+        f.mtp.reset();  // it drafts from the session it was made for
+        f.owned.emplace(std::move(shared));
+        f.session = &*f.owned;
+        if (f.speculates && options_.draft && options_.draft->mtp) start_mtp(f);
+        std::erase_if(f.checkpoint_at, [&](int at) { return at <= f.follow_to; });
+        if (metrics_) metrics_->add_prompt(0, f.follow_to - had);
+        // The usage a client sees counts the shared tokens as cached: none was read for it.
+        f.req.stream->push(GenEvent::started(int(f.req.prompt.size()), f.follow_to));
+      } catch (const std::exception&) {
+        // No KV for the clone's own block: it reads the shared part itself.
+      }
+    }
+    f.follows = 0;  // cloned, or on its own: the leader ended or went past the point
+    f.follow_to = 0;
+  }
 }
 
 std::vector<int> Scheduler::plan_prefill() const {
