@@ -59,7 +59,8 @@ SchedulerOptions options() {
 }
 
 // Every prompt submitted while the scheduler thread is busy, so one step admits them all.
-std::vector<Outcome> together(Scheduler& s, const std::vector<std::vector<int32_t>>& prompts) {
+std::vector<Outcome> together(Scheduler& s, const std::vector<std::vector<int32_t>>& prompts,
+                              int max_tokens = 12) {
   std::mutex mu;
   std::condition_variable cv;
   bool entered = false, release = false;
@@ -77,6 +78,7 @@ std::vector<Outcome> together(Scheduler& s, const std::vector<std::vector<int32_
     cv.wait(lock, [&] { return entered; });
     for (const auto& p : prompts) {
       GenRequest r = request(p, "shared");
+      r.max_tokens = max_tokens;
       streams.push_back(r.stream);
       s.submit(std::move(r));
     }
@@ -89,13 +91,29 @@ std::vector<Outcome> together(Scheduler& s, const std::vector<std::vector<int32_
   return out;
 }
 
-class SharedPrefill : public ::testing::TestWithParam<std::string> {};
+// The same prompt in a scheduler of its own: nothing to share.
+Outcome alone(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& prompt) {
+  Scheduler s(model, options(), nullptr);
+  GenRequest r = request(prompt, "alone");
+  auto stream = r.stream;
+  s.submit(std::move(r));
+  Outcome o = collect(*stream);
+  s.shutdown();
+  return o;
+}
+
+class SharedPrefill : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string where = GetParam();
+    model = Model::load(where == "pycoder-6m" ? test::source_path("models/pycoder-6m")
+                                              : test::data_path("oracle/" + where),
+                        {.load_tokenizer = false});
+  }
+  std::shared_ptr<const Model> model;
+};
 
 TEST_P(SharedPrefill, RequestsReadTheirCommonStartOnceAndAnswerAsAlone) {
-  const std::string where = GetParam();
-  const auto model = Model::load(where == "pycoder-6m" ? test::source_path("models/pycoder-6m")
-                                                       : test::data_path("oracle/" + where),
-                                 {.load_tokenizer = false});
   const int vocab = std::min(model->config().vocab, 4000);
   const auto system = test::random_ids(200, vocab, 7);
   std::vector<std::vector<int32_t>> prompts;
@@ -112,19 +130,39 @@ TEST_P(SharedPrefill, RequestsReadTheirCommonStartOnceAndAnswerAsAlone) {
 
   const std::vector<int> cached = {0, 200, 200, 120, 0};
   for (size_t i = 0; i < prompts.size(); ++i) {
-    // Alone: a scheduler of its own, nothing to share.
-    Scheduler alone(model, options(), nullptr);
-    GenRequest r = request(prompts[i], "alone");
-    auto stream = r.stream;
-    alone.submit(std::move(r));
-    const Outcome want = collect(*stream);
-    alone.shutdown();
+    const Outcome want = alone(model, prompts[i]);
     ASSERT_EQ(want.end, "length");
     ASSERT_EQ(want.tokens.size(), 12u);
     EXPECT_EQ(got[i].end, "length") << "request " << i;
     EXPECT_EQ(got[i].tokens, want.tokens) << "request " << i;
     EXPECT_EQ(got[i].cached, cached[i]) << "request " << i;
   }
+}
+
+// A request that arrives while another with the same start decodes its reply finds that start in
+// the prefix cache: a prompt goes there as soon as it is read, not when its request ends.
+TEST_P(SharedPrefill, APromptIsCachedAsSoonAsItIsRead) {
+  const int vocab = std::min(model->config().vocab, 4000);
+  // The second extends the first's whole prompt (on a hybrid, the cache restarts at a recurrent
+  // state checkpoint: the end of the first's prompt is one).
+  const auto first = test::random_ids(160, vocab, 21);
+  const auto second = test::cat(first, test::random_ids(25, vocab, 23));
+  Scheduler s(model, options(), nullptr);
+  GenRequest r = request(first, "shared");
+  r.max_tokens = 400;  // still decoding when the second arrives
+  auto stream = r.stream;
+  s.submit(std::move(r));
+  bool decoding = false;
+  while (!decoding)
+    for (const GenEvent& e : stream->wait(std::chrono::milliseconds(200)))
+      decoding |= e.kind == GenEvent::Kind::Token;
+  const Outcome got = together(s, {second}).front();
+  stream->cancel();
+  s.shutdown();
+  const Outcome want = alone(model, second);
+  ASSERT_EQ(want.tokens.size(), 12u);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.cached, 160);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SharedPrefill,

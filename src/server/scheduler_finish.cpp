@@ -59,11 +59,21 @@ void Scheduler::offer_to_cache(Active& a) {
   }
 }
 
-// Hybrid models: a checkpoint where the prefix cache asked for one and at the end of the prompt,
-// offered to the cache at once (a request sharing this prompt can restart there while this one
-// decodes). Dense models need none: their blocks are offered when the request ends.
+// A prompt just read goes into the cache at once, so a request with the same start that arrives
+// while this one decodes its reply (an agent fanned out a moment later) reuses it instead of
+// reading it again; the reply's tokens follow when the request ends. Hybrid models: with a
+// checkpoint where the prefix cache asked for one and at the end of the prompt (a request sharing
+// this prompt can restart there while this one decodes).
 void Scheduler::after_prompt_chunk(Active& a) {
-  if (!model_->config().is_hybrid()) return;
+  if (!model_->config().is_hybrid()) {
+    if (a.prefilling()) return;
+    try {
+      prefix_->insert(a.req.partition, *a.session);
+    } catch (const std::exception&) {
+      // A full cache only costs a later request the prefill.
+    }
+    return;
+  }
   bool take = !a.prefilling();
   while (!a.checkpoint_at.empty() && a.checkpoint_at.front() <= a.session->size()) {
     take |= a.checkpoint_at.front() == a.session->size();
