@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/error.h"
 #include "core/memory_info.h"
 #include "models/config.h"
 #include "runtime/prefix_cache.h"
@@ -236,6 +237,7 @@ TEST(KvBudget, BytesPerTokenOfQwen25ShapesAsTheReadmeTable) {
       {"qwen2.5-0.5b-instruct.json", 36864, 24576, 18432, 12288, 6528},
       {"qwen2.5-1.5b-instruct.json", 86016, 57344, 43008, 28672, 15232},
       {"qwen2.5-7b-instruct.json", 172032, 114688, 86016, 57344, 30464},
+      {"qwen3-30b-a3b.json", 294912, 196608, 147456, 98304, 52224},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(r.config);
@@ -289,6 +291,33 @@ TEST(KvBudget, DefaultIsContextsPlusRoomBoundedByTheMachine) {
   o.keep_kraw = false;
   o.total_bytes = 0;
   EXPECT_EQ(plan_kv_budget(*model, o).bytes_per_token, 1536u);
+}
+
+// --draft mtp: each sequence's head keeps a one-layer KV beside the cache; the budget holds it too
+// (added to the default, set aside from an explicit one), and a budget that cannot is refused.
+TEST(KvBudget, TheMtpHeadsKvIsInTheBudget) {
+  auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
+  KvBudgetOptions o;
+  o.ctx = 4096;
+  o.parallel = 4;
+  const size_t plain = plan_kv_budget(*model, o).bytes;
+  o.draft_head_bytes = size_t(3) << 20;
+  KvBudget b = plan_kv_budget(*model, o);
+  EXPECT_EQ(b.draft_heads, size_t(12) << 20);
+  EXPECT_EQ(b.bytes, plain + (size_t(12) << 20));
+  EXPECT_EQ(b.cache_bytes(), plain);
+  o.total_bytes = size_t(100) << 20;
+  b = plan_kv_budget(*model, o);
+  EXPECT_EQ(b.bytes, size_t(100) << 20);
+  EXPECT_EQ(b.cache_bytes(), size_t(88) << 20);
+  o.total_bytes = size_t(12) << 20;
+  try {
+    plan_kv_budget(*model, o);
+    ADD_FAILURE() << "a budget that only holds the heads was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MTP draft heads' KV of 12 MiB"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MemoryInfo, ReadsMemAvailableAndTheTightestCgroupLimit) {

@@ -314,6 +314,9 @@ TEST_P(MtpDrafting, GivesPlainDecodingsTokensGreedyAndSeeded) {
     EXPECT_TRUE(test::bit_equal(spec.logits(), plain.logits()));
     EXPECT_GT(got.spec_drafted, 0);
     EXPECT_GT(head->calls(), 0);
+    // What the server's budget sets aside for a sequence's head covers what it mapped.
+    EXPECT_GT(head->kv_mapped_bytes(), 0u);
+    EXPECT_LE(head->kv_mapped_bytes(), MtpDrafter::kv_bytes(*model, spec.size() + 4 + 1));
     // The oracle after the head: everything accepted, far fewer model calls.
     std::vector<int32_t> full = base.tokens();
     full.insert(full.end(), want.ids.begin(), want.ids.end());
@@ -371,6 +374,10 @@ TEST(MtpServer, RepliesEqualPlainDecoding) {
   const size_t at = metrics.find("\nfak_spec_drafted_tokens_total ");
   ASSERT_NE(at, std::string::npos);
   EXPECT_GT(std::atol(metrics.c_str() + at + 31), 10) << metrics;
+  // The heads' KV is in the budget, and the startup line says how much: --parallel 3 x a context
+  // of the head's one layer, in whole slabs.
+  EXPECT_NE(spec.log().find("the MTP draft heads' KV "), std::string::npos) << spec.log();
+  EXPECT_EQ(plain.log().find("MTP draft heads"), std::string::npos) << plain.log();
   const auto refused = test::run_fak("serve --port 0 --draft mtp -t 1");
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.err.find("--draft mtp: "), std::string::npos) << refused.err;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/error.h"
 #include "memory/kv_cache.h"
 #include "runtime/model_cache.h"
 
@@ -55,6 +56,7 @@ KvBudget plan_kv_budget(const Model& model, const KvBudgetOptions& o) {
   }
   b.sequences = size_t(b.parallel) * per_sequence;
   b.cache_room = o.cache_bytes ? o.cache_bytes : std::max(kMinCacheRoom, per_sequence);
+  b.draft_heads = size_t(b.parallel) * o.draft_head_bytes;
   if (o.available > 0) {
     // Leave the rest of the process (activations, logits, sessions' state) and the system a
     // margin; weights mapped from their files are page cache that MemAvailable counts as free.
@@ -67,12 +69,18 @@ KvBudget plan_kv_budget(const Model& model, const KvBudgetOptions& o) {
     b.bytes = o.total_bytes;
     b.over_machine = o.available > 0 && b.bytes > b.machine_bound;
   } else {
-    b.bytes = b.sequences + b.cache_room;
+    b.bytes = b.sequences + b.cache_room + b.draft_heads;
     if (o.available > 0 && b.bytes > b.machine_bound) {
       b.bytes = b.machine_bound;
       b.bounded_by_machine = true;
     }
   }
+  if (b.draft_heads >= b.bytes)
+    fail("KV budget " + std::to_string(b.bytes >> 20) + " MiB" +
+         (b.explicit_total ? " (--kv-mem)" : " (what this machine can spare)") +
+         " does not hold the MTP draft heads' KV of " + std::to_string(b.draft_heads >> 20) +
+         " MiB (--parallel " + std::to_string(b.parallel) + " x ctx " + std::to_string(b.ctx) +
+         "): raise --kv-mem, or lower --parallel or --ctx");
   return b;
 }
 

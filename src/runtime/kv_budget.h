@@ -7,6 +7,7 @@
 //   default budget  = ctx x parallel x bytes per token         (every sequence at full context;
 //                     sliding-window layers: their rows of a window + one call per sequence)
 //                   + cache room       (--cache-mem; default one ctx, at least 256 MiB)
+//                   + parallel x the MTP head's KV of a context (--draft mtp)
 //                     bounded by the machine: available memory (MemAvailable, cgroup limit)
 //                     - model weights still in the page cache - a margin (1/8, >= 256 MiB)
 //
@@ -35,6 +36,9 @@ struct KvBudgetOptions {
   // Sliding-window layers keep every row (--swa-full); otherwise a sequence holds about a window
   // of their rows (memory/kv_cache.h), and the default counts that.
   bool keep_window_rows = false;
+  // --draft mtp: the KV the MTP head of one sequence may map (MtpDrafter::kv_bytes), which lives
+  // beside the KV cache; the budget holds it too, for every sequence.
+  size_t draft_head_bytes = 0;
 };
 
 struct KvBudget {
@@ -44,9 +48,11 @@ struct KvBudget {
   // window_tokens of them.
   size_t window_bytes_per_token = 0;
   size_t window_tokens = 0;
-  size_t bytes = 0;          // the budget
-  size_t sequences = 0;      // ctx x parallel x bytes per token
-  size_t cache_room = 0;     // the default's room for cached prefixes
+  size_t bytes = 0;        // the budget
+  size_t sequences = 0;    // ctx x parallel x bytes per token
+  size_t cache_room = 0;   // the default's room for cached prefixes
+  size_t draft_heads = 0;  // of bytes: parallel x draft_head_bytes, outside the KV cache
+  size_t cache_bytes() const { return bytes - draft_heads; }  // what the KV cache may map
   size_t machine_bound = 0;  // what the machine allows (0 = unknown)
   bool explicit_total = false;
   bool bounded_by_machine = false;  // the default was cut to the machine's bound

@@ -9,6 +9,19 @@
 
 namespace fak {
 
+namespace {
+
+// The head's one attention layer keeps its own KV, beside the model's cache (another shape).
+std::shared_ptr<KvCache> head_kv_cache(const Model& m) {
+  KvCacheOptions o;
+  o.keep_kraw = false;
+  o.storage = m.make_kv_storage();
+  o.slab_bytes = size_t(16) << 20;
+  return std::make_shared<KvCache>(1, m.config().n_kv_heads, m.config().head_dim, o);
+}
+
+}  // namespace
+
 MtpDrafter::MtpDrafter(Session& session, int max_draft, int draft_vocab)
     : session_(session), max_draft_(max_draft) {
   const Model& m = session.model();
@@ -20,11 +33,19 @@ MtpDrafter::MtpDrafter(Session& session, int max_draft, int draft_vocab)
   head_rows_ = c.vocab;
   if (draft_vocab > 0 && draft_vocab < c.vocab && m.device().kind == DeviceKind::Cpu)
     head_rows_ = std::min(c.vocab, (draft_vocab + 15) / 16 * 16);  // whole panels
-  KvCacheOptions o;
-  o.keep_kraw = false;
-  o.storage = m.make_kv_storage();
-  o.slab_bytes = size_t(16) << 20;
-  cache_ = std::make_shared<KvCache>(1, c.n_kv_heads, c.head_dim, o);
+  cache_ = head_kv_cache(m);
+}
+
+size_t MtpDrafter::kv_mapped_bytes() const {
+  return cache_->mapped_bytes();
+}
+
+size_t MtpDrafter::kv_bytes(const Model& model, int positions) {
+  const std::shared_ptr<KvCache> cache = head_kv_cache(model);  // maps nothing until used
+  const size_t blocks = (size_t(std::max(positions, 0)) + size_t(cache->block_size()) - 1) /
+                        size_t(cache->block_size());
+  const size_t per_slab = size_t(cache->blocks_per_slab());
+  return (blocks + per_slab - 1) / per_slab * cache->slab_bytes();
 }
 
 MtpDrafter::~MtpDrafter() {

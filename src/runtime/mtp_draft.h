@@ -43,6 +43,9 @@ class MtpDrafter {
   // drafts come from (0: all; a device's head is always whole). Throws when the model has no MTP
   // head.
   MtpDrafter(Session& session, int max_draft, int draft_vocab = kDraftVocab);
+  // The most the head's KV cache maps for a sequence of `positions` tokens (whole slabs, as its
+  // cache maps them): what the server's KV budget sets aside for each drafting sequence.
+  static size_t kv_bytes(const Model& model, int positions);
   ~MtpDrafter();
   MtpDrafter(const MtpDrafter&) = delete;
   MtpDrafter& operator=(const MtpDrafter&) = delete;
@@ -52,6 +55,7 @@ class MtpDrafter {
   std::vector<int32_t> draft(std::span<const int32_t> history, int limit);
   // Head forward calls made, and rows they computed (catch-up rows and chained ones).
   int calls() const { return calls_; }
+  size_t kv_mapped_bytes() const;  // what the head's KV cache has mapped
   int rows() const { return rows_computed_; }
 
  private:

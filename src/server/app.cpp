@@ -307,7 +307,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   ctx.scheduler = std::make_unique<Scheduler>(model, so, &ctx.metrics);
   const KvBudget& budget = ctx.scheduler->kv_budget();
   const int64_t kv_tokens =
-      budget.bytes_per_token ? int64_t(budget.bytes / budget.bytes_per_token) : INT64_MAX;
+      budget.bytes_per_token ? int64_t(budget.cache_bytes() / budget.bytes_per_token) : INT64_MAX;
   ctx.sessions = std::make_unique<SessionStore>(
       model, ctx.scheduler->kv_cache(), ctx.chat.get(), options.session_dir, ctx.scheduler->ctx(),
       default_session_quota(kv_tokens, ctx.scheduler->ctx()));
@@ -400,11 +400,14 @@ std::string kv_summary(const Model& model, const ServerOptions& options, const S
   std::string why;
   if (b.explicit_total) {
     why = "--kv-mem";
+    if (b.draft_heads) why += ", of which the MTP draft heads' KV " + mib(b.draft_heads);
     if (b.over_machine)
       why += "; note: above the " + mib(b.machine_bound) + " this machine can spare";
   } else {
     why = "ctx " + std::to_string(b.ctx) + " x parallel " + std::to_string(b.parallel) + " = " +
           mib(b.sequences) + " + prefix cache room " + mib(b.cache_room);
+    if (b.draft_heads)
+      why += " + the MTP draft heads' KV " + mib(b.draft_heads) + " (parallel x ctx, one layer)";
     if (b.bounded_by_machine) why += ", cut to what this machine can spare";
   }
   out += "fak serve: KV budget " + mib(b.bytes) + " (" + why + "; " + s.memory_info().describe() +

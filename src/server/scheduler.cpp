@@ -102,13 +102,15 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
     bo.available = storage->available_bytes();
     bo.weights_bytes = 0;
   }
+  if (options_.draft && options_.draft->mtp)
+    bo.draft_head_bytes = MtpDrafter::kv_bytes(*model_, ctx_ + options_.draft->max_draft + 1);
   budget_ = plan_kv_budget(*model_, bo);
   KvCacheOptions ko;
   ko.storage = storage;
   ko.keep_kraw = options_.keep_kraw;
   ko.keep_window_rows = options_.keep_window_rows;
   ko.dtype = options_.kv_type;
-  ko.max_bytes = budget_.bytes;
+  ko.max_bytes = budget_.cache_bytes();
   cache_ = make_kv_cache(*model_, ko);
   if (options_.map_kv_at_start && cache_->has_windows()) {
     log()(
@@ -129,7 +131,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
   ctx_ = int(std::min<size_t>(size_t(ctx_), cache_->capacity_tokens()));
   // The prefix cache gives blocks back whenever a sequence needs one (it is the KV cache's
   // reclaimer); its own cap only bounds hybrid models' state checkpoints, which are not KV blocks.
-  prefix_ = std::make_unique<PrefixCache>(model_, cache_, budget_.bytes);
+  prefix_ = std::make_unique<PrefixCache>(model_, cache_, budget_.cache_bytes());
   if (!options_.cache_dir.empty()) {
     cache_dir_ = std::make_unique<CacheDir>(options_.cache_dir, *model_, *cache_);
     cache_dir_->reload(*prefix_, options_.cache_dir_keep, log());
