@@ -177,7 +177,9 @@ TEST(MoeOps, SigmoidRoutingPicksWithinTheBestGroupsByBiasedScore) {
 }
 
 TEST(MoeOps, ExpertsMatchAFloat64ReferenceAndDoNotDependOnTheBatch) {
-  const int T = 7, E = 6, k = 2, D = 32, I = 24;
+  // 300 tokens x 2 experts: more (token, expert) pairs than the CPU's experts take in one group
+  // (backend/cpu_backend.cpp), so groups of experts follow one another.
+  const int T = 300, E = 6, k = 2, D = 32, I = 24;
   std::vector<std::vector<float>> g(E), u(E), d(E);
   std::vector<WeightMatrix> G, U, Dn;
   for (int e = 0; e < E; ++e) {
@@ -316,24 +318,38 @@ TEST(NewFamilies, BadConfigsAreRefusedNamingTheField) {
   };
   EXPECT_EQ(error("gemma3-tiny", {}), "ok");
   EXPECT_EQ(error("glm4moe-tiny", {}), "ok");
-  refuses("gemma3-tiny", [](json& j) { j["final_logit_softcapping"] = 30.0; },
-          "final_logit_softcapping");
-  refuses("gemma3-tiny", [](json& j) { j["hidden_activation"] = "gelu"; }, "hidden_activation");
-  refuses("gemma3-tiny", [](json& j) { j["query_pre_attn_scalar"] = -4; }, "query_pre_attn_scalar");
-  refuses("gemma3-tiny", [](json& j) { j.erase("sliding_window"); }, "sliding_window");
-  refuses("gemma3-tiny", [](json& j) { j["rope_local_base_freq"] = 0; }, "rope_local_base_freq");
-  refuses("glm4moe-tiny", [](json& j) { j["n_group"] = 3; }, "groups");
-  refuses("glm4moe-tiny", [](json& j) { j["topk_group"] = 5; }, "topk_group");
-  refuses("glm4moe-tiny", [](json& j) { j["routed_scaling_factor"] = 0; }, "routed_scaling_factor");
-  refuses("glm4moe-tiny", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act");
-  refuses("glm4moe-tiny", [](json& j) { j["num_experts_per_tok"] = 8; }, "num_experts_per_tok");
+  refuses(
+      "gemma3-tiny", [](json& j) { j["final_logit_softcapping"] = 30.0; },
+      "final_logit_softcapping");
+  refuses(
+      "gemma3-tiny", [](json& j) { j["hidden_activation"] = "gelu"; }, "hidden_activation");
+  refuses(
+      "gemma3-tiny", [](json& j) { j["query_pre_attn_scalar"] = -4; }, "query_pre_attn_scalar");
+  refuses(
+      "gemma3-tiny", [](json& j) { j.erase("sliding_window"); }, "sliding_window");
+  refuses(
+      "gemma3-tiny", [](json& j) { j["rope_local_base_freq"] = 0; }, "rope_local_base_freq");
+  refuses(
+      "glm4moe-tiny", [](json& j) { j["n_group"] = 3; }, "groups");
+  refuses(
+      "glm4moe-tiny", [](json& j) { j["topk_group"] = 5; }, "topk_group");
+  refuses(
+      "glm4moe-tiny", [](json& j) { j["routed_scaling_factor"] = 0; }, "routed_scaling_factor");
+  refuses(
+      "glm4moe-tiny", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act");
+  refuses(
+      "glm4moe-tiny", [](json& j) { j["num_experts_per_tok"] = 8; }, "num_experts_per_tok");
   EXPECT_EQ(error("gpt-oss-tiny", {}), "ok");
-  refuses("gpt-oss-tiny", [](json& j) { j["swiglu_limit"] = 0; }, "swiglu_limit");
-  refuses("gpt-oss-tiny", [](json& j) { j["num_experts_per_tok"] = 9; }, "num_experts_per_tok");
-  refuses("gpt-oss-tiny", [](json& j) { j["attention_bias"] = false; }, "attention_bias");
-  refuses("gpt-oss-tiny", [](json& j) { j.erase("num_local_experts"); }, "num_local_experts");
-  refuses("gpt-oss-tiny", [](json& j) { j["layer_types"][1] = "chunked_attention"; },
-          "layer_types[1]");
+  refuses(
+      "gpt-oss-tiny", [](json& j) { j["swiglu_limit"] = 0; }, "swiglu_limit");
+  refuses(
+      "gpt-oss-tiny", [](json& j) { j["num_experts_per_tok"] = 9; }, "num_experts_per_tok");
+  refuses(
+      "gpt-oss-tiny", [](json& j) { j["attention_bias"] = false; }, "attention_bias");
+  refuses(
+      "gpt-oss-tiny", [](json& j) { j.erase("num_local_experts"); }, "num_local_experts");
+  refuses(
+      "gpt-oss-tiny", [](json& j) { j["layer_types"][1] = "chunked_attention"; }, "layer_types[1]");
 }
 
 TEST(MoeModel, BadConfigsAreRefusedNamingTheField) {

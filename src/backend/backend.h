@@ -7,7 +7,7 @@
 // token's KV goes and its RoPE angles, and carries the hybrid models' recurrent states.
 //
 // note: every op computes each output row from that row's inputs alone, in an order that does not
-// depend on the batch (matmul rows, a query's attention, a token's experts in rank order), so a
+// depend on the batch (matmul rows, a query's attention, a token's experts in a fixed order), so a
 // prefix-cache hit, a replay after an eviction and a batched decode step reproduce a cold run bit
 // for bit on either backend (each its own bits).
 #pragma once
@@ -146,7 +146,7 @@ class BackendCall {
   virtual void silu_mul(const float* gate, const float* up, size_t n, float* out) = 0;
   // out = gelu_tanh(gate) * up (GeGLU, PyTorch's tanh approximation).
   virtual void gelu_mul(const float* gate, const float* up, size_t n, float* out) = 0;
-  virtual void scale(float* x, size_t n, float s) = 0;  // x *= s
+  virtual void scale(float* x, size_t n, float s) = 0;                  // x *= s
   virtual void sigmoid_mul(float* x, const float* gate, size_t n) = 0;  // x *= sigmoid(gate)
   virtual void silu_gate(float* x, const float* z, size_t n) = 0;       // x *= silu(z)
   // q2 [T][heads][2 head_dim] holds per head the query then the gate; they go to q and gate.
@@ -168,9 +168,10 @@ class BackendCall {
   // MoE routing of logits [T][n_experts] (MoeRouting): the k chosen ids per token stay with the
   // call for moe_experts, their weights go to `weights` [T][k].
   virtual void moe_route(const float* logits, const MoeRouting& r, float* weights) = 0;
-  // out[t] = sum over j < k, in rank order, of weights[t][j] x down_e(act(gate_e x[t], up_e x[t])),
-  // e = the token's j-th chosen expert (MoeExperts: the matrices, their biases, the activation):
-  // only the chosen experts are read, each once per call for all the tokens routed to it.
+  // out[t] = sum over j < k of weights[t][j] x down_e(act(gate_e x[t], up_e x[t])), e = the
+  // token's j-th chosen expert (MoeExperts: the matrices, their biases, the activation), summed in
+  // an order fixed by the token's own experts (CPU: ascending expert id; CUDA: rank order): only
+  // the chosen experts are read, each once per call for all the tokens routed to it.
   virtual void moe_experts(const MoeExperts& e, const float* x, int k, const float* weights,
                            float* out) = 0;
   // out[t] += sigmoid(gate[t]) * y[t], rows of `width`.

@@ -58,8 +58,12 @@ class CpuCall final : public BackendCall {
     // note: a reference to the thread_local, so OpenMP workers see the caller's buffers.
     thread_local HostBuffers tls;
     b_ = &tls;
-    for (size_t i = 0; i < sizes.size(); ++i)
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      // The experts' buffers are moe_experts' own, by group (see there).
+      if (i == size_t(Buf::MoeRows) || i == size_t(Buf::MoeGate) || i == size_t(Buf::MoeUp))
+        continue;
       if (b_->bufs[i].size() < sizes[i]) b_->bufs[i].resize(sizes[i]);
+    }
     for (const BatchItem& it : batch) {
       for (int i = 0; i < it.n_tokens; ++i) {
         tokens_.push_back(it.tokens[i]);
@@ -90,7 +94,9 @@ class CpuCall final : public BackendCall {
     fak::matmul(w, x, rows, y);
   }
 
-  void matmuls(std::span<const MatmulJob> jobs) override { fak::matmul_many(jobs); }
+  void matmuls(std::span<const MatmulJob> jobs) override {
+    fak::matmul_many(jobs);
+  }
 
   void add_bias(float* y, const std::vector<float>& bias, int rows) override {
     if (bias.empty()) return;
@@ -270,8 +276,7 @@ class CpuCall final : public BackendCall {
   // experts in them (ties to the lower id); the weights are the chosen scores without the bias,
   // renormalised (+ 1e-20, as transformers) and scaled. note: one token's choice reads only its
   // own logits.
-  static void route_token_sigmoid(const float* logit, const MoeRouting& r, int32_t* ids,
-                                  float* w) {
+  static void route_token_sigmoid(const float* logit, const MoeRouting& r, int32_t* ids, float* w) {
     const int n = r.n_experts, per = n / r.groups;
     thread_local std::vector<float> score, choice;
     thread_local std::vector<char> allowed;
@@ -300,7 +305,8 @@ class CpuCall final : public BackendCall {
       for (int j = 0; j < r.groups_used; ++j) {
         int bg = -1;
         for (int g = 0; g < r.groups; ++g)
-          if (!allowed[size_t(g * per)] && (bg < 0 || group_score[size_t(g)] > group_score[size_t(bg)]))
+          if (!allowed[size_t(g * per)] &&
+              (bg < 0 || group_score[size_t(g)] > group_score[size_t(bg)]))
             bg = g;
         for (int e = bg * per; e < (bg + 1) * per; ++e) allowed[size_t(e)] = 1;
       }
@@ -355,11 +361,17 @@ class CpuCall final : public BackendCall {
 };
 
 // Each expert's tokens gathered into one matrix, so an expert's weights are read once per call
-// (one GEMM over its tokens when prefilling, a GEMV of its rows alone when decoding), then every
-// token's k outputs summed in rank order. note: a row's result depends on that row alone (see
-// ops/matmul.h), so grouping by expert changes no bit.
+// (one GEMM over its tokens when prefilling, a GEMV of its rows alone when decoding), then each
+// token's outputs added up in expert order. note: a row's result depends on that row alone (see
+// ops/matmul.h), and a token's sum on its own experts alone, so grouping changes no bit.
+//
+// The experts go in groups of whole experts, about kMoeGroupPairs (token, expert) pairs each, so
+// the inputs, gates and ups of a prefill call's pairs are never all held at once (a 512-token call
+// of GLM-4.5-Air's 8 of 128 experts: 108 MiB; in groups, 14). The forward's MoeRows / MoeGate /
+// MoeUp buffers are the CUDA backend's; these are the CPU's own.
 void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const float* weights,
                           float* out) {
+  constexpr size_t kMoeGroupPairs = 512;
   const std::span<const WeightMatrix> gate = ex.gate, up = ex.up, down = ex.down;
   const int n_experts = int(gate.size());
   const int32_t* ids = b_->ids.data();
@@ -367,64 +379,78 @@ void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const flo
   // The (token, rank) pairs grouped by expert, each group in token order.
   std::vector<int32_t> first(size_t(n_experts) + 1, 0), pairs(size_t(T_) * size_t(k));
   for (size_t i = 0; i < pairs.size(); ++i) ++first[size_t(ids[i]) + 1];
-  for (int e = 0; e < n_experts; ++e) first[size_t(e) + 1] += first[size_t(e)];
-  std::vector<int32_t> row_of(pairs.size());  // pair t * k + j -> its row in the groups
+  size_t widest = 0;  // the most pairs one expert has
+  for (int e = 0; e < n_experts; ++e) {
+    widest = std::max(widest, size_t(first[size_t(e) + 1]));
+    first[size_t(e) + 1] += first[size_t(e)];
+  }
   {
     std::vector<int32_t> at(first.begin(), first.end() - 1);
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      row_of[i] = at[size_t(ids[i])]++;
-      pairs[size_t(row_of[i])] = int32_t(i);
-    }
+    for (size_t i = 0; i < pairs.size(); ++i) pairs[size_t(at[size_t(ids[i])]++)] = int32_t(i);
   }
-  float* xs = buf(Buf::MoeRows);  // [pairs][dim] the inputs, then the outputs, by group
-  float* g = buf(Buf::MoeGate);   // [pairs][expert_hidden]
-  float* u = buf(Buf::MoeUp);     // [pairs][expert_hidden]
-  float* ys = xs;                 // the inputs are spent once the gates and ups are done
-  for (size_t r = 0; r < pairs.size(); ++r)
-    std::memcpy(xs + r * D, x + size_t(pairs[r] / k) * D, sizeof(float) * D);
-  // Every chosen expert's gate and up in one parallel region, then every down in another.
+  const size_t cap = std::min(pairs.size(), std::max(kMoeGroupPairs, widest));
+  thread_local std::vector<float> rows_buf, gate_buf, up_buf;
+  if (rows_buf.size() < cap * D) rows_buf.resize(cap * D);
+  if (gate_buf.size() < cap * I) gate_buf.resize(cap * I);
+  if (up_buf.size() < cap * I) up_buf.resize(cap * I);
+  float* xs = rows_buf.data();  // [pairs][dim] a group's inputs, then its outputs
+  float* g = gate_buf.data();   // [pairs][expert_hidden]
+  float* u = up_buf.data();     // [pairs][expert_hidden]
+  float* ys = xs;               // the inputs are spent once the gates and ups are done
+  std::memset(out, 0, sizeof(float) * size_t(T_) * D);
   thread_local std::vector<MatmulJob> jobs;
-  jobs.clear();
-  for (int e = 0; e < n_experts; ++e) {
-    const size_t r0 = size_t(first[size_t(e)]);
-    const int n = first[size_t(e) + 1] - first[size_t(e)];
-    if (n == 0) continue;
-    jobs.push_back({&gate[size_t(e)], xs + r0 * D, n, g + r0 * I});
-    jobs.push_back({&up[size_t(e)], xs + r0 * D, n, u + r0 * I});
-  }
-  matmul_many(jobs);
-  // Each row's expert's biases (gpt-oss), then the activation.
-  auto add_expert_bias = [&](float* rows, const std::vector<float>* bias, size_t width) {
+  // Each row's expert's biases (gpt-oss).
+  auto add_expert_bias = [&](float* rows, const std::vector<float>* bias, size_t width, int e0,
+                             int e1) {
     if (!bias) return;
-    for (int e = 0; e < n_experts; ++e)
+    for (int e = e0; e < e1; ++e)
       for (int32_t r = first[size_t(e)]; r < first[size_t(e) + 1]; ++r) {
-        float* y = rows + size_t(r) * width;
+        float* y = rows + size_t(r - first[size_t(e0)]) * width;
         const float* b = bias->data() + size_t(e) * width;
         for (size_t i = 0; i < width; ++i) y[i] += b[i];
       }
   };
-  add_expert_bias(g, ex.b_gate, I);
-  add_expert_bias(u, ex.b_up, I);
-  if (ex.act == Activation::ClampedSwiglu)
-    fak::clamped_swiglu_mul(g, u, int(pairs.size() * I), ex.alpha, ex.limit, g);
-  else
-    fak::silu_mul(g, u, int(pairs.size() * I), g);
-  jobs.clear();
-  for (int e = 0; e < n_experts; ++e) {
-    const size_t r0 = size_t(first[size_t(e)]);
-    const int n = first[size_t(e) + 1] - first[size_t(e)];
-    if (n > 0) jobs.push_back({&down[size_t(e)], g + r0 * I, n, ys + r0 * D});
-  }
-  matmul_many(jobs);
-  add_expert_bias(ys, ex.b_down, D);
-  for (int t = 0; t < T_; ++t) {
-    float* o = out + size_t(t) * D;
-    std::memset(o, 0, sizeof(float) * D);
-    for (int j = 0; j < k; ++j) {
-      const float w = weights[size_t(t) * size_t(k) + size_t(j)];
-      const float* y = ys + size_t(row_of[size_t(t) * size_t(k) + size_t(j)]) * D;
-      for (size_t d = 0; d < D; ++d) o[d] += w * y[d];
+  for (int e0 = 0; e0 < n_experts;) {
+    int e1 = e0;
+    while (e1 < n_experts && size_t(first[size_t(e1) + 1] - first[size_t(e0)]) <= cap) ++e1;
+    const size_t base = size_t(first[size_t(e0)]), n_rows = size_t(first[size_t(e1)]) - base;
+    if (n_rows > 0) {
+      for (size_t r = 0; r < n_rows; ++r)
+        std::memcpy(xs + r * D, x + size_t(pairs[base + r] / k) * D, sizeof(float) * D);
+      // The group's gates and ups in one parallel region, then its downs in another.
+      jobs.clear();
+      for (int e = e0; e < e1; ++e) {
+        const size_t r0 = size_t(first[size_t(e)]) - base;
+        const int n = first[size_t(e) + 1] - first[size_t(e)];
+        if (n == 0) continue;
+        jobs.push_back({&gate[size_t(e)], xs + r0 * D, n, g + r0 * I});
+        jobs.push_back({&up[size_t(e)], xs + r0 * D, n, u + r0 * I});
+      }
+      matmul_many(jobs);
+      add_expert_bias(g, ex.b_gate, I, e0, e1);
+      add_expert_bias(u, ex.b_up, I, e0, e1);
+      if (ex.act == Activation::ClampedSwiglu)
+        fak::clamped_swiglu_mul(g, u, int(n_rows * I), ex.alpha, ex.limit, g);
+      else
+        fak::silu_mul(g, u, int(n_rows * I), g);
+      jobs.clear();
+      for (int e = e0; e < e1; ++e) {
+        const size_t r0 = size_t(first[size_t(e)]) - base;
+        const int n = first[size_t(e) + 1] - first[size_t(e)];
+        if (n > 0) jobs.push_back({&down[size_t(e)], g + r0 * I, n, ys + r0 * D});
+      }
+      matmul_many(jobs);
+      add_expert_bias(ys, ex.b_down, D, e0, e1);
+      // Each token's experts come in ascending order, group after group.
+      for (size_t r = 0; r < n_rows; ++r) {
+        const int32_t pair = pairs[base + r];
+        float* o = out + size_t(pair / k) * D;
+        const float w = weights[size_t(pair)];
+        const float* y = ys + r * D;
+        for (size_t d = 0; d < D; ++d) o[d] += w * y[d];
+      }
     }
+    e0 = e1;
   }
 }
 
