@@ -90,6 +90,8 @@ QuantTileFn quant_tile_packed_avx512(QuantType t);
 // The decode kernel (n_tokens == 1) for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_gemv_kernel(QuantType t);
 QuantTileFn quant_gemv_avx2(QuantType t);  // gemv_avx2.cpp; only when cpu_has_avx2()
+// gemv_mxfp4_avx512.cpp (VNNI; same bits as the AVX2 kernels), or null; only when avx512_enabled().
+QuantTileFn quant_gemv_avx512(QuantType t);
 // Test hook: forces vec_dot rows even where a tile or decode kernel exists (to compare them).
 void set_quant_tiles_enabled(bool enabled);
 

@@ -127,7 +127,10 @@ QuantTileFn quant_tile_kernel(QuantType t) {
 
 QuantTileFn quant_gemv_kernel(QuantType t) {
   if (!g_tiles_enabled) return nullptr;
-  return quant_kernels().isa == "avx2" ? quant_gemv_avx2(t) : nullptr;
+  if (quant_kernels().isa != "avx2") return nullptr;
+  if (avx512_enabled())
+    if (QuantTileFn fn = quant_gemv_avx512(t)) return fn;
+  return quant_gemv_avx2(t);
 }
 
 void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y, QuantPrepared& p,
