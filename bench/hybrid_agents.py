@@ -12,7 +12,7 @@ cached tokens of every fak turn (the previous context in full, on a hybrid too, 
 
   python3 bench/hybrid_agents.py -m MODEL.gguf [--agents 4] [--turns 6] [--shared 0] [--first 1000]
       [--message 56] [--reply 24] [-t 2] [--passes 1] [--engines fak,llama,server]
-      [--llama-server PATH] [--json OUT] [-- fak serve flags]
+      [--llama-server PATH] [--whole-utf8] [--json OUT] [-- fak serve flags]
 """
 import argparse
 import json
@@ -28,6 +28,7 @@ import urllib.error
 import urllib.request
 
 import fak_serve
+import gguf_vocab
 
 here = os.path.dirname(os.path.abspath(__file__))
 
@@ -90,8 +91,11 @@ def run_fak(args, work):
     name = name["data"][0]["id"]
 
     def ask(ctx):
-        r = post(port, {"model": name, "prompt": ctx, "max_tokens": work["reply"], "temperature": 0,
-                        "ignore_eos": True, "return_token_ids": True})
+        body = {"model": name, "prompt": ctx, "max_tokens": work["reply"], "temperature": 0,
+                "ignore_eos": True, "return_token_ids": True}
+        if work["banned"]:
+            body["logit_bias"] = {str(i): -100 for i in work["banned"]}
+        r = post(port, body)
         return r["choices"][0]["token_ids"], r["usage"]["prompt_tokens_details"]["cached_tokens"]
 
     seconds, turns, replies = run_agents(args, work, ask)
@@ -128,8 +132,11 @@ def run_server(args, work):
         time.sleep(0.5)
 
     def ask(ctx):
-        r = post(port, {"prompt": ctx, "n_predict": work["reply"], "temperature": 0, "ignore_eos": True,
-                        "cache_prompt": True, "return_tokens": True}, "/completion")
+        body = {"prompt": ctx, "n_predict": work["reply"], "temperature": 0, "ignore_eos": True,
+                "cache_prompt": True, "return_tokens": True}
+        if work["banned"]:
+            body["logit_bias"] = [[i, False] for i in work["banned"]]
+        r = post(port, body, "/completion")
         return r["tokens"], r["timings"]["cache_n"]
 
     seconds, turns, replies = run_agents(args, work, ask)
@@ -165,10 +172,16 @@ def main():
     ap.add_argument("--engines", default="fak,llama")
     ap.add_argument("--llama-server", default="llama-server")
     ap.add_argument("--server-log", help="llama-server's log to this file")
+    ap.add_argument("--whole-utf8", action="store_true",
+                    help="ban the tokens that are not whole UTF-8 alone, in every engine (llama-server "
+                         "answers HTTP 500 to a reply that is not valid UTF-8)")
     ap.add_argument("--json")
     ap.add_argument("fak_args", nargs="*", help="after --: more fak serve flags")
     args = ap.parse_args()
     work = workload(args)
+    work["banned"] = gguf_vocab.partial_utf8_ids(args.model) if args.whole_utf8 else []
+    if work["banned"] and "llama" in args.engines.split(","):
+        sys.exit("--whole-utf8: engine llama (node-llama-cpp) takes no logit_bias here")
     runs = {"fak": [], "llama": [], "server": []}
     engines = {"fak": run_fak, "llama": run_llama, "server": run_server}
     for _ in range(args.passes):  # interleaved, so every engine sees the same machine

@@ -158,6 +158,13 @@ TEST_F(ServerClients, LogitBiasBansAndForcesTokens) {
   const HttpReply forced = complete(json{{"1234", 100}}, 3);
   ASSERT_EQ(forced.status, 200) << forced.body;
   EXPECT_EQ(forced.j()["choices"][0]["text"], piece + piece + piece);
+  // Everything but 1234 banned, as a client banning a whole class of tokens does (8191 entries).
+  json all_but = json::object();
+  for (int id = 0; id < 8192; ++id)
+    if (id != 1234) all_but[std::to_string(id)] = -100;
+  const HttpReply only = complete(all_but, 2);
+  ASSERT_EQ(only.status, 200) << only.body.substr(0, 300);
+  EXPECT_EQ(only.j()["choices"][0]["text"], piece + piece);
   // A small bias changes nothing here; the reply is the plain one.
   EXPECT_EQ(complete(json{{"1234", 0.5}}, 1).j()["choices"][0]["text"],
             plain.j()["choices"][0]["text"]);

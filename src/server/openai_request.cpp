@@ -206,13 +206,19 @@ SamplingOptions parse_sampling(const ojson& j, const SamplingOptions& defaults) 
   return o;
 }
 
+constexpr size_t kMaxLogitBias = 16384;
+
 void parse_logit_bias(const ojson& j, SamplingOptions& s) {
   // OpenAI's logit_bias: {"token id": bias in [-100, 100]}, added to that token's logit before
   // sampling (-100 bans it). check_logit_bias checks the ids against the vocabulary.
   if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
     if (!it->is_object())
       bad_request("`logit_bias` must be an object of token ids to biases", "logit_bias");
-    if (it->size() > 1024) bad_request("`logit_bias` may name at most 1024 tokens", "logit_bias");
+    // Far above OpenAI's 300: a client may ban whole classes of tokens (every piece that is not
+    // whole UTF-8 on a byte-level vocabulary is ~1.4k on Qwen's); the cap bounds the per-token cost.
+    if (it->size() > kMaxLogitBias)
+      bad_request("`logit_bias` may name at most " + std::to_string(kMaxLogitBias) + " tokens",
+                  "logit_bias");
     for (const auto& [key, value] : it->items()) {
       int64_t id = -1;
       const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
