@@ -101,10 +101,11 @@ class AttentionFixture {
 };
 
 std::vector<AttnSetup> setups() {
-  return {{14, 2, 64, 300, DType::F32}, {4, 4, 32, 77, DType::F32},   {8, 1, 128, 130, DType::F32},
-          {6, 2, 16, 40, DType::F32},   {24, 4, 256, 70, DType::F32}, {14, 2, 64, 150, DType::BF16},
-          {4, 2, 32, 99, DType::F16},   {3, 1, 48, 33, DType::F32},   {14, 2, 64, 150, DType::Q8_0},
-          {4, 2, 32, 99, DType::Q8_0}};
+  return {
+      {14, 2, 64, 300, DType::F32}, {4, 4, 32, 77, DType::F32},    {8, 1, 128, 130, DType::F32},
+      {6, 2, 16, 40, DType::F32},   {24, 4, 256, 70, DType::F32},  {14, 2, 64, 150, DType::BF16},
+      {4, 2, 32, 99, DType::F16},   {3, 1, 48, 33, DType::F32},    {14, 2, 64, 150, DType::Q8_0},
+      {4, 2, 32, 99, DType::Q8_0},  {14, 2, 64, 150, DType::Q4_0}, {8, 1, 128, 70, DType::Q4_0}};
 }
 
 TEST(Attention, MatchesReferenceOverAllPositions) {
@@ -295,7 +296,7 @@ TEST(Attention, GroupedDecodeTasksBitIdenticalToSolo) {
   all.push_back({16, 1, 64, 90, DType::F32});  // 16 heads per KV head: two groups of 8
   all.push_back({10, 2, 32, 64, DType::F16});  // 5 heads per KV head, the context one block
   for (const AttnSetup& setup : all) {
-    if (setup.dtype == DType::Q8_0) continue;  // the group kernel reads f32 / f16 / bf16 rows only
+    if (dtype_blocked(setup.dtype)) continue;  // the group kernel reads f32 / f16 / bf16 rows only
     AttentionFixture f(setup);
     const size_t qd = size_t(f.q_dim());
     // b: a's blocks in another order (rows differ past the first block); c, d: the first half /

@@ -230,14 +230,14 @@ TEST_F(BudgetedPrefixCache, OwnCapEvictsAtInsert) {
 TEST(KvBudget, BytesPerTokenOfQwen25ShapesAsTheReadmeTable) {
   struct Row {
     const char* config;
-    size_t f32_kraw, f32, half_kraw, half, q8;
+    size_t f32_kraw, f32, half_kraw, half, q8, q4;
   };
   // The README's table (Server section).
   const Row rows[] = {
-      {"qwen2.5-0.5b-instruct.json", 36864, 24576, 18432, 12288, 6528},
-      {"qwen2.5-1.5b-instruct.json", 86016, 57344, 43008, 28672, 15232},
-      {"qwen2.5-7b-instruct.json", 172032, 114688, 86016, 57344, 30464},
-      {"qwen3-30b-a3b.json", 294912, 196608, 147456, 98304, 52224},
+      {"qwen2.5-0.5b-instruct.json", 36864, 24576, 18432, 12288, 6528, 3456},
+      {"qwen2.5-1.5b-instruct.json", 86016, 57344, 43008, 28672, 15232, 8064},
+      {"qwen2.5-7b-instruct.json", 172032, 114688, 86016, 57344, 30464, 16128},
+      {"qwen3-30b-a3b.json", 294912, 196608, 147456, 98304, 52224, 27648},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(r.config);
@@ -251,6 +251,7 @@ TEST(KvBudget, BytesPerTokenOfQwen25ShapesAsTheReadmeTable) {
     EXPECT_EQ(bpt(DType::BF16, true), r.half_kraw);
     EXPECT_EQ(bpt(DType::BF16, false), r.half);
     EXPECT_EQ(bpt(DType::Q8_0, false), r.q8);  // 34 bytes per 32 elements
+    EXPECT_EQ(bpt(DType::Q4_0, false), r.q4);  // 18 bytes per 32 elements
   }
 }
 

@@ -65,6 +65,14 @@ std::vector<ModelCase> models() {
     cases.push_back({name, test::data_path(std::string("oracle/") + m), {}, DType::Q8_0});
   }
   cases.push_back({"pycoder_6m_q8kv", test::source_path("models/pycoder-6m"), {}, DType::Q8_0});
+  // Q4_0 KV (blocks of 32: an f16 scale, 4-bit codes), the long-context option: the same.
+  for (const char* m : {"qwen35-hybrid-tiny", "gemma3-tiny", "gpt-oss-tiny"}) {
+    std::string name = std::string(m) + "_q4kv";
+    for (char& ch : name)
+      if (ch == '-') ch = '_';
+    cases.push_back({name, test::data_path(std::string("oracle/") + m), {}, DType::Q4_0});
+  }
+  cases.push_back({"pycoder_6m_q4kv", test::source_path("models/pycoder-6m"), {}, DType::Q4_0});
   return cases;
 }
 
@@ -242,8 +250,8 @@ TEST_P(Reuse, ShiftEvictIsExactInLayerZeroAndCloseOverall) {
   Session fresh = cold(concat({a, c}));
   ASSERT_EQ(s.tokens(), fresh.tokens());
   // Layer 0's K and V only depend on each token and its position: identical to a fresh run (with
-  // f32 rows; q8_0's pre-RoPE keys are themselves rounded, so the re-rotated key is rounded twice:
-  // within two steps of its block's scale).
+  // f32 rows; q8_0's and q4_0's pre-RoPE keys are themselves rounded, so the re-rotated key is
+  // rounded twice: within a few of its block's steps).
   const int bs = cache->block_size();
   std::vector<float> k1(size_t(model->config().kv_dim())), k2(k1.size());
   for (int p = 0; p < s.size(); ++p) {
@@ -258,7 +266,8 @@ TEST_P(Reuse, ShiftEvictIsExactInLayerZeroAndCloseOverall) {
         scale = std::max(scale, std::fabs(k2[i]));
         worst = std::max(worst, std::fabs(k1[i] - k2[i]));
       }
-      ASSERT_LE(worst, 4 * scale / 127) << "layer 0 K at " << p;
+      const float levels = GetParam().kv == DType::Q4_0 ? 8 : 127;  // steps in a block's absmax
+      ASSERT_LE(worst, 4 * scale / levels) << "layer 0 K at " << p;
     }
   }
   EXPECT_TRUE(bit_equal(other.logits(), cold(concat({a, span, c})).logits()));
@@ -649,7 +658,16 @@ TEST(KvCache, RefusesAnInvalidShape) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("multiple of 32"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(parse_kv_type("q4_0"), Error);
+  try {
+    KvCache(1, 2, 16, {.dtype = DType::Q4_0});
+    ADD_FAILURE() << "a q4_0 cache with heads of 16 was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q4_0 needs a head size that is a multiple of 32"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parse_kv_type("q4_0"), DType::Q4_0);
+  EXPECT_THROW(parse_kv_type("q4_1"), Error);
   // A cache with the model's kv_dim but another split into heads is not the model's cache.
   auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
   const ModelConfig& c = model->config();
@@ -699,22 +717,25 @@ TEST_P(HalfKv, ExactnessHoldsAndLogitsStayClose) {
   for (size_t i = 0; i < s.logits().size(); ++i)
     md = std::max(md, double(std::fabs(s.logits()[i] - full.logits()[i])));
   EXPECT_GT(md, 0.0);
-  const double bound = GetParam() == DType::F16 ? 0.02 : GetParam() == DType::BF16 ? 0.1 : 0.3;
+  const double bound = GetParam() == DType::F16    ? 0.02
+                       : GetParam() == DType::BF16 ? 0.1
+                       : GetParam() == DType::Q8_0 ? 0.3
+                                                   : 3.0;
   EXPECT_LT(md, bound) << "KV rounding moved the logits too far";
   EXPECT_EQ(argmax(s.logits()), argmax(full.logits()));
-  // Bytes per token: half of f32's, or for q8_0 34 per 32 elements (17/64 of f32's).
+  // Bytes per token: half of f32's, or for q8_0 34 per 32 elements (17/64 of f32's), for q4_0 18
+  // (9/64).
   const size_t per_token = cache->block_bytes() / 16, f32_per_token = f32->block_bytes() / 32;
   if (GetParam() == DType::Q8_0)
     EXPECT_EQ(per_token * 64, f32_per_token * 17);
+  else if (GetParam() == DType::Q4_0)
+    EXPECT_EQ(per_token * 64, f32_per_token * 9);
   else
     EXPECT_EQ(per_token * 2, f32_per_token);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, HalfKv, ::testing::Values(DType::F16, DType::BF16, DType::Q8_0),
-                         [](const auto& info) {
-                           return info.param == DType::F16    ? std::string("f16")
-                                  : info.param == DType::BF16 ? std::string("bf16")
-                                                              : std::string("q8_0");
-                         });
+INSTANTIATE_TEST_SUITE_P(Types, HalfKv,
+                         ::testing::Values(DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0),
+                         [](const auto& info) { return std::string(kv_type_name(info.param)); });
 
 }  // namespace fak

@@ -26,6 +26,8 @@ std::string_view dtype_name(DType t) {
       return "BOOL";
     case DType::Q8_0:
       return "Q8_0";
+    case DType::Q4_0:
+      return "Q4_0";
   }
   return "?";
 }
@@ -47,6 +49,7 @@ size_t dtype_size(DType t) {
     case DType::BOOL:
       return 1;
     case DType::Q8_0:
+    case DType::Q4_0:
       return 0;
   }
   return 0;
@@ -54,6 +57,7 @@ size_t dtype_size(DType t) {
 
 size_t dtype_row_bytes(DType t, int64_t n) {
   if (t == DType::Q8_0) return size_t(n / 32) * 34;
+  if (t == DType::Q4_0) return size_t(n / 32) * 18;
   return size_t(n) * dtype_size(t);
 }
 

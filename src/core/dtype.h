@@ -8,12 +8,14 @@
 
 namespace fak {
 
-// Q8_0 (KV rows only): ggml's blocks of 32, an f16 scale and 32 int8 codes; no size per element.
-enum class DType : uint8_t { F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, Q8_0 };
+// Q8_0 and Q4_0 (KV rows only): ggml's blocks of 32, an f16 scale and 32 int8 codes (Q8_0) or 32
+// 4-bit codes (Q4_0, element j in the low nibble of byte j, element j + 16 in its high nibble);
+// no size per element.
+enum class DType : uint8_t { F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, Q8_0, Q4_0 };
 
 std::string_view dtype_name(DType t);
-size_t dtype_size(DType t);  // bytes per element (0 for Q8_0: use dtype_row_bytes)
-// Bytes of n elements (for Q8_0, n a multiple of 32).
+size_t dtype_size(DType t);  // bytes per element (0 for Q8_0 and Q4_0: use dtype_row_bytes)
+// Bytes of n elements (for Q8_0 and Q4_0, n a multiple of 32).
 size_t dtype_row_bytes(DType t, int64_t n);
 
 inline float bf16_to_f32(uint16_t h) {
@@ -30,6 +32,11 @@ inline uint16_t f32_to_bf16(float f) {
   if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return uint16_t(bits >> 16);
+}
+
+// Whether t is stored in blocks of 32 with a scale (Q8_0, Q4_0).
+inline bool dtype_blocked(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0;
 }
 
 float f16_to_f32(uint16_t h);

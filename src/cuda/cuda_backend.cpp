@@ -325,7 +325,8 @@ CudaCall::CudaCall(const CudaBackend& be, std::unique_lock<std::mutex> lock,
   kv_.n_kv_heads = cache.n_kv_heads();
   kv_.head_dim = cache.head_dim();
   kv_.planes = cache.keeps_kraw() ? 3 : 2;
-  check(cache.dtype() != DType::Q8_0, "--kv-type q8_0 is not implemented on the CUDA backend yet");
+  check(!dtype_blocked(cache.dtype()), std::string("--kv-type ") + kv_type_name(cache.dtype()) +
+                                           " is not implemented on the CUDA backend yet");
   kv_.elem_bytes = int(dtype_size(cache.dtype()));
   kv_.is_bf16 = cache.dtype() == DType::BF16;
   kv_.head_bytes = cache.head_bytes();

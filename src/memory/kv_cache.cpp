@@ -15,13 +15,15 @@ DType parse_kv_type(const std::string& name) {
   if (name == "f16") return DType::F16;
   if (name == "bf16") return DType::BF16;
   if (name == "q8_0") return DType::Q8_0;
-  fail("KV type '" + name + "' is not supported (f32, f16, bf16, q8_0)");
+  if (name == "q4_0") return DType::Q4_0;
+  fail("KV type '" + name + "' is not supported (f32, f16, bf16, q8_0, q4_0)");
 }
 
 const char* kv_type_name(DType dtype) {
   return dtype == DType::F16    ? "f16"
          : dtype == DType::BF16 ? "bf16"
          : dtype == DType::Q8_0 ? "q8_0"
+         : dtype == DType::Q4_0 ? "q4_0"
                                 : "f32";
 }
 
@@ -54,10 +56,11 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, KvCacheOptions opti
   check(block_size_ > 0 && n_kv_heads_ > 0 && head_dim_ > 0 && n_layers_ >= 0,
         "KvCache: invalid shape");
   check(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16 ||
-            dtype_ == DType::Q8_0,
-        "KvCache: storage type must be f32, f16, bf16 or q8_0");
-  if (dtype_ == DType::Q8_0 && head_dim_ % 32 != 0)
-    fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model's is " +
+            dtype_blocked(dtype_),
+        "KvCache: storage type must be f32, f16, bf16, q8_0 or q4_0");
+  if (dtype_blocked(dtype_) && head_dim_ % 32 != 0)
+    fail(std::string("--kv-type ") + kv_type_name(dtype_) +
+         " needs a head size that is a multiple of 32 (this model's is " +
          std::to_string(head_dim_) + ")");
   head_bytes_ = dtype_row_bytes(dtype_, head_dim_);
   row_bytes_ = dtype_row_bytes(dtype_, kv_dim_);
@@ -183,10 +186,11 @@ void KvCache::drop_window_rows(int32_t block) {
 namespace {
 
 // n f32 values as stored elements of type dt, and back (the rounding is deterministic: Q8_0's
-// quantiser gives the same bytes in every kernel variant, ops/quant/quant.h).
+// quantiser gives the same bytes in every kernel variant, ops/quant/quant.h; Q4_0's has one, the
+// scalar reference).
 void encode(DType dt, const float* x, int n, uint8_t* out) {
-  if (dt == DType::Q8_0) {
-    quantize_row(QuantType::Q8_0, x, out, n);
+  if (dtype_blocked(dt)) {
+    quantize_row(dt == DType::Q8_0 ? QuantType::Q8_0 : QuantType::Q4_0, x, out, n);
     return;
   }
   if (dt == DType::F32) {
@@ -200,8 +204,8 @@ void encode(DType dt, const float* x, int n, uint8_t* out) {
 }
 
 void decode(DType dt, const uint8_t* in, int n, float* y) {
-  if (dt == DType::Q8_0) {
-    dequantize_row(QuantType::Q8_0, in, y, n);
+  if (dtype_blocked(dt)) {
+    dequantize_row(dt == DType::Q8_0 ? QuantType::Q8_0 : QuantType::Q4_0, in, y, n);
     return;
   }
   if (dt == DType::F32) {

@@ -47,9 +47,9 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   // are not used.
   const bool windowed = s.window > 0;
   // Decode groups have no sinks either (gpt-oss's full layers run one-token tiles).
-  // Nor Q8_0 rows, which that kernel does not read.
+  // Nor Q8_0 / Q4_0 rows, which that kernel does not read.
   const bool group_decode =
-      kernels::avx512_enabled() && !windowed && !s.sinks && cache.dtype() != DType::Q8_0;
+      kernels::avx512_enabled() && !windowed && !s.sinks && !dtype_blocked(cache.dtype());
   const int tile_queries = group_decode || (windowed && kernels::avx512_enabled())
                                ? kernels::kTileQueries
                                : kernels::kTileQueriesAvx2;
@@ -269,21 +269,22 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
     for (int t = 0; t < tasks[size_t(ti)].n_tokens; ++t)
       for (int h = 0; h < s.n_heads; ++h) units.push_back({ti, t, h});
   // Row readers for the cache's storage type, picked once per call.
-  thread_local std::vector<float> wide;  // a Q8_0 row, dequantised
-  auto dot = [&vk, dt = cache.dtype()](const float* q, const uint8_t* row, int n) {
-    if (dt == DType::Q8_0) {
+  thread_local std::vector<float> wide;  // a Q8_0 / Q4_0 row, dequantised
+  const QuantType blocked = cache.dtype() == DType::Q8_0 ? QuantType::Q8_0 : QuantType::Q4_0;
+  auto dot = [&vk, blocked, dt = cache.dtype()](const float* q, const uint8_t* row, int n) {
+    if (dtype_blocked(dt)) {
       wide.resize(size_t(n));
-      dequantize_row(QuantType::Q8_0, row, wide.data(), n);
+      dequantize_row(blocked, row, wide.data(), n);
       return vk.dot(q, wide.data(), n);
     }
     if (dt == DType::F32) return vk.dot(q, reinterpret_cast<const float*>(row), n);
     if (dt == DType::F16) return vk.dot_f16(q, reinterpret_cast<const uint16_t*>(row), n);
     return vk.dot_bf16(q, reinterpret_cast<const uint16_t*>(row), n);
   };
-  auto axpy = [&vk, dt = cache.dtype()](float* y, float a, const uint8_t* row, int n) {
-    if (dt == DType::Q8_0) {
+  auto axpy = [&vk, blocked, dt = cache.dtype()](float* y, float a, const uint8_t* row, int n) {
+    if (dtype_blocked(dt)) {
       wide.resize(size_t(n));
-      dequantize_row(QuantType::Q8_0, row, wide.data(), n);
+      dequantize_row(blocked, row, wide.data(), n);
       return vk.axpy(y, a, wide.data(), n);
     }
     if (dt == DType::F32) return vk.axpy(y, a, reinterpret_cast<const float*>(row), n);

@@ -104,12 +104,14 @@ std::string describe_bytes_per_token(const Model& model, DType dtype, bool keep_
   const ModelConfig& c = model.config();
   const size_t bpt =
       kv_bytes_per_token(model.n_attention_layers(), c.n_kv_heads, c.head_dim, dtype, keep_kraw);
-  std::string line =
-      std::to_string(bpt) + " bytes/token (" + std::to_string(model.n_attention_layers()) +
-      " attention layers x (K + V" + (keep_kraw ? " + Kraw" : "") + ") x " +
-      std::to_string(c.n_kv_heads) + " KV heads x " + std::to_string(c.head_dim) + " dims x " +
-      (dtype == DType::Q8_0 ? std::string("34/32") : std::to_string(dtype_size(dtype))) +
-      " bytes, " + kv_type_name(dtype) + ")";
+  std::string line = std::to_string(bpt) + " bytes/token (" +
+                     std::to_string(model.n_attention_layers()) + " attention layers x (K + V" +
+                     (keep_kraw ? " + Kraw" : "") + ") x " + std::to_string(c.n_kv_heads) +
+                     " KV heads x " + std::to_string(c.head_dim) + " dims x " +
+                     (dtype == DType::Q8_0   ? std::string("34/32")
+                      : dtype == DType::Q4_0 ? std::string("18/32")
+                                             : std::to_string(dtype_size(dtype))) +
+                     " bytes, " + kv_type_name(dtype) + ")";
   if (const DroppedWindows d = dropped_windows(model); d.layers > 0 && !keep_window_rows)
     line += "; " + std::to_string(d.layers) + " of the layers attend to a window of " +
             std::to_string(d.window) + " and keep about " +

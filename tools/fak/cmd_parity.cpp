@@ -3,9 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
-#include "ops/matmul.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "ops/matmul.h"
 #include "runtime/parity.h"
 
 namespace fak::cli {
@@ -89,7 +89,7 @@ void register_parity(CLI::App& app) {
       ->required();
   c->add_option("--tolerance", a->tolerance, "max |logit difference| allowed");
   c->add_option("--kv-type", a->kv_type,
-                "KV cache element type: f32 (the references' precision), f16 or bf16")
+                "KV cache element type: f32 (the references' precision), f16, bf16, q8_0 or q4_0")
       ->capture_default_str();
   c->add_option("--activations", a->activations,
                 "bf16 weights: f32 (widened weights, the references' precision) or bf16 "

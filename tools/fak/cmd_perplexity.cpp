@@ -53,8 +53,8 @@ void register_perplexity(CLI::App& app) {
   c->add_option("-f,--file", a->file, "text file (UTF-8)")->required();
   c->add_option("--ctx", a->ctx, "scored tokens per window")->check(CLI::PositiveNumber);
   c->add_option("--kv-type", a->kv_type,
-                "KV cache element type: f32 (the reference's precision), f16 or bf16 (what a "
-                "smaller KV costs)")
+                "KV cache element type: f32 (the reference's precision), f16, bf16, q8_0 or q4_0 "
+                "(what a smaller KV costs)")
       ->capture_default_str();
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");

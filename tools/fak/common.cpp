@@ -115,10 +115,10 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
 
 void KvFlags::add_to(CLI::App* app) {
   app->add_option("--kv-type", type,
-                  "KV cache storage: f32, f16, bf16 or q8_0 (blocks of 32 with a scale: 53% of "
-                  "f16's memory; deterministic, so every reuse guarantee holds)")
+                  "KV cache storage: f32, f16, bf16, q8_0 or q4_0 (blocks of 32 with a scale: "
+                  "53% / 28% of f16's memory; deterministic, so every reuse guarantee holds)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   app->add_flag("--kraw", kraw,
                 "also keep pre-RoPE keys (half as much KV again): a shift eviction then leaves "
                 "layer 0 exactly as a fresh run computes it");

@@ -189,9 +189,9 @@ void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale,
 
 void widen_rows(const uint8_t* const* rows, size_t offset, int n, int elems, DType dtype,
                 float* out) {
-  if (dtype == DType::Q8_0) {
+  if (dtype_blocked(dtype)) {
     for (int i = 0; i < n; ++i)
-      widen_q8_0(rows[i] + offset, elems, out + size_t(i) * size_t(elems));
+      widen_blocked(dtype, rows[i] + offset, elems, out + size_t(i) * size_t(elems));
     return;
   }
   for (int i = 0; i < n; ++i) {

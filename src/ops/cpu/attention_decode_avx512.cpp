@@ -284,7 +284,7 @@ void attend_group(const DecodeGroup& g, float scale) {
   // Every row the passes below read, in their order: shared K, each sequence's own K, then V
   // block by block (a shared block once, then each sequence's own rows of that block).
   const KvRows& r0 = g.seq[0].rows;
-  RowStream stream(r0.head_offset, size_t(HD) * dtype_size(r0.dtype));
+  RowStream stream(r0.head_offset, dtype_row_bytes(r0.dtype, HD));
   stream.add(r0.k, 0, shared);
   for (int v = 0; v < NZ; ++v)
     for (int j0 = shared; j0 < pair_end[v]; j0 += kKeyBlock) {
@@ -310,7 +310,7 @@ void attend_group(const DecodeGroup& g, float scale) {
   const float* kp[kKeyBlock];
   // A lone sequence with f32 / f16 / bf16 keys: whole blocks as 16 pairs of keys (j, j + 16),
   // both keys in one register (scores_pair's kHalf); the same chains, so the same bits.
-  const bool two_keys = n_seq == 1 && NZ == 1 && r0.dtype != DType::Q8_0;
+  const bool two_keys = n_seq == 1 && NZ == 1 && !dtype_blocked(r0.dtype);
   if (two_keys) {
     const __m512i weave = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int d = 0; d < HD; ++d)

@@ -28,14 +28,43 @@ inline void widen_q8_0(const uint8_t* src, int n, float* dst) {
   }
 }
 
-// Row pointers for keys [j0, j1) of one plane as f32; half and q8_0 rows are widened into `conv`.
+// One head's Q4_0 row (n / 32 blocks: an f16 scale, 16 bytes of codes; element j of a block in
+// the low nibble of byte j, element j + 16 in its high one) as n floats (q - 8) * d: one exact
+// product per element, as the scalar dequantiser computes it.
+inline void widen_q4_0(const uint8_t* src, int n, float* dst) {
+  const __m128i low = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+  for (int b = 0; b < n / 32; ++b, src += 18, dst += 32) {
+    uint16_t h;
+    std::memcpy(&h, src, 2);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(packed, low), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low), eight);
+    // Codes 0..7 and 8..15 of each half: elements 0..15 from the low nibbles, 16..31 the high.
+    const __m128i parts[4] = {lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)};
+    for (int p = 0; p < 4; ++p)
+      _mm256_storeu_ps(dst + 8 * p,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p])), d));
+  }
+}
+
+// One head's row of a blocked type (Q8_0, Q4_0) as n floats.
+inline void widen_blocked(DType dt, const uint8_t* src, int n, float* dst) {
+  if (dt == DType::Q8_0)
+    widen_q8_0(src, n, dst);
+  else
+    widen_q4_0(src, n, dst);
+}
+
+// Row pointers for keys [j0, j1) of one plane as f32; half, q8_0 and q4_0 rows are widened into
+// `conv`.
 template <int HD>
 void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j0, int j1,
                 float* conv, const float** out) {
-  if (dt == DType::Q8_0) {
+  if (dtype_blocked(dt)) {
     for (int j = j0; j < j1; ++j) {
       float* dst = conv + size_t(j - j0) * HD;
-      widen_q8_0(plane[j] + head_offset, HD, dst);
+      widen_blocked(dt, plane[j] + head_offset, HD, dst);
       out[j - j0] = dst;
     }
     return;
