@@ -227,6 +227,20 @@ TEST_F(BudgetedPrefixCache, OwnCapEvictsAtInsert) {
   EXPECT_EQ(pc.stats().blocks_reclaimed, 0);
 }
 
+// The startup line spells out every KV type's bytes: pycoder-6m has 6 layers x 2 heads x 32 dims.
+TEST(KvBudget, StartupLineNamesEachTypesBytes) {
+  auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
+  EXPECT_EQ(
+      describe_bytes_per_token(*model, DType::F16, false, false),
+      "1536 bytes/token (6 attention layers x (K + V) x 2 KV heads x 32 dims x 2 bytes, f16)");
+  EXPECT_EQ(describe_bytes_per_token(*model, DType::Q8_0, false, false),
+            "816 bytes/token (6 attention layers x (K + V) x 2 KV heads x 32 dims x 34/32 bytes, "
+            "q8_0)");
+  EXPECT_EQ(describe_bytes_per_token(*model, DType::Q4_0, false, false),
+            "432 bytes/token (6 attention layers x (K + V) x 2 KV heads x 32 dims x 18/32 bytes, "
+            "q4_0)");
+}
+
 TEST(KvBudget, BytesPerTokenOfQwen25ShapesAsTheReadmeTable) {
   struct Row {
     const char* config;
