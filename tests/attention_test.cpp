@@ -296,7 +296,6 @@ TEST(Attention, GroupedDecodeTasksBitIdenticalToSolo) {
   all.push_back({16, 1, 64, 90, DType::F32});  // 16 heads per KV head: two groups of 8
   all.push_back({10, 2, 32, 64, DType::F16});  // 5 heads per KV head, the context one block
   for (const AttnSetup& setup : all) {
-    if (dtype_blocked(setup.dtype)) continue;  // the group kernel reads f32 / f16 / bf16 rows only
     AttentionFixture f(setup);
     const size_t qd = size_t(f.q_dim());
     // b: a's blocks in another order (rows differ past the first block); c, d: the first half /

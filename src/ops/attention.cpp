@@ -47,9 +47,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   // are not used.
   const bool windowed = s.window > 0;
   // Decode groups have no sinks either (gpt-oss's full layers run one-token tiles).
-  // Nor Q8_0 / Q4_0 rows, which that kernel does not read.
-  const bool group_decode =
-      kernels::avx512_enabled() && !windowed && !s.sinks && !dtype_blocked(cache.dtype());
+  const bool group_decode = kernels::avx512_enabled() && !windowed && !s.sinks;
   const int tile_queries = group_decode || (windowed && kernels::avx512_enabled())
                                ? kernels::kTileQueries
                                : kernels::kTileQueriesAvx2;

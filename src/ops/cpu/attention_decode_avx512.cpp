@@ -137,9 +137,24 @@ template <int HD, int LW, int KB>
   }
 }
 
-// 16 elements of a K row as f32 (exact for every KV type, as block_rows).
+// 16 elements of a K row as f32 (exact for every KV type, as block_rows: a blocked type's value is
+// one product code * scale, as widen_q8_0 / widen_q4_0 make it). d is a multiple of 16.
 [[gnu::always_inline]] inline __m512 load16(const uint8_t* row, DType dt, int d) {
   if (dt == DType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
+  if (dt == DType::Q8_0 || dt == DType::Q4_0) {
+    const uint8_t* block = row + size_t(d / 32) * (dt == DType::Q8_0 ? 34 : 18);
+    uint16_t h;
+    std::memcpy(&h, block, 2);
+    __m128i q;
+    if (dt == DType::Q8_0) {
+      q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + d % 32));
+    } else {
+      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+      const __m128i nibbles = d % 32 == 0 ? packed : _mm_srli_epi16(packed, 4);
+      q = _mm_sub_epi8(_mm_and_si128(nibbles, _mm_set1_epi8(0x0f)), _mm_set1_epi8(8));
+    }
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(_cvtsh_ss(h)));
+  }
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + d / 16);
   if (dt == DType::F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -308,9 +323,9 @@ void attend_group(const DecodeGroup& g, float scale) {
   __m512 mx[NZ];
   for (int v = 0; v < NZ; ++v) mx[v] = _mm512_set1_ps(-INFINITY);
   const float* kp[kKeyBlock];
-  // A lone sequence with f32 / f16 / bf16 keys: whole blocks as 16 pairs of keys (j, j + 16),
+  // A lone sequence: whole blocks as 16 pairs of keys (j, j + 16),
   // both keys in one register (scores_pair's kHalf); the same chains, so the same bits.
-  const bool two_keys = n_seq == 1 && NZ == 1 && !dtype_blocked(r0.dtype);
+  const bool two_keys = n_seq == 1 && NZ == 1;
   if (two_keys) {
     const __m512i weave = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int d = 0; d < HD; ++d)
