@@ -7,14 +7,11 @@
 // chain over the head dimension, the same exp polynomial, the softmax sum and the output in key
 // order, one division), so the outputs are the same bits as attend_tile_avx2 (tested). A tile of
 // up to 8 queries goes to the AVX2 kernel: half the lanes would be idle.
-// note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 
 #include <cmath>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/attention_kernels.h"
 #include "ops/cpu/attention_rows.h"
 #include "ops/cpu/exp_avx512.h"

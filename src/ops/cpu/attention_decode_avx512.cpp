@@ -15,17 +15,13 @@
 // the softmax max, the exp polynomial and the sum run over keys in order per lane (keys past a
 // sequence's own count are -inf and add exact zeros); the output is one fma chain over keys per
 // element, then one multiply by 1 / sum. Which lanes or registers hold the chain changes nothing.
-// note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/attention_kernels.h"
 #include "ops/cpu/attention_rows.h"
 #include "ops/cpu/exp_avx512.h"

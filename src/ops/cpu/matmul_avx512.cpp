@@ -8,15 +8,11 @@
 // bits as matmul_rows_avx2 (tested), so decode can stay on the AVX2 kernel and the reuse stack's
 // guarantees (ops/matmul.h) hold whichever kernel a call takes. What AVX-512 buys is twice the
 // multiply-adds per instruction and 32 registers: tiles of 8 rows x 6 tokens.
-// note: GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
-// reports inside the headers (GCC bug 105593); nothing here reads an undefined value.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/cpu/float_rows.h"
 #include "ops/matmul_kernels.h"
 #include "ops/scratch.h"
@@ -27,7 +23,7 @@ namespace {
 
 constexpr int kPairs = 4;  // row pairs per tile: 8 rows
 constexpr int kGroupRows = 2 * kPairs;
-constexpr int kMaxTT = 6;          // tokens per tile
+constexpr int kMaxTT = 6;  // tokens per tile
 // Up to this many tokens the stored rows are read directly (rows_direct_blocks); more widen them
 // into a panel.
 constexpr int kDirectMaxTokens = 64;

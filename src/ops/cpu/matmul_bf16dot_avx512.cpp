@@ -7,24 +7,22 @@
 // accumulator over k in steps of 32 (the last step zero-padded), reduced in one fixed tree
 // (hsum16): every tile shape below does exactly that sequence per output, so decode == prefill ==
 // batched holds bit for bit (ops/matmul.h), as on the f32 path.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/matmul_kernels.h"
 
 namespace fak::kernels {
 
 namespace {
 
-constexpr int64_t kStep = 32;      // bf16 elements per vdpbf16ps (one 64-byte line per row)
-constexpr int kDecodeRows = 8;     // rows streamed at once for one token
-constexpr int kTileRows = 4;       // prefill tiles: 4 rows x up to 6 tokens (24 accumulators)
+constexpr int64_t kStep = 32;   // bf16 elements per vdpbf16ps (one 64-byte line per row)
+constexpr int kDecodeRows = 8;  // rows streamed at once for one token
+constexpr int kTileRows = 4;    // prefill tiles: 4 rows x up to 6 tokens (24 accumulators)
 constexpr int kTileTokens = 6;
-constexpr int kTokenBlock = 48;    // tokens whose activations stay in L2 while rows pass over them
+constexpr int kTokenBlock = 48;  // tokens whose activations stay in L2 while rows pass over them
 
 // The one reduction every output takes: lanes i + i+8, then i + i+4, i + i+2, i + i+1.
 inline float hsum16(__m512 v) {
@@ -81,8 +79,8 @@ __attribute__((always_inline)) inline void tile(const WeightMatrix& w, int64_t r
 }
 
 template <int RT>
-void tokens_tile(int tt, const WeightMatrix& w, int64_t r, const uint16_t* xb, size_t ldx,
-                 float* y, size_t ldy) {
+void tokens_tile(int tt, const WeightMatrix& w, int64_t r, const uint16_t* xb, size_t ldx, float* y,
+                 size_t ldy) {
   switch (tt) {
     case 6:
       return tile<RT, 6, false>(w, r, xb, ldx, y, ldy);
@@ -140,8 +138,8 @@ void bf16dot_rows_avx512(const WeightMatrix& w, const uint16_t* xb, size_t ldx, 
                                xb + size_t(t) * ldx, ldx, y + size_t(t) * ldy, ldy);
     for (; r < r1; ++r)
       for (int t = t0; t < t1; t += kTileTokens)
-        tokens_tile<1>(t1 - t < kTileTokens ? t1 - t : kTileTokens, w, r, xb + size_t(t) * ldx,
-                       ldx, y + size_t(t) * ldy, ldy);
+        tokens_tile<1>(t1 - t < kTileTokens ? t1 - t : kTileTokens, w, r, xb + size_t(t) * ldx, ldx,
+                       y + size_t(t) * ldy, ldy);
   }
 }
 

@@ -12,16 +12,12 @@
 // integer block sums are exact whatever instructions make them, and per block each lane does the
 // same float steps in the same order, acc = fma(d_w * d_a, float(isum), acc) (then the mins term).
 // So prefill on this kernel and decode on the AVX2 one agree bit for bit (matmul_quant_test).
-// note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/gemm_avx2.h"
 #include "ops/quant/packed_blocks.h"
 #include "ops/quant/panels_avx512.h"
@@ -33,8 +29,6 @@ namespace fak::kernels {
 namespace {
 
 using namespace fak::quant;
-
-constexpr int kRows = 16;
 
 // The fp16 at rows[i] + offset for the 16 rows, as 16 floats stored at out.
 inline void store_scales16(const uint8_t* const* rows, size_t offset, uint8_t* out) {
@@ -88,10 +82,9 @@ struct Block32 {
       T == WType::Q8_0, BlockQ8_0,
       std::conditional_t<
           T == WType::Q4_0, BlockQ4_0,
-          std::conditional_t<
-              T == WType::Q5_0, BlockQ5_0,
-              std::conditional_t<T == WType::Q4_1, BlockQ4_1,
-                                 std::conditional_t<kMx, BlockMxfp4, BlockQ5_1>>>>>;
+          std::conditional_t<T == WType::Q5_0, BlockQ5_0,
+                             std::conditional_t<T == WType::Q4_1, BlockQ4_1,
+                                                std::conditional_t<kMx, BlockMxfp4, BlockQ5_1>>>>>;
 
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];

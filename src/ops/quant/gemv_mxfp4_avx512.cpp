@@ -13,16 +13,13 @@
 // note: bit-identical to the AVX2 kernel and to vec_dot (dot_ref.cpp's block-serial rule): each
 // row's integer block sum is exact whatever order makes it, and per block each lane does the same
 // float steps, acc = fma(d_w * d_a, float(isum), acc). matmul_quant_test compares them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/panels_avx512.h"
 #include "ops/quant/quant_blocks.h"
 
@@ -31,8 +28,6 @@ namespace fak::kernels {
 namespace {
 
 using namespace fak::quant;
-
-constexpr int kRows = 16;
 
 inline __m128i load128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));

@@ -18,13 +18,10 @@
 // Σ_k sc_k Σ q a - 32 Σ_k sc_k bsum_k), and per block each lane does the same float steps,
 // acc = fma(d_w * d_a, float(isum), acc) (q4_K: then acc = fnma(dmin_w * d_a, float(imin), acc)).
 // matmul_quant_test compares them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cstddef>
 #include <cstdint>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/panels_avx512.h"
 #include "ops/quant/quant_blocks.h"
 
@@ -34,8 +31,6 @@ inline namespace FAK_ISA_NS {
 namespace {
 
 using quant::BlockQ8K;
-
-constexpr int kRows = 16;
 
 inline __m512i load_u(const uint8_t* p) {
   return _mm512_loadu_si512(p);

@@ -1,15 +1,11 @@
 // Packing quantised weights once, at load, into the AVX-512 VNNI tiles' panels (the layouts:
 // quant_blocks.h's kPacked* / packed32_*; the tiles that read them: gemm_avx512.cpp). Each group
 // of 16 rows is copied aside and rewritten in place, block by block, into the bytes it took.
-// note: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside the headers (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/matmul_kernels.h"
 #include "ops/quant/packed_blocks.h"
 #include "ops/quant/panels_avx512.h"
@@ -20,8 +16,6 @@ namespace fak::kernels {
 namespace {
 
 using namespace fak::quant;
-
-constexpr int kRows = 16;
 
 // The same for q6_K: d, then scales[], ql[] and qh[] a dword per lane.
 void pack_block_q6_k(const uint8_t* const* src, int64_t b, uint8_t* p) {

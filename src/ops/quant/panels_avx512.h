@@ -8,12 +8,15 @@
 #include <cstdint>
 
 #include "core/isa_namespace.h"
-#include "ops/quant/avx2_common.h"
 #include "ops/matmul_kernels.h"
+#include "ops/quant/avx2_common.h"
 #include "ops/quant/quant_blocks.h"
 
 namespace fak::kernels {
 inline namespace FAK_ISA_NS {
+
+// Rows in a panel: one per lane of a register of 16 dwords.
+inline constexpr int kRows = 16;
 
 // 16 rows' 8 dwords each (lo: rows 0..7, hi: rows 8..15) -> 8 registers, register g holding dword g
 // of row i in lane i. The 8x8 transpose of gemm_avx2.h done on both halves at once (the unpacks
