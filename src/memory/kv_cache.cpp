@@ -27,6 +27,10 @@ const char* kv_type_name(DType dtype) {
                                 : "f32";
 }
 
+QuantType kv_block_type(DType dtype) {
+  return dtype == DType::Q8_0 ? QuantType::Q8_0 : QuantType::Q4_0;
+}
+
 size_t kv_bytes_per_token(int n_attention_layers, int n_kv_heads, int head_dim, DType dtype,
                           bool keep_kraw) {
   return size_t(n_attention_layers) * size_t(keep_kraw ? 3 : 2) * size_t(n_kv_heads) *
@@ -190,7 +194,7 @@ namespace {
 // scalar reference).
 void encode(DType dt, const float* x, int n, uint8_t* out) {
   if (dtype_blocked(dt)) {
-    quantize_row(dt == DType::Q8_0 ? QuantType::Q8_0 : QuantType::Q4_0, x, out, n);
+    quantize_row(kv_block_type(dt), x, out, n);
     return;
   }
   if (dt == DType::F32) {
@@ -205,7 +209,7 @@ void encode(DType dt, const float* x, int n, uint8_t* out) {
 
 void decode(DType dt, const uint8_t* in, int n, float* y) {
   if (dtype_blocked(dt)) {
-    dequantize_row(dt == DType::Q8_0 ? QuantType::Q8_0 : QuantType::Q4_0, in, y, n);
+    dequantize_row(kv_block_type(dt), in, y, n);
     return;
   }
   if (dt == DType::F32) {

@@ -48,6 +48,7 @@
 #include "core/error.h"
 #include "memory/kv_cells.h"
 #include "memory/kv_storage.h"
+#include "ops/quant/quant_type.h"
 
 namespace fak {
 
@@ -76,9 +77,11 @@ struct KvCacheOptions {
 
 enum class KvPlane : uint8_t { K, V, Kraw };
 
-// "f32" / "f16" / "bf16" -> DType; throws fak::Error naming the accepted values.
+// "f32" / "f16" / "bf16" / "q8_0" / "q4_0" -> DType; throws fak::Error naming the accepted values.
 DType parse_kv_type(const std::string& name);
 const char* kv_type_name(DType dtype);
+// The ggml block format of a blocked KV type's rows (Q8_0 or Q4_0: dtype_blocked).
+QuantType kv_block_type(DType dtype);
 
 // One token's KV in every attention layer: K + V (+ Kraw) rows of n_kv_heads * head_dim elements.
 size_t kv_bytes_per_token(int n_attention_layers, int n_kv_heads, int head_dim, DType dtype,

@@ -268,7 +268,7 @@ void attention_generic(const std::vector<AttentionTask>& tasks, const KvCache& c
       for (int h = 0; h < s.n_heads; ++h) units.push_back({ti, t, h});
   // Row readers for the cache's storage type, picked once per call.
   thread_local std::vector<float> wide;  // a Q8_0 / Q4_0 row, dequantised
-  const QuantType blocked = cache.dtype() == DType::Q8_0 ? QuantType::Q8_0 : QuantType::Q4_0;
+  const QuantType blocked = kv_block_type(cache.dtype());
   auto dot = [&vk, blocked, dt = cache.dtype()](const float* q, const uint8_t* row, int n) {
     if (dtype_blocked(dt)) {
       wide.resize(size_t(n));
