@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "ops/attention.h"
 #include "memory/kv_cache.h"
+#include "ops/attention.h"
 
 namespace fak {
 namespace {
@@ -97,6 +97,12 @@ BENCHMARK_CAPTURE(bench_attention, decode_1agent_3k, 1, 2048, 950, 1, DType::F32
 BENCHMARK_CAPTURE(bench_attention, decode_1agent_3k_f16, 1, 2048, 950, 1, DType::F16)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, decode_1agent_16k_f16, 1, 16384, 0, 1, DType::F16)
+    ->Unit(benchmark::kMillisecond);
+// The same with quantised KV (--kv-type q8_0 / q4_0): half and a quarter of the bytes, widened
+// where they are read.
+BENCHMARK_CAPTURE(bench_attention, decode_1agent_16k_q8_0, 1, 16384, 0, 1, DType::Q8_0)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bench_attention, decode_1agent_16k_q4_0, 1, 16384, 0, 1, DType::Q4_0)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, decode_5agents_3k_f16, 5, 2048, 950, 1, DType::F16)
     ->Unit(benchmark::kMillisecond);

@@ -53,8 +53,17 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
                                : kernels::kTileQueriesAvx2;
   std::vector<int> decode_tasks;  // one-token tasks, grouped below
   // Each task's block table becomes two arrays of row pointers (one per position) once per call:
-  // a division by the block size per key cost more than the key's arithmetic.
-  std::vector<std::vector<const uint8_t*>> k_rows(tasks.size()), v_rows(tasks.size());
+  // a division by the block size per key cost more than the key's arithmetic. The arrays are kept
+  // between calls: at depth each is hundreds of KB, which fresh vectors took from the kernel
+  // (mmap, page faults, zeroing) on every call, a tenth of a decode step's attention at 16k.
+  // note: references, not the thread_locals themselves, so OpenMP workers see the caller's arrays.
+  thread_local std::vector<std::vector<const uint8_t*>> tls_k_rows, tls_v_rows;
+  std::vector<std::vector<const uint8_t*>>& k_rows = tls_k_rows;
+  std::vector<std::vector<const uint8_t*>>& v_rows = tls_v_rows;
+  if (k_rows.size() < tasks.size()) {
+    k_rows.resize(tasks.size());
+    v_rows.resize(tasks.size());
+  }
   std::vector<int> widen_tasks;  // f16/bf16 rows read by several tiles: widened once, below
   // The first row each task reads (a block's first): 0, or on a windowed layer where its first
   // query's window starts, so rows no query reads are neither touched nor widened (a windowed

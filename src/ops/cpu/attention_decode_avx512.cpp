@@ -133,44 +133,51 @@ template <int HD, int LW, int KB>
   }
 }
 
-// 16 elements of a K row as f32 (exact for every KV type, as block_rows: a blocked type's value is
-// one product code * scale, as widen_q8_0 / widen_q4_0 make it). d is a multiple of 16.
+// 16 elements of a float K row (f32, f16, bf16) as f32. d is a multiple of 16.
 [[gnu::always_inline]] inline __m512 load16(const uint8_t* row, DType dt, int d) {
   if (dt == DType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
-  if (dt == DType::Q8_0 || dt == DType::Q4_0) {
-    const uint8_t* block = row + size_t(d / 32) * (dt == DType::Q8_0 ? 34 : 18);
-    uint16_t h;
-    std::memcpy(&h, block, 2);
-    __m128i q;
-    if (dt == DType::Q8_0) {
-      q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + d % 32));
-    } else {
-      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-      const __m128i nibbles = d % 32 == 0 ? packed : _mm_srli_epi16(packed, 4);
-      q = _mm_sub_epi8(_mm_and_si128(nibbles, _mm_set1_epi8(0x0f)), _mm_set1_epi8(8));
-    }
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(_cvtsh_ss(h)));
-  }
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + d / 16);
   if (dt == DType::F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// Keys [j0, j1) of two sequences a, b as pairs: kb[(j - j0) * HD + d] = {a's K[j][d], b's}.
+// Keys [j0, j1) of two sequences a, b as pairs: kb[(j - j0) * HD + d] = {a's K[j][d], b's}. The
+// values are exact for every KV type, as block_rows makes them (a blocked type's: one product
+// code * scale, widened a block of 32 at a time so its scale is converted once).
 template <int HD>
 void pair_rows(const KvRows& a, const KvRows& b, int j0, int j1, float* kb) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi =
       _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  auto store = [&](float* out, __m512 x, __m512 y) {
+    _mm512_storeu_ps(out, _mm512_permutex2var_ps(x, lo, y));
+    _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(x, hi, y));
+  };
+  if (dtype_blocked(a.dtype)) {  // both sequences' rows are one type (attend_decode_avx512)
+    if constexpr (HD % 32 == 0) {
+      const bool q8 = a.dtype == DType::Q8_0;
+      const size_t block_bytes = q8 ? 34 : 18;
+      for (int j = j0; j < j1; ++j) {
+        const uint8_t* ra = a.k[j] + a.head_offset;
+        const uint8_t* rb = b.k[j] + b.head_offset;
+        float* out = kb + size_t(j - j0) * HD * 2;
+        for (int d = 0; d < HD; d += 32, ra += block_bytes, rb += block_bytes) {
+          __m512 x0, x1, y0, y1;
+          widen_block16(ra, q8, x0, x1);
+          widen_block16(rb, q8, y0, y1);
+          store(out + 2 * d, x0, y0);
+          store(out + 2 * d + 32, x1, y1);
+        }
+      }
+    }
+    return;
+  }
   for (int j = j0; j < j1; ++j) {
     const uint8_t* ra = a.k[j] + a.head_offset;
     const uint8_t* rb = b.k[j] + b.head_offset;
     float* out = kb + size_t(j - j0) * HD * 2;
-    for (int d = 0; d < HD; d += 16) {
-      const __m512 x = load16(ra, a.dtype, d), y = load16(rb, b.dtype, d);
-      _mm512_storeu_ps(out + 2 * d, _mm512_permutex2var_ps(x, lo, y));
-      _mm512_storeu_ps(out + 2 * d + 16, _mm512_permutex2var_ps(x, hi, y));
-    }
+    for (int d = 0; d < HD; d += 16)
+      store(out + 2 * d, load16(ra, a.dtype, d), load16(rb, b.dtype, d));
   }
 }
 

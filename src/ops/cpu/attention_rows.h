@@ -56,6 +56,42 @@ inline void widen_blocked(DType dt, const uint8_t* src, int n, float* dst) {
     widen_q4_0(src, n, dst);
 }
 
+#if defined(__AVX512F__)
+// One block of a Q8_0 / Q4_0 row (32 elements) as two registers of f32, elements 0..15 and
+// 16..31: each one product code * scale, as widen_q8_0 / widen_q4_0 make it, sixteen at a time.
+[[gnu::always_inline]] inline void widen_block16(const uint8_t* block, bool q8, __m512& first,
+                                                 __m512& second) {
+  uint16_t h;
+  std::memcpy(&h, block, 2);
+  const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+  __m128i lo, hi;  // elements 0..15 and 16..31 as int8
+  if (q8) {
+    lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+    hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18));
+  } else {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+    const __m128i low = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    lo = _mm_sub_epi8(_mm_and_si128(packed, low), eight);
+    hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low), eight);
+  }
+  first = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d);
+  second = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d);
+}
+
+// widen_blocked sixteen elements per conversion: the same products, half the instructions (decode
+// at depth widens every V row it reads).
+inline void widen_blocked16(DType dt, const uint8_t* src, int n, float* dst) {
+  const bool q8 = dt == DType::Q8_0;
+  const size_t block_bytes = q8 ? 34 : 18;
+  for (int b = 0; b < n / 32; ++b, src += block_bytes, dst += 32) {
+    __m512 first, second;
+    widen_block16(src, q8, first, second);
+    _mm512_storeu_ps(dst, first);
+    _mm512_storeu_ps(dst + 16, second);
+  }
+}
+#endif
+
 // Row pointers for keys [j0, j1) of one plane as f32; half, q8_0 and q4_0 rows are widened into
 // `conv`.
 template <int HD>
@@ -64,7 +100,11 @@ void block_rows(const uint8_t* const* plane, size_t head_offset, DType dt, int j
   if (dtype_blocked(dt)) {
     for (int j = j0; j < j1; ++j) {
       float* dst = conv + size_t(j - j0) * HD;
+#if defined(__AVX512F__)
+      widen_blocked16(dt, plane[j] + head_offset, HD, dst);
+#else
       widen_blocked(dt, plane[j] + head_offset, HD, dst);
+#endif
       out[j - j0] = dst;
     }
     return;
