@@ -33,6 +33,26 @@ inline float hsum16(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
+// hsum16 of four registers at once, lane k of the result from register k: the same pairs added in
+// the same order for each (lanes i + i+8, i + i+4, i + i+2, i + i+1), so the same bits as four
+// hsum16 calls, in 14 instructions instead of 32 (a prefill tile of 896-wide rows spent a fifth of
+// its time in hsum16).
+inline __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // Lanes 0..7: a's i + i+8; lanes 8..15: b's.
+  const __m512 ab =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+  const __m512 cd =
+      _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+  // 128-bit lane k: register k's i + i+4.
+  const __m512 s4 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+  // Within each 128-bit lane: element 0 = (x0 + x2) + (x1 + x3).
+  const __m512 s2 = _mm512_add_ps(s4, _mm512_shuffle_ps(s4, s4, 0xee));
+  const __m512 s1 = _mm512_add_ps(s2, _mm512_movehdup_ps(s2));
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s1));
+}
+
 // 32 weights of a row from element k, zero past n (the activations are zero-padded there too).
 inline __m512bh load_w(const uint8_t* row, int64_t k, int64_t n) {
   if (k + kStep <= n) return (__m512bh)_mm512_loadu_si512(row + 2 * k);
@@ -72,10 +92,19 @@ __attribute__((always_inline)) inline void tile(const WeightMatrix& w, int64_t r
       for (int i = 0; i < RT; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < RT; ++i)
+  if constexpr (RT % 4 == 0) {  // a token's four adjacent rows' outputs in one store
+#pragma GCC unroll 2
+    for (int i = 0; i < RT; i += 4)
 #pragma GCC unroll 6
-    for (int j = 0; j < TT; ++j) y[size_t(j) * ldy + size_t(r + i)] = hsum16(acc[i][j]);
+      for (int j = 0; j < TT; ++j)
+        _mm_storeu_ps(y + size_t(j) * ldy + size_t(r + i),
+                      hsum16x4(acc[i][j], acc[i + 1][j], acc[i + 2][j], acc[i + 3][j]));
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 6
+      for (int j = 0; j < TT; ++j) y[size_t(j) * ldy + size_t(r + i)] = hsum16(acc[i][j]);
+  }
 }
 
 template <int RT>
