@@ -54,13 +54,14 @@ TEST(JsonParse, TimeIsLinearInTheNumberOfKeys) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   // 8x the keys: ~9x the time here, ~10x in bench/json_parse_bench.cpp; quadratic insertion takes
-  // 64x. The bound leaves room for a shared machine's noise.
+  // 64x. The bounds sit halfway (on a log scale) between the two, so a test run beside other
+  // tests on two shared cores (16x and 2 s failed once under ctest -j2) does not decide it.
   for (const char* field : {"metadata", "logit_bias"}) {
     const double small = seconds_to_parse(body_with_keys(field, 12500));
     const double big = seconds_to_parse(body_with_keys(field, 100000));
-    EXPECT_LT(big, 16 * small) << field << ": " << small << " s for 12.5k keys, " << big
+    EXPECT_LT(big, 32 * small) << field << ": " << small << " s for 12.5k keys, " << big
                                << " s for 100k";
-    EXPECT_LT(big, 2.0) << field;  // the old parser took 8.7-11 s here
+    EXPECT_LT(big, 4.0) << field;  // the old parser took 8.7-11 s here
   }
 }
 
