@@ -22,7 +22,8 @@ constexpr int64_t kStep = 32;   // bf16 elements per vdpbf16ps (one 64-byte line
 constexpr int kDecodeRows = 8;  // rows streamed at once for one token
 constexpr int kTileRows = 4;    // prefill tiles: 4 rows x up to 6 tokens (24 accumulators)
 constexpr int kTileTokens = 6;
-constexpr int kTokenBlock = 48;  // tokens whose activations stay in L2 while rows pass over them
+constexpr int kTokenBlock = 48;   // tokens whose activations stay in L2 while rows pass over them
+constexpr int64_t kChunk = 1024;  // k elements per pass over a block (2 KB of each row)
 
 // The one reduction every output takes: lanes i + i+8, then i + i+4, i + i+2, i + i+1.
 inline float hsum16(__m512 v) {
@@ -60,10 +61,14 @@ inline __m512bh load_w(const uint8_t* row, int64_t k, int64_t n) {
   return (__m512bh)_mm512_maskz_loadu_epi16(m, row + 2 * k);
 }
 
-template <int RT, int TT, bool kPrefetch>
+// An RT x TT tile's accumulators over k in [k0, k1): started at zero when k0 == 0, else reloaded
+// from `saved`; reduced into y when k1 is the row's end, else saved again ([RT][TT][16]). Cutting
+// k this way changes no output's arithmetic: the same accumulator takes the same steps in order.
+// kWhole: k0 = 0 and k1 = the row's end, nothing saved (one token).
+template <int RT, int TT, bool kPrefetch, bool kWhole = false>
 __attribute__((always_inline)) inline void tile(const WeightMatrix& w, int64_t r,
                                                 const uint16_t* xb, size_t ldx, float* y,
-                                                size_t ldy) {
+                                                size_t ldy, int64_t k0, int64_t k1, float* saved) {
   const int64_t n = w.cols;
   const uint8_t* rows[RT];
 #pragma GCC unroll 8
@@ -72,11 +77,13 @@ __attribute__((always_inline)) inline void tile(const WeightMatrix& w, int64_t r
 #pragma GCC unroll 8
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 6
-    for (int j = 0; j < TT; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < TT; ++j)
+      acc[i][j] =
+          kWhole || k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(saved + (i * TT + j) * 16);
   // One token: fetch the next RT rows a line at a time while these are used (the same reason as
   // the f32 decode kernel: more concurrent streams than the hardware prefetcher follows well).
   const size_t ahead = size_t(RT) * w.row_bytes;
-  for (int64_t k = 0; k < n; k += kStep) {
+  for (int64_t k = k0; k < k1; k += kStep) {
     if constexpr (kPrefetch) {
 #pragma GCC unroll 8
       for (int i = 0; i < RT; ++i)
@@ -91,6 +98,13 @@ __attribute__((always_inline)) inline void tile(const WeightMatrix& w, int64_t r
 #pragma GCC unroll 8
       for (int i = 0; i < RT; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
     }
+  }
+  if (!kWhole && k1 < n) {
+#pragma GCC unroll 8
+    for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 6
+      for (int j = 0; j < TT; ++j) _mm512_store_ps(saved + (i * TT + j) * 16, acc[i][j]);
+    return;
   }
   if constexpr (RT % 4 == 0) {  // a token's four adjacent rows' outputs in one store
 #pragma GCC unroll 2
@@ -109,20 +123,37 @@ __attribute__((always_inline)) inline void tile(const WeightMatrix& w, int64_t r
 
 template <int RT>
 void tokens_tile(int tt, const WeightMatrix& w, int64_t r, const uint16_t* xb, size_t ldx, float* y,
-                 size_t ldy) {
+                 size_t ldy, int64_t k0, int64_t k1, float* saved) {
   switch (tt) {
     case 6:
-      return tile<RT, 6, false>(w, r, xb, ldx, y, ldy);
+      return tile<RT, 6, false>(w, r, xb, ldx, y, ldy, k0, k1, saved);
     case 5:
-      return tile<RT, 5, false>(w, r, xb, ldx, y, ldy);
+      return tile<RT, 5, false>(w, r, xb, ldx, y, ldy, k0, k1, saved);
     case 4:
-      return tile<RT, 4, false>(w, r, xb, ldx, y, ldy);
+      return tile<RT, 4, false>(w, r, xb, ldx, y, ldy, k0, k1, saved);
     case 3:
-      return tile<RT, 3, false>(w, r, xb, ldx, y, ldy);
+      return tile<RT, 3, false>(w, r, xb, ldx, y, ldy, k0, k1, saved);
     case 2:
-      return tile<RT, 2, false>(w, r, xb, ldx, y, ldy);
+      return tile<RT, 2, false>(w, r, xb, ldx, y, ldy, k0, k1, saved);
     default:
-      return tile<RT, 1, false>(w, r, xb, ldx, y, ldy);
+      return tile<RT, 1, false>(w, r, xb, ldx, y, ldy, k0, k1, saved);
+  }
+}
+
+// Rows [r, r + RT) for the tokens [t0, t1) of a block, k in passes of kChunk: a pass's rows stay in
+// L1 while the block's token tiles go over them (a whole 4864-wide row tile is 39 KB, and with
+// six tokens' activations beside it neither stayed: down_proj ran at 51% of the dot-product peak,
+// the 896-wide matrices at 65-76%).
+template <int RT>
+void block_rows_chunked(const WeightMatrix& w, int64_t r, const uint16_t* xb, size_t ldx, float* y,
+                        size_t ldy, int t0, int t1, float* saved) {
+  const int64_t n = w.cols;
+  for (int64_t k0 = 0; k0 < n; k0 += kChunk) {
+    const int64_t k1 = n - k0 > kChunk ? k0 + kChunk : n;
+    for (int t = t0; t < t1; t += kTileTokens)
+      tokens_tile<RT>(t1 - t < kTileTokens ? t1 - t : kTileTokens, w, r, xb + size_t(t) * ldx, ldx,
+                      y + size_t(t) * ldy, ldy, k0, k1,
+                      saved + size_t((t - t0) / kTileTokens) * kTileRows * kTileTokens * 16);
   }
 }
 
@@ -149,26 +180,23 @@ void round_activations_bf16_avx512(const float* x, int n_tokens, int64_t cols, u
 void bf16dot_rows_avx512(const WeightMatrix& w, const uint16_t* xb, size_t ldx, int n_tokens,
                          float* y, int64_t r0, int64_t r1) {
   const size_t ldy = size_t(w.rows);
+  const int64_t n = w.cols;
   if (n_tokens == 1) {
     int64_t r = r0;
     for (; r + kDecodeRows <= r1; r += kDecodeRows)
-      tile<kDecodeRows, 1, true>(w, r, xb, ldx, y, ldy);
-    for (; r < r1; ++r) tile<1, 1, false>(w, r, xb, ldx, y, ldy);
+      tile<kDecodeRows, 1, true, true>(w, r, xb, ldx, y, ldy, 0, n, nullptr);
+    for (; r < r1; ++r) tile<1, 1, false, true>(w, r, xb, ldx, y, ldy, 0, n, nullptr);
     return;
   }
   // Tokens in blocks whose activations stay in cache while the chunk's rows pass over them; in a
-  // block, tiles of 4 rows x 6 tokens (the rows stay in L1 across the block's tiles).
+  // block, tiles of 4 rows x 6 tokens (the rows' pass of k stays in L1 across the block's tiles).
+  alignas(64) float saved[(kTokenBlock / kTileTokens) * kTileRows * kTileTokens * 16];
   for (int t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
     const int t1 = t0 + kTokenBlock < n_tokens ? t0 + kTokenBlock : n_tokens;
     int64_t r = r0;
     for (; r + kTileRows <= r1; r += kTileRows)
-      for (int t = t0; t < t1; t += kTileTokens)
-        tokens_tile<kTileRows>(t1 - t < kTileTokens ? t1 - t : kTileTokens, w, r,
-                               xb + size_t(t) * ldx, ldx, y + size_t(t) * ldy, ldy);
-    for (; r < r1; ++r)
-      for (int t = t0; t < t1; t += kTileTokens)
-        tokens_tile<1>(t1 - t < kTileTokens ? t1 - t : kTileTokens, w, r, xb + size_t(t) * ldx, ldx,
-                       y + size_t(t) * ldy, ldy);
+      block_rows_chunked<kTileRows>(w, r, xb, ldx, y, ldy, t0, t1, saved);
+    for (; r < r1; ++r) block_rows_chunked<1>(w, r, xb, ldx, y, ldy, t0, t1, saved);
   }
 }
 
