@@ -22,7 +22,13 @@ constexpr int64_t kStep = 32;   // bf16 elements per vdpbf16ps (one 64-byte line
 constexpr int kDecodeRows = 8;  // rows streamed at once for one token
 constexpr int kTileRows = 4;    // prefill tiles: 4 rows x up to 6 tokens (24 accumulators)
 constexpr int kTileTokens = 6;
-constexpr int kTokenBlock = 48;   // tokens whose activations stay in L2 while rows pass over them
+// Tokens whose activations stay in L2 while the rows pass over them. Each block reads every weight
+// row once more from memory, so rows of one pass (up to kChunk wide) take blocks of 240 tokens;
+// wider rows, read in passes, keep 48 (240 slowed a 4864-wide matrix by a quarter, weights in
+// cache). The 0.5B BF16 file's pp256, three interleaved runs: 48 everywhere 606-620 tok/s, 240
+// everywhere 614-618, this 630-636.
+constexpr int kTokenBlock = 240;
+constexpr int kTokenBlockChunked = 48;
 constexpr int64_t kChunk = 1024;  // k elements per pass over a block (2 KB of each row)
 
 // The one reduction every output takes: lanes i + i+8, then i + i+4, i + i+2, i + i+1.
@@ -191,8 +197,9 @@ void bf16dot_rows_avx512(const WeightMatrix& w, const uint16_t* xb, size_t ldx, 
   // Tokens in blocks whose activations stay in cache while the chunk's rows pass over them; in a
   // block, tiles of 4 rows x 6 tokens (the rows' pass of k stays in L1 across the block's tiles).
   alignas(64) float saved[(kTokenBlock / kTileTokens) * kTileRows * kTileTokens * 16];
-  for (int t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
-    const int t1 = t0 + kTokenBlock < n_tokens ? t0 + kTokenBlock : n_tokens;
+  const int block = n > kChunk ? kTokenBlockChunked : kTokenBlock;
+  for (int t0 = 0; t0 < n_tokens; t0 += block) {
+    const int t1 = t0 + block < n_tokens ? t0 + block : n_tokens;
     int64_t r = r0;
     for (; r + kTileRows <= r1; r += kTileRows)
       block_rows_chunked<kTileRows>(w, r, xb, ldx, y, ldy, t0, t1, saved);
