@@ -27,6 +27,13 @@ size_t query_key_pairs(const std::vector<AttentionTask>& tasks, const AttentionS
   return work;
 }
 
+// The most a call widens into f32 copies (K and V of every widened row, kept per thread). Past it
+// the tiles widen the rows they read themselves (block_rows): at depth that was as fast or faster
+// (0.5B shape, pp512 at depth 16384, q8_0 / f16 KV: 163-183 / 161-169 tok/s widening everything,
+// 175-196 / 163-184 widening nothing) and the copies were most of the KV's own size in peak RSS
+// (64 MiB at depth 65536 on the 0.5B shape, 256 MiB on the Qwen3-30B-A3B cut).
+constexpr size_t kMaxWidenedBytes = size_t(8) << 20;
+
 // Tiled path: for each sequence and KV head, the queries of its GQA group over all new tokens
 // (token-major, head-minor) are cut into tiles of up to kTileQueries (AVX-512; AVX2 takes 16);
 // each tile is one work unit.
@@ -65,6 +72,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
     v_rows.resize(tasks.size());
   }
   std::vector<int> widen_tasks;  // f16/bf16 rows read by several tiles: widened once, below
+  size_t widened_total = 0;
   // The first row each task reads (a block's first): 0, or on a windowed layer where its first
   // query's window starts, so rows no query reads are neither touched nor widened (a windowed
   // layer's older rows may be gone, memory/kv_cache.h).
@@ -86,8 +94,12 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       }
     }
     const int n_queries = task.n_tokens * group;
-    if (task.n_tokens > 1 && cache.dtype() != DType::F32 && n_queries > tile_queries)
+    const size_t widen_bytes = size_t(n - first_row[ti]) * size_t(s.n_kv_heads * s.head_dim) * 8;
+    if (task.n_tokens > 1 && cache.dtype() != DType::F32 && n_queries > tile_queries &&
+        widened_total + widen_bytes <= kMaxWidenedBytes) {
       widen_tasks.push_back(int(ti));
+      widened_total += widen_bytes;
+    }
     if (group_decode && task.n_tokens == 1) {
       decode_tasks.push_back(int(ti));
       continue;

@@ -42,8 +42,8 @@ inline float hsum16(__m512 v) {
 
 // hsum16 of four registers at once, lane k of the result from register k: the same pairs added in
 // the same order for each (lanes i + i+8, i + i+4, i + i+2, i + i+1), so the same bits as four
-// hsum16 calls, in 14 instructions instead of 32 (a prefill tile of 896-wide rows spent a fifth of
-// its time in hsum16).
+// hsum16 calls, in 14 instructions instead of 32 (by count, hsum16 was a fifth of the instructions
+// of a prefill tile of 896-wide rows).
 inline __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
   // Lanes 0..7: a's i + i+8; lanes 8..15: b's.
   const __m512 ab =
