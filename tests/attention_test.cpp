@@ -144,6 +144,31 @@ TEST(Attention, OutputOfAQueryDoesNotDependOnItsBatch) {
   }
 }
 
+// A prefill deep enough that its K and V rows are not widened into f32 copies for the call (past
+// attention.cpp's 8 MiB: 8300 rows of 2 x 64 f32 values, K and V, are 8.1 MiB), so every tile
+// widens the rows it reads: each query still the same bits as its decode step, and close to the
+// reference.
+TEST(Attention, DeepPrefillPastTheWideningCapEqualsDecode) {
+  for (DType dt : {DType::F16, DType::Q8_0}) {
+    const AttnSetup s{14, 2, 64, 8300, dt};
+    AttentionFixture f(s);
+    const size_t qd = size_t(f.q_dim());
+    const int start = s.n_ctx - 64;
+    const auto chunk = f.run(start, 64, false);
+    const auto ref = f.run(start, 64, true);
+    double max_diff = 0;
+    for (size_t i = 0; i < chunk.size(); ++i)
+      max_diff = std::max(max_diff, double(std::fabs(chunk[i] - ref[i])));
+    EXPECT_LT(max_diff, 2e-5) << dtype_name(dt);
+    for (int pos : {start, start + 31, s.n_ctx - 1}) {
+      const auto one = f.run(pos, 1, false);
+      EXPECT_EQ(
+          0, std::memcmp(one.data(), chunk.data() + size_t(pos - start) * qd, qd * sizeof(float)))
+          << "decode at " << pos << " " << dtype_name(dt);
+    }
+  }
+}
+
 // Sliding windows (Gemma 3's local layers): close to the reference, which loops over exactly the
 // window's keys; every query the same bits however it is batched (a windowed tile holds several
 // tokens' queries, each masking the keys before its own window, as a tile of that token alone
