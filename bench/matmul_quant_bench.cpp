@@ -73,6 +73,7 @@ FAK_PACKED(Q5_1)
 FAK_PACKED(Q4_K)
 FAK_PACKED(Q5_K)
 FAK_PACKED(Q6_K)
+FAK_PACKED(MXFP4)
 
 // A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and
 // continuous batching's mixed steps (see gemv_max_tokens in ops/matmul_quant.cpp for which kernel).
@@ -99,6 +100,7 @@ FAK_FEW_PACKED(Q5_0, 16)
 FAK_FEW_PACKED(Q8_0, 1)
 FAK_FEW_PACKED(Q4_K, 1)
 FAK_FEW_PACKED(Q6_K, 1)
+FAK_FEW_PACKED(MXFP4, 1)
 FAK_FEW_PACKED(Q4_K, 2)
 FAK_FEW_PACKED(Q6_K, 2)
 // 1-4 tokens of each type: where the decode kernel hands over to the panels.

@@ -51,7 +51,7 @@ inline void store_f16x16(const uint8_t* src, uint8_t* dst) {
 
 // q8_0 / q4_0 / q5_0 / q4_1 / q5_1 panel block: 16 float scales (and for q4_1 / q5_1 the 16
 // float mins), then 8 registers of unsigned codes (register g: codes 4g..4g+3 of row i in lane i).
-// MXFP4 (per-call panels only): its doubled E2M1 codes + 12, unsigned, and the E8M0 scales widened.
+// MXFP4: its doubled E2M1 codes + 12, unsigned, and the E8M0 scales widened.
 template <WType T>
 struct Block32 {
   static constexpr QuantType kType = T == WType::Q8_0    ? QuantType::Q8_0
@@ -72,11 +72,14 @@ struct Block32 {
                                  : T == WType::Q4_0  ? 8
                                  : T == WType::MXFP4 ? 12
                                                      : 16;
-  // The layout packed at load (quant_blocks.h: kPackedQ8* for q8_0, packed32_* for the others).
-  static constexpr int kPackedBytes =
-      T == WType::Q8_0 ? quant::kPackedQ8BlockBytes : quant::packed32_block_bytes(kMin, kFiveBit);
-  static constexpr int kPackedCodes =
-      T == WType::Q8_0 ? quant::kPackedQ8CodesOffset : quant::packed32_codes_offset(kMin, kFiveBit);
+  // The layout packed at load (quant_blocks.h: kPackedQ8* for q8_0, kPackedMxfp4* for MXFP4,
+  // packed32_* for the others).
+  static constexpr int kPackedBytes = T == WType::Q8_0 ? quant::kPackedQ8BlockBytes
+                                      : kMx ? quant::kPackedMxfp4BlockBytes
+                                            : quant::packed32_block_bytes(kMin, kFiveBit);
+  static constexpr int kPackedCodes = T == WType::Q8_0 ? quant::kPackedQ8CodesOffset
+                                      : kMx ? quant::kPackedMxfp4CodesOffset
+                                            : quant::packed32_codes_offset(kMin, kFiveBit);
   static constexpr int kPackedHigh = quant::packed32_high_offset(kMin);
   using Block = std::conditional_t<
       T == WType::Q8_0, BlockQ8_0,
@@ -139,6 +142,7 @@ struct Block32 {
             g <= 4 ? _mm512_slli_epi32(h, unsigned(4 - g)) : _mm512_srli_epi32(h, unsigned(g - 4));
         w = _mm512_or_si512(w, _mm512_and_si512(at4, _mm512_set1_epi8(0x10)));
       }
+      if constexpr (kMx) w = mxfp4_unsigned_512(w);
       return w;
     }
   }
@@ -150,7 +154,10 @@ struct Block32 {
       next.upto(b, nb);
       const uint8_t* pk = packed + size_t(b) * kPackedBytes;
       uint8_t* p = panel + size_t(b) * kPanelBytes;
-      store_f16x16(pk, p);
+      if constexpr (kMx)
+        _mm512_store_ps(reinterpret_cast<float*>(p), e8m0_half_x16(pk));
+      else
+        store_f16x16(pk, p);
       if constexpr (kMin) store_f16x16(pk + quant::kPacked32MinsOffset, p + 64);
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) _mm512_store_si512(p + kCodesAt + 64 * g, packed_codes(pk, g));
@@ -179,10 +186,14 @@ struct Block32 {
         for (int j = 0; j < TT; ++j)
           isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(args.acts[j] + ab + 4 * g));
       }
-      // The fp16 scales widen exactly: the same floats as a panel that stores them widened.
-      const __m512 dw =
-          kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))
-                  : load_ps(p);
+      // The fp16 (E8M0) scales widen exactly: the same floats as a panel that stores them widened.
+      __m512 dw;
+      if constexpr (kPacked && kMx)
+        dw = e8m0_half_x16(p);
+      else if constexpr (kPacked)
+        dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      else
+        dw = load_ps(p);
       __m512 mw = _mm512_setzero_ps();
       if constexpr (kMin)
         mw = kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(
@@ -708,6 +719,8 @@ QuantTileFn quant_tile_packed_avx512(QuantType t) {
       return rows_packed16<Packed32<WType::Q4_1>>;
     case QuantType::Q5_1:
       return rows_packed16<Packed32<WType::Q5_1>>;
+    case QuantType::MXFP4:
+      return rows_packed16_gemv<Packed32<WType::MXFP4>, gemv_packed_mxfp4>;
     case QuantType::Q4_K:
       return rows_packed16_gemv<PackedK<K4<false>>, gemv_packed_q4_k>;
     case QuantType::Q5_K:

@@ -42,6 +42,25 @@ inline int32_t block_sum(const BlockQ8_0& a) {
   return _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, 0xb1)));
 }
 
+// Block b of 16 rows against activation block a, from its code registers T[k] (lane i: dword k of
+// row i's nibbles: codes 4k..4k+3 in the low nibbles, 16 + 4k.. in the high) and its 16 scales.
+inline __m512 mxfp4_codes_block(const __m512i T[4], __m512 dw, const BlockQ8_0& a, int32_t a_sum,
+                                __m512 acc) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i lo = mxfp4_unsigned_512(_mm512_and_si512(T[k], m0f));
+    const __m512i hi = mxfp4_unsigned_512(_mm512_and_si512(_mm512_srli_epi16(T[k], 4), m0f));
+    lo_sum = _mm512_dpbusd_epi32(lo_sum, lo, bcast4_512(a.qs + 4 * k));
+    hi_sum = _mm512_dpbusd_epi32(hi_sum, hi, bcast4_512(a.qs + 16 + 4 * k));
+  }
+  const __m512i isum =
+      _mm512_sub_epi32(_mm512_add_epi32(lo_sum, hi_sum), _mm512_set1_epi32(12 * a_sum));
+  return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(h2f(a.d))), _mm512_cvtepi32_ps(isum),
+                         acc);
+}
+
 // Rows [r, r + 16), block b, against activation block a: acc after the block.
 inline __m512 mxfp4_block(const uint8_t* group, size_t row_bytes, __m512i e_offsets, int64_t b,
                           const BlockQ8_0& a, int32_t a_sum, __m512 acc) {
@@ -62,20 +81,6 @@ inline __m512 mxfp4_block(const uint8_t* group, size_t row_bytes, __m512i e_offs
   // T[k]: dword k (codes 4k..4k+3 in the low nibbles, 16+4k.. in the high) of every row.
   const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
                         _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
-  const __m512i table = _mm512_broadcast_i32x4(
-      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m512i m0f = _mm512_set1_epi8(0x0F);
-  __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(T[k], m0f));
-    const __m512i hi =
-        _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(T[k], 4), m0f));
-    lo_sum = _mm512_dpbusd_epi32(lo_sum, lo, bcast4_512(a.qs + 4 * k));
-    hi_sum = _mm512_dpbusd_epi32(hi_sum, hi, bcast4_512(a.qs + 16 + 4 * k));
-  }
-  const __m512i isum =
-      _mm512_sub_epi32(_mm512_add_epi32(lo_sum, hi_sum), _mm512_set1_epi32(12 * a_sum));
   // The 16 rows' exponents as 2^(e - 128) (quant::e8m0_half; subnormal bit patterns for e < 2).
   const __m512i e = _mm512_and_si512(
       _mm512_i32gather_epi32(_mm512_add_epi32(e_offsets, _mm512_set1_epi32(int32_t(at))), group, 1),
@@ -84,20 +89,24 @@ inline __m512 mxfp4_block(const uint8_t* group, size_t row_bytes, __m512i e_offs
   const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
   const __m512 dw = _mm512_castsi512_ps(
       _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), subnormal, normal));
-  return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(h2f(a.d))), _mm512_cvtepi32_ps(isum),
-                         acc);
+  return mxfp4_codes_block(T, dw, a, a_sum, acc);
 }
 
-void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
-  const int64_t nb = q.w->cols / quant::kQK;
-  const size_t row_bytes = q.w->row_bytes;
-  // Each token's activation block sums, once per call.
+// Each token's activation block sums, once per call.
+const int32_t* activation_sums(const QuantTask& q, int64_t nb) {
   thread_local std::vector<int32_t> sums;
   sums.resize(size_t(nb) * size_t(q.n_tokens));
   for (int t = 0; t < q.n_tokens; ++t) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(q.act + size_t(t) * q.act_row_bytes);
     for (int64_t b = 0; b < nb; ++b) sums[size_t(t) * size_t(nb) + size_t(b)] = block_sum(a[b]);
   }
+  return sums.data();
+}
+
+void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
+  const int64_t nb = q.w->cols / quant::kQK;
+  const size_t row_bytes = q.w->row_bytes;
+  const int32_t* sums = activation_sums(q, nb);
   const __m512i e_offsets =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm512_set1_epi32(int32_t(row_bytes)));
@@ -110,7 +119,7 @@ void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
     if (r + 2 * kRows <= q.w->rows) next = {group + group_bytes, group_bytes, 0};
     for (int t = 0; t < q.n_tokens; ++t) {
       const auto* a = reinterpret_cast<const BlockQ8_0*>(q.act + size_t(t) * q.act_row_bytes);
-      const int32_t* a_sums = sums.data() + size_t(t) * size_t(nb);
+      const int32_t* a_sums = sums + size_t(t) * size_t(nb);
       __m512 acc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
         if (t == 0) next.upto(b, nb);
@@ -124,6 +133,37 @@ void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
 }
 
 }  // namespace
+
+// The same over weights packed at load (quant_blocks.h's kPackedMxfp4*): each block's code
+// registers are four loads and its exponents one, the same values the rows' transpose and gather
+// give, so the same bits.
+inline namespace FAK_ISA_NS {
+void gemv_packed_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
+  const int64_t nb = q.w->cols / quant::kQK;
+  const int32_t* sums = activation_sums(q, nb);
+  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
+  for (int64_t r = r0; r < r1; r += kRows) {
+    const uint8_t* panel = q.w->row(r);
+    // The next group streams in while this one is read (see NextRows).
+    NextRows next;
+    if (r + kRows < q.w->rows) next = {panel + group_bytes, group_bytes, 0};
+    for (int t = 0; t < q.n_tokens; ++t) {
+      const auto* a = reinterpret_cast<const BlockQ8_0*>(q.act + size_t(t) * q.act_row_bytes);
+      const int32_t* a_sums = sums + size_t(t) * size_t(nb);
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        if (t == 0) next.upto(b, nb);
+        const uint8_t* p = panel + size_t(b) * quant::kPackedMxfp4BlockBytes;
+        const uint8_t* codes = p + quant::kPackedMxfp4CodesOffset;
+        const __m512i T[4] = {_mm512_loadu_si512(codes), _mm512_loadu_si512(codes + 64),
+                              _mm512_loadu_si512(codes + 128), _mm512_loadu_si512(codes + 192)};
+        acc = mxfp4_codes_block(T, e8m0_half_x16(p), a[b], a_sums[b], acc);
+      }
+      _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
+    }
+  }
+}
+}  // namespace FAK_ISA_NS
 
 QuantTileFn quant_gemv_avx512(QuantType t) {
   return t == QuantType::MXFP4 ? rows_gemv_mxfp4 : nullptr;

@@ -64,6 +64,16 @@ void pack_block_32(const uint8_t* const* src, int64_t b, uint8_t* p) {
   }
 }
 
+// The same for MXFP4: the exponents, then the raw nibble bytes.
+void pack_block_mxfp4(const uint8_t* const* src, int64_t b, uint8_t* p) {
+  for (int i = 0; i < kRows; ++i) {
+    const BlockMxfp4& blk = reinterpret_cast<const BlockMxfp4*>(src[i])[b];
+    p[i] = blk.e;
+    for (int k = 0; k < 4; ++k)
+      std::memcpy(p + quant::kPackedMxfp4CodesOffset + 64 * k + 4 * i, blk.qs + 4 * k, 4);
+  }
+}
+
 // The same for q4_K / q5_K: scales' dwords, qh and raw nibble bytes transposed, nothing unpacked.
 template <class Block>
 void pack_block_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
@@ -116,6 +126,9 @@ bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t co
       break;
     case QuantType::Q5_1:
       pack = pack_block_32<BlockQ5_1>;
+      break;
+    case QuantType::MXFP4:
+      pack = pack_block_mxfp4;
       break;
     case QuantType::Q4_K:
       pack = pack_block_k<BlockQ4K>;

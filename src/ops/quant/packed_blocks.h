@@ -24,6 +24,8 @@ inline size_t packed_block_bytes(QuantType t) {
       return packed32_block_bytes(false, true);
     case QuantType::Q5_1:
       return packed32_block_bytes(true, true);
+    case QuantType::MXFP4:
+      return kPackedMxfp4BlockBytes;
     case QuantType::Q4_K:
       return kPackedQ4KBlockBytes;
     case QuantType::Q5_K:
@@ -46,6 +48,12 @@ inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* o
   auto dwords = [&](uint8_t* dst, int offset, int n) {  // dword m of the part: lane i's at 4i
     for (int m = 0; m < n; ++m) std::memcpy(dst + 4 * m, p + offset + 64 * m + 4 * i, 4);
   };
+  if (t == QuantType::MXFP4) {
+    auto& blk = *static_cast<BlockMxfp4*>(out);
+    blk.e = p[i];
+    dwords(blk.qs, kPackedMxfp4CodesOffset, 4);
+    return;
+  }
   const bool has_min = t == QuantType::Q4_1 || t == QuantType::Q5_1;
   const bool five_bit = t == QuantType::Q5_0 || t == QuantType::Q5_1;
   if (t == QuantType::Q4_0 || has_min || five_bit) {

@@ -72,6 +72,25 @@ struct NextRows {
 };
 
 // 4 activation bytes broadcast to all 16 lanes.
+// 16 E8M0 exponent bytes (one per row) as 16 floats 2^(e - 128) (quant::e8m0_half): subnormal bit
+// patterns for e < 2.
+inline __m512 e8m0_half_x16(const uint8_t* p) {
+  const __m512i e =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  return _mm512_castsi512_ps(
+      _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), subnormal, normal));
+}
+
+// MXFP4 nibbles (0..15, one per byte) -> their doubled E2M1 values + 12 (0..24, unsigned), as
+// codes_mxfp4_unsigned.
+inline __m512i mxfp4_unsigned_512(__m512i nibbles) {
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  return _mm512_shuffle_epi8(table, nibbles);
+}
+
 inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(quant::load_i32(p));
 }
@@ -105,9 +124,11 @@ inline __m512i byte_pair_i16(__m512i bytes, int half) {
                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b, 8), byte), 16));
 }
 
-// One activation row against packed K-quant weights (quant_blocks.h's kPackedQ4K* / kPackedQ6K*),
-// 16 rows at a time (gemv_packed_avx512.cpp): decode's kernel, cheaper per byte than a one-token
-// tile. Rows [r0, r1) are whole groups of 16; every token of q is done, one after another.
+// One activation row against packed weights (quant_blocks.h's kPackedQ4K* / kPackedQ6K*:
+// gemv_packed_avx512.cpp; kPackedMxfp4*: gemv_mxfp4_avx512.cpp), 16 rows at a time: decode's
+// kernels, cheaper per byte than a one-token tile. Rows [r0, r1) are whole groups of 16; every
+// token of q is done, one after another.
+void gemv_packed_mxfp4(const QuantTask& q, int64_t r0, int64_t r1);
 void gemv_packed_q4_k(const QuantTask& q, int64_t r0, int64_t r1);
 void gemv_packed_q6_k(const QuantTask& q, int64_t r0, int64_t r1);
 

@@ -98,6 +98,13 @@ static_assert(packed32_block_bytes(true, false) == 16 * sizeof(BlockQ4_1));
 static_assert(packed32_block_bytes(false, true) == 16 * sizeof(BlockQ5_0));
 static_assert(packed32_block_bytes(true, true) == 16 * sizeof(BlockQ5_1));
 
+// Prepacked MXFP4 (16 rows' block in the 16 x 17 bytes they took): the 16 E8M0 exponents, then the
+// raw nibbles as packed32's (the 64 bytes at 16 + 64k hold qs[4k..4k+3] of row i at 4i..4i+3), so
+// a decode step reads each code register with one load, where the rows took four 16-byte loads,
+// three inserts and a transpose per register and a gather for the exponents.
+constexpr int kPackedMxfp4CodesOffset = 16;
+constexpr int kPackedMxfp4BlockBytes = kPackedMxfp4CodesOffset + 4 * 64;
+
 // A q5 block's fifth bits (bit k of qh: element k) reordered for the packed layout: the bit of
 // element 4g + e moves to bit 8e + g, so byte e holds the bits of codes e, 4 + e, ... in order
 // and register g's come into bit 4 of each byte with one shift by 4 - g. (Each step halves the
@@ -196,6 +203,7 @@ static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockMxfp4) == 17);
+static_assert(kPackedMxfp4BlockBytes == 16 * sizeof(BlockMxfp4));
 static_assert(sizeof(BlockQ4K) == 144);
 static_assert(sizeof(BlockQ5K) == 176);
 static_assert(sizeof(BlockQ6K) == 210);
