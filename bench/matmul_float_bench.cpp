@@ -41,6 +41,50 @@ void bench_float(benchmark::State& state, WType type, int64_t rows, int64_t cols
       benchmark::Counter::kIsRate);
 }
 
+// The same product over `copies` copies of the matrix in turn (hundreds of MB), so every call reads
+// its weights from memory as a model's prefill does, not from the cache the copy above sits in.
+void bench_float_streamed(benchmark::State& state, WType type, int64_t rows, int64_t cols,
+                          int n_tokens, bool bf16_act) {
+  constexpr int kCopies = 64;
+  if (bf16_act && !bf16_activations_available()) {
+    state.SkipWithError("this CPU has no AVX512-BF16");
+    return;
+  }
+  set_bf16_activations(bf16_act);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(size_t(cols) * size_t(n_tokens));
+  for (float& v : x) v = dist(rng);
+  const size_t elem = type == WType::F32 ? 4 : 2;
+  const size_t one = size_t(rows) * size_t(cols) * elem;
+  std::vector<uint8_t> w(one * kCopies);
+  for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
+    const float v = 0.05f * dist(rng);
+    const uint16_t h = type == WType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+    std::memcpy(&w[2 * i], &h, 2);
+  }
+  for (int c = 1; c < kCopies; ++c) std::memcpy(&w[one * size_t(c)], w.data(), one);
+  std::vector<float> y(size_t(rows) * size_t(n_tokens));
+  int c = 0;
+  for (auto _ : state) {
+    WeightMatrix m{type, w.data() + one * size_t(c), rows, cols, size_t(cols) * elem};
+    matmul(m, x.data(), n_tokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % kCopies;
+  }
+  set_bf16_activations(false);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(one));
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      double(state.iterations()) * 2.0 * double(rows) * double(cols) * n_tokens / 1e9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(bench_float_streamed, f16_up_4864x896_pp256, WType::F16, 4864, 896, 256, false);
+BENCHMARK_CAPTURE(bench_float_streamed, f16_down_896x4864_pp256, WType::F16, 896, 4864, 256, false);
+BENCHMARK_CAPTURE(bench_float_streamed, bf16act_up_4864x896_pp256, WType::BF16, 4864, 896, 256,
+                  true);
+BENCHMARK_CAPTURE(bench_float_streamed, bf16act_down_896x4864_pp256, WType::BF16, 896, 4864, 256,
+                  true);
+
 // BF16 weights on the bf16-activation path (AVX512-BF16's vdpbf16ps, ops/matmul.h).
 void bench_bf16act(benchmark::State& state, int64_t rows, int64_t cols, int n_tokens) {
   if (!bf16_activations_available()) {

@@ -10,10 +10,12 @@
 // multiply-adds per instruction and 32 registers: tiles of 8 rows x 6 tokens.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/cpu/float_rows.h"
+#include "ops/cpu/prefetch_rows.h"
 #include "ops/matmul_kernels.h"
 #include "ops/scratch.h"
 
@@ -30,12 +32,44 @@ constexpr int kDirectMaxTokens = 64;
 constexpr int64_t kRowBlock = 16;  // rows widened into one panel (two groups)
 constexpr int kTokenBlock = 48;    // tokens streamed past one panel before the next
 
+// Two rows' chunk c (8 elements each) as [row a | row b] in f32, read from the stored rows.
+template <WType T>
+inline __m512 load_pair(const uint8_t* a, const uint8_t* b, int64_t k) {
+  if constexpr (T == WType::F32) {
+    return _mm512_insertf32x8(
+        _mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a) + k)),
+        _mm256_loadu_ps(reinterpret_cast<const float*>(b) + k), 1);
+  } else {
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2 * k))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * k)), 1);
+    if constexpr (T == WType::BF16)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    else
+      return _mm512_cvtph_ps(h);
+  }
+}
+
 // Widens rows [r, r + kGroupRows) of w (rows past `valid` as zeros) into a group panel: for each
 // chunk c of 8 columns, kPairs registers of 16 floats, register p = [row 2p chunk c | row 2p+1
 // chunk c]. The last chunk is zero-padded like the AVX2 tail.
 template <WType T>
 void widen_group(const WeightMatrix& w, int64_t r, int64_t valid, int64_t n_chunks, float* panel) {
   const int64_t n = w.cols, n8 = n & ~int64_t(7);
+  if (valid >= kGroupRows && n8 == n) {
+    // A whole group: each chunk's four registers are one 256-byte stretch of the panel, written
+    // in order a whole line at a time (writing a row at a time touched every line of the panel
+    // twice, half a line each time, 256 bytes apart).
+    const uint8_t* rows[kGroupRows];
+#pragma GCC unroll 8
+    for (int i = 0; i < kGroupRows; ++i) rows[i] = w.row(r + i);
+    for (int64_t c = 0; c < n_chunks; ++c)
+#pragma GCC unroll 4
+      for (int p = 0; p < kPairs; ++p)
+        _mm512_storeu_ps(panel + size_t(c) * 16 * kPairs + size_t(p) * 16,
+                         load_pair<T>(rows[2 * p], rows[2 * p + 1], 8 * c));
+    return;
+  }
   constexpr size_t kElem = T == WType::F32 ? 4 : 2;
   for (int i = 0; i < kGroupRows; ++i) {
     const int p = i / 2, half = i % 2;
@@ -121,24 +155,6 @@ void tile_tokens(int tt, const float* panel, int64_t n_chunks, const float* x, s
       return tile<2>(panel, n_chunks, x, ldx, y, ldy, valid_rows);
     default:
       return tile<1>(panel, n_chunks, x, ldx, y, ldy, valid_rows);
-  }
-}
-
-// Two rows' chunk c (8 elements each) as [row a | row b] in f32, read from the stored rows.
-template <WType T>
-inline __m512 load_pair(const uint8_t* a, const uint8_t* b, int64_t k) {
-  if constexpr (T == WType::F32) {
-    return _mm512_insertf32x8(
-        _mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a) + k)),
-        _mm256_loadu_ps(reinterpret_cast<const float*>(b) + k), 1);
-  } else {
-    const __m256i h = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2 * k))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * k)), 1);
-    if constexpr (T == WType::BF16)
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    else
-      return _mm512_cvtph_ps(h);
   }
 }
 
@@ -258,13 +274,20 @@ void rows_typed(const WeightMatrix& w, const float* x, int n_tokens, float* y, i
       int n_groups = 0;
       for (int64_t g = rb; g < re; g += kGroupRows, ++n_groups)
         widen_group<T>(w, g, re - g, n_chunks, panel + size_t(n_groups) * group_floats);
+      // The next row block's stored rows are fetched during this block's first token block.
+      const int64_t next_rows = std::min(kRowBlock, r1 - re);
       for (int t0 = ts; t0 < ts_end; t0 += kTokenBlock) {
         const int te = t0 + kTokenBlock < ts_end ? t0 + kTokenBlock : ts_end;
+        const int tiles_per_group = (te - t0 + kMaxTT - 1) / kMaxTT;
+        int64_t tile_index = 0;
         for (int gi = 0; gi < n_groups; ++gi) {
           const int64_t g = rb + int64_t(gi) * kGroupRows;
           const int valid = int(re - g < kGroupRows ? re - g : kGroupRows);
           const float* gp = panel + size_t(gi) * group_floats;
-          for (int t = t0; t < te; t += kMaxTT) {
+          for (int t = t0; t < te; t += kMaxTT, ++tile_index) {
+            if (t0 == ts)
+              prefetch_rows_part(w, re, next_rows, 0, w.row_bytes, tile_index,
+                                 int64_t(n_groups) * tiles_per_group);
             const int tt = te - t < kMaxTT ? te - t : kMaxTT;
             tile_tokens(tt, gp, n_chunks, x + size_t(t) * ldx, ldx, y + size_t(t) * ldy + size_t(g),
                         ldy, valid);
