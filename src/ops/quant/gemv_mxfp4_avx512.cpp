@@ -103,18 +103,17 @@ const int32_t* activation_sums(const QuantTask& q, int64_t nb) {
   return sums.data();
 }
 
-void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
+// Groups of 16 rows from r0 while a whole group fits before r_end, every token of q against each:
+// block(group, b, activation block, its sum, acc) -> acc. The next group streams in while one is
+// read (see NextRows). Returns where it stopped.
+template <class Block>
+int64_t each_group(const QuantTask& q, int64_t r0, int64_t r_end, Block block) {
   const int64_t nb = q.w->cols / quant::kQK;
-  const size_t row_bytes = q.w->row_bytes;
   const int32_t* sums = activation_sums(q, nb);
-  const __m512i e_offsets =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(int32_t(row_bytes)));
-  const size_t group_bytes = size_t(kRows) * row_bytes;
+  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   int64_t r = r0;
-  for (; r + kRows <= r1; r += kRows) {
+  for (; r + kRows <= r_end; r += kRows) {
     const uint8_t* group = q.w->row(r);
-    // The next group streams in while this one is read (see NextRows).
     NextRows next;
     if (r + 2 * kRows <= q.w->rows) next = {group + group_bytes, group_bytes, 0};
     for (int t = 0; t < q.n_tokens; ++t) {
@@ -123,11 +122,23 @@ void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
       __m512 acc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
         if (t == 0) next.upto(b, nb);
-        acc = mxfp4_block(group, row_bytes, e_offsets, b, a[b], a_sums[b], acc);
+        acc = block(group, b, a[b], a_sums[b], acc);
       }
       _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
     }
   }
+  return r;
+}
+
+void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
+  const size_t row_bytes = q.w->row_bytes;
+  const __m512i e_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(int32_t(row_bytes)));
+  const int64_t r = each_group(
+      q, r0, r1, [&](const uint8_t* group, int64_t b, const BlockQ8_0& a, int32_t sum, __m512 acc) {
+        return mxfp4_block(group, row_bytes, e_offsets, b, a, sum, acc);
+      });
   // The rows left over go through the AVX2 kernel (8-row panels, then vec_dot): the same bits.
   if (r < r1) quant_gemv_avx2(QuantType::MXFP4)(q, r, r1);
 }
@@ -136,32 +147,18 @@ void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
 
 // The same over weights packed at load (quant_blocks.h's kPackedMxfp4*): each block's code
 // registers are four loads and its exponents one, the same values the rows' transpose and gather
-// give, so the same bits.
+// give, so the same bits. Rows [r0, r1) are whole groups.
 inline namespace FAK_ISA_NS {
 void gemv_packed_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
-  const int64_t nb = q.w->cols / quant::kQK;
-  const int32_t* sums = activation_sums(q, nb);
-  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
-  for (int64_t r = r0; r < r1; r += kRows) {
-    const uint8_t* panel = q.w->row(r);
-    // The next group streams in while this one is read (see NextRows).
-    NextRows next;
-    if (r + kRows < q.w->rows) next = {panel + group_bytes, group_bytes, 0};
-    for (int t = 0; t < q.n_tokens; ++t) {
-      const auto* a = reinterpret_cast<const BlockQ8_0*>(q.act + size_t(t) * q.act_row_bytes);
-      const int32_t* a_sums = sums + size_t(t) * size_t(nb);
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) {
-        if (t == 0) next.upto(b, nb);
-        const uint8_t* p = panel + size_t(b) * quant::kPackedMxfp4BlockBytes;
-        const uint8_t* codes = p + quant::kPackedMxfp4CodesOffset;
-        const __m512i T[4] = {_mm512_loadu_si512(codes), _mm512_loadu_si512(codes + 64),
-                              _mm512_loadu_si512(codes + 128), _mm512_loadu_si512(codes + 192)};
-        acc = mxfp4_codes_block(T, e8m0_half_x16(p), a[b], a_sums[b], acc);
-      }
-      _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
-    }
-  }
+  each_group(q, r0, r1,
+             [](const uint8_t* panel, int64_t b, const BlockQ8_0& a, int32_t sum, __m512 acc) {
+               const uint8_t* p = panel + size_t(b) * quant::kPackedMxfp4BlockBytes;
+               const uint8_t* codes = p + quant::kPackedMxfp4CodesOffset;
+               const __m512i T[4] = {_mm512_loadu_si512(codes), _mm512_loadu_si512(codes + 64),
+                                     _mm512_loadu_si512(codes + 128),
+                                     _mm512_loadu_si512(codes + 192)};
+               return mxfp4_codes_block(T, e8m0_half_x16(p), a, sum, acc);
+             });
 }
 }  // namespace FAK_ISA_NS
 
