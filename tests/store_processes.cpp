@@ -85,6 +85,14 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+void stop_child(pid_t pid) {
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(status)) << "status " << status;
+}
+
 RedisProcess::RedisProcess(std::string extra) : extra_(std::move(extra)) {
   ::signal(SIGPIPE, SIG_IGN);
   dir_ = temp_dir();
@@ -131,7 +139,7 @@ void RedisProcess::restart_empty() {
 }
 
 void RedisProcess::pause() {
-  ::kill(pid_, SIGSTOP);
+  stop_child(pid_);
 }
 
 void RedisProcess::resume() {

@@ -14,6 +14,10 @@ namespace fak::test {
 // A port nothing listens on now (bound and released).
 int free_port();
 
+// SIGSTOP to a child of this process, returning once it is stopped: kill() returns before the
+// signal lands, and a test that goes on meanwhile races the process it meant to freeze.
+void stop_child(pid_t pid);
+
 class RedisProcess {
  public:
   // extra: more redis-server arguments (e.g. "--replicaof 127.0.0.1 6379").
@@ -33,7 +37,7 @@ class RedisProcess {
   // SIGKILL, its data files removed, and started again: a Redis without persistence restarted,
   // or a failover to an empty replica.
   void restart_empty();
-  // SIGSTOP / SIGCONT: a store that is there but does not answer.
+  // SIGSTOP (returning once it is stopped) / SIGCONT: a store that is there but does not answer.
   void pause();
   void resume();
   // redis-cli -p PORT args..., stdout (args are passed to /bin/sh: quote as needed).
