@@ -84,7 +84,8 @@ TEST(MatmulFloat, CloseToReferenceAndIndependentOfBatch) {
 // per register), so the two kernels must agree bit for bit: over column counts that leave every
 // 8-column tail, row counts that leave partial 8-row groups and 16-row panels, and token counts
 // that leave every 6-token tile remainder, cross the 48-token block and the 64-token switch from
-// direct reads to panels.
+// direct reads to panels, and column counts over one, two (exactly) and several 512-column
+// K-blocks (accumulators kept between blocks).
 TEST(MatmulFloat, Avx512KernelBitIdenticalToAvx2) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
   for (WType type : {WType::F32, WType::F16, WType::BF16})
@@ -94,7 +95,9 @@ TEST(MatmulFloat, Avx512KernelBitIdenticalToAvx2) {
                               {17, 7},
                               {130, 903},
                               {24, 896},
-                              {21, 64}}) {
+                              {21, 64},
+                              {10, 1024},
+                              {11, 1545}}) {
       const Stored s = make(type, rows, cols, uint32_t(rows * 7 + cols));
       for (int n_tokens : {1, 3, 4, 5, 6, 7, 11, 13, 47, 48, 49, 64, 65, 97, 600}) {
         std::mt19937 rng(static_cast<uint32_t>(n_tokens + cols));
