@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -130,6 +131,68 @@ TEST(ServerStoreFaults, AnEvictedSessionKeyIsPutBackByTheReplicasThatKnowIt) {
   ASSERT_EQ(now.status, 200) << now.body;
   EXPECT_EQ(now.j(), want);
   EXPECT_EQ(get(a.port(), kSessions + "/e").j(), want);
+}
+
+// A session's key evicted while a long call on it runs on A (which checked the store when the call
+// started), and B, which holds an older copy and has not yet seen the newer version, puts that
+// copy back: A puts back the version its call started from at once, so B never serves the older
+// copy, during the call or after it, and the call's turn is either in the store or undone loudly.
+TEST(ServerStoreFaults, AKeyEvictedDuringALongCallIsNeverServedOlder) {
+  RedisProcess redis;
+  ServerSetup long_context = setup();
+  long_context.ctx = 4096;
+  const std::string args =
+      "--parallel 2 --store " + redis.url() + " --store-recovery-grace 1500 --store-wait 2000";
+  ServerProcess a(args, long_context), b(args, long_context);
+  ASSERT_TRUE(a.port() && b.port());
+  on_each({a.port()}, kSessions, json{{"id", "v"}, {"text", code_text()}}, 201);
+  post(a.port(), kSessions + "/v/generate", json{{"max_tokens", 6}});
+  const HttpReply older_copy = get(b.port(), kSessions + "/v");
+  ASSERT_EQ(older_copy.status, 200) << older_copy.body;
+  const json b_copy = older_copy.j();
+  // B away while A takes the next turn: its background check has not seen that version.
+  stop_child(b.pid());
+  ASSERT_EQ(post(a.port(), kSessions + "/v/append", json{{"text", "\ndef last_turn(y):\n"}}).status,
+            200);
+  const json newest = get(a.port(), kSessions + "/v").j();
+  std::atomic<bool> done{false};
+  HttpReply turn;
+  std::thread call([&] {
+    turn = post(a.port(), kSessions + "/v/generate",
+                json{{"max_tokens", 3600}, {"ignore_eos", true}, {"temperature", 0}});
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string keys = redis.cli("--scan --pattern '*s:*:v'");
+  const bool evicted = !done && keys.find(":v") != std::string::npos;
+  if (evicted) redis.cli("DEL " + keys.substr(0, keys.find('\n')));
+  ::kill(b.pid(), SIGCONT);
+  const auto t0 = std::chrono::steady_clock::now();
+  int older = 0, reads = 0;
+  while (!done || std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4)) {
+    const HttpReply r = get(b.port(), kSessions + "/v");
+    ++reads;
+    if (r.status == 200 && r.j() == b_copy) ++older;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  call.join();
+  ASSERT_TRUE(evicted) << keys;  // (the call was still running when the key went)
+  EXPECT_EQ(older, 0) << "of " << reads << " reads on B\nA: " << a.log() << "\nB: " << b.log();
+  // Afterwards both replicas serve one state: the turn if it was acknowledged, else the version
+  // before it (or the session is reported lost on both).
+  const HttpReply on_b = after_recovery([&] { return get(b.port(), kSessions + "/v"); });
+  const HttpReply on_a = after_recovery([&] { return get(a.port(), kSessions + "/v"); });
+  EXPECT_EQ(on_a.status, on_b.status) << on_a.body << "\n" << on_b.body;
+  if (on_b.status == 200) {
+    EXPECT_EQ(on_a.j(), on_b.j());
+    EXPECT_NE(on_b.j(), b_copy);
+    if (turn.status == 200)
+      EXPECT_EQ(on_b.j()["size"], newest["size"].get<int64_t>() + 3600);
+    else
+      EXPECT_EQ(on_b.j(), newest) << turn.status << " " << turn.body;
+  } else {
+    EXPECT_EQ(code_of(on_b), "session_lost") << on_b.body;
+  }
 }
 
 // The store lost a version and the replica that held it was away (stopped) for the whole recovery

@@ -12,6 +12,7 @@
 #include "runtime/prefix_record.h"
 #include "store/block_store.h"
 #include "store/redis_client.h"
+#include "store/session_records.h"
 #include "store/store_keys.h"
 #include "store_processes.h"
 #include "test_util.h"
@@ -190,6 +191,55 @@ TEST(RedisPool, AStalledStoreTimesOutQuickly) {
   redis.resume();
   EXPECT_GE(took, std::chrono::milliseconds(100));
   EXPECT_LT(took, std::chrono::milliseconds(1000));
+}
+
+// A version-only placeholder put back while a call on that version ran (the background check of
+// the replica running it, after the key was evicted): the call's write, made on that very version,
+// commits over it; a write made on any other version finds a loss; a newer record is not undone.
+TEST(SessionRecords, AWriteOnThePlaceholderOfItsOwnVersionCommits) {
+  using Outcome = store::SessionWrite::Outcome;
+  using State = store::SessionRecord::State;
+  auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
+  auto cache = make_cache(*model);
+  test::RedisProcess redis;
+  store::RedisPool pool(store::parse_redis_url(redis.url()), store::RedisPoolOptions{}, nullptr);
+  store::StoreMetrics metrics;
+  store::BlockStore blocks(pool, model, cache, metrics, nullptr);
+  store::SessionRecords records(blocks, blocks.ns(), /*grace_ms=*/0);
+  const std::string meta = R"({"v":1})";
+  const std::string w1 = store::SessionRecords::new_wid();
+  auto w = records.write("t", "s", {}, w1, meta, "", 0);
+  ASSERT_TRUE(w);
+  ASSERT_EQ(w->outcome, Outcome::Committed);
+  const store::SessionVersion v1{w->seq, w1};
+  const std::string key = redis.cli("--scan --pattern '*s:t:s'");  // evicted, as allkeys-lru would
+  ASSERT_NE(key.find("s:t:s"), std::string::npos) << key;
+  redis.cli("DEL " + key.substr(0, key.find('\n')));
+  ASSERT_EQ(records.check("t", "s")->state, State::Missing);
+  w = records.restore("t", "s", v1, store::SessionRecords::RestoreKind::Ghost, "", "");
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->outcome, Outcome::Committed);
+  auto rec = records.check("t", "s");
+  ASSERT_EQ(rec->state, State::Pending);
+  EXPECT_EQ(rec->version, v1);
+  // Made on another version: the placeholder is a version nobody can fill in from that.
+  EXPECT_EQ(
+      records.write("t", "s", {v1.seq, "other"}, store::SessionRecords::new_wid(), meta, "", 0)
+          ->outcome,
+      Outcome::Lost);
+  // Made on the placeholder's version: committed, live, the next seq.
+  const std::string w2 = store::SessionRecords::new_wid();
+  w = records.write("t", "s", v1, w2, R"({"v":2})", "", 0);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->outcome, Outcome::Committed);
+  rec = records.check("t", "s", /*with_content=*/true);
+  EXPECT_EQ(rec->state, State::Live);
+  EXPECT_EQ(rec->version, (store::SessionVersion{v1.seq + 1, w2}));
+  EXPECT_EQ(rec->meta, R"({"v":2})");
+  // A late placeholder of the older version does not undo it.
+  w = records.restore("t", "s", v1, store::SessionRecords::RestoreKind::Ghost, "", "");
+  EXPECT_EQ(w->outcome, Outcome::Committed);
+  EXPECT_EQ(records.check("t", "s")->version, (store::SessionVersion{v1.seq + 1, w2}));
 }
 
 TEST(StoreKeys, AddressTheLayoutThePartitionAndEveryTokenBefore) {

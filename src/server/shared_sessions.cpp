@@ -171,7 +171,7 @@ void SharedSessions::unlock(const Key& key) {
 
 bool SharedSessions::lock_for_sweep(const Key& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (calls_.count(key)) return false;  // a call on it runs: it checks the store itself
+  if (calls_.count(key)) return false;  // a call on it runs (sweep() puts back only its version)
   return sweeping_.insert(key).second;
 }
 
@@ -400,13 +400,13 @@ SharedSessions::Payload SharedSessions::payload(const std::string& tenant, const
   return p;
 }
 
-store::SessionWrite SharedSessions::restore(const Key& key, const Known& k) {
+store::SessionWrite SharedSessions::restore(const Key& key, const Known& k, bool version_only) {
   using Kind = store::SessionRecords::RestoreKind;
   Payload p;
   Kind kind = k.deleted ? Kind::Tombstone : Kind::Ghost;
   // A copy is the version this replica knows (every path that changes one commits or drops
   // it). A dense one goes back without its blocks: a reader prefills what the store lacks.
-  if (!k.deleted)
+  if (!k.deleted && !version_only)
     ctx_.scheduler->run_job([&] {
       if (!ctx_.sessions->holds(key.first, key.second)) return;
       p = payload(key.first, key.second, /*blocks=*/false);
@@ -422,7 +422,8 @@ store::SessionWrite SharedSessions::restore(const Key& key, const Known& k) {
   if (w->outcome == store::SessionWrite::Outcome::Lost) {
     log_("warning: session '" + key.second + "': the store lost acknowledged versions of it (up " +
          "to " + std::to_string(k.version.seq) + ") after its recovery window: marked lost");
-    drop_copy(key);
+    // A call running on the session owns its copy; its commit meets the lost record and undoes.
+    if (!version_only) drop_copy(key);
   } else if (k.version.seq > 0 && w->seq == k.version.seq && w->recovering_ms > 0) {
     blocks_.metrics().add_session_restored();
     log_("session '" + key.second + "': put back into the store (version " +
@@ -605,8 +606,7 @@ void SharedSessions::sweep(bool all) {
     });
     if (sweep_from_ >= known_.size()) sweep_from_ = 0;
     auto it = std::next(known_.begin(), ptrdiff_t(all ? 0 : sweep_from_));
-    for (; it != known_.end() && (all || keys.size() < kSlice); ++it)
-      if (!calls_.count(it->first)) keys.push_back(it->first);
+    for (; it != known_.end() && (all || keys.size() < kSlice); ++it) keys.push_back(it->first);
     sweep_from_ = all || it == known_.end() ? 0 : sweep_from_ + kSlice;
   }
   if (keys.empty()) return;
@@ -620,7 +620,26 @@ void SharedSessions::sweep(bool all) {
     if (!seen || (rec.state == State::Live && rec.version == seen->version) ||
         (rec.state == State::Deleted && seen->deleted && rec.version == seen->version))
       continue;  // as this replica knows it: nothing to do, nothing to hold
-    if (!lock_for_sweep(keys[i])) continue;
+    if (!lock_for_sweep(keys[i])) {
+      // A call on it runs here. The call checked the store when it started, not since: if the
+      // record went missing or back meanwhile (an evicted key, a restart), a replica holding an
+      // older copy puts that back and, after the window, serves it, and were this replica to
+      // die before the call ends, nobody would know better. So the version this replica knows
+      // goes back now, version only (the call is changing the copy). The call's commit lands on
+      // that placeholder of its own version after the window; inside it, it is undone (503
+      // store_recovering) and a later round fills the placeholder from the copy the call rolled
+      // back to. Were this replica to die first, the session is reported lost, never served older.
+      const bool behind = rec.state == State::Missing || rec.version.seq < seen->version.seq;
+      if (!seen->deleted && rec.state != State::Lost && behind) {
+        try {
+          restore(keys[i], *seen, /*version_only=*/true);
+        } catch (const ApiError& e) {
+          if (e.status == 503) return;
+          log_(std::string("warning: session '") + keys[i].second + "': " + e.what());
+        }
+      }
+      continue;
+    }
     struct Release {
       SharedSessions& s;
       const Key& key;

@@ -19,7 +19,8 @@
 // remembers but nobody holds any more is reported lost rather than silently replaced by an older
 // one. A background sweep watches the store's generation (a restart or failover) and re-checks
 // the sessions this replica knows, a slice every second, so losses are repaired within the
-// recovery window (--store-recovery-grace) even for sessions nobody is calling.
+// recovery window (--store-recovery-grace) even for sessions nobody is calling, and for those a
+// long call holds here (their version goes back at once; the call's commit lands on it).
 #pragma once
 
 #include <chrono>
@@ -120,8 +121,9 @@ class SharedSessions {
                      int depth = 0);
   void materialise(const std::string& tenant, const std::string& id, const Prefill& prefill,
                    int depth);
-  // Puts what this replica knows of the session back into the store (the key must be locked).
-  store::SessionWrite restore(const Key& key, const Known& k);
+  // Puts what this replica knows of the session back into the store (the key must be locked;
+  // version_only: a placeholder of the version, for a session a call holds).
+  store::SessionWrite restore(const Key& key, const Known& k, bool version_only = false);
   Payload payload(const std::string& tenant, const std::string& id, bool blocks);  // scheduler
   void publish(Call& call);
   void rollback(Call& call);

@@ -60,10 +60,13 @@ return out
 constexpr const char* kWrite = R"lua(
 if st == 'live' and wid == ARGV[4] then return {'committed', seq, 0} end
 if left > 0 then return {'recovering', seq, left} end
-if st == 'lost' or st == 'pending' then return {'lost', seq, 0} end
+if st == 'lost' then return {'lost', seq, 0} end
+-- A placeholder of the very version this write was made on (put back while the writer's call ran)
+-- is that version: the writer had its content. Any other placeholder is a loss.
+if st == 'pending' and (seq ~= tonumber(ARGV[2]) or wid ~= ARGV[3]) then return {'lost', seq, 0} end
 if tonumber(ARGV[2]) == 0 then
   if st == 'live' then return {'conflict', seq, 0} end
-elseif st ~= 'live' or seq ~= tonumber(ARGV[2]) or wid ~= ARGV[3] then
+elseif (st ~= 'live' and st ~= 'pending') or seq ~= tonumber(ARGV[2]) or wid ~= ARGV[3] then
   return {'conflict', seq, 0}
 end
 redis.call('DEL', KEYS[1])
