@@ -195,6 +195,42 @@ TEST(ServerStoreFaults, AKeyEvictedDuringALongCallIsNeverServedOlder) {
   }
 }
 
+// A generate whose client leaves (499) was not acknowledged: the replica that ran it serves the
+// version the store has afterwards, not that version with the tokens generated before the client
+// left, and the session's next turn starts from it on every replica.
+TEST(ServerStoreFaults, AGenerateTheClientLeftIsNotKeptOnTheReplica) {
+  RedisProcess redis;
+  ServerSetup long_context = setup();
+  long_context.ctx = 4096;
+  ServerProcess a(replica_args(redis.url()), long_context),
+      b(replica_args(redis.url()), long_context), single("--parallel 2", long_context);
+  ASSERT_TRUE(a.port() && b.port() && single.port());
+  on_each({a.port(), single.port()}, kSessions, json{{"id", "c"}, {"text", code_text()}}, 201);
+  const json before = get(a.port(), kSessions + "/c").j();
+  {
+    httplib::Client c("127.0.0.1", a.port());
+    c.set_read_timeout(0, 300000);  // leaves after 300 ms of a generate of several seconds
+    const auto r = c.Post((kSessions + "/c/generate").c_str(),
+                          {{"Authorization", "Bearer key-a"}},
+                          json{{"max_tokens", 3600}, {"ignore_eos", true}}.dump(),
+                          "application/json");
+    ASSERT_FALSE(r) << "the generate finished before the client left: " << r->status;
+  }
+  // The server notices within its poll (200 ms) and hands the session back.
+  HttpReply on_a;
+  for (int i = 0; i < 100; ++i) {
+    on_a = get(a.port(), kSessions + "/c");
+    if (on_a.status != 409) break;  // 409 session_busy while the generate is being cancelled
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(on_a.status, 200) << on_a.body;
+  EXPECT_EQ(on_a.j(), before);
+  EXPECT_EQ(get(b.port(), kSessions + "/c").j(), before);
+  const auto g =
+      on_each({a.port(), single.port()}, kSessions + "/c/generate", json{{"max_tokens", 6}});
+  EXPECT_EQ(g[0].j()["ids"], g[1].j()["ids"]);
+}
+
 // The store lost a version and the replica that held it was away (stopped) for the whole recovery
 // window: when it is back, the session is reported lost on every replica (409 session_lost), not
 // served from the older version any longer; a delete clears it.

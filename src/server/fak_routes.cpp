@@ -20,6 +20,8 @@
 // With --store every call goes through SharedSessions (server/shared_sessions.h): the session is
 // brought up to the store's version first, and a call that changes it publishes it before the
 // reply.
+#include <chrono>
+
 #include "runtime/generate.h"
 #include "server/api_error.h"
 #include "server/context.h"
@@ -72,8 +74,19 @@ ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::st
     ctx.scheduler->run_job([&] { store.end_generate(tenant, id, "", -1, begin); });
     throw;
   }
-  // A client that leaves frees its place in the batch (499); the session keeps what was generated.
-  gen->wait(req);
+  // A client that leaves frees its place in the batch (499); the session keeps what was generated
+  // (on a replica the caller undoes it: a turn the store does not have is not kept). Either way
+  // the scheduler hands the session back (on_finish) before this returns or throws, so that what
+  // the caller does with it next does not race the scheduler's use of it.
+  try {
+    gen->wait(req);
+  } catch (...) {
+    gen->cancel(/*client_gone=*/false);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!gen->finished() && std::chrono::steady_clock::now() < deadline)
+      gen->poll(std::chrono::milliseconds(50));
+    throw;
+  }
   const Generation::Choice& c = gen->choices().front();
   ojson j;
   j["id"] = id;
@@ -243,7 +256,14 @@ void add_fak_routes(Router& router, ServerContext& ctx) {
                if (!get_bool(body, "ignore_eos").value_or(false))
                  o.stop_ids = ctx.chat ? ctx.chat->stop_ids() : model_stop_ids(*ctx.model);
                const auto call = open_shared(ctx, req, tenant, id);
-               const ojson out = generate_batched(ctx, req, tenant, id, o);
+               ojson out;
+               try {
+                 out = generate_batched(ctx, req, tenant, id, o);
+               } catch (...) {
+                 // Not acknowledged: this replica's copy goes back to the version the store has.
+                 if (call) call->undo();
+                 throw;
+               }
                if (call) call->commit();
                reply_json(res, 200, out);
              }));

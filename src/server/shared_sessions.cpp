@@ -87,6 +87,10 @@ void SharedSessions::Call::commit() {
   s_.publish(*this);
 }
 
+void SharedSessions::Call::undo() {
+  s_.rollback(*this);
+}
+
 namespace {
 
 ApiError recovering(const std::string& id, int64_t ms) {

@@ -68,6 +68,9 @@ class SharedSessions {
     // The call changed the session: it is in the store when this returns, or it was undone here
     // and this throws (see the top of this file).
     void commit();
+    // The call's change failed before it was committed: this replica's copy goes back to the
+    // version the call started from (as a failed commit undoes it).
+    void undo();
 
    private:
     friend class SharedSessions;
