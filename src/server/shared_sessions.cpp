@@ -129,7 +129,11 @@ SharedSessions::SharedSessions(ServerContext& ctx, store::BlockStore& blocks, Lo
       try {
         // A new generation (Redis restarted, or failed over): everything this replica knows is
         // checked at once; otherwise a slice of it every second.
-        const auto gen = records_.generation();
+        // note: forced past the pool's backoff (up to 5 s after a failure, longer than a recovery
+        // window): a replica that skipped its rounds while the store came back would miss the
+        // window in which it must put back its newer versions, and a replica holding an older
+        // copy would serve that after it.
+        const auto gen = records_.generation(/*force=*/true);
         if (gen) {
           const bool changed = gen->first != generation_;
           if (changed && !generation_.empty())

@@ -89,7 +89,7 @@ class SessionRecords {
   // StoreRefused when Redis answers with an error.
   std::optional<SessionRecord> check(const std::string& tenant, const std::string& id,
                                      bool with_content = false, bool force = true);
-  // Several records at once (one round trip), without content.
+  // Several records at once (one round trip), without content; past the pool's backoff.
   std::optional<std::vector<SessionRecord>> check_many(
       const std::vector<std::pair<std::string, std::string>>& tenant_ids);
   // expected.seq == 0: a new session (none live under the id). wid: this write's new version id.
