@@ -4,7 +4,9 @@
 //   OMP_NUM_THREADS=1 ./build/matmul_quant_bench
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "ops/matmul.h"
@@ -24,7 +26,11 @@ void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
   std::vector<float> x(size_t(cols) * size_t(std::max(n_tokens, 1)));
   for (float& v : x) v = dist(rng);
   const size_t rb = row_bytes(qt, cols);
-  std::vector<uint8_t> w(rb * size_t(rows));
+  // 64-byte aligned, as a model's weights are in memory (malloc's large blocks start 16 bytes into
+  // a page, which puts every panel block's loads across cache lines).
+  std::vector<uint8_t> storage(rb * size_t(rows) + 64);
+  const std::span<uint8_t> w(
+      storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64), rb * size_t(rows));
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (float& v : row) v = dist(rng);

@@ -710,7 +710,7 @@ void rows_packed16_gemv(const QuantTask& q, int64_t r0, int64_t r1) {
 QuantTileFn quant_tile_packed_avx512(QuantType t) {
   switch (t) {
     case QuantType::Q8_0:
-      return rows_packed16<Packed32<WType::Q8_0>>;
+      return rows_packed16_gemv<Packed32<WType::Q8_0>, gemv_packed_q8_0>;
     case QuantType::Q4_0:
       return rows_packed16<Packed32<WType::Q4_0>>;
     case QuantType::Q5_0:
