@@ -75,10 +75,10 @@ struct Block32 {
   // The layout packed at load (quant_blocks.h: kPackedQ8* for q8_0, kPackedMxfp4* for MXFP4,
   // packed32_* for the others).
   static constexpr int kPackedBytes = T == WType::Q8_0 ? quant::kPackedQ8BlockBytes
-                                      : kMx ? quant::kPackedMxfp4BlockBytes
+                                      : kMx            ? quant::kPackedMxfp4BlockBytes
                                             : quant::packed32_block_bytes(kMin, kFiveBit);
   static constexpr int kPackedCodes = T == WType::Q8_0 ? quant::kPackedQ8CodesOffset
-                                      : kMx ? quant::kPackedMxfp4CodesOffset
+                                      : kMx            ? quant::kPackedMxfp4CodesOffset
                                             : quant::packed32_codes_offset(kMin, kFiveBit);
   static constexpr int kPackedHigh = quant::packed32_high_offset(kMin);
   using Block = std::conditional_t<
@@ -692,6 +692,54 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   }
 }
 
+// One token (or a few, one after another) against 16 packed rows at a time: the one-token tile's
+// integer block sums and float steps, so the same bits, in a loop of its own, and with no software
+// prefetch: each thread reads one contiguous stream, which the hardware prefetcher follows, and
+// fetching the next group ahead (34-49 KB on 2048-2880 columns, L1's size) cost more than it
+// gave. Two threads, tg32 tok/s, alternated runs of the Qwen3-30B-A3B 6-layer Q8_0 cut (88% of
+// its step in this kernel): through the tile 52.6 / 56.6 / 57.9, this loop prefetching the next
+// group 63.8 / 68.5 / 61.7 and 58.5 / 61.8 / 66.6, without 65.3 / 67.4 / 70.9 (prefetching 2-16 KB
+// ahead: between the two); the gpt-oss-20b 8-layer cut (Q8_0 attention and head, 2/3 of its
+// bytes) 33.3 / 34.2 / 35.4 -> 37.6 / 38.7 / 39.7 without. (The q4_K / q6_K decode kernels,
+// 2.3-3.4 KB a block, lose a third without theirs; MXFP4's is level either way.)
+template <WType T>
+void gemv_packed32(const QuantTask& q, int64_t r0, int64_t r1) {
+  using F = Block32<T>;
+  static_assert(!F::kMx, "MXFP4 has a decode kernel of its own (gemv_mxfp4_avx512.cpp)");
+  const int64_t nb = q.w->cols / kQK;
+  for (int64_t r = r0; r < r1; r += kRows) {
+    const uint8_t* panel = q.w->row(r);
+    for (int t = 0; t < q.n_tokens; ++t) {
+      const uint8_t* act = q.act + size_t(t) * q.act_row_bytes;
+      const float* scales = q.act_scales + size_t(t) * size_t(nb);
+      const int32_t* sums = q.act_sums + size_t(t) * size_t(nb);
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* p = panel + size_t(b) * F::kPackedBytes;
+        const uint8_t* aq = act + size_t(b) * sizeof(BlockQ8_0) + 2;
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 8; g += 2) {
+          s0 = _mm512_dpbusd_epi32(s0, F::packed_codes(p, g), bcast4_512(aq + 4 * g));
+          s1 = _mm512_dpbusd_epi32(s1, F::packed_codes(p, g + 1), bcast4_512(aq + 4 * g + 4));
+        }
+        __m512i isum = _mm512_add_epi32(s0, s1);
+        if constexpr (F::kOffset != 0)
+          isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(F::kOffset * sums[b]));
+        const __m512 da = _mm512_set1_ps(scales[b]);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum), acc);
+        if constexpr (F::kMin) {
+          const __m512 mw = _mm512_cvtph_ps(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + quant::kPacked32MinsOffset)));
+          acc = _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_set1_ps(float(sums[b])), acc);
+        }
+      }
+      _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
+    }
+  }
+}
+
 // Up to this many tokens a packed q4_K / q6_K call takes the decode kernels
 // (gemv_packed_avx512.cpp), each token on its own; more take the tiles, which share each widened
 // code register between tokens: two tokens over 131072 rows from memory, one core
@@ -710,15 +758,15 @@ void rows_packed16_gemv(const QuantTask& q, int64_t r0, int64_t r1) {
 QuantTileFn quant_tile_packed_avx512(QuantType t) {
   switch (t) {
     case QuantType::Q8_0:
-      return rows_packed16_gemv<Packed32<WType::Q8_0>, gemv_packed_q8_0>;
+      return rows_packed16_gemv<Packed32<WType::Q8_0>, gemv_packed32<WType::Q8_0>>;
     case QuantType::Q4_0:
-      return rows_packed16<Packed32<WType::Q4_0>>;
+      return rows_packed16_gemv<Packed32<WType::Q4_0>, gemv_packed32<WType::Q4_0>>;
     case QuantType::Q5_0:
-      return rows_packed16<Packed32<WType::Q5_0>>;
+      return rows_packed16_gemv<Packed32<WType::Q5_0>, gemv_packed32<WType::Q5_0>>;
     case QuantType::Q4_1:
-      return rows_packed16<Packed32<WType::Q4_1>>;
+      return rows_packed16_gemv<Packed32<WType::Q4_1>, gemv_packed32<WType::Q4_1>>;
     case QuantType::Q5_1:
-      return rows_packed16<Packed32<WType::Q5_1>>;
+      return rows_packed16_gemv<Packed32<WType::Q5_1>, gemv_packed32<WType::Q5_1>>;
     case QuantType::MXFP4:
       return rows_packed16_gemv<Packed32<WType::MXFP4>, gemv_packed_mxfp4>;
     case QuantType::Q4_K:

@@ -129,7 +129,6 @@ inline __m512i byte_pair_i16(__m512i bytes, int half) {
 // kernels, cheaper per byte than a one-token tile. Rows [r0, r1) are whole groups of 16; every
 // token of q is done, one after another.
 void gemv_packed_mxfp4(const QuantTask& q, int64_t r0, int64_t r1);
-void gemv_packed_q8_0(const QuantTask& q, int64_t r0, int64_t r1);
 void gemv_packed_q4_k(const QuantTask& q, int64_t r0, int64_t r1);
 void gemv_packed_q6_k(const QuantTask& q, int64_t r0, int64_t r1);
 
