@@ -1,11 +1,5 @@
-// AVX-512 VNNI decode kernels for q8_0, q4_K and q6_K weights packed at load (quant_blocks.h's
-// kPackedQ8* / kPackedQ4K* / kPackedQ6K*): one activation row against 16 rows, lane i holding
-// row i.
-//
-// q8_0 went through a one-token prefill tile before this kernel; the same weights, two threads,
-// Qwen3-30B-A3B 6-layer cut in Q8_0 (88% of its decode step is this kernel), old and new binary
-// alternated three times: tg32 52.6 / 56.6 / 57.9 -> 63.8 / 68.5 / 61.7 tok/s, and again
-// 56.7 / 56.8 / 51.3 -> 64.6 / 61.5 / 56.8.
+// AVX-512 VNNI decode kernels for q4_K and q6_K weights packed at load (quant_blocks.h's
+// kPackedQ4K* / kPackedQ6K*): one activation row against 16 rows, lane i holding row i.
 //
 // A one-token tile of the prefill kernels (gemm_avx512.cpp) read these panels at 38 (q4_K) and
 // 29 (q6_K) GB/s on one core, below what memory gives two cores (62 GB/s): a Q4_K_M model's
@@ -36,7 +30,6 @@ inline namespace FAK_ISA_NS {
 
 namespace {
 
-using quant::BlockQ8_0;
 using quant::BlockQ8K;
 
 inline __m512i load_u(const uint8_t* p) {
@@ -139,38 +132,31 @@ inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
   return _mm512_fnmadd_ps(_mm512_mul_ps(load_f16x16(p + 32), da), _mm512_cvtepi32_ps(imin), acc);
 }
 
-// One block of 16 q8_0 rows (quant_blocks.h's kPackedQ8*: codes + 128, unsigned) against the
-// activation block's 32 quants aq (scale da, quant sum a_sum), into acc. The -128 code offset
-// comes off through the sum, as in the tiles, so the integer block sum and the float steps are
-// theirs: the same bits.
-inline __m512 q8_0_block(const uint8_t* p, const int8_t* aq, float da, int32_t a_sum, __m512 acc) {
-  const uint8_t* codes = p + quant::kPackedQ8CodesOffset;
-  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-  for (int g = 0; g < 8; g += 2) {
-    s0 = _mm512_dpbusd_epi32(s0, load_u(codes + 64 * g), bcast4_512(aq + 4 * g));
-    s1 = _mm512_dpbusd_epi32(s1, load_u(codes + 64 * (g + 1)), bcast4_512(aq + 4 * g + 4));
-  }
-  const __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * a_sum));
-  return _mm512_fmadd_ps(_mm512_mul_ps(load_f16x16(p), _mm512_set1_ps(da)),
-                         _mm512_cvtepi32_ps(isum), acc);
-}
+// How far ahead of the block being read the decode loop prefetches. It fetched the next 16-row
+// group, which is as far as a group is long: 18 KB on 2048 columns, 48 KB on Gemma 3 27B's 5376,
+// 193 KB on its 21504-column down projection, past L1 (48 KB) before it was read. Two threads,
+// alternated runs, tg tok/s: the Gemma-3-27B 6-layer Q4_K_M cut 17.7 / 16.1 (next group), 20.1 /
+// 19.5 (1 KB ahead), 21.9 / 22.1 (2 KB), 24.2 / 25.3 (4 KB), 24.5 / 23.2 (6 KB), and 26.6 / 25.5
+// against 19.7 / 17.3 in another pair of rounds; the Qwen3-30B-A3B 6-layer Q4_K_M cut 83.2 / 83.8
+// (next group), 99.4 / 95.2 (4 KB), 98.0 / 87.5 (6 KB).
+constexpr size_t kPrefetchAhead = 4096;
 
 template <size_t kBlockBytes, __m512 (*kBlock)(const uint8_t*, const BlockQ8K&, __m512)>
 void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / quant::kQKK;
-  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   for (int64_t r = r0; r < r1; r += kRows) {
     const uint8_t* panel = q.w->row(r);
-    // The next group streams in while this one is read (see NextRows).
-    NextRows next;
-    if (r + kRows < q.w->rows) next = {panel + group_bytes, group_bytes, 0};
     for (int t = 0; t < q.n_tokens; ++t) {
       const auto* a = reinterpret_cast<const BlockQ8K*>(q.act + size_t(t) * q.act_row_bytes);
       __m512 acc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
-        if (t == 0) next.upto(b, nb);
-        acc = kBlock(panel + size_t(b) * kBlockBytes, a[b], acc);
+        const uint8_t* p = panel + size_t(b) * kBlockBytes;
+        // Groups follow one another in memory, so this runs on into the next group (and, at the
+        // matrix's end, past it: a prefetch does not fault).
+        if (t == 0)
+          for (size_t line = 0; line < kBlockBytes; line += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + line), _MM_HINT_T0);
+        acc = kBlock(p, a[b], acc);
       }
       _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
     }
@@ -178,29 +164,6 @@ void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
 }
 
 }  // namespace
-
-void gemv_packed_q8_0(const QuantTask& q, int64_t r0, int64_t r1) {
-  const int64_t nb = q.w->cols / quant::kQK;
-  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
-  for (int64_t r = r0; r < r1; r += kRows) {
-    const uint8_t* panel = q.w->row(r);
-    NextRows next;
-    if (r + kRows < q.w->rows) next = {panel + group_bytes, group_bytes, 0};
-    for (int t = 0; t < q.n_tokens; ++t) {
-      const uint8_t* act = q.act + size_t(t) * q.act_row_bytes;
-      const float* scales = q.act_scales + size_t(t) * size_t(nb);
-      const int32_t* sums = q.act_sums + size_t(t) * size_t(nb);
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) {
-        if (t == 0) next.upto(b, nb);
-        acc = q8_0_block(panel + size_t(b) * quant::kPackedQ8BlockBytes,
-                         reinterpret_cast<const int8_t*>(act + size_t(b) * sizeof(BlockQ8_0) + 2),
-                         scales[b], sums[b], acc);
-      }
-      _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
-    }
-  }
-}
 
 void gemv_packed_q4_k(const QuantTask& q, int64_t r0, int64_t r1) {
   gemv_packed<quant::kPackedQ4KBlockBytes, q4_k_block>(q, r0, r1);
