@@ -132,15 +132,6 @@ inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
   return _mm512_fnmadd_ps(_mm512_mul_ps(load_f16x16(p + 32), da), _mm512_cvtepi32_ps(imin), acc);
 }
 
-// How far ahead of the block being read the decode loop prefetches. It fetched the next 16-row
-// group, which is as far as a group is long: 18 KB on 2048 columns, 48 KB on Gemma 3 27B's 5376,
-// 193 KB on its 21504-column down projection, past L1 (48 KB) before it was read. Two threads,
-// alternated runs, tg tok/s: the Gemma-3-27B 6-layer Q4_K_M cut 17.7 / 16.1 (next group), 20.1 /
-// 19.5 (1 KB ahead), 21.9 / 22.1 (2 KB), 24.2 / 25.3 (4 KB), 24.5 / 23.2 (6 KB), and 26.6 / 25.5
-// against 19.7 / 17.3 in another pair of rounds; the Qwen3-30B-A3B 6-layer Q4_K_M cut 83.2 / 83.8
-// (next group), 99.4 / 95.2 (4 KB), 98.0 / 87.5 (6 KB).
-constexpr size_t kPrefetchAhead = 4096;
-
 template <size_t kBlockBytes, __m512 (*kBlock)(const uint8_t*, const BlockQ8K&, __m512)>
 void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / quant::kQKK;
