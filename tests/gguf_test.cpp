@@ -237,6 +237,33 @@ TEST_F(GgufRoundTrip, EveryMetadataTypeAndSeveralTensorTypes) {
   EXPECT_EQ(files, 1);
 }
 
+// A file kept for its tensors frees its metadata arrays: each reads as empty (its element type
+// kept), every other value and every tensor's bytes stay as they were.
+TEST_F(GgufRoundTrip, ReleasedArraysReadEmptyAndTheRestStays) {
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::make_string("llama"));
+  w.set_u32("t.u32", 7);
+  w.set("t.tokens", GgufValue::make_array(GgufArray::of_strings({"a", "b", "\xc4\xa0the"})));
+  const int32_t ints[] = {1, -2, 3};
+  w.set("t.ints", GgufValue::make_array(GgufArray::numbers(GgufType::I32, ints, 3)));
+  w.add_tensor("q8", 8, {64, 2}, q8);
+  const auto path = dir / "released.gguf";
+  w.write(path);
+  GgufFile f = GgufFile::open(path);
+  ASSERT_EQ(f.get_array("t.tokens").size(), 3u);
+  f.release_arrays();
+  EXPECT_EQ(f.get_array("t.tokens").size(), 0u);
+  EXPECT_EQ(f.get_array("t.tokens").type, GgufType::STRING);
+  EXPECT_EQ(f.get_array("t.ints").size(), 0u);
+  EXPECT_EQ(f.get_array("t.ints").type, GgufType::I32);
+  EXPECT_EQ(f.get_u32("t.u32"), 7u);
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  const GgufTensor* t = f.tensor("q8");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->nbytes, q8.size());
+  EXPECT_EQ(0, std::memcmp(t->data, q8.data(), q8.size()));
+}
+
 TEST_F(GgufRoundTrip, TypedGettersNameFileAndKey) {
   GgufWriter w;
   w.set_i32("neg", -1);

@@ -135,6 +135,11 @@ class GgufFile {
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* tensor(std::string_view name) const;  // nullptr when absent
 
+  // Frees the elements of every metadata array (each then reads as empty): for a file kept only
+  // for its tensors once its metadata has been read (a model's: the tokenizer's token, merge and
+  // score arrays are 10-20 MB for a 150-250k vocabulary, held as long as the weights otherwise).
+  void release_arrays();
+
  private:
   void parse(std::span<const uint8_t> bytes);
   const GgufValue& require(std::string_view key) const;

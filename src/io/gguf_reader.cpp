@@ -263,6 +263,12 @@ void GgufFile::parse(std::span<const uint8_t> bytes) {
   }
 }
 
+void GgufFile::release_arrays() {
+  for (GgufKv& kv : kvs_)
+    if (kv.value.type == GgufType::ARRAY)
+      kv.value.array = GgufArray{kv.value.array.type, {}, {}, {}};
+}
+
 const GgufValue* GgufFile::find(std::string_view key) const {
   auto it = kv_index_.find(std::string(key));
   return it == kv_index_.end() ? nullptr : &kvs_[it->second].value;

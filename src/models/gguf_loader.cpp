@@ -333,6 +333,8 @@ GgufModel load_gguf_model(const std::filesystem::path& path, bool use_mmap, bool
     out.tokenizer = tokenizer_spec_from_gguf(f);
     if (c.bos_id && !out.tokenizer->bos_id) out.tokenizer->bos_id = c.bos_id;
   }
+  // Everything the model reads from the metadata has been read: the file stays for its tensors.
+  storage->file->release_arrays();
   out.config = std::move(c);
   out.storage = storage;
   return out;
