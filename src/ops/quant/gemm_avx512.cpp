@@ -684,9 +684,7 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
     const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
     for (int64_t r = r0; r < r1; r += kRows) {
       const uint8_t* panel = q.w->row(r);
-      NextRows next;
-      // A fixed distance ahead (kPrefetchAhead), running on into the next group.
-      if (r + kRows < q.w->rows) next = {panel + kPrefetchAhead, group_bytes, 0};
+      NextRows next{panel + kPrefetchAhead, group_bytes, 0};
       int t = ts;
       for (; t + P::kTT <= ts_end; t += P::kTT)
         packed_tile_at<P, P::kTT>(q, panel, nb, r, t, t == ts ? &next : nullptr);

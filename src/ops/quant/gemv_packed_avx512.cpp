@@ -135,19 +135,17 @@ inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
 template <size_t kBlockBytes, __m512 (*kBlock)(const uint8_t*, const BlockQ8K&, __m512)>
 void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / quant::kQKK;
+  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   for (int64_t r = r0; r < r1; r += kRows) {
     const uint8_t* panel = q.w->row(r);
+    // kPrefetchAhead ahead of the block being read (see NextRows).
+    NextRows next{panel + kPrefetchAhead, group_bytes, 0};
     for (int t = 0; t < q.n_tokens; ++t) {
       const auto* a = reinterpret_cast<const BlockQ8K*>(q.act + size_t(t) * q.act_row_bytes);
       __m512 acc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* p = panel + size_t(b) * kBlockBytes;
-        // Groups follow one another in memory, so this runs on into the next group (and, at the
-        // matrix's end, past it: a prefetch does not fault).
-        if (t == 0)
-          for (size_t line = 0; line < kBlockBytes; line += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + line), _MM_HINT_T0);
-        acc = kBlock(p, a[b], acc);
+        if (t == 0) next.upto(b, nb);
+        acc = kBlock(panel + size_t(b) * kBlockBytes, a[b], acc);
       }
       _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
     }

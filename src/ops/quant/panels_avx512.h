@@ -71,7 +71,9 @@ constexpr size_t kPrefetchAhead = 4096;
 // The next 16-row group, prefetched evenly over the blocks of this group's repacking: with few
 // tokens per call (batched decode, continuous batching's mixed steps) the rows are read once from
 // memory as 16 interleaved streams, which the hardware prefetchers follow badly. Started at this
-// group + kPrefetchAhead instead, it prefetches that far ahead of the block being read.
+// group + kPrefetchAhead instead, it prefetches that far ahead of the block being read, running on
+// into the next group (groups follow one another in memory) and, at the matrix's end, past it: a
+// prefetch does not fault.
 struct NextRows {
   const uint8_t* p = nullptr;  // null: nothing to prefetch
   size_t bytes = 0, done = 0;
