@@ -295,7 +295,19 @@ TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
   for (int i = 0; i < 4200; ++i) ids += std::to_string(100 + i % 50) + ",";
   test::write_file(dir / "ids.txt", ids);
   expect_error(test::run_fak("run --ids \"$(cat " + (dir / "ids.txt").string() + ")\""),
-               "exceed the context of 4096");
+               "prompt too long: 4200 tokens exceed the model's context of 4096; nothing was run");
+  // A prompt that fits but leaves no room for -n: refused before the prefill, saying what fits;
+  // what it says fits runs to the end.
+  std::string near_full;
+  for (int i = 0; i < 4050; ++i) near_full += std::to_string(100 + i % 50) + ",";
+  test::write_file(dir / "near_full.txt", near_full);
+  const std::string near_full_ids = " --ids \"$(cat " + (dir / "near_full.txt").string() + ")\"";
+  expect_error(test::run_fak("run -n 100" + near_full_ids),
+               "-n 100: the prompt's 4050 tokens and 100 generated need 4149 positions, more than "
+               "the model's context of 4096 (at most -n 47 fits); nothing was run");
+  const auto fits = test::run_fak("run -n 47 --ignore-eos --json -t 1" + near_full_ids);
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_EQ(nlohmann::json::parse(fits.out)["generated_tokens"], 47);
   expect_error(test::run_fak("run --ids 1,2,99999999"), "outside the vocabulary");
   expect_error(test::run_fak("run --ids 1,x"), "'x' is not a token id");
   std::filesystem::create_directories(dir / "weird");

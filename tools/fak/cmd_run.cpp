@@ -60,6 +60,7 @@ void run(const RunArgs& a) {
   Session session(model, cache);
   if (!a.session.empty() && std::filesystem::exists(a.session))
     session = Session::load(a.session, model, cache);
+  check_fits_context(*model, session.size(), prompt.size(), a.n, !a.session.empty());
   std::shared_ptr<MtpDrafter> head;
   if (a.draft == "mtp") {
     // The head drafts from the prompt's hidden states too (a loaded session's were not kept).

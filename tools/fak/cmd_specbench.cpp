@@ -104,6 +104,7 @@ void specbench(const SpecArgs& a) {
   const std::string file =
       a.file.empty() ? (std::filesystem::path(default_model_dir()) / "eval.txt").string() : a.file;
   const std::vector<int32_t> prompt = tok->encode(edit_prompt(read_text_file(file), a.code_chars));
+  check_fits_context(*model, 0, prompt.size(), a.n, false);
   auto cache = a.kv.make_cache(*model);
   Session base(model, cache);
   const bool mtp = model->config().mtp_layers > 0;

@@ -136,6 +136,24 @@ std::shared_ptr<KvCache> KvFlags::make_cache(const Model& model) const {
   return make_kv_cache(model, o);
 }
 
+void check_fits_context(const Model& model, int held, size_t prompt, int n, bool append_last) {
+  const int64_t limit = model.config().context_limit();
+  const std::string in_session =
+      held > 0 ? " (after the " + std::to_string(held) + " already in the session)" : "";
+  if (int64_t(held) + int64_t(prompt) > limit)
+    fail("prompt too long: " + std::to_string(prompt) + " tokens" + in_session +
+         " exceed the model's context of " + std::to_string(limit) + "; nothing was run");
+  // The last generated token is only appended when the session keeps it.
+  const int64_t needed = int64_t(held) + int64_t(prompt) + n - (append_last ? 0 : 1);
+  if (n > 0 && needed > limit) {
+    const int64_t most = limit - held - int64_t(prompt) + (append_last ? 0 : 1);
+    fail("-n " + std::to_string(n) + ": the prompt's " + std::to_string(prompt) + " tokens" +
+         in_session + " and " + std::to_string(n) + " generated need " + std::to_string(needed) +
+         " positions, more than the model's context of " + std::to_string(limit) +
+         (most > 0 ? " (at most -n " + std::to_string(most) + " fits)" : "") + "; nothing was run");
+  }
+}
+
 void set_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }

@@ -29,6 +29,11 @@ void check_utf8(const std::string& text, const std::string& what);
 std::vector<int32_t> parse_ids(const std::string& csv);
 
 void set_threads(int threads);  // 0 = all cores
+
+// Refuses, before any work, a generation that cannot fit the model's context: `held` tokens
+// already in the session, then the prompt's, then n generated (the last one appended too when
+// append_last). The error says what does fit.
+void check_fits_context(const Model& model, int held, size_t prompt, int n, bool append_last);
 // --draft none|ngram|mtp, --draft-max and --draft-ngram (speculative decoding), for run and chat.
 void add_draft_flags(CLI::App* command, std::string& draft, DraftOptions& options);
 
