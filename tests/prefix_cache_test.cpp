@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "test_util.h"
 
@@ -16,12 +17,15 @@ using test::random_ids;
 
 namespace {
 
-class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
+// Every model on the f32 KV and on the quantised KV types (q8_0, q4_0): a hit must give a cold
+// prefill's bits with the same KV type too (quantised rows are written and read deterministically).
+class PrefixCacheTest : public ::testing::TestWithParam<std::tuple<std::string, DType>> {
  protected:
   void SetUp() override {
-    model = Model::load(GetParam(), {.load_tokenizer = false});
-    cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
-                                      model->config().head_dim, KvCacheOptions{.block_size = 16});
+    model = Model::load(std::get<0>(GetParam()), {.load_tokenizer = false});
+    cache = std::make_shared<KvCache>(
+        model->n_attention_layers(), model->config().n_kv_heads, model->config().head_dim,
+        KvCacheOptions{.block_size = 16, .dtype = std::get<1>(GetParam())});
     vocab = model->config().vocab;
   }
   std::shared_ptr<const Model> model;
@@ -112,14 +116,23 @@ TEST_P(PrefixCacheTest, CachedBlocksSurviveTheSessionThatMadeThem) {
   EXPECT_TRUE(bit_equal(b.logits(), cold.logits()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest,
-                         ::testing::Values(test::source_path("models/pycoder-6m").string(),
-                                           test::data_path("oracle/llama-tiny").string(),
-                                           test::data_path("oracle/qwen3-moe-tiny").string()),
-                         [](const auto& info) {
-                           return info.index == 0   ? std::string("pycoder")
-                                  : info.index == 1 ? std::string("llama")
-                                                    : std::string("qwen3_moe");
-                         });
+// llama-tiny's heads (16 wide) are narrower than a quantised KV block (32): f32 KV only.
+INSTANTIATE_TEST_SUITE_P(
+    Models, PrefixCacheTest,
+    ::testing::Values(std::tuple{test::source_path("models/pycoder-6m").string(), DType::F32},
+                      std::tuple{test::source_path("models/pycoder-6m").string(), DType::Q8_0},
+                      std::tuple{test::source_path("models/pycoder-6m").string(), DType::Q4_0},
+                      std::tuple{test::data_path("oracle/llama-tiny").string(), DType::F32},
+                      std::tuple{test::data_path("oracle/qwen3-moe-tiny").string(), DType::F32},
+                      std::tuple{test::data_path("oracle/qwen3-moe-tiny").string(), DType::Q8_0},
+                      std::tuple{test::data_path("oracle/qwen3-moe-tiny").string(), DType::Q4_0}),
+    [](const auto& info) {
+      const std::string path = std::get<0>(info.param);
+      const std::string model = path.find("pycoder") != std::string::npos ? "pycoder"
+                                : path.find("llama") != std::string::npos ? "llama"
+                                                                          : "qwen3_moe";
+      const DType t = std::get<1>(info.param);
+      return model + (t == DType::F32 ? "" : t == DType::Q8_0 ? "_q8kv" : "_q4kv");
+    });
 
 }  // namespace fak

@@ -682,6 +682,49 @@ TEST(ServerHybrid, SessionQuarantineIsExact) {
 
 // Prompts prefilled 5 tokens per step, interleaved with the other requests' decoding, give the
 // same greedy replies as the default one-shot prefill (the suite's server), concurrently too.
+// A quantised KV (q8_0, q4_0) behind the server: a prefix-cache hit decodes what a cold prefill
+// in another cache partition decodes, turn after turn (their rows are written and read the same
+// way whichever request wrote them).
+TEST(ServerQuantisedKv, PrefixCacheHitEqualsColdPrefill) {
+  for (const std::string type : {"q8_0", "q4_0"}) {
+    ServerProcess server("--parallel 2 --kv-type " + type);
+    ASSERT_NE(server.port(), 0) << type;
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(60, 0);
+    c.set_bearer_token_auth("key-a");
+    auto complete = [&](const std::vector<int32_t>& prompt, const std::string& salt) {
+      json req{{"model", "pycoder-6m"},   {"prompt", prompt},   {"max_tokens", 8},
+               {"temperature", 0},        {"ignore_eos", true}, {"cache_salt", salt},
+               {"return_token_ids", true}};
+      auto r = c.Post("/v1/completions", req.dump(), "application/json");
+      EXPECT_TRUE(r);
+      EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+      return r ? json::parse(r->body) : json();
+    };
+    auto cached = [](const json& r) {
+      return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+    };
+    std::vector<int32_t> history;
+    for (int i = 0; i < 300; ++i) history.push_back(int32_t(100 + (i * 37) % 1000));
+    json last = complete(history, "a");
+    EXPECT_EQ(cached(last), 0) << type;
+    for (int turn = 0; turn < 2; ++turn) {
+      const auto reply = last["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+      ASSERT_EQ(reply.size(), 8u) << type << ": " << last.dump();
+      const int before = int(history.size());
+      history.insert(history.end(), reply.begin(), reply.end());
+      for (int i = 0; i < 20; ++i) history.push_back(int32_t(200 + turn * 50 + i));
+      json hit = complete(history, "a");
+      json cold = complete(history, "b" + std::to_string(turn));
+      EXPECT_GE(cached(hit), before) << type << " turn " << turn << ": " << hit.dump();
+      EXPECT_EQ(cached(cold), 0) << type;
+      EXPECT_EQ(hit["choices"][0]["token_ids"], cold["choices"][0]["token_ids"])
+          << type << " turn " << turn;
+      last = hit;
+    }
+  }
+}
+
 TEST(ServerChunkedPrefill, RepliesEqualOneShotPrefill) {
   ServerProcess chunked("--parallel 4 --prefill-chunk 5");
   ServerProcess whole("--parallel 4");
