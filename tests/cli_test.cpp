@@ -322,6 +322,37 @@ TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
 
 // Sampling flags are checked by SamplingOptions::validate (the one set of rules), before
 // the model loads: exactly one line naming the field, its range and the value, and exit 1.
+// A KV cache the machine cannot hold is refused before the model prefills anything: a 2-layer
+// model with a 16M-token context and wide KV heads, at a depth whose f32 KV (with pre-RoPE keys)
+// is 750 GiB, far past any machine's free memory.
+TEST(CliBadInput, KvBeyondTheMachinesMemoryIsRefusedBeforeWork) {
+  const auto dir = test::temp_dir();
+  auto cfg = nlohmann::json::parse(test::read_file(test::source_path("models/pycoder-6m/config.json")));
+  cfg["num_hidden_layers"] = 2;
+  cfg["layer_types"] = {"full_attention", "full_attention"};
+  cfg["num_key_value_heads"] = 8;
+  cfg["head_dim"] = 256;
+  cfg["max_position_embeddings"] = 16777216;
+  test::write_file(dir / "wide.json", cfg.dump());
+  const auto model = dir / "wide";
+  auto synth = test::run_fak("synth --config " + (dir / "wide.json").string() + " -o " +
+                             model.string() + " --dtype bf16 --std 0.1 --tokenizer " +
+                             test::source_path("models/pycoder-6m").string());
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  auto deep = test::run_fak("bench -m " + model.string() +
+                            " -p 8 -n 0 -d 16000000 --kv-type f32 --kraw -r 1 -t 1");
+  EXPECT_NE(deep.exit_code, 0);
+  EXPECT_NE(deep.err.find("16000008 tokens of KV need 750000 MiB, more than the "),
+            std::string::npos)
+      << deep.err;
+  EXPECT_NE(deep.err.find("this machine can still give"), std::string::npos) << deep.err;
+  EXPECT_NE(deep.err.find("49152 bytes/token"), std::string::npos) << deep.err;
+  EXPECT_NE(deep.err.find("; nothing was run"), std::string::npos) << deep.err;
+  // The same model at a depth that fits runs.
+  auto shallow = test::run_fak("bench -m " + model.string() + " -p 8 -n 2 -d 16 -r 1 -t 1");
+  EXPECT_EQ(shallow.exit_code, 0) << shallow.err;
+}
+
 TEST(CliBadInput, SamplingFlagsOutOfRangeGetOneLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"run -p hi --repeat-penalty 0", "repetition_penalty must be > 0 and <= 10, got 0"},

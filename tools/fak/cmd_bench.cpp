@@ -133,6 +133,16 @@ void bench(const BenchArgs& a) {
              " tokens exceed the model's context of " + std::to_string(limit) +
              " (at this depth at most -n " + std::to_string(limit - d) + "); nothing was run");
   }
+  // And the KV of the longest test must fit the machine's memory: a depth prefilled for minutes
+  // that then runs out of memory (or is killed for it) helps no one.
+  // (A prompt runs on one sequence; tg runs b clones sharing the depth's blocks.)
+  int64_t longest = 0;
+  for (int d : depths)
+    for (int t : prompts) longest = std::max<int64_t>(longest, int64_t(d) + t);
+  for (int d : depths)
+    for (int b : batches)
+      for (int t : gens) longest = std::max<int64_t>(longest, int64_t(d) + int64_t(b) * t);
+  a.kv.check_fits_memory(*model, longest, "the longest test (depth + tokens, x batch for tg)");
   std::mt19937 rng(42);
   auto random_tokens = [&](int n) {
     std::vector<int32_t> v(size_t(n), 0);

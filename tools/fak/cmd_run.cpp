@@ -61,6 +61,8 @@ void run(const RunArgs& a) {
   if (!a.session.empty() && std::filesystem::exists(a.session))
     session = Session::load(a.session, model, cache);
   check_fits_context(*model, session.size(), prompt.size(), a.n, !a.session.empty());
+  a.kv.check_fits_memory(*model, int64_t(session.size()) + int64_t(prompt.size()) + a.n,
+                         "the prompt and -n");
   std::shared_ptr<MtpDrafter> head;
   if (a.draft == "mtp") {
     // The head drafts from the prompt's hidden states too (a loaded session's were not kept).

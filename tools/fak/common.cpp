@@ -9,8 +9,10 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/memory_info.h"
 #include "io/hub_cache.h"
 #include "ops/matmul.h"
+#include "runtime/kv_budget.h"
 #include "runtime/model_cache.h"
 #include "tokenizer/utf8.h"
 
@@ -152,6 +154,24 @@ void check_fits_context(const Model& model, int held, size_t prompt, int n, bool
          " positions, more than the model's context of " + std::to_string(limit) +
          (most > 0 ? " (at most -n " + std::to_string(most) + " fits)" : "") + "; nothing was run");
   }
+}
+
+void KvFlags::check_fits_memory(const Model& model, int64_t tokens, const std::string& what) const {
+  const MemoryInfo memory = read_memory_info();
+  KvBudgetOptions o;
+  o.dtype = parse_kv_type(type);
+  o.keep_kraw = kraw && !no_kraw;
+  o.keep_window_rows = swa_full;
+  o.ctx = int(std::min<int64_t>(tokens, kMaxSeqLen));
+  o.available = memory.available();
+  o.weights_bytes = mapped_weight_bytes(model);
+  const KvBudget b = plan_kv_budget(model, o);
+  if (b.machine_bound == 0 || b.sequences <= b.machine_bound) return;
+  fail(what + ": " + std::to_string(tokens) + " tokens of KV need " +
+       std::to_string(b.sequences >> 20) + " MiB, more than the " + std::to_string(b.machine_bound >> 20) +
+       " MiB this machine can still give (" + memory.describe() + "), at " +
+       describe_bytes_per_token(model, o.dtype, o.keep_kraw, o.keep_window_rows) +
+       (o.dtype == DType::Q4_0 ? "" : "; --kv-type q8_0 or q4_0 takes less") + "; nothing was run");
 }
 
 void set_threads(int threads) {

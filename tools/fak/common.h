@@ -48,6 +48,10 @@ struct KvFlags {
   bool swa_full = false;  // keep every row of sliding-window layers
   void add_to(CLI::App* app);
   std::shared_ptr<KvCache> make_cache(const Model& model) const;
+  // Refuses, before any work, `tokens` positions of KV of this type (sliding-window layers counted
+  // at their window) that the machine cannot hold beside what it already holds; `what` names the
+  // request ("-d 130000").
+  void check_fits_memory(const Model& model, int64_t tokens, const std::string& what) const;
 };
 
 // Each subcommand registers itself on the app.
