@@ -725,6 +725,46 @@ TEST(ServerQuantisedKv, PrefixCacheHitEqualsColdPrefill) {
   }
 }
 
+// --ctx past the model's trained context (pycoder-6m: 4096) is cut to it with a warning, so a
+// prompt past 4096 is refused; with --ctx-past-training it is kept, with a warning that says what
+// the positions past 4096 are, and the prompt is served.
+TEST(ServerCtx, PastTheTrainedContextOnlyWhenAskedFor) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 4500; ++i) prompt.push_back(int32_t(100 + (i * 37) % 1000));
+  const json req{{"model", "pycoder-6m"}, {"prompt", prompt}, {"max_tokens", 4},
+                 {"temperature", 0},      {"ignore_eos", true}};
+  auto post = [&](ServerProcess& server) {
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(60, 0);
+    c.set_bearer_token_auth("key-a");
+    auto r = c.Post("/v1/completions", req.dump(), "application/json");
+    EXPECT_TRUE(r);
+    return r ? std::pair{r->status, r->body} : std::pair{0, std::string()};
+  };
+  {
+    ServerSetup setup;
+    setup.ctx = 5000;
+    ServerProcess cut("", setup);
+    ASSERT_NE(cut.port(), 0);
+    const auto [status, body] = post(cut);
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_NE(body.find("context_length_exceeded"), std::string::npos) << body;
+    EXPECT_NE(cut.log().find("--ctx 5000 is longer than the model's context of 4096"),
+              std::string::npos)
+        << cut.log();
+  }
+  ServerSetup setup;
+  setup.ctx = 5000;
+  ServerProcess kept("--ctx-past-training", setup);
+  ASSERT_NE(kept.port(), 0);
+  const auto [status, body] = post(kept);
+  EXPECT_EQ(status, 200) << body;
+  EXPECT_EQ(json::parse(body)["usage"]["completion_tokens"], 4) << body;
+  EXPECT_NE(kept.log().find("a context of 5000 tokens, past the 4096 the model was trained for"),
+            std::string::npos)
+      << kept.log();
+}
+
 TEST(ServerChunkedPrefill, RepliesEqualOneShotPrefill) {
   ServerProcess chunked("--parallel 4 --prefill-chunk 5");
   ServerProcess whole("--parallel 4");

@@ -91,6 +91,7 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
     m->weights_memory_ = g.memory;
     if (g.tokenizer)
       m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_spec(std::move(*g.tokenizer)));
+    m->stretch_context(options.context_past_training);
     m->init_derived();
     m->place_on(options.device);
     return m;
@@ -126,6 +127,7 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
 
   if (options.load_tokenizer && std::filesystem::exists(path / "tokenizer.json"))
     m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_dir(path));
+  m->stretch_context(options.context_past_training);
   m->init_derived();
   m->place_on(options.device);
   return m;
@@ -182,6 +184,19 @@ std::shared_ptr<KvStorage> Model::make_kv_storage() const {
 
 int Model::sampleable_vocab() const {
   return tokenizer_ ? std::min(tokenizer_->vocab_size(), config_.vocab) : config_.vocab;
+}
+
+void Model::stretch_context(int tokens) {
+  // context_limit() is the larger of max_seq_len and YaRN's stretch; the RoPE tables are computed
+  // per position, so nothing else depends on it.
+  const int trained = config_.context_limit();
+  if (tokens <= trained) return;
+  config_.max_seq_len = std::min(tokens, kMaxSeqLen);
+  if (!load_note_.empty()) load_note_ += "; ";
+  load_note_ += "warning: a context of " + std::to_string(config_.max_seq_len) + " tokens, past the " +
+                std::to_string(trained) +
+                " the model was trained for (YaRN included): positions past " +
+                std::to_string(trained) + " were never trained, and output there may degrade";
 }
 
 void Model::init_derived() {

@@ -42,6 +42,10 @@ struct LoadOptions {
   // Where the forward pass runs. A device other than the CPU gets its own copy of the weights at
   // load, and caches for the model must be made with make_kv_storage().
   Device device = {};
+  // Longer than the model's context (trained, or stretched by YaRN): raises its limit to this, for
+  // a user who asks for positions the model never saw (llama.cpp allows it with a warning; the
+  // caller says so). 0 or shorter: the model's own.
+  int context_past_training = 0;
 };
 
 // Per-layer hidden states, for localising a parity divergence: index 0 = embeddings, i = after
@@ -114,6 +118,7 @@ class Model {
  private:
   Model();
   void init_derived();
+  void stretch_context(int tokens);  // LoadOptions::context_past_training
   void place_on(const Device& device);  // makes the backend; throws when it cannot
 
   std::filesystem::path path_;

@@ -74,8 +74,9 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
                  "%d\n",
                  options_.ctx, model_ctx,
                  model_->config().rope_scaling == RopeScaling::Yarn
-                     ? " (its YaRN factor included)"
-                     : " (a YaRN rope_scaling in config.json stretches it, as the model card says)",
+                     ? " (its YaRN factor included; --ctx-past-training keeps it anyway)"
+                     : " (a YaRN rope_scaling stretches it where the model card gives one; "
+                       "--ctx-past-training keeps it anyway)",
                  model_ctx);
   ctx_ = options_.ctx > 0 ? std::min(options_.ctx, model_ctx) : model_ctx;
   options_.parallel = std::max(1, options_.parallel);

@@ -20,7 +20,7 @@ struct ServeArgs {
   DraftOptions draft_options;
   int threads = 0;
   size_t max_body_mib = 8;
-  bool kv_lazy = false, no_warmup = false;
+  bool kv_lazy = false, no_warmup = false, ctx_past_training = false;
   KvFlags kv;
   server::ServerOptions o;
 };
@@ -62,6 +62,7 @@ void serve(ServeArgs& a) {
   a.o.kv_swa_full = a.kv.swa_full;
   a.o.map_kv_at_start = !a.kv_lazy;
   a.o.warm_up = !a.no_warmup;
+  if (a.ctx_past_training) set_context_past_training(a.o.ctx);
   if (!a.api_key_env.empty()) {
     const char* v = std::getenv(a.api_key_env.c_str());
     if (!v || !*v)
@@ -143,8 +144,13 @@ void register_serve(CLI::App& app) {
                 "long prompt is read)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  c->add_option("--ctx", a->o.ctx, "context length (default: the model's)")
-      ->check(CLI::NonNegativeNumber);
+  auto* ctx = c->add_option("--ctx", a->o.ctx, "context length (default: the model's)")
+                  ->check(CLI::NonNegativeNumber);
+  c->add_flag("--ctx-past-training", a->ctx_past_training,
+              "keep a --ctx longer than the model was trained for (or YaRN stretches it to), "
+              "with a warning: positions it never saw, where output may degrade (without it, "
+              "--ctx is cut to the model's context)")
+      ->needs(ctx);
   c->add_option("--session-dir", a->o.session_dir,
                 "directory for /v1/fak/ session save/load (off when unset)");
   auto* cache_dir = c->add_option(

@@ -43,6 +43,10 @@ std::string g_activations = "bf16";
 std::string g_device = "cpu";
 }  // namespace
 
+void set_context_past_training(int tokens) {
+  g_load_options.context_past_training = tokens;
+}
+
 std::shared_ptr<const Model> load_model(const std::string& path) {
   LoadOptions o = g_load_options;
   o.device = parse_device(g_device);

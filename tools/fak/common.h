@@ -19,6 +19,9 @@ std::string default_model_dir();
 std::string resolve_model_path(const std::string& arg);
 // Loads with the options the --mmap/--no-mmap/--quant flags set (add_load_flags).
 std::shared_ptr<const Model> load_model(const std::string& path);
+// Models loaded after this take a context of `tokens` even past what they were trained for
+// (LoadOptions::context_past_training).
+void set_context_past_training(int tokens);
 // activations: the default of --activations (bf16 where the CPU has a bf16 dot product: run, chat,
 // serve, bench; f32 for the commands that measure against a reference).
 void add_load_flags(CLI::App* command, const char* activations = "bf16");
