@@ -327,7 +327,8 @@ TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {
 // is 750 GiB, far past any machine's free memory.
 TEST(CliBadInput, KvBeyondTheMachinesMemoryIsRefusedBeforeWork) {
   const auto dir = test::temp_dir();
-  auto cfg = nlohmann::json::parse(test::read_file(test::source_path("models/pycoder-6m/config.json")));
+  auto cfg =
+      nlohmann::json::parse(test::read_file(test::source_path("models/pycoder-6m/config.json")));
   cfg["num_hidden_layers"] = 2;
   cfg["layer_types"] = {"full_attention", "full_attention"};
   cfg["num_key_value_heads"] = 8;

@@ -731,8 +731,11 @@ TEST(ServerQuantisedKv, PrefixCacheHitEqualsColdPrefill) {
 TEST(ServerCtx, PastTheTrainedContextOnlyWhenAskedFor) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 4500; ++i) prompt.push_back(int32_t(100 + (i * 37) % 1000));
-  const json req{{"model", "pycoder-6m"}, {"prompt", prompt}, {"max_tokens", 4},
-                 {"temperature", 0},      {"ignore_eos", true}};
+  const json req{{"model", "pycoder-6m"},
+                 {"prompt", prompt},
+                 {"max_tokens", 4},
+                 {"temperature", 0},
+                 {"ignore_eos", true}};
   auto post = [&](ServerProcess& server) {
     httplib::Client c("127.0.0.1", server.port());
     c.set_read_timeout(60, 0);

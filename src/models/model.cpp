@@ -142,9 +142,8 @@ void Model::place_on(const Device& device) {
   const std::string problem = device_unavailable_reason(device);
   if (!problem.empty()) fail("--device " + device.name() + ": " + problem);
   // Ops the device kernels do not have yet: refused here, not in the middle of a forward.
-  if (config_.has_windows() || config_.mlp_act != Activation::Silu ||
-      config_.embed_scale != 1.0f || config_.router != RouterKind::Softmax ||
-      config_.attn_sinks || config_.moe_bias)
+  if (config_.has_windows() || config_.mlp_act != Activation::Silu || config_.embed_scale != 1.0f ||
+      config_.router != RouterKind::Softmax || config_.attn_sinks || config_.moe_bias)
     fail("--device " + device.name() + ": " + config_.family_name() +
          " (sliding-window attention, sinks, GeGLU, scaled embeddings, sigmoid or biased MoE "
          "routers, experts with biases) runs on the CPU only so far");
@@ -193,8 +192,8 @@ void Model::stretch_context(int tokens) {
   if (tokens <= trained) return;
   config_.max_seq_len = std::min(tokens, kMaxSeqLen);
   if (!load_note_.empty()) load_note_ += "; ";
-  load_note_ += "warning: a context of " + std::to_string(config_.max_seq_len) + " tokens, past the " +
-                std::to_string(trained) +
+  load_note_ += "warning: a context of " + std::to_string(config_.max_seq_len) +
+                " tokens, past the " + std::to_string(trained) +
                 " the model was trained for (YaRN included): positions past " +
                 std::to_string(trained) + " were never trained, and output there may degrade";
 }

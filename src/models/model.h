@@ -118,7 +118,7 @@ class Model {
  private:
   Model();
   void init_derived();
-  void stretch_context(int tokens);  // LoadOptions::context_past_training
+  void stretch_context(int tokens);     // LoadOptions::context_past_training
   void place_on(const Device& device);  // makes the backend; throws when it cannot
 
   std::filesystem::path path_;

@@ -255,6 +255,7 @@ class Scheduler {
   void stop_for_kv(Active& a, const std::string& message);
   // The prompt tokens each active sequence reads this step (fair_share.h), by index in active_.
   std::vector<int> plan_prefill() const;
+  int prefill_budget() const;  // prompt tokens this step may read in all
 
   const std::shared_ptr<const grammar::TokenIndex>& token_index();
   CacheDir::Log log() const;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "runtime/model_cache.h"
 #include "server/fair_share.h"
+#include "server/prefill_budget.h"
 #include "server/scheduler.h"
 #include "server/scheduler_active.h"
 #include "store/block_store.h"
@@ -190,6 +191,20 @@ void Scheduler::join_followers() {
   }
 }
 
+int Scheduler::prefill_budget() const {
+  // prefill_budget.h: fewer prompt tokens a step deep in a context while others decode.
+  bool others_decode = false;
+  int64_t deepest = 0;
+  for (const auto& ap : active_) {
+    if (ap->done || !ap->session) continue;
+    if (ap->prefilling())
+      deepest = std::max<int64_t>(deepest, ap->session->size());
+    else
+      others_decode = true;
+  }
+  return server::prefill_budget(model_->config(), options_.prefill_chunk, deepest, others_decode);
+}
+
 std::vector<int> Scheduler::plan_prefill() const {
   std::vector<int> wanted;
   std::vector<std::string> tenants;
@@ -198,7 +213,7 @@ std::vector<int> Scheduler::plan_prefill() const {
     wanted.push_back(reads ? ap->prefill_left() : 0);
     tenants.push_back(ap->req.tenant);
   }
-  return share_prefill(options_.prefill_chunk, wanted, tenants);
+  return share_prefill(prefill_budget(), wanted, tenants);
 }
 
 }  // namespace fak::server

@@ -255,8 +255,8 @@ void bench(const BenchArgs& a) {
     if (d > 0) {
       const std::vector<int32_t> context = random_tokens(d);
       for (int at = 0; at < d; at += 512)
-        base.append(std::span<const int32_t>(context).subspan(size_t(at),
-                                                              size_t(std::min(512, d - at))));
+        base.append(
+            std::span<const int32_t>(context).subspan(size_t(at), size_t(std::min(512, d - at))));
     }
     auto fresh = [&] { return d > 0 ? base.clone() : Session(model, cache); };
     const std::string at = d > 0 ? " @ d" + std::to_string(d) : "";

@@ -172,8 +172,9 @@ void KvFlags::check_fits_memory(const Model& model, int64_t tokens, const std::s
   const KvBudget b = plan_kv_budget(model, o);
   if (b.machine_bound == 0 || b.sequences <= b.machine_bound) return;
   fail(what + ": " + std::to_string(tokens) + " tokens of KV need " +
-       std::to_string(b.sequences >> 20) + " MiB, more than the " + std::to_string(b.machine_bound >> 20) +
-       " MiB this machine can still give (" + memory.describe() + "), at " +
+       std::to_string(b.sequences >> 20) + " MiB, more than the " +
+       std::to_string(b.machine_bound >> 20) + " MiB this machine can still give (" +
+       memory.describe() + "), at " +
        describe_bytes_per_token(model, o.dtype, o.keep_kraw, o.keep_window_rows) +
        (o.dtype == DType::Q4_0 ? "" : "; --kv-type q8_0 or q4_0 takes less") + "; nothing was run");
 }
