@@ -292,49 +292,57 @@ TEST_P(MtpDrafting, GivesPlainDecodingsTokensGreedyAndSeeded) {
   auto model = Model::load(mtp_model(tmp, GetParam()), {.load_tokenizer = false});
   ASSERT_EQ(model->config().mtp_layers, 1);
   const ModelConfig& c = model->config();
-  auto cache = make_kv_cache(*model);
-  Session base(model, cache);
-  base.keep_hidden(true);
-  base.append(random_ids(40, c.vocab, 11));
-  for (const float temperature : {0.0f, 0.9f}) {
-    SCOPED_TRACE("temperature " + std::to_string(temperature));
-    GenerateOptions o;
-    o.max_tokens = 48;
-    o.sampling.temperature = temperature;
-    o.sampling.seed = 5;
-    Session plain = base.clone();
-    const GenerateResult want = generate(plain, o);
-    Session spec = base.clone();
-    auto head = std::make_shared<MtpDrafter>(spec, 4);
-    GenerateOptions so = o;
-    so.drafter = mtp_drafter(head);
-    const GenerateResult got = generate(spec, so);
-    EXPECT_EQ(got.ids, want.ids);
-    EXPECT_EQ(spec.tokens(), plain.tokens());
-    EXPECT_TRUE(test::bit_equal(spec.logits(), plain.logits()));
-    EXPECT_GT(got.spec_drafted, 0);
-    EXPECT_GT(head->calls(), 0);
-    // What the server's budget sets aside for a sequence's head covers what it mapped.
-    EXPECT_GT(head->kv_mapped_bytes(), 0u);
-    EXPECT_LE(head->kv_mapped_bytes(), MtpDrafter::kv_bytes(*model, spec.size() + 4 + 1));
-    // The oracle after the head: everything accepted, far fewer model calls.
-    std::vector<int32_t> full = base.tokens();
-    full.insert(full.end(), want.ids.begin(), want.ids.end());
-    Session oracle_run = base.clone();
-    auto head2 = std::make_shared<MtpDrafter>(oracle_run, 4);
-    GenerateOptions oo = o;
-    oo.drafter = [&, head2](std::span<const int32_t> history, int max_tokens) {
-      const std::vector<int32_t> d = head2->draft(history, max_tokens);
-      const size_t at = history.size();
-      const size_t n = std::min(d.size(), full.size() - std::min(at, full.size()));
-      return std::vector<int32_t>(full.begin() + std::ptrdiff_t(at),
-                                  full.begin() + std::ptrdiff_t(at + n));
-    };
-    const GenerateResult best = generate(oracle_run, oo);
-    EXPECT_EQ(best.ids, want.ids);
-    EXPECT_EQ(best.spec_accepted, best.spec_drafted);
-    EXPECT_LE(best.forward_calls, 48 / 5 + 2);
+  // On the f32 KV and on q8_0 (the head's own KV takes the model cache's type).
+  for (const DType kv : {DType::F32, DType::Q8_0}) {
+    SCOPED_TRACE(std::string("kv ") + kv_type_name(kv));
+    auto cache = make_kv_cache(*model, {.dtype = kv});
+    Session base(model, cache);
+    base.keep_hidden(true);
+    base.append(random_ids(40, c.vocab, 11));
+    for (const float temperature : {0.0f, 0.9f}) {
+      SCOPED_TRACE("temperature " + std::to_string(temperature));
+      GenerateOptions o;
+      o.max_tokens = 48;
+      o.sampling.temperature = temperature;
+      o.sampling.seed = 5;
+      Session plain = base.clone();
+      const GenerateResult want = generate(plain, o);
+      Session spec = base.clone();
+      auto head = std::make_shared<MtpDrafter>(spec, 4);
+      GenerateOptions so = o;
+      so.drafter = mtp_drafter(head);
+      const GenerateResult got = generate(spec, so);
+      EXPECT_EQ(got.ids, want.ids);
+      EXPECT_EQ(spec.tokens(), plain.tokens());
+      EXPECT_TRUE(test::bit_equal(spec.logits(), plain.logits()));
+      EXPECT_GT(got.spec_drafted, 0);
+      EXPECT_GT(head->calls(), 0);
+      // What the server's budget sets aside for a sequence's head covers what it mapped.
+      EXPECT_GT(head->kv_mapped_bytes(), 0u);
+      EXPECT_LE(head->kv_mapped_bytes(),
+                MtpDrafter::kv_bytes(*model, spec.size() + 4 + 1, spec.cache().dtype()));
+      // The oracle after the head: everything accepted, far fewer model calls.
+      std::vector<int32_t> full = base.tokens();
+      full.insert(full.end(), want.ids.begin(), want.ids.end());
+      Session oracle_run = base.clone();
+      auto head2 = std::make_shared<MtpDrafter>(oracle_run, 4);
+      GenerateOptions oo = o;
+      oo.drafter = [&, head2](std::span<const int32_t> history, int max_tokens) {
+        const std::vector<int32_t> d = head2->draft(history, max_tokens);
+        const size_t at = history.size();
+        const size_t n = std::min(d.size(), full.size() - std::min(at, full.size()));
+        return std::vector<int32_t>(full.begin() + std::ptrdiff_t(at),
+                                    full.begin() + std::ptrdiff_t(at + n));
+      };
+      const GenerateResult best = generate(oracle_run, oo);
+      EXPECT_EQ(best.ids, want.ids);
+      EXPECT_EQ(best.spec_accepted, best.spec_drafted);
+      EXPECT_LE(best.forward_calls, 48 / 5 + 2);
+    }
   }
+  // A head's KV in q8_0 takes about a quarter of its f32 bytes (34 of 128 per 32 values).
+  EXPECT_LT(MtpDrafter::kv_bytes(*model, 100000, DType::Q8_0) * 3,
+            MtpDrafter::kv_bytes(*model, 100000, DType::F32));
 }
 
 // fak serve --draft mtp: every reply is the one plain decoding gives (greedy at several lengths,

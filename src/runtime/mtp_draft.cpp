@@ -11,9 +11,12 @@ namespace fak {
 
 namespace {
 
-// The head's one attention layer keeps its own KV, beside the model's cache (another shape).
-std::shared_ptr<KvCache> head_kv_cache(const Model& m) {
+// The head's one attention layer keeps its own KV, beside the model's cache (another shape), in the
+// model cache's type: a draft is only checked against the model, so its KV's rounding changes
+// acceptance at most, never the output (f32 took 2-4x the bytes per token of an f16 or q8_0 layer).
+std::shared_ptr<KvCache> head_kv_cache(const Model& m, DType dtype) {
   KvCacheOptions o;
+  o.dtype = dtype;
   o.keep_kraw = false;
   o.storage = m.make_kv_storage();
   o.slab_bytes = size_t(16) << 20;
@@ -33,15 +36,15 @@ MtpDrafter::MtpDrafter(Session& session, int max_draft, int draft_vocab)
   head_rows_ = c.vocab;
   if (draft_vocab > 0 && draft_vocab < c.vocab && m.device().kind == DeviceKind::Cpu)
     head_rows_ = std::min(c.vocab, (draft_vocab + 15) / 16 * 16);  // whole panels
-  cache_ = head_kv_cache(m);
+  cache_ = head_kv_cache(m, session.cache().dtype());
 }
 
 size_t MtpDrafter::kv_mapped_bytes() const {
   return cache_->mapped_bytes();
 }
 
-size_t MtpDrafter::kv_bytes(const Model& model, int positions) {
-  const std::shared_ptr<KvCache> cache = head_kv_cache(model);  // maps nothing until used
+size_t MtpDrafter::kv_bytes(const Model& model, int positions, DType dtype) {
+  const std::shared_ptr<KvCache> cache = head_kv_cache(model, dtype);  // maps nothing until used
   const size_t blocks = (size_t(std::max(positions, 0)) + size_t(cache->block_size()) - 1) /
                         size_t(cache->block_size());
   const size_t per_slab = size_t(cache->blocks_per_slab());

@@ -44,8 +44,9 @@ class MtpDrafter {
   // head.
   MtpDrafter(Session& session, int max_draft, int draft_vocab = kDraftVocab);
   // The most the head's KV cache maps for a sequence of `positions` tokens (whole slabs, as its
-  // cache maps them): what the server's KV budget sets aside for each drafting sequence.
-  static size_t kv_bytes(const Model& model, int positions);
+  // cache maps them) when the model's cache holds `dtype` (the head's KV takes the same type):
+  // what the server's KV budget sets aside for each drafting sequence.
+  static size_t kv_bytes(const Model& model, int positions, DType dtype);
   ~MtpDrafter();
   MtpDrafter(const MtpDrafter&) = delete;
   MtpDrafter& operator=(const MtpDrafter&) = delete;

@@ -104,7 +104,8 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
     bo.weights_bytes = 0;
   }
   if (options_.draft && options_.draft->mtp)
-    bo.draft_head_bytes = MtpDrafter::kv_bytes(*model_, ctx_ + options_.draft->max_draft + 1);
+    bo.draft_head_bytes =
+        MtpDrafter::kv_bytes(*model_, ctx_ + options_.draft->max_draft + 1, options_.kv_type);
   budget_ = plan_kv_budget(*model_, bo);
   KvCacheOptions ko;
   ko.storage = storage;

@@ -60,6 +60,10 @@ void agentbench(const AgentArgs& a) {
   if (final_ctx > c.context_limit())
     fail("P + T*(R+D) = " + std::to_string(final_ctx) + " tokens exceeds the model's context of " +
          std::to_string(c.context_limit()));
+  // The agents share the prefix's blocks (clones); each holds its own turns.
+  a.kv.check_fits_memory(*model,
+                         int64_t(a.prefix) + int64_t(a.agents) * a.turns * (a.result + a.decode),
+                         "P + agents x T x (R + D)");
   std::mt19937 rng(7);
   auto random_tokens = [&](int n) {
     std::vector<int32_t> v(size_t(n), 0);
