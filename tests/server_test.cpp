@@ -572,6 +572,23 @@ TEST(ServerQueue, FullQueueIs429) {
   long_one.stop();
 }
 
+// Greedy completion of token ids (8 tokens, EOS ignored) in the cache partition `salt`, with the
+// reply's ids.
+json complete_ids(httplib::Client& c, const std::string& model, const std::vector<int32_t>& prompt,
+                  const std::string& salt) {
+  json req{{"model", model},          {"prompt", prompt},   {"max_tokens", 8},
+           {"temperature", 0},        {"ignore_eos", true}, {"cache_salt", salt},
+           {"return_token_ids", true}};
+  auto r = c.Post("/v1/completions", req.dump(), "application/json");
+  EXPECT_TRUE(r);
+  EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+  return r ? json::parse(r->body) : json();
+}
+// How many of a reply's prompt tokens came from the prefix cache.
+int cached_tokens(const json& reply) {
+  return reply["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+}
+
 // A hybrid (Gated DeltaNet) model behind the server, as an agent drives it: each turn resends its
 // whole history (prompt, the reply's token ids, a new message) and restarts from the state
 // checkpoint the previous request left at its end, so everything but the new message is cached; the
@@ -586,17 +603,9 @@ TEST(ServerHybrid, PrefixCacheHitEqualsColdPrefill) {
   c.set_read_timeout(60, 0);
   c.set_bearer_token_auth("key-a");
   auto complete = [&](const std::vector<int32_t>& prompt, const std::string& salt) {
-    json req{{"model", "hybrid"},       {"prompt", prompt},   {"max_tokens", 8},
-             {"temperature", 0},        {"ignore_eos", true}, {"cache_salt", salt},
-             {"return_token_ids", true}};
-    auto r = c.Post("/v1/completions", req.dump(), "application/json");
-    EXPECT_TRUE(r);
-    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
-    return r ? json::parse(r->body) : json();
+    return complete_ids(c, "hybrid", prompt, salt);
   };
-  auto cached = [](const json& r) {
-    return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
-  };
+  const auto cached = cached_tokens;
   std::vector<int32_t> history;
   for (int i = 0; i < 300; ++i) history.push_back(int32_t(100 + (i * 37) % 7000));
   auto first = complete(history, "a");
@@ -693,17 +702,9 @@ TEST(ServerQuantisedKv, PrefixCacheHitEqualsColdPrefill) {
     c.set_read_timeout(60, 0);
     c.set_bearer_token_auth("key-a");
     auto complete = [&](const std::vector<int32_t>& prompt, const std::string& salt) {
-      json req{{"model", "pycoder-6m"},   {"prompt", prompt},   {"max_tokens", 8},
-               {"temperature", 0},        {"ignore_eos", true}, {"cache_salt", salt},
-               {"return_token_ids", true}};
-      auto r = c.Post("/v1/completions", req.dump(), "application/json");
-      EXPECT_TRUE(r);
-      EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
-      return r ? json::parse(r->body) : json();
+      return complete_ids(c, "pycoder-6m", prompt, salt);
     };
-    auto cached = [](const json& r) {
-      return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
-    };
+    const auto cached = cached_tokens;
     std::vector<int32_t> history;
     for (int i = 0; i < 300; ++i) history.push_back(int32_t(100 + (i * 37) % 1000));
     json last = complete(history, "a");
