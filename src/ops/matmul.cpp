@@ -143,8 +143,7 @@ size_t bf16_ldx(int64_t cols) {
 }
 
 // x rounded to bf16 for a bf16-dot product, in `buf` (grown as needed).
-const uint16_t* round_bf16(const float* x, int n_tokens, int64_t cols,
-                           std::vector<uint16_t>& buf) {
+const uint16_t* round_bf16(const float* x, int n_tokens, int64_t cols, std::vector<uint16_t>& buf) {
   const size_t ldx = bf16_ldx(cols);
   if (buf.size() < ldx * size_t(n_tokens)) buf.resize(ldx * size_t(n_tokens));
   kernels::round_activations_bf16_avx512(x, n_tokens, cols, buf.data(), ldx);
@@ -169,6 +168,14 @@ std::string_view matmul_isa() {
   return kernels::cpu_has_avx2() ? "avx2" : "scalar";
 }
 
+namespace kernels {
+int64_t rows_per_chunk(int64_t rows, int64_t unit, int threads, int n_tokens) {
+  const int64_t per_thread = n_tokens <= 1 ? 2 : 4;
+  const int64_t want = rows / (int64_t(std::max(threads, 1)) * per_thread);
+  return std::max<int64_t>(unit, (want + unit - 1) / unit * unit);
+}
+}  // namespace kernels
+
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   if (n_tokens <= 0 || w.rows == 0) return;
   if (wtype_quant(w.type)) return kernels::matmul_quant(w, x, n_tokens, y);
@@ -184,9 +191,9 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
       float_fn(m, xf, nt, out, r0, r1);
   };
   // Split rows into chunks that are multiples of 8 so tiles stay full; at least one chunk per
-  // thread, more when there is plenty of work so threads finishing early can steal.
+  // thread, more so threads finishing early can steal.
   const int threads = omp_get_max_threads();
-  const int64_t chunk = std::max<int64_t>(8, ((w.rows / (threads * 4)) + 7) / 8 * 8);
+  const int64_t chunk = kernels::rows_per_chunk(w.rows, 8, threads, n_tokens);
   const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
   // Small products are not worth waking threads for (and on a loaded machine a spinning team
   // costs far more than the work).
@@ -223,6 +230,13 @@ void matmul_many(std::span<const MatmulJob> jobs) {
   if (xbs.size() < jobs.size()) xbs.resize(jobs.size());
   xb_of.assign(jobs.size(), nullptr);
   const int threads = omp_get_max_threads();
+  // One token through many matrices (a MoE layer's chosen experts: 16 gate and up projections,
+  // then 8 down): each thread takes whole matrices, one stream each, rather than a share of every
+  // one. Qwen3-30B-A3B 6-layer Q8_0 cut, tg32 81.2 -> 83.4 tok/s; Qwen3.5-35B-A3B 4-layer Q4_K_M
+  // cut 87.7 -> 91.0 (medians of alternated runs).
+  const bool whole_jobs =
+      jobs.size() >= size_t(2 * threads) &&
+      std::all_of(jobs.begin(), jobs.end(), [](const MatmulJob& j) { return j.n_tokens <= 1; });
   double work = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatmulJob& j = jobs[i];
@@ -244,7 +258,8 @@ void matmul_many(std::span<const MatmulJob> jobs) {
     }
     work += double(j.w->rows) * double(j.w->cols) * double(j.n_tokens);
     // Whole 16-row groups (the tile kernels' unit; float kernels take 8), a few per thread.
-    const int64_t chunk = std::max<int64_t>(16, (j.w->rows / (threads * 4) + 15) / 16 * 16);
+    const int64_t chunk =
+        whole_jobs ? j.w->rows : kernels::rows_per_chunk(j.w->rows, 16, threads, j.n_tokens);
     for (int64_t r0 = 0; r0 < j.w->rows; r0 += chunk)
       chunks.push_back({i, r0, std::min(j.w->rows, r0 + chunk)});
   }

@@ -226,7 +226,7 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   const bool parallel = threads > 1 && work >= 256.0 * 1024;
   // Chunks of whole 16-row groups (tile kernels work on groups of rows), several per thread so
   // threads that finish early take more.
-  const int64_t chunk = std::max<int64_t>(16, (w.rows / (threads * 4) + 15) / 16 * 16);
+  const int64_t chunk = rows_per_chunk(w.rows, 16, threads, n_tokens);
   const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
   if (!parallel || n_chunks == 1) {
     run_quant(p, 0, w.rows);
