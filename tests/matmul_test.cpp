@@ -183,5 +183,39 @@ TEST(MatmulFloat, Bf16ActivationsIndependentOfBatchAndCloseToReference) {
   }
 }
 
+// Threads share a product's rows in chunks: every row exactly once, in whole row groups (the tiles
+// need them), and for one token long streams first, shrinking to the end (so the threads finish
+// together); for more tokens equal chunks.
+TEST(RowChunks, CoverEveryRowOnceInWholeGroups) {
+  for (int n_tokens : {1, 2, 64})
+    for (int threads : {1, 2, 3, 8})
+      for (int64_t rows : {int64_t(16), int64_t(128), int64_t(896), int64_t(4864), int64_t(151936),
+                           int64_t(100)}) {
+        std::vector<kernels::RowChunk> chunks;
+        kernels::append_row_chunks(chunks, 3, rows, 16, threads, n_tokens);
+        ASSERT_FALSE(chunks.empty());
+        int64_t next = 0;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+          const kernels::RowChunk& c = chunks[i];
+          EXPECT_EQ(c.job, 3u);
+          EXPECT_EQ(c.r0, next) << rows << " rows, chunk " << i;
+          EXPECT_GT(c.r1, c.r0);
+          EXPECT_EQ(c.r0 % 16, 0);
+          if (c.r1 != rows) {
+            EXPECT_EQ(c.r1 % 16, 0);
+          }
+          if (n_tokens == 1 && i > 0) {
+            EXPECT_LE(c.r1 - c.r0, chunks[i - 1].r1 - chunks[i - 1].r0);
+          }
+          next = c.r1;
+        }
+        EXPECT_EQ(next, rows);
+        if (n_tokens == 1 && threads > 1 && rows >= 896) {
+          EXPECT_GE(chunks.front().r1 * threads, rows);  // the first is a whole thread's share
+          EXPECT_LE(chunks.back().r1 - chunks.back().r0, 32);
+        }
+      }
+}
+
 }  // namespace
 }  // namespace fak

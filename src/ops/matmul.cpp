@@ -169,10 +169,18 @@ std::string_view matmul_isa() {
 }
 
 namespace kernels {
-int64_t rows_per_chunk(int64_t rows, int64_t unit, int threads, int n_tokens) {
-  const int64_t per_thread = n_tokens <= 1 ? 2 : 4;
-  const int64_t want = rows / (int64_t(std::max(threads, 1)) * per_thread);
-  return std::max<int64_t>(unit, (want + unit - 1) / unit * unit);
+void append_row_chunks(std::vector<RowChunk>& out, size_t job, int64_t rows, int64_t unit,
+                       int threads, int n_tokens) {
+  const int64_t parts = std::max(threads, 1);
+  const auto units = [unit](int64_t n) { return (n + unit - 1) / unit * unit; };
+  const int64_t equal = std::max(unit, units(rows / (parts * 4)));
+  for (int64_t r0 = 0; r0 < rows;) {
+    const int64_t size =
+        n_tokens <= 1 ? std::max(2 * unit, units((rows - r0 + parts - 1) / parts)) : equal;
+    const int64_t r1 = std::min(rows, r0 + size);
+    out.push_back({job, r0, r1});
+    r0 = r1;
+  }
 }
 }  // namespace kernels
 
@@ -190,11 +198,13 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
     else
       float_fn(m, xf, nt, out, r0, r1);
   };
-  // Split rows into chunks that are multiples of 8 so tiles stay full; at least one chunk per
-  // thread, more so threads finishing early can steal.
+  // Chunks of whole 8-row groups so tiles stay full, taken by whichever thread is free.
   const int threads = omp_get_max_threads();
-  const int64_t chunk = kernels::rows_per_chunk(w.rows, 8, threads, n_tokens);
-  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  thread_local std::vector<kernels::RowChunk> tls_chunks;
+  std::vector<kernels::RowChunk>& chunks = tls_chunks;
+  chunks.clear();
+  kernels::append_row_chunks(chunks, 0, w.rows, 8, threads, n_tokens);
+  const int64_t n_chunks = int64_t(chunks.size());
   // Small products are not worth waking threads for (and on a loaded machine a spinning team
   // costs far more than the work).
   const double work = double(w.rows) * double(w.cols) * double(n_tokens);
@@ -203,11 +213,8 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
     return;
   }
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    int64_t r0 = c * chunk;
-    int64_t r1 = std::min(w.rows, r0 + chunk);
-    fn(w, x, n_tokens, y, r0, r1);
-  }
+  for (int64_t c = 0; c < n_chunks; ++c)
+    fn(w, x, n_tokens, y, chunks[size_t(c)].r0, chunks[size_t(c)].r1);
 }
 
 void matmul_many(std::span<const MatmulJob> jobs) {
@@ -215,10 +222,7 @@ void matmul_many(std::span<const MatmulJob> jobs) {
   thread_local std::vector<kernels::QuantPrepared> tls_prepared;
   std::vector<kernels::QuantPrepared>& prepared = tls_prepared;
   if (prepared.size() < jobs.size()) prepared.resize(jobs.size());
-  struct Chunk {
-    size_t job;
-    int64_t r0, r1;
-  };
+  using Chunk = kernels::RowChunk;
   thread_local std::vector<Chunk> tls_chunks;
   std::vector<Chunk>& chunks = tls_chunks;
   chunks.clear();
@@ -257,11 +261,11 @@ void matmul_many(std::span<const MatmulJob> jobs) {
       if (!xb_of[i]) xb_of[i] = round_bf16(j.x, j.n_tokens, j.w->cols, xbs[i]);
     }
     work += double(j.w->rows) * double(j.w->cols) * double(j.n_tokens);
-    // Whole 16-row groups (the tile kernels' unit; float kernels take 8), a few per thread.
-    const int64_t chunk =
-        whole_jobs ? j.w->rows : kernels::rows_per_chunk(j.w->rows, 16, threads, j.n_tokens);
-    for (int64_t r0 = 0; r0 < j.w->rows; r0 += chunk)
-      chunks.push_back({i, r0, std::min(j.w->rows, r0 + chunk)});
+    // Whole 16-row groups (the tile kernels' unit; float kernels take 8).
+    if (whole_jobs)
+      chunks.push_back({i, 0, j.w->rows});
+    else
+      kernels::append_row_chunks(chunks, i, j.w->rows, 16, threads, j.n_tokens);
   }
   const kernels::MatmulRowsFn fn = float_kernel();
   auto run = [&](const Chunk& c) {

@@ -40,14 +40,20 @@ bool cpu_has_avx512();
 void set_avx512_enabled(bool enabled);
 bool avx512_enabled();
 
-// Rows per chunk when a product's rows are shared out to `threads` threads: whole `unit`s (the
-// tiles' row groups), and for one token (decode: a read of the weights at memory speed) two chunks
-// a thread, not four. Each chunk is a stream the hardware prefetcher starts again, so fewer, longer
-// ones read faster: alternated runs, tg32 tok/s, medians of 4-6 runs of 4, four chunks a thread
-// against two: Qwen2.5-0.5B F16 51.4 -> 54.0, Qwen3-30B-A3B 6-layer Q8_0 cut 77.2 -> 81.2. One a
-// thread was no faster (54.0, 79.5) and leaves a thread that is preempted no one to share with.
-// Prefill keeps four (compute: balance matters more than streams).
-int64_t rows_per_chunk(int64_t rows, int64_t unit, int threads, int n_tokens);
+// A share of a product's rows that one thread computes: rows [r0, r1) of job `job`.
+struct RowChunk {
+  size_t job;
+  int64_t r0, r1;
+};
+// Appends job's rows [0, rows) cut into chunks of whole `unit`s (the tiles' row groups), in the
+// order threads take them. Each chunk is a stream the hardware prefetcher starts again, so for
+// one token (decode: a read of the weights at memory speed) they are long ones first, each what
+// is left over the threads (OpenMP's guided schedule), down to two units, so the last ones even the
+// threads out. Alternated runs, tg32 tok/s, medians: 0.5B F16 51.4 (four equal chunks a thread)
+// -> 54.0 (two) -> 58.2 (these); 0.5B Q8_0 107.4 (two) -> 112.6. Prefill (compute: balance
+// matters more than streams) takes four equal chunks a thread.
+void append_row_chunks(std::vector<RowChunk>& out, size_t job, int64_t rows, int64_t unit,
+                       int threads, int n_tokens);
 
 // Block-quantised weights (matmul_quant.cpp): the activations already quantised, one row per token.
 struct QuantTask {

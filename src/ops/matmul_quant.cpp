@@ -224,16 +224,19 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
   const int threads = omp_get_max_threads();
   const double work = double(w.rows) * double(w.cols) * double(n_tokens);
   const bool parallel = threads > 1 && work >= 256.0 * 1024;
-  // Chunks of whole 16-row groups (tile kernels work on groups of rows), several per thread so
-  // threads that finish early take more.
-  const int64_t chunk = rows_per_chunk(w.rows, 16, threads, n_tokens);
-  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  // Chunks of whole 16-row groups (tile kernels work on groups of rows), taken by whichever
+  // thread is free.
+  thread_local std::vector<RowChunk> tls_chunks;
+  std::vector<RowChunk>& chunks = tls_chunks;
+  chunks.clear();
+  append_row_chunks(chunks, 0, w.rows, 16, threads, n_tokens);
+  const int64_t n_chunks = int64_t(chunks.size());
   if (!parallel || n_chunks == 1) {
     run_quant(p, 0, w.rows);
     return;
   }
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t c = 0; c < n_chunks; ++c) run_quant(p, c * chunk, std::min(w.rows, (c + 1) * chunk));
+  for (int64_t c = 0; c < n_chunks; ++c) run_quant(p, chunks[size_t(c)].r0, chunks[size_t(c)].r1);
 }
 
 }  // namespace kernels
