@@ -243,6 +243,16 @@ TEST(Cli, BenchRunsTestsAtDepth) {
                   j["results"][1]["bytes_per_token"].get<double>(),
               24 * j["kv_bytes_per_context_token"].get<double>(), 1.0);
   EXPECT_GT(j["results"][3]["roofline_fraction"].get<double>(), 0);
+  // Each tg repetition is held against a probe taken just before it.
+  ASSERT_TRUE(j["results"][3].contains("membw_samples"));
+  EXPECT_EQ(j["results"][3]["membw_samples"].size(), 1u);
+  EXPECT_GT(j["results"][3]["membw_gb_s"].get<double>(), 0);
+  const nlohmann::json& tg = j["results"][3];
+  EXPECT_NEAR(tg["roofline_fraction"].get<double>(),
+              tg["tok_s"].get<double>() * tg["bytes_per_token"].get<double>() / 1e9 /
+                  tg["membw_samples"][0].get<double>(),
+              1e-9);
+  EXPECT_FALSE(j["results"][2].contains("membw_samples"));  // pp rows have no roof
   // -b: sequences decoded in lockstep, every one's tokens counted.
   auto batched = test::run_fak("bench -p 0 -n 4 -b 1,3 -d 16 -r 1 -o json -t 1");
   ASSERT_EQ(batched.exit_code, 0) << batched.err;

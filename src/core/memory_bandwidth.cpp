@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/anon_memory.h"
 #include "core/cpu_features.h"
@@ -49,7 +50,7 @@ double measure_read_bandwidth(size_t bytes, int reps) {
   std::memset(buf.data(), 1, bytes);
   const bool avx2 = cpu_features().avx2;
   const char* base = reinterpret_cast<const char*>(buf.data());
-  double best = 0;
+  std::vector<double> rates;
   volatile float sink = 0;
   for (int r = 0; r <= std::max(reps, 1); ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -62,9 +63,10 @@ double measure_read_bandwidth(size_t bytes, int reps) {
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink = sink + total;
-    if (r > 0) best = std::max(best, double(bytes) / s / 1e9);  // pass 0 only warms up
+    if (r > 0) rates.push_back(double(bytes) / s / 1e9);  // pass 0 only warms up
   }
-  return best;
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
 }
 
 }  // namespace fak

@@ -175,16 +175,28 @@ void bench(const BenchArgs& a) {
       double(kv_bytes_per_token(model->n_attention_layers(), c.n_kv_heads, c.head_dim,
                                 cache->dtype(), /*keep_kraw=*/false)) /
       1e9;
-  // The machine's read bandwidth now, on the benchmark's threads: each tg row says how close it
-  // comes to it (bytes read per token x tokens/s over this).
-  // Its buffer (512 MiB) is not the model's memory: the peak RSS reported is the larger of the
-  // peak before it and the peak after it (the kernel's high-water mark reset once it is freed).
-  const double peak_before_probe_mib = peak_rss_mib();
-  const double membw_gb_s = a.membw ? measure_read_bandwidth() : 0.0;
-  const bool probe_forgotten = a.membw && reset_peak_rss();
+  // The machine's read bandwidth, on the benchmark's threads: once now (the header), and right
+  // before every tg repetition, which is held against the probe beside it (bytes read per token x
+  // tokens/s over it): on a shared host the rate moves by 2x within minutes, so a probe taken
+  // once, minutes from the test it judges, said more about the minute than about the kernel.
+  // The probes' buffers are not the model's memory: the peak RSS reported is the largest outside
+  // them (the kernel's high-water mark is reset once each is freed).
+  double peak_outside_probes_mib = 0;
+  bool probes_forgotten = true;
+  auto probe = [&](size_t bytes, int passes) {
+    peak_outside_probes_mib = std::max(peak_outside_probes_mib, peak_rss_mib());
+    const double gb_s = measure_read_bandwidth(bytes, passes);
+    probes_forgotten = reset_peak_rss() && probes_forgotten;
+    return gb_s;
+  };
+  const double membw_gb_s = a.membw ? probe(size_t(512) << 20, 5) : 0.0;
+  // Before each tg repetition: 3 passes over 256 MiB (tens of milliseconds; 8x the last-level
+  // cache of the machines measured here, so it is read from memory).
+  auto probe_before_rep = [&] { return a.membw ? probe(size_t(256) << 20, 3) : 0.0; };
   nlohmann::json results = nlohmann::json::array();
+  // rep_membw: the probe before each repetition (tg tests; empty for pp).
   auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
-                    const std::vector<double>& tok_s) {
+                    const std::vector<double>& tok_s, const std::vector<double>& rep_membw = {}) {
     Stat st = stats(tok_s);
     nlohmann::json r{{"test", test},         {"n_prompt", n_prompt}, {"n_gen", n_gen},
                      {"n_depth", n_depth},   {"n_batch", n_batch},   {"tok_s", st.mean},
@@ -202,16 +214,23 @@ void bench(const BenchArgs& a) {
           weight_gb +
           double(n_batch) * (kv_gb_per_ctx_token * (n_depth + n_gen / 2.0) + 2 * state_gb);
       r["bytes_per_token"] = step_gb / n_batch * 1e9;
-      if (membw_gb_s > 0) {
-        roof = st.mean / n_batch * step_gb / membw_gb_s;
+      if (rep_membw.size() == tok_s.size() && !rep_membw.empty()) {
+        // Each repetition against the probe just before it; the median of those shares.
+        std::vector<double> roofs;
+        for (size_t i = 0; i < tok_s.size(); ++i)
+          roofs.push_back(tok_s[i] / n_batch * step_gb / rep_membw[i]);
+        roof = stats(roofs).median;
         r["roofline_fraction"] = roof;
+        r["membw_gb_s"] = stats(rep_membw).median;
+        r["membw_samples"] = rep_membw;
       }
     }
     results.push_back(r);
     if (a.output == "md") {
       std::printf("| %-18s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
-      if (n_gen > 0 && membw_gb_s > 0)
-        std::printf(" %6.1f | %5.1f%% |\n", st.mean / n_batch * weight_gb, 100 * roof);
+      if (n_gen > 0 && !rep_membw.empty())
+        std::printf(" %6.1f | %5.1f%% | %6.1f |\n", st.mean / n_batch * weight_gb, 100 * roof,
+                    stats(rep_membw).median);
       else if (n_gen > 0)
         std::printf(" %6.1f |        |\n", st.mean / n_batch * weight_gb);
       else
@@ -238,12 +257,18 @@ void bench(const BenchArgs& a) {
                 model->weights_memory(), load_s);
     if (membw_gb_s > 0)
       std::printf(
-          "memory read bandwidth (measured now, %d threads): %.1f GB/s; roof: the share of "
-          "it a tg row reads (weights + KV at depth + recurrent state)\n",
+          "memory read bandwidth (measured now, %d threads, median of 5 reads of 512 MiB): %.1f "
+          "GB/s; read: the same before each tg repetition (median); roof: the share of it each "
+          "repetition read (weights + KV at depth + recurrent state; median)\n",
           threads, membw_gb_s);
-    std::printf(
-        "| test               |              t/s       |  GB/s  |  roof  "
-        "|\n|--------------------|------------------------|--------|--------|\n");
+    if (membw_gb_s > 0)
+      std::printf(
+          "| test               |              t/s       |  GB/s  |  roof  |  read  "
+          "|\n|--------------------|------------------------|--------|--------|--------|\n");
+    else
+      std::printf(
+          "| test               |              t/s       |  GB/s  |  roof  "
+          "|\n|--------------------|------------------------|--------|--------|\n");
   }
   for (int d : depths) {
     // The context the tests start from, prefilled once (untimed); each repetition clones it (no
@@ -275,8 +300,9 @@ void bench(const BenchArgs& a) {
     for (int n : gens) {
       if (n == 0) continue;
       for (int b : batches) {
-        std::vector<double> v;
+        std::vector<double> v, rep_membw;
         for (int r = 0; r < a.reps; ++r) {
+          if (a.membw) rep_membw.push_back(probe_before_rep());
           std::vector<Session> seqs;
           for (int i = 0; i < b; ++i) seqs.push_back(fresh());
           std::vector<Session*> ptrs;
@@ -294,14 +320,14 @@ void bench(const BenchArgs& a) {
           v.push_back(double(n) * double(b) / seconds_since(t0));
         }
         record("tg" + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : "") + at, 0, n, d, b,
-               v);
+               v, rep_membw);
       }
     }
   }
   // Peak resident memory of the whole run (weights, KV cache, scratch), as the OS counts it.
-  const double peak_rss = !a.membw || probe_forgotten
-                              ? std::max(peak_before_probe_mib, peak_rss_mib())
-                              : peak_rss_mib();  // the probe's buffer included (no reset here)
+  const double peak_rss = !a.membw || probes_forgotten
+                              ? std::max(peak_outside_probes_mib, peak_rss_mib())
+                              : peak_rss_mib();  // the probes' buffers included (no reset here)
   if (a.output == "md") std::printf("\npeak RSS: %.0f MiB\n", peak_rss);
   if (a.output == "json") {
     nlohmann::json j{{"model", model->path().string()},
