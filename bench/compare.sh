@@ -76,8 +76,13 @@ def tests(path, key):
 # The host's memory bandwidth can move by half within minutes (a shared VM), so the ratio is the
 # median of each pass's ratio (fak and llama.cpp run back to back within a pass), with their range;
 # the tok/s columns are the medians over the passes.
-print("| model | test | fak tok/s | llama.cpp tok/s | ratio (median of passes) | passes' ratios | fak RSS MiB | llama.cpp RSS MiB | load s fak / llama.cpp |")
-print("|---|---|---|---|---|---|---|---|---|")
+# fak's tg rows also carry its roof: the share of the read bandwidth probed just before each
+# repetition (fak bench), median over the passes, with the probes' median.
+def roof(d, test):
+    r = next((x for x in d["results"] if x["test"] == test), {})
+    return r.get("roofline_fraction"), r.get("membw_gb_s")
+print("| model | test | fak tok/s | llama.cpp tok/s | ratio (median of passes) | passes' ratios | fak roof (probe GB/s) | fak RSS MiB | llama.cpp RSS MiB | load s fak / llama.cpp |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for m in models:
     name = os.path.basename(m).removesuffix(".gguf")
     f = [tests(f"{work}/{name}.fak.{i}.json", "results") for i in range(1, passes + 1)]
@@ -91,7 +96,11 @@ for m in models:
         lload = statistics.median(x[1]["load_s"] for x in l)
         ratios = sorted(x[0][test] / y[0][test] for x, y in zip(f, l))
         spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}" if len(ratios) > 1 else "-"
+        roofs = [roof(x[1], test) for x in f]
+        roofs = [r for r in roofs if r[0] is not None]
+        rooftxt = (f"{100 * statistics.median(r[0] for r in roofs):.0f}% "
+                   f"({statistics.median(r[1] for r in roofs):.1f})" if roofs else "")
         print(f"| {name} | {test} | {fv:.1f} | {lv:.1f} | {statistics.median(ratios):.2f} | "
-              f"{spread} | {frss:.0f} | {lrss:.0f} | {fload:.2f} / {lload:.2f} |")
+              f"{spread} | {rooftxt} | {frss:.0f} | {lrss:.0f} | {fload:.2f} / {lload:.2f} |")
 EOF
 echo "raw JSON: $work" >&2
