@@ -265,12 +265,15 @@ class CpuCall final : public BackendCall {
               const LogitRows& rows) override {
     if (rows.rows.empty()) return;
     const size_t D = size_t(head.cols), R = rows.rows.size(), vocab = size_t(head.rows);
-    std::vector<float> normed(R * D);
+    thread_local std::vector<float> normed, out;
+    normed.resize(R * D);
     for (size_t i = 0; i < R; ++i)
       fak::rmsnorm(x + size_t(rows.rows[i]) * D, norm.data(), int(D), eps, &normed[i * D]);
     // Logits of consecutive rows land in consecutive outputs only within an item; compute into a
-    // temporary when outputs are scattered.
-    std::vector<float> out(R * vocab);
+    // temporary when outputs are scattered. One row (decode) goes straight to its output: the
+    // temporary was a 600 KB allocation and copy a token on a 151,936-token vocabulary.
+    if (R == 1) return fak::matmul(head, normed.data(), 1, rows.outs[0]);
+    out.resize(R * vocab);
     fak::matmul(head, normed.data(), int(R), out.data());
     for (size_t i = 0; i < R; ++i)
       std::memcpy(rows.outs[i], &out[i * vocab], sizeof(float) * vocab);
@@ -451,16 +454,27 @@ void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const flo
     while (e1 < n_experts && size_t(first[size_t(e1) + 1] - first[size_t(e0)]) <= cap) ++e1;
     const size_t base = size_t(first[size_t(e0)]), n_rows = size_t(first[size_t(e1)]) - base;
     if (n_rows > 0) {
-      for (size_t r = 0; r < n_rows; ++r)
-        std::memcpy(xs + r * D, x + size_t(pairs[base + r] / k) * D, sizeof(float) * D);
+      // An expert's input rows side by side; an expert with one row reads it where it is (decode:
+      // every expert then reads the same row, and matmul_many quantises it once, not 8 times).
+      auto input = [&](int e) {
+        const size_t r0 = size_t(first[size_t(e)]) - base;
+        return first[size_t(e) + 1] - first[size_t(e)] == 1
+                   ? x + size_t(pairs[base + r0] / k) * D
+                   : xs + r0 * D;
+      };
+      for (int e = e0; e < e1; ++e)
+        if (first[size_t(e) + 1] - first[size_t(e)] > 1)
+          for (int32_t r = first[size_t(e)]; r < first[size_t(e) + 1]; ++r)
+            std::memcpy(xs + (size_t(r) - base) * D, x + size_t(pairs[size_t(r)] / k) * D,
+                        sizeof(float) * D);
       // The group's gates and ups in one parallel region, then its downs in another.
       jobs.clear();
       for (int e = e0; e < e1; ++e) {
         const size_t r0 = size_t(first[size_t(e)]) - base;
         const int n = first[size_t(e) + 1] - first[size_t(e)];
         if (n == 0) continue;
-        jobs.push_back({&gate[size_t(e)], xs + r0 * D, n, g + r0 * I});
-        jobs.push_back({&up[size_t(e)], xs + r0 * D, n, u + r0 * I});
+        jobs.push_back({&gate[size_t(e)], input(e), n, g + r0 * I});
+        jobs.push_back({&up[size_t(e)], input(e), n, u + r0 * I});
       }
       matmul_many(jobs);
       add_expert_bias(g, ex.b_gate, I, e0, e1);
