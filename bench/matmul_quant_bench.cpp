@@ -109,6 +109,55 @@ FAK_FEW_PACKED(Q6_K, 1)
 FAK_FEW_PACKED(MXFP4, 1)
 FAK_FEW_PACKED(Q4_K, 2)
 FAK_FEW_PACKED(Q6_K, 2)
+// One token through a MoE layer's chosen experts, as decode runs them: 8 of 128 experts' gate and
+// up projections (2048 columns, 768 rows each: Qwen3-30B-A3B's shape) in one matmul_many call,
+// packed, each call a different 8 so every call reads from memory (128 experts: 428 MB of Q8_0).
+// Against Q8_0_streamed_1tok_packed (one 119 MB matrix) it says what many short matrices cost.
+void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768, int64_t kUsed = 8) {
+  const int64_t kCols = 2048, kExperts = 128 * 768 / kRows;  // 428 MB of Q8_0 in all
+  const QuantType qt = *wtype_quant(type);
+  const size_t rb = row_bytes(qt, kCols), matrix_bytes = rb * size_t(kRows);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(kCols)), row(static_cast<size_t>(kCols));
+  for (float& v : x) v = dist(rng);
+  std::vector<uint8_t> storage(matrix_bytes * size_t(2 * kExperts) + 64);
+  uint8_t* base = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
+  std::vector<WeightMatrix> m;
+  for (int64_t e = 0; e < 2 * kExperts; ++e) {
+    uint8_t* w = base + size_t(e) * matrix_bytes;
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (float& v : row) v = dist(rng);
+      quantize_row(qt, row.data(), w + size_t(r) * rb, kCols);
+    }
+    m.push_back({type, w, kRows, kCols, rb});
+    if (!pack_weight_panels(m.back(), w)) {
+      state.SkipWithError("this type or CPU has no packed panels");
+      return;
+    }
+  }
+  std::vector<float> y(size_t(2 * kUsed * kRows));
+  std::vector<MatmulJob> jobs;
+  int64_t first = 0;
+  for (auto _ : state) {
+    jobs.clear();
+    for (int64_t i = 0; i < kUsed; ++i) {
+      const int64_t e = (first + i * 13) % kExperts;  // NOLINT  // scattered, as a router picks them
+      for (int64_t p = 0; p < 2; ++p)
+        jobs.push_back({&m[size_t(2 * e + p)], x.data(), 1, y.data() + size_t(2 * i + p) * kRows});
+    }
+    matmul_many(jobs);
+    benchmark::DoNotOptimize(y.data());
+    first = (first + 1) % kExperts;
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * kUsed) * int64_t(matrix_bytes));
+}
+BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_gate_up_8_of_128, WType::Q8_0)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_gate_up_8_of_128, WType::Q4_K)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x1536_4, WType::Q8_0, 1536, 4)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x3072_2, WType::Q8_0, 3072, 2)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x6144_1, WType::Q8_0, 6144, 1)->UseRealTime();
+
 // 1-4 tokens of each type: where the decode kernel hands over to the panels.
 #define FAK_FEW4(type) FAK_FEW(type, 1) FAK_FEW(type, 2) FAK_FEW(type, 3) FAK_FEW(type, 4)
 FAK_FEW4(Q8_0)

@@ -217,5 +217,27 @@ TEST(RowChunks, CoverEveryRowOnceInWholeGroups) {
       }
 }
 
+// Several matrices split in turn for one token (a MoE layer's experts): whole matrices go to a
+// thread while much work is left after them, and only the last ones are shared.
+TEST(RowChunks, ManyMatricesGoWholeUntilTheLastOnes) {
+  std::vector<kernels::RowChunk> chunks;
+  constexpr int kJobs = 16, kRows = 768;
+  for (int i = 0; i < kJobs; ++i)
+    kernels::append_row_chunks(chunks, size_t(i), kRows, 16, 2, 1, int64_t(kJobs - 1 - i) * kRows);
+  std::vector<int64_t> covered(kJobs, 0);
+  int split_jobs = 0;
+  for (const kernels::RowChunk& c : chunks) covered[c.job] += c.r1 - c.r0;
+  for (int i = 0; i < kJobs; ++i) {
+    EXPECT_EQ(covered[size_t(i)], kRows);
+    const auto n = std::count_if(chunks.begin(), chunks.end(),
+                                 [&](const kernels::RowChunk& c) { return c.job == size_t(i); });
+    if (n > 1) ++split_jobs;
+    if (i < kJobs - 2) {
+      EXPECT_EQ(n, 1) << "job " << i;
+    }
+  }
+  EXPECT_GE(split_jobs, 1);  // the tail is shared, so the threads finish together
+}
+
 }  // namespace
 }  // namespace fak

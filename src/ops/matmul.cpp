@@ -170,13 +170,14 @@ std::string_view matmul_isa() {
 
 namespace kernels {
 void append_row_chunks(std::vector<RowChunk>& out, size_t job, int64_t rows, int64_t unit,
-                       int threads, int n_tokens) {
+                       int threads, int n_tokens, int64_t later_rows) {
   const int64_t parts = std::max(threads, 1);
   const auto units = [unit](int64_t n) { return (n + unit - 1) / unit * unit; };
   const int64_t equal = std::max(unit, units(rows / (parts * 4)));
   for (int64_t r0 = 0; r0 < rows;) {
+    const int64_t left = rows - r0 + later_rows;
     const int64_t size =
-        n_tokens <= 1 ? std::max(2 * unit, units((rows - r0 + parts - 1) / parts)) : equal;
+        n_tokens <= 1 ? std::max(2 * unit, units((left + parts - 1) / parts)) : equal;
     const int64_t r1 = std::min(rows, r0 + size);
     out.push_back({job, r0, r1});
     r0 = r1;
@@ -234,13 +235,13 @@ void matmul_many(std::span<const MatmulJob> jobs) {
   if (xbs.size() < jobs.size()) xbs.resize(jobs.size());
   xb_of.assign(jobs.size(), nullptr);
   const int threads = omp_get_max_threads();
-  // One token through many matrices (a MoE layer's chosen experts: 16 gate and up projections,
-  // then 8 down): each thread takes whole matrices, one stream each, rather than a share of every
-  // one. Qwen3-30B-A3B 6-layer Q8_0 cut, tg32 81.2 -> 83.4 tok/s; Qwen3.5-35B-A3B 4-layer Q4_K_M
-  // cut 87.7 -> 91.0 (medians of alternated runs).
-  const bool whole_jobs =
-      jobs.size() >= size_t(2 * threads) &&
-      std::all_of(jobs.begin(), jobs.end(), [](const MatmulJob& j) { return j.n_tokens <= 1; });
+  // One guided split over all the jobs (see append_row_chunks).
+  thread_local std::vector<double> tls_later;
+  std::vector<double>& later = tls_later;  // work (rows x cols) of the jobs after each
+  later.assign(jobs.size(), 0.0);
+  for (size_t i = jobs.size(); i-- > 1;)
+    later[i - 1] =
+        later[i] + (jobs[i].n_tokens > 0 ? double(jobs[i].w->rows) * double(jobs[i].w->cols) : 0.0);
   double work = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatmulJob& j = jobs[i];
@@ -262,10 +263,8 @@ void matmul_many(std::span<const MatmulJob> jobs) {
     }
     work += double(j.w->rows) * double(j.w->cols) * double(j.n_tokens);
     // Whole 16-row groups (the tile kernels' unit; float kernels take 8).
-    if (whole_jobs)
-      chunks.push_back({i, 0, j.w->rows});
-    else
-      kernels::append_row_chunks(chunks, i, j.w->rows, 16, threads, j.n_tokens);
+    kernels::append_row_chunks(chunks, i, j.w->rows, 16, threads, j.n_tokens,
+                               int64_t(later[i] / double(j.w->cols)));
   }
   const kernels::MatmulRowsFn fn = float_kernel();
   auto run = [&](const Chunk& c) {

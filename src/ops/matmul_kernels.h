@@ -49,11 +49,16 @@ struct RowChunk {
 // order threads take them. Each chunk is a stream the hardware prefetcher starts again, so for
 // one token (decode: a read of the weights at memory speed) they are long ones first, each what
 // is left over the threads (OpenMP's guided schedule), down to two units, so the last ones even the
-// threads out. Alternated runs, tg32 tok/s, medians: 0.5B F16 51.4 (four equal chunks a thread)
-// -> 54.0 (two) -> 58.2 (these); 0.5B Q8_0 107.4 (two) -> 112.6. Prefill (compute: balance
-// matters more than streams) takes four equal chunks a thread.
+// threads out. `later_rows`: the work still to share out after this job, in its rows, when several
+// matrices are split in turn (matmul_many): while much is left a thread takes whole matrices (a
+// MoE layer's 16 expert gate/up projections: one stream each, not a share of every one), and the
+// last ones are shared. Alternated runs, tg32 tok/s, medians: 0.5B F16 51.4 (four equal chunks a
+// thread) -> 54.0 (two) -> 58.2 (these); 0.5B Q8_0 107.4 (two) -> 112.6; Qwen3-30B-A3B 6-layer Q8_0
+// cut 77.2 (four) -> 83.4 (whole experts to a thread) -> 63.9 / 65.2 (whole, then shared; a
+// slower hour). Prefill (compute: balance matters more than streams) takes four equal chunks a
+// thread.
 void append_row_chunks(std::vector<RowChunk>& out, size_t job, int64_t rows, int64_t unit,
-                       int threads, int n_tokens);
+                       int threads, int n_tokens, int64_t later_rows = 0);
 
 // Block-quantised weights (matmul_quant.cpp): the activations already quantised, one row per token.
 struct QuantTask {
