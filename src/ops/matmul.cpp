@@ -264,7 +264,7 @@ void matmul_many(std::span<const MatmulJob> jobs) {
     work += double(j.w->rows) * double(j.w->cols) * double(j.n_tokens);
     // Whole 16-row groups (the tile kernels' unit; float kernels take 8).
     kernels::append_row_chunks(chunks, i, j.w->rows, 16, threads, j.n_tokens,
-                               int64_t(later[i] / double(j.w->cols)));
+                               j.w->cols > 0 ? int64_t(later[i] / double(j.w->cols)) : 0);
   }
   const kernels::MatmulRowsFn fn = float_kernel();
   auto run = [&](const Chunk& c) {
