@@ -44,26 +44,29 @@ float sum_scalar(const char* p, size_t bytes) {
 
 }  // namespace
 
-double measure_read_bandwidth(size_t bytes, int reps) {
-  bytes = std::max<size_t>(bytes / 4096 * 4096, 4096);
-  AnonMemory buf(bytes, "the memory bandwidth probe");
-  std::memset(buf.data(), 1, bytes);
+double measure_read_bandwidth(size_t pool_bytes, size_t pass_bytes, int reps) {
+  pass_bytes = std::max<size_t>(pass_bytes / 4096 * 4096, 4096);
+  const size_t passes_in_pool = std::max<size_t>(pool_bytes / pass_bytes, 1);
+  AnonMemory buf(passes_in_pool * pass_bytes, "the memory bandwidth probe");
+  // Written in full so every page is faulted in; the last passes written are the ones read last.
+  std::memset(buf.data(), 1, passes_in_pool * pass_bytes);
   const bool avx2 = cpu_features().avx2;
-  const char* base = reinterpret_cast<const char*>(buf.data());
   std::vector<double> rates;
   volatile float sink = 0;
   for (int r = 0; r <= std::max(reps, 1); ++r) {
+    const char* base =
+        reinterpret_cast<const char*>(buf.data()) + size_t(r) % passes_in_pool * pass_bytes;
     const auto t0 = std::chrono::steady_clock::now();
     float total = 0;
 #pragma omp parallel reduction(+ : total)
     {
-      const size_t per = bytes / size_t(omp_get_num_threads()) / 128 * 128;
+      const size_t per = pass_bytes / size_t(omp_get_num_threads()) / 128 * 128;
       const char* p = base + per * size_t(omp_get_thread_num());
       total += avx2 ? sum_avx2(p, per) : sum_scalar(p, per);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink = sink + total;
-    if (r > 0) rates.push_back(double(bytes) / s / 1e9);  // pass 0 only warms up
+    if (r > 0) rates.push_back(double(pass_bytes) / s / 1e9);  // pass 0 only warms up
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];

@@ -183,16 +183,17 @@ void bench(const BenchArgs& a) {
   // them (the kernel's high-water mark is reset once each is freed).
   double peak_outside_probes_mib = 0;
   bool probes_forgotten = true;
-  auto probe = [&](size_t bytes, int passes) {
+  // Each probe reads passes of 128 MiB in turn from a 512 MiB pool, none twice: reread, a buffer
+  // of a few hundred MiB partly streams from the last-level cache (core/memory_bandwidth.h).
+  auto probe = [&](int passes) {
     peak_outside_probes_mib = std::max(peak_outside_probes_mib, peak_rss_mib());
-    const double gb_s = measure_read_bandwidth(bytes, passes);
+    const double gb_s = measure_read_bandwidth(size_t(512) << 20, size_t(128) << 20, passes);
     probes_forgotten = reset_peak_rss() && probes_forgotten;
     return gb_s;
   };
-  const double membw_gb_s = a.membw ? probe(size_t(512) << 20, 5) : 0.0;
-  // Before each tg repetition: 3 passes over 256 MiB (tens of milliseconds; 8x the last-level
-  // cache of the machines measured here, so it is read from memory).
-  auto probe_before_rep = [&] { return a.membw ? probe(size_t(256) << 20, 3) : 0.0; };
+  const double membw_gb_s = a.membw ? probe(3) : 0.0;
+  // Before each tg repetition: 3 passes (tens of milliseconds, most of it writing the pool).
+  auto probe_before_rep = [&] { return a.membw ? probe(3) : 0.0; };
   nlohmann::json results = nlohmann::json::array();
   // rep_membw: the probe before each repetition (tg tests; empty for pp).
   auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
@@ -257,7 +258,9 @@ void bench(const BenchArgs& a) {
                 model->weights_memory(), load_s);
     if (membw_gb_s > 0)
       std::printf(
-          "memory read bandwidth (measured now, %d threads, median of 5 reads of 512 MiB): %.1f "
+          "memory read bandwidth (measured now, %d threads, median of 7 reads of 128 MiB, none "
+          "read twice): "
+          "%.1f "
           "GB/s; read: the same before each tg repetition (median); roof: the share of it each "
           "repetition read (weights + KV at depth + recurrent state; median)\n",
           threads, membw_gb_s);
