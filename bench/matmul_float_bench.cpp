@@ -84,6 +84,14 @@ BENCHMARK_CAPTURE(bench_float_streamed, bf16act_up_4864x896_pp256, WType::BF16, 
                   true);
 BENCHMARK_CAPTURE(bench_float_streamed, bf16act_down_896x4864_pp256, WType::BF16, 896, 4864, 256,
                   true);
+// One token, as decode reads a 0.5B model's FFN matrix: from memory, not from the cache (against
+// membw_bench's pool row, the share of the host's read rate the decode kernels reach).
+BENCHMARK_CAPTURE(bench_float_streamed, f16_up_4864x896_tg, WType::F16, 4864, 896, 1, false)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(bench_float_streamed, bf16_up_4864x896_tg, WType::BF16, 4864, 896, 1, false)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(bench_float_streamed, bf16act_up_4864x896_tg, WType::BF16, 4864, 896, 1, true)
+    ->UseRealTime();
 
 // BF16 weights on the bf16-activation path (AVX512-BF16's vdpbf16ps, ops/matmul.h).
 void bench_bf16act(benchmark::State& state, int64_t rows, int64_t cols, int n_tokens) {

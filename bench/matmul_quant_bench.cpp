@@ -4,7 +4,9 @@
 //   OMP_NUM_THREADS=1 ./build/matmul_quant_bench
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <span>
 #include <vector>
@@ -111,12 +113,16 @@ FAK_FEW_PACKED(Q4_K, 2)
 FAK_FEW_PACKED(Q6_K, 2)
 // One token through a MoE layer's chosen experts, as decode runs them: 8 of 128 experts' gate and
 // up projections (2048 columns, 768 rows each: Qwen3-30B-A3B's shape) in one matmul_many call,
-// packed, each call a different 8 so every call reads from memory (128 experts: 428 MB of Q8_0).
+// packed, each call a different 8 so every call reads from memory (a pool of 768 MiB or more).
 // Against Q8_0_streamed_1tok_packed (one 119 MB matrix) it says what many short matrices cost.
 void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768, int64_t kUsed = 8) {
-  const int64_t kCols = 2048, kExperts = 128 * 768 / kRows;  // 428 MB of Q8_0 in all
+  const int64_t kCols = 2048;
   const QuantType qt = *wtype_quant(type);
   const size_t rb = row_bytes(qt, kCols), matrix_bytes = rb * size_t(kRows);
+  // 128 experts of 768 rows, or more: at least 768 MiB in all, so no call finds its experts in the
+  // cache (a few hundred MiB read again and again partly stream from it; see membw_bench).
+  const int64_t kExperts = std::max<int64_t>(
+      128 * 768 / kRows, int64_t((size_t(768) << 20) / (2 * matrix_bytes)) + 1);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(kCols)), row(static_cast<size_t>(kCols));
@@ -124,8 +130,16 @@ void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
   std::vector<uint8_t> storage(matrix_bytes * size_t(2 * kExperts) + 64);
   uint8_t* base = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
   std::vector<WeightMatrix> m;
+  // One expert's gate and up quantised and packed, then copied: quantising hundreds of MiB would
+  // take most of the benchmark's time, and memory reads the same bytes at the same speed.
   for (int64_t e = 0; e < 2 * kExperts; ++e) {
     uint8_t* w = base + size_t(e) * matrix_bytes;
+    if (e >= 2) {
+      std::memcpy(w, m[size_t(e % 2)].data, matrix_bytes);
+      m.push_back(m[size_t(e % 2)]);
+      m.back().data = w;
+      continue;
+    }
     for (int64_t r = 0; r < kRows; ++r) {
       for (float& v : row) v = dist(rng);
       quantize_row(qt, row.data(), w + size_t(r) * rb, kCols);
@@ -157,6 +171,10 @@ BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_gate_up_8_of_128, WType::Q4_K)->UseRea
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x1536_4, WType::Q8_0, 1536, 4)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x3072_2, WType::Q8_0, 3072, 2)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x6144_1, WType::Q8_0, 6144, 1)->UseRealTime();
+// Long matrices of each decode type, from memory (the pool is the same 428 MB of Q8_0 or less):
+// against membw_bench's pool row, the share of the host's read rate each decode kernel reaches.
+BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_x6144_1, WType::Q4_K, 6144, 1)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, Q6_K_x6144_1, WType::Q6_K, 6144, 1)->UseRealTime();
 
 // 1-4 tokens of each type: where the decode kernel hands over to the panels.
 #define FAK_FEW4(type) FAK_FEW(type, 1) FAK_FEW(type, 2) FAK_FEW(type, 3) FAK_FEW(type, 4)
