@@ -115,14 +115,15 @@ FAK_FEW_PACKED(Q6_K, 2)
 // up projections (2048 columns, 768 rows each: Qwen3-30B-A3B's shape) in one matmul_many call,
 // packed, each call a different 8 so every call reads from memory (a pool of 768 MiB or more).
 // Against Q8_0_streamed_1tok_packed (one 119 MB matrix) it says what many short matrices cost.
-void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768, int64_t kUsed = 8) {
+void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
+                       int64_t kUsed = 8) {
   const int64_t kCols = 2048;
   const QuantType qt = *wtype_quant(type);
   const size_t rb = row_bytes(qt, kCols), matrix_bytes = rb * size_t(kRows);
   // 128 experts of 768 rows, or more: at least 768 MiB in all, so no call finds its experts in the
   // cache (a few hundred MiB read again and again partly stream from it; see membw_bench).
-  const int64_t kExperts = std::max<int64_t>(
-      128 * 768 / kRows, int64_t((size_t(768) << 20) / (2 * matrix_bytes)) + 1);
+  const int64_t kExperts =
+      std::max<int64_t>(128 * 768 / kRows, int64_t((size_t(768) << 20) / (2 * matrix_bytes)) + 1);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(kCols)), row(static_cast<size_t>(kCols));
@@ -156,7 +157,8 @@ void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
   for (auto _ : state) {
     jobs.clear();
     for (int64_t i = 0; i < kUsed; ++i) {
-      const int64_t e = (first + i * 13) % kExperts;  // NOLINT  // scattered, as a router picks them
+      const int64_t e =
+          (first + i * 13) % kExperts;  // NOLINT  // scattered, as a router picks them
       for (int64_t p = 0; p < 2; ++p)
         jobs.push_back({&m[size_t(2 * e + p)], x.data(), 1, y.data() + size_t(2 * i + p) * kRows});
     }
