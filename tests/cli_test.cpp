@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json.h"
+#include "core/memory_bandwidth.h"
 #include "grammar/schema_validate.h"
 #include "test_util.h"
 
@@ -283,6 +284,19 @@ TEST(Cli, BenchRunsTestsAtDepth) {
   EXPECT_NE(bad_depth.exit_code, 0);
   EXPECT_NE(bad_depth.err.find("-d: 'deep' is not a non-negative number"), std::string::npos)
       << bad_depth.err;
+}
+
+// fak bench's bandwidth probe: its pool only where a GiB stays free beside it (or where the free
+// memory is not known), and any pool and pass sizes read without a fault.
+TEST(Cli, BenchProbeTakesItsPoolOnlyWhereAGibStaysFree) {
+  constexpr size_t kMiB = size_t(1) << 20;
+  EXPECT_EQ(probe_pool_bytes(0), 512 * kMiB);
+  EXPECT_EQ(probe_pool_bytes(24 * 1024 * kMiB), 512 * kMiB);
+  EXPECT_EQ(probe_pool_bytes(1536 * kMiB), 512 * kMiB);
+  EXPECT_EQ(probe_pool_bytes(1536 * kMiB - 1), 0u);
+  EXPECT_EQ(probe_pool_bytes(700 * kMiB), 0u);
+  EXPECT_GT(measure_read_bandwidth(8 * kMiB, kMiB, 9), 0.0);  // the pool read round more than once
+  EXPECT_GT(measure_read_bandwidth(kMiB, 4 * kMiB, 2), 0.0);  // a pass bigger than the pool
 }
 
 TEST(CliBadInput, EachGetsOneClearErrorAndNonZeroExit) {

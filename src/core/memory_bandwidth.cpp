@@ -72,4 +72,10 @@ double measure_read_bandwidth(size_t pool_bytes, size_t pass_bytes, int reps) {
   return rates[rates.size() / 2];
 }
 
+size_t probe_pool_bytes(size_t available) {
+  constexpr size_t kPool = size_t(512) << 20, kLeft = size_t(1) << 30;
+  if (available != 0 && available < kPool + kLeft) return 0;
+  return kPool;
+}
+
 }  // namespace fak

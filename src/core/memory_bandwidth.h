@@ -23,4 +23,9 @@ namespace fak {
 double measure_read_bandwidth(size_t pool_bytes = size_t(512) << 20,
                               size_t pass_bytes = size_t(128) << 20, int reps = 3);
 
+// The pool measure_read_bandwidth may take when `available` bytes of memory are free (0: not
+// known): its 512 MiB default, or 0 (do not probe) where that would leave less than 1 GiB free, as
+// writing it would push the model being measured out to swap or the process into the OOM killer.
+size_t probe_pool_bytes(size_t available);
+
 }  // namespace fak

@@ -19,6 +19,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "core/memory_bandwidth.h"
+#include "core/memory_info.h"
 #include "models/tensor_table.h"
 #include "ops/matmul.h"
 #include "runtime/session.h"
@@ -183,17 +184,30 @@ void bench(const BenchArgs& a) {
   // them (the kernel's high-water mark is reset once each is freed).
   double peak_outside_probes_mib = 0;
   bool probes_forgotten = true;
+  // No probe where its pool would crowd out the model (the roof is then left out, as with
+  // --no-membw).
+  size_t pool_bytes = 0;
+  if (a.membw) {
+    const MemoryInfo mem = read_memory_info();
+    pool_bytes = probe_pool_bytes(mem.available());
+    if (pool_bytes == 0)
+      std::fprintf(stderr,
+                   "fak bench: no bandwidth probe (no roof): its 512 MiB would leave under 1 GiB "
+                   "free (%s)\n",
+                   mem.describe().c_str());
+  }
+  const bool membw = pool_bytes > 0;
   // Each probe reads passes of 128 MiB in turn from a 512 MiB pool, none twice: reread, a buffer
   // of a few hundred MiB partly streams from the last-level cache (core/memory_bandwidth.h).
   auto probe = [&](int passes) {
     peak_outside_probes_mib = std::max(peak_outside_probes_mib, peak_rss_mib());
-    const double gb_s = measure_read_bandwidth(size_t(512) << 20, size_t(128) << 20, passes);
+    const double gb_s = measure_read_bandwidth(pool_bytes, size_t(128) << 20, passes);
     probes_forgotten = reset_peak_rss() && probes_forgotten;
     return gb_s;
   };
-  const double membw_gb_s = a.membw ? probe(3) : 0.0;
+  const double membw_gb_s = membw ? probe(3) : 0.0;
   // Before each tg repetition: 3 passes (tens of milliseconds, most of it writing the pool).
-  auto probe_before_rep = [&] { return a.membw ? probe(3) : 0.0; };
+  auto probe_before_rep = [&] { return membw ? probe(3) : 0.0; };
   nlohmann::json results = nlohmann::json::array();
   // rep_membw: the probe before each repetition (tg tests; empty for pp).
   auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
@@ -305,7 +319,7 @@ void bench(const BenchArgs& a) {
       for (int b : batches) {
         std::vector<double> v, rep_membw;
         for (int r = 0; r < a.reps; ++r) {
-          if (a.membw) rep_membw.push_back(probe_before_rep());
+          if (membw) rep_membw.push_back(probe_before_rep());
           std::vector<Session> seqs;
           for (int i = 0; i < b; ++i) seqs.push_back(fresh());
           std::vector<Session*> ptrs;
@@ -328,7 +342,7 @@ void bench(const BenchArgs& a) {
     }
   }
   // Peak resident memory of the whole run (weights, KV cache, scratch), as the OS counts it.
-  const double peak_rss = !a.membw || probes_forgotten
+  const double peak_rss = !membw || probes_forgotten
                               ? std::max(peak_outside_probes_mib, peak_rss_mib())
                               : peak_rss_mib();  // the probes' buffers included (no reset here)
   if (a.output == "md") std::printf("\npeak RSS: %.0f MiB\n", peak_rss);
