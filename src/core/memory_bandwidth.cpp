@@ -48,7 +48,8 @@ double measure_read_bandwidth(size_t pool_bytes, size_t pass_bytes, int reps) {
   pass_bytes = std::max<size_t>(pass_bytes / 4096 * 4096, 4096);
   const size_t passes_in_pool = std::max<size_t>(pool_bytes / pass_bytes, 1);
   AnonMemory buf(passes_in_pool * pass_bytes, "the memory bandwidth probe");
-  // Written in full so every page is faulted in; the last passes written are the ones read last.
+  // Written in full so every page is faulted in. The reads start from the pool's start, written
+  // longest ago: what the write left in the cache (its end) is read last, long evicted by then.
   std::memset(buf.data(), 1, passes_in_pool * pass_bytes);
   const bool avx2 = cpu_features().avx2;
   std::vector<double> rates;
