@@ -114,7 +114,8 @@ FAK_FEW_PACKED(Q6_K, 2)
 // One token through a MoE layer's chosen experts, as decode runs them: 8 of 128 experts' gate and
 // up projections (2048 columns, 768 rows each: Qwen3-30B-A3B's shape) in one matmul_many call,
 // packed, each call a different 8 so every call reads from memory (a pool of 768 MiB or more).
-// Against Q8_0_streamed_1tok_packed (one 119 MB matrix) it says what many short matrices cost.
+// Against membw_bench's pool row it says what many short matrices cost. (Not against
+// Q8_0_streamed_1tok_packed: that rereads one 119 MB matrix, which partly streams from the cache.)
 void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
                        int64_t kUsed = 8) {
   const int64_t kCols = 2048;
@@ -173,7 +174,7 @@ BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_gate_up_8_of_128, WType::Q4_K)->UseRea
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x1536_4, WType::Q8_0, 1536, 4)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x3072_2, WType::Q8_0, 3072, 2)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x6144_1, WType::Q8_0, 6144, 1)->UseRealTime();
-// Long matrices of each decode type, from memory (the pool is the same 428 MB of Q8_0 or less):
+// Long matrices of each decode type, from memory (a pool of 768 MiB or more, as above):
 // against membw_bench's pool row, the share of the host's read rate each decode kernel reaches.
 BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_x6144_1, WType::Q4_K, 6144, 1)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q6_K_x6144_1, WType::Q6_K, 6144, 1)->UseRealTime();

@@ -192,12 +192,12 @@ void bench(const BenchArgs& a) {
     pool_bytes = probe_pool_bytes(mem.available());
     if (pool_bytes == 0)
       std::fprintf(stderr,
-                   "fak bench: no bandwidth probe (no roof): its 512 MiB would leave under 1 GiB "
+                   "fak bench: no bandwidth probe (no roof): its %zu MiB would leave under 1 GiB "
                    "free (%s)\n",
-                   mem.describe().c_str());
+                   probe_pool_bytes(0) >> 20, mem.describe().c_str());
   }
   const bool membw = pool_bytes > 0;
-  // Each probe reads passes of 128 MiB in turn from a 512 MiB pool, none twice: reread, a buffer
+  // Each probe reads passes of 128 MiB in turn from its pool, none twice: reread, a buffer
   // of a few hundred MiB partly streams from the last-level cache (core/memory_bandwidth.h).
   auto probe = [&](int passes) {
     peak_outside_probes_mib = std::max(peak_outside_probes_mib, peak_rss_mib());
@@ -272,10 +272,9 @@ void bench(const BenchArgs& a) {
                 model->weights_memory(), load_s);
     if (membw_gb_s > 0)
       std::printf(
-          "memory read bandwidth (measured now, %d threads, median of 7 reads of 128 MiB, none "
-          "read twice): "
-          "%.1f "
-          "GB/s; read: the same before each tg repetition (median); roof: the share of it each "
+          "memory read bandwidth (measured now, %d threads, median of 3 reads of 128 MiB, none "
+          "read twice): %.1f GB/s; read: the same before each tg repetition (median); roof: the "
+          "share of it each "
           "repetition read (weights + KV at depth + recurrent state; median)\n",
           threads, membw_gb_s);
     if (membw_gb_s > 0)
