@@ -2,11 +2,14 @@
 // against the CPU's FMA peak) and 1 token (decode, GB/s of weights).
 //   ./build/matmul_float_bench [--benchmark_filter=bf16]
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
+#include <omp.h>
 
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "core/dtype.h"
 #include "ops/matmul.h"
 
@@ -91,6 +94,83 @@ BENCHMARK_CAPTURE(bench_float_streamed, f16_up_4864x896_tg, WType::F16, 4864, 89
 BENCHMARK_CAPTURE(bench_float_streamed, bf16_up_4864x896_tg, WType::BF16, 4864, 896, 1, false)
     ->UseRealTime();
 BENCHMARK_CAPTURE(bench_float_streamed, bf16act_up_4864x896_tg, WType::BF16, 4864, 896, 1, true)
+    ->UseRealTime();
+
+// A candidate layout, not the engine's: one token against f16 weights stored as 16-row panels
+// (per 8 columns, the 16 rows' 16 bytes in turn, so a 16-row group is one run of memory read front
+// to back) instead of rows, the weights' bytes and arithmetic otherwise as in the decode kernel
+// (per row one 8-lane chain of multiply-adds over k, here two rows to a register). Read from the
+// same 532 MiB pool in turn as f16_up_4864x896_tg, it says what packing float weights at load
+// would give decode; `prefetch` asks for the panel 4 KiB ahead as the quantised panels do.
+__attribute__((target("avx512f,avx512vl,avx512dq,f16c,fma"))) void f16_panel_rows(
+    const uint8_t* panels, int64_t cols, const float* x, float* y, int64_t g0, int64_t g1,
+    bool prefetch) {
+  const size_t group_bytes = 16 * size_t(cols) * 2;
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* p = panels + size_t(g) * group_bytes;
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) acc[q] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < cols; k += 8, p += 256) {
+      if (prefetch)
+#pragma GCC unroll 4
+        for (int l = 0; l < 4; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(p + 4096 + 64 * l), _MM_HINT_T0);
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + k));
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q)
+        acc[q] = _mm512_fmadd_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * q))), xv,
+            acc[q]);
+    }
+    alignas(64) float lanes[16];
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      _mm512_store_ps(lanes, acc[q]);
+      for (int h = 0; h < 2; ++h) {
+        float t = 0;
+        for (int i = 0; i < 8; ++i) t += lanes[8 * h + i];
+        y[size_t(g) * 16 + size_t(2 * q + h)] = t;
+      }
+    }
+  }
+}
+
+void bench_f16_panel_streamed(benchmark::State& state, int64_t rows, int64_t cols, bool prefetch) {
+  constexpr int kCopies = 64;  // as bench_float_streamed: 532 MiB for the 0.5B's FFN up
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq")) {
+    state.SkipWithError("this CPU has no AVX-512");
+    return;
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (float& v : x) v = dist(rng);
+  const size_t one = size_t(rows) * size_t(cols) * 2;
+  std::vector<uint8_t> w(one * kCopies);
+  for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
+    const uint16_t h = f32_to_f16(0.05f * dist(rng));
+    std::memcpy(&w[2 * i], &h, 2);
+  }
+  for (int c = 1; c < kCopies; ++c) std::memcpy(&w[one * size_t(c)], w.data(), one);
+  std::vector<float> y(static_cast<size_t>(rows));
+  const int64_t groups = rows / 16;
+  int c = 0;
+  for (auto _ : state) {
+    const uint8_t* m = w.data() + one * size_t(c);
+#pragma omp parallel
+    {
+      const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
+      f16_panel_rows(m, cols, x.data(), y.data(), groups * t / n, groups * (t + 1) / n, prefetch);
+    }
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % kCopies;
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(one));
+}
+BENCHMARK_CAPTURE(bench_f16_panel_streamed, f16_panel16_up_4864x896_tg, 4864, 896, false)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(bench_f16_panel_streamed, f16_panel16_prefetch_up_4864x896_tg, 4864, 896, true)
     ->UseRealTime();
 
 // BF16 weights on the bf16-activation path (AVX512-BF16's vdpbf16ps, ops/matmul.h).
