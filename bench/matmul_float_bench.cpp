@@ -12,6 +12,7 @@
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "core/dtype.h"
 #include "ops/matmul.h"
+#include "weight_bytes.h"
 
 namespace fak {
 namespace {
@@ -22,7 +23,7 @@ void bench_float(benchmark::State& state, WType type, int64_t rows, int64_t cols
   std::vector<float> x(size_t(cols) * size_t(n_tokens));
   for (float& v : x) v = dist(rng);
   const size_t elem = type == WType::F32 ? 4 : 2;
-  std::vector<uint8_t> w(size_t(rows) * size_t(cols) * elem);
+  WeightBytes w(size_t(rows) * size_t(cols) * elem);
   for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
     const float v = 0.05f * dist(rng);
     if (type == WType::F32) {
@@ -60,7 +61,7 @@ void bench_float_streamed(benchmark::State& state, WType type, int64_t rows, int
   for (float& v : x) v = dist(rng);
   const size_t elem = type == WType::F32 ? 4 : 2;
   const size_t one = size_t(rows) * size_t(cols) * elem;
-  std::vector<uint8_t> w(one * kCopies);
+  WeightBytes w(one * kCopies);
   for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
     const float v = 0.05f * dist(rng);
     const uint16_t h = type == WType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
@@ -147,7 +148,7 @@ void bench_f16_panel_streamed(benchmark::State& state, int64_t rows, int64_t col
   std::vector<float> x(static_cast<size_t>(cols));
   for (float& v : x) v = dist(rng);
   const size_t one = size_t(rows) * size_t(cols) * 2;
-  std::vector<uint8_t> w(one * kCopies);
+  WeightBytes w(one * kCopies);
   for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
     const uint16_t h = f32_to_f16(0.05f * dist(rng));
     std::memcpy(&w[2 * i], &h, 2);

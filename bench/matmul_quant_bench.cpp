@@ -14,6 +14,7 @@
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "ops/quant/quant.h"
+#include "weight_bytes.h"
 
 namespace fak {
 namespace {
@@ -30,7 +31,7 @@ void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
   const size_t rb = row_bytes(qt, cols);
   // 64-byte aligned, as a model's weights are in memory (malloc's large blocks start 16 bytes into
   // a page, which puts every panel block's loads across cache lines).
-  std::vector<uint8_t> storage(rb * size_t(rows) + 64);
+  WeightBytes storage(rb * size_t(rows) + 64);
   const std::span<uint8_t> w(
       storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64), rb * size_t(rows));
   std::vector<float> row(static_cast<size_t>(cols));
@@ -129,7 +130,7 @@ void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(kCols)), row(static_cast<size_t>(kCols));
   for (float& v : x) v = dist(rng);
-  std::vector<uint8_t> storage(matrix_bytes * size_t(2 * kExperts) + 64);
+  WeightBytes storage(matrix_bytes * size_t(2 * kExperts) + 64);
   uint8_t* base = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
   std::vector<WeightMatrix> m;
   // One expert's gate and up quantised and packed, then copied: quantising hundreds of MiB would
