@@ -45,11 +45,26 @@ void bench_float(benchmark::State& state, WType type, int64_t rows, int64_t cols
       benchmark::Counter::kIsRate);
 }
 
+// kCopies copies of one random rows x cols matrix of f16 or bf16 weights, one after another (532
+// MiB for the 0.5B's FFN up): a benchmark reading them in turn reads every call's from memory.
+constexpr int kCopies = 64;
+WeightBytes streamed_pool(WType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const size_t one = size_t(rows) * size_t(cols) * 2;
+  WeightBytes w(one * kCopies);
+  for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
+    const float v = 0.05f * dist(rng);
+    const uint16_t h = type == WType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+    std::memcpy(&w[2 * i], &h, 2);
+  }
+  for (int c = 1; c < kCopies; ++c) std::memcpy(&w[one * size_t(c)], w.data(), one);
+  return w;
+}
+
 // The same product over `copies` copies of the matrix in turn (hundreds of MB), so every call reads
 // its weights from memory as a model's prefill does, not from the cache the copy above sits in.
 void bench_float_streamed(benchmark::State& state, WType type, int64_t rows, int64_t cols,
                           int n_tokens, bool bf16_act) {
-  constexpr int kCopies = 64;
   if (bf16_act && !bf16_activations_available()) {
     state.SkipWithError("this CPU has no AVX512-BF16");
     return;
@@ -59,15 +74,9 @@ void bench_float_streamed(benchmark::State& state, WType type, int64_t rows, int
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(size_t(cols) * size_t(n_tokens));
   for (float& v : x) v = dist(rng);
-  const size_t elem = type == WType::F32 ? 4 : 2;
+  const size_t elem = 2;  // f16 or bf16
   const size_t one = size_t(rows) * size_t(cols) * elem;
-  WeightBytes w(one * kCopies);
-  for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
-    const float v = 0.05f * dist(rng);
-    const uint16_t h = type == WType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
-    std::memcpy(&w[2 * i], &h, 2);
-  }
-  for (int c = 1; c < kCopies; ++c) std::memcpy(&w[one * size_t(c)], w.data(), one);
+  const WeightBytes w = streamed_pool(type, rows, cols, rng);
   std::vector<float> y(size_t(rows) * size_t(n_tokens));
   int c = 0;
   for (auto _ : state) {
@@ -138,7 +147,6 @@ __attribute__((target("avx512f,avx512vl,avx512dq,f16c,fma"))) void f16_panel_row
 }
 
 void bench_f16_panel_streamed(benchmark::State& state, int64_t rows, int64_t cols, bool prefetch) {
-  constexpr int kCopies = 64;  // as bench_float_streamed: 532 MiB for the 0.5B's FFN up
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq")) {
     state.SkipWithError("this CPU has no AVX-512");
     return;
@@ -148,12 +156,7 @@ void bench_f16_panel_streamed(benchmark::State& state, int64_t rows, int64_t col
   std::vector<float> x(static_cast<size_t>(cols));
   for (float& v : x) v = dist(rng);
   const size_t one = size_t(rows) * size_t(cols) * 2;
-  WeightBytes w(one * kCopies);
-  for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
-    const uint16_t h = f32_to_f16(0.05f * dist(rng));
-    std::memcpy(&w[2 * i], &h, 2);
-  }
-  for (int c = 1; c < kCopies; ++c) std::memcpy(&w[one * size_t(c)], w.data(), one);
+  const WeightBytes w = streamed_pool(WType::F16, rows, cols, rng);
   std::vector<float> y(static_cast<size_t>(rows));
   const int64_t groups = rows / 16;
   int c = 0;
