@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -41,6 +42,10 @@ struct HubFile {
   bool lfs = false;
 };
 
+HubFile small_file(const std::string& bytes) {
+  return HubFile{bytes, digest_hex(bytes, true), false};
+}
+
 // The hub's answers as huggingface_hub expects them: model info with siblings, HEAD/GET on
 // resolve/ with X-Repo-Commit and ETag (LFS: X-Linked-Etag, X-Linked-Size and a 302 to a "CDN").
 class MockHub {
@@ -50,6 +55,9 @@ class MockHub {
   size_t cut_after = 0;  // the CDN closes the first download after this many bytes
   bool corrupt = false;  // the CDN serves a wrong byte
   std::atomic<int> cdn_gets{0};
+  // A hostile hub: edits the model listing before it is sent, or adds headers to resolve/.
+  std::function<void(nlohmann::json&)> edit_listing;
+  httplib::Headers extra_resolve_headers;
   std::mutex mu;
   std::vector<std::string> ranges, auths;  // per CDN GET: the Range header; per request: auth
 
@@ -72,9 +80,9 @@ class MockHub {
           s["blobId"] = f.etag;
         siblings.push_back(s);
       }
-      res.set_content(
-          nlohmann::json{{"id", "org/tiny"}, {"sha", kCommit}, {"siblings", siblings}}.dump(),
-          "application/json");
+      nlohmann::json listing = {{"id", "org/tiny"}, {"sha", kCommit}, {"siblings", siblings}};
+      if (edit_listing) edit_listing(listing);
+      res.set_content(listing.dump(), "application/json");
     });
     server_.Get("/api/models/org/missing/revision/main", [](const auto&, auto& res) {
       res.status = 404;
@@ -92,6 +100,7 @@ class MockHub {
       }
       const HubFile& f = it->second;
       res.set_header("X-Repo-Commit", kCommit);
+      for (const auto& [k, v] : extra_resolve_headers) res.set_header(k, v);
       if (f.lfs) {
         res.status = 302;
         res.set_header("X-Linked-Etag", "\"" + f.etag + "\"");
@@ -283,6 +292,171 @@ TEST_F(HubPullTest, UnknownModelNameSuggestsPull) {
   EXPECT_NE(r.err.find("neither a path nor a model in the Hugging Face cache"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("`fak pull someone/absent`"), std::string::npos) << r.err;
+}
+
+// --- a hostile hub (issue 51): names are data, sizes are checked, nothing escapes the cache ---
+
+// A canary outside the cache: a pull that wrote through an unsafe name would create it.
+class HostileHubTest : public HubPullTest {
+ protected:
+  void SetUp() override {
+    HubPullTest::SetUp();
+    outside_ = temp_dir() / "outside";
+    fs::create_directories(outside_);
+  }
+  void expect_nothing_outside() {
+    EXPECT_TRUE(fs::is_empty(outside_)) << "a pull wrote outside the cache";
+    EXPECT_FALSE(fs::exists(home_ / "canary"));
+    EXPECT_FALSE(fs::exists(home_ / "hub" / "canary"));
+  }
+  // One error line, the last on stderr, and exit 1 (not an abort's 134), naming `needle`.
+  void expect_one_line_error(const CommandResult& r, const std::string& needle) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    const size_t at = r.err.find("fak: error: ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("fak: error: ", at + 1), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n', at), r.err.size() - 1) << r.err;
+    EXPECT_NE(r.err.find(needle, at), std::string::npos) << r.err;
+  }
+  fs::path outside_;
+};
+
+TEST_F(HostileHubTest, UnsafeNamesInTheFileListAreRefusedBeforeAnyDownload) {
+  const std::vector<std::string> names = {"../../../canary",
+                                          "../../canary",
+                                          "a/../../../../canary",
+                                          outside_.string() + "/pwn",
+                                          "./config.json",
+                                          "sub//config.json",
+                                          "sub/",
+                                          "evil\x1b[2Jname",
+                                          std::string("nul\0x", 5),
+                                          "a\\..\\..\\canary",
+                                          std::string(300, 'a')};
+  for (const auto& name : names) {
+    hub_.files.erase(name);
+    hub_.files[name] = small_file("planted by the hub\n");
+    for (const std::string args :
+         {"pull org/tiny", "pull org/tiny --include '*'", "pull org/tiny --include '*/*'",
+          "pull org/tiny --include '?*'"}) {
+      auto r = run_fak(args);
+      SCOPED_TRACE(args + " with '" + name + "'");
+      expect_one_line_error(r, "the hub named an unsafe file");
+      EXPECT_EQ(hub_.cdn_gets, 0);
+    }
+    hub_.files.erase(name);
+    expect_nothing_outside();
+  }
+  EXPECT_FALSE(fs::exists(repo() / "blobs"));  // refused before the first file
+}
+
+TEST_F(HostileHubTest, UnsafeShardNamesInTheIndexAreRefused) {
+  for (const std::string shard :
+       {"../../../canary", "/tmp/canary.safetensors", "shards/../../../../canary"}) {
+    nlohmann::json index = {{"metadata", nlohmann::json::object()},
+                            {"weight_map", {{"model.embed_tokens.weight", shard}}}};
+    hub_.files["model.safetensors.index.json"] = small_file(index.dump());
+    auto r = run_fak("pull org/tiny");
+    SCOPED_TRACE(shard);
+    expect_one_line_error(r, "the hub named an unsafe file");
+    expect_nothing_outside();
+  }
+  nlohmann::json not_strings = {{"weight_map", {{"x", 3}}}};
+  hub_.files["model.safetensors.index.json"] = small_file(not_strings.dump());
+  expect_one_line_error(run_fak("pull org/tiny"), "is not a file");
+}
+
+TEST_F(HostileHubTest, UserGivenNamesAndRevisionsAreCheckedToo) {
+  expect_one_line_error(run_fak("pull org/tiny:../../canary"), "is not a hub model id");
+  expect_one_line_error(run_fak("pull org/tiny --revision ../../../canary"),
+                        "is not a revision name");
+  expect_nothing_outside();
+  // A glob's '*' stays within a folder (FNM_PATHNAME).
+  hub_.files["sub/config.json"] = hub_.files["config.json"];
+  auto r = run_fak("pull org/tiny --include '*.json'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(repo() / "snapshots" / kCommit / "config.json"));
+  EXPECT_FALSE(fs::exists(repo() / "snapshots" / kCommit / "sub"));
+}
+
+TEST_F(HostileHubTest, ALinkPlantedInTheSnapshotIsNotFollowed) {
+  fs::create_directories(repo() / "snapshots" / kCommit);
+  fs::create_directory_symlink(outside_, repo() / "snapshots" / kCommit / "sub");
+  hub_.files["sub/config.json"] = hub_.files["config.json"];
+  auto r = run_fak("pull org/tiny --include 'sub/*'");
+  expect_one_line_error(r, "is a link or a file where fak pull needs a folder");
+  expect_nothing_outside();
+}
+
+TEST_F(HostileHubTest, MalformedSizesAreOneErrorLineNotAnAbort) {
+  const std::vector<std::pair<nlohmann::json, std::string>> sizes = {
+      {1e23, "invalid size 9.99"},
+      {"123", "invalid size \"123\""},
+      {-5, "invalid size -5"},
+      {1.5, "invalid size 1.5"},
+      {nlohmann::json::array(), "invalid size []"}};
+  for (const auto& [size, needle] : sizes) {
+    hub_.edit_listing = [size = size](nlohmann::json& listing) {
+      listing["siblings"][0]["size"] = size;
+    };
+    SCOPED_TRACE(size.dump());
+    expect_one_line_error(run_fak("pull org/tiny"), needle);
+  }
+  hub_.edit_listing = [](nlohmann::json& listing) {
+    for (auto& s : listing["siblings"])
+      if (s.contains("lfs")) s["lfs"]["size"] = "a lot";
+  };
+  expect_one_line_error(run_fak("pull org/tiny"), "invalid size \"a lot\"");
+  hub_.edit_listing = nullptr;
+  hub_.extra_resolve_headers = {{"X-Linked-Size", "18446744073709551617"}};
+  expect_one_line_error(run_fak("pull org/tiny:model.safetensors"), "invalid size");
+  hub_.extra_resolve_headers = {{"X-Linked-Size", "12abc"}};
+  expect_one_line_error(run_fak("pull org/tiny:model.safetensors"), "invalid size '12abc'");
+}
+
+TEST_F(HostileHubTest, MalformedListingsAreOneErrorLine) {
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> edits = {
+      {[](nlohmann::json& l) { l = nlohmann::json::array(); }, "is not a JSON object"},
+      {[](nlohmann::json& l) { l["sha"] = 42; }, "names no commit"},
+      {[](nlohmann::json& l) {
+         l["siblings"] = {{"a", 1}};
+       },
+       "siblings) is not an array"},
+      {[](nlohmann::json& l) {
+         l["siblings"] = {1, 2};
+       },
+       "without a file name"},
+      {[](nlohmann::json& l) { l["siblings"][0]["rfilename"] = 7; }, "without a file name"},
+      {[](nlohmann::json& l) { l["siblings"].push_back(l["siblings"][0]); }, "twice"},
+      {[](nlohmann::json& l) {
+         for (auto& s : l["siblings"])
+           if (s.contains("lfs")) s["lfs"]["sha256"] = "../../x";
+       },
+       "has no sha256"},
+  };
+  for (const auto& [edit, needle] : edits) {
+    hub_.edit_listing = edit;
+    SCOPED_TRACE(needle);
+    expect_one_line_error(run_fak("pull org/tiny"), needle);
+  }
+}
+
+TEST_F(HostileHubTest, ADownloadLargerThanTheFreeSpaceIsRefusedBeforeItStarts) {
+  // Half a pebibyte announced for the weights: refused against the disk's free space.
+  hub_.edit_listing = [](nlohmann::json& listing) {
+    for (auto& s : listing["siblings"])
+      if (s.contains("lfs")) s["lfs"]["size"] = uint64_t(1) << 49;
+  };
+  auto r = run_fak("pull org/tiny");
+  expect_one_line_error(r, "free");
+  EXPECT_NE(r.err.find("512.0 TiB"), std::string::npos) << r.err;
+  EXPECT_EQ(hub_.cdn_gets, 0);
+  EXPECT_FALSE(fs::exists(blob("model.safetensors").string() + ".incomplete"));
+  // The same through the HEAD's size, when the listing understated it.
+  hub_.edit_listing = nullptr;
+  hub_.extra_resolve_headers = {{"X-Linked-Size", std::to_string(uint64_t(1) << 49)}};
+  expect_one_line_error(run_fak("pull org/tiny:model.safetensors"), "free");
+  EXPECT_EQ(hub_.cdn_gets, 0);
 }
 
 }  // namespace

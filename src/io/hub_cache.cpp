@@ -27,6 +27,50 @@ std::string env(const char* name) {
 
 }  // namespace
 
+std::optional<std::string> unsafe_repo_path(std::string_view name) {
+  // note: a file system allows 255 bytes a segment; the hub allows no longer names, and a bound
+  // keeps a hostile listing from making paths the OS refuses halfway through a pull.
+  constexpr size_t kMaxName = 1024, kMaxSegment = 255;
+  if (name.empty()) return "empty";
+  if (name.size() > kMaxName) return "longer than " + std::to_string(kMaxName) + " bytes";
+  if (name.front() == '/') return "an absolute path";
+  if (name.back() == '/') return "ends with '/'";
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find('/', start);
+    if (end == std::string_view::npos) end = name.size();
+    const std::string_view segment = name.substr(start, end - start);
+    if (segment.empty()) return "an empty path segment";
+    if (segment == "." || segment == "..") return "a '" + std::string(segment) + "' segment";
+    if (segment.size() > kMaxSegment)
+      return "a segment longer than " + std::to_string(kMaxSegment) + " bytes";
+    start = end + 1;
+  }
+  for (unsigned char c : name) {
+    // Control characters would also reach the terminal through progress lines; a backslash is a
+    // separator on other systems sharing the cache.
+    if (c < 0x20 || c == 0x7f) return "a control character";
+    if (c == '\\') return "a backslash";
+  }
+  return std::nullopt;
+}
+
+void check_repo_path(std::string_view name, const std::string& what) {
+  if (auto why = unsafe_repo_path(name)) {
+    std::string shown;
+    for (unsigned char c : name.substr(0, 200)) {
+      if (c < 0x20 || c == 0x7f) {
+        static const char* kHex = "0123456789abcdef";
+        shown += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
+      } else {
+        shown += char(c);
+      }
+    }
+    if (name.size() > 200) shown += "...";
+    fail(what + ": the hub named an unsafe file '" + shown + "' (" + *why + ")");
+  }
+}
+
 std::optional<RepoRef> parse_repo_ref(const std::string& text) {
   RepoRef r;
   const size_t colon = text.find(':');
@@ -34,9 +78,7 @@ std::optional<RepoRef> parse_repo_ref(const std::string& text) {
   if (colon != std::string::npos) {
     r.file = text.substr(colon + 1);
     // note: a file naming ".." or an absolute path would escape the snapshot folder.
-    if (r.file.empty() || r.file.front() == '/' || fs::path(r.file).lexically_normal() != r.file ||
-        r.file.starts_with(".."))
-      return std::nullopt;
+    if (unsafe_repo_path(r.file)) return std::nullopt;
   }
   const size_t slash = r.repo.find('/');
   if (slash == std::string::npos || r.repo.find('/', slash + 1) != std::string::npos)

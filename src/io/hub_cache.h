@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace fak::hub {
 
@@ -32,6 +33,14 @@ std::filesystem::path repo_dir(const std::filesystem::path& cache, const std::st
 
 // True for a 40-digit lowercase hex string (a git commit or blob hash).
 bool is_commit_hash(const std::string& s);
+
+// Names a hub hands us (file lists, a shard index's weight_map, names matched by --include, the
+// revision) are data, never paths to follow: a name is accepted only as a normalised relative
+// path of plain segments, so that <snapshot>/<name> stays inside the snapshot. Returns why `name`
+// is refused, or nullopt when it is safe.
+std::optional<std::string> unsafe_repo_path(std::string_view name);
+// The same, throwing fak::Error "<what>: the hub named an unsafe file '<name>' (<why>)".
+void check_repo_path(std::string_view name, const std::string& what);
 
 // What `-m ARG` names: ARG itself when it exists on disk (or is empty: the caller's default),
 // else the snapshot of org/name (or the file in it) that refs/<revision> points at in the cache.

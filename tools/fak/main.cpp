@@ -54,6 +54,12 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "fak: error: out of memory\n");
     return 1;
+  } catch (const std::exception& e) {
+    // note: what escapes fak::Error (a file system call, a parser deep in a library) is still one
+    // line and a failing exit, never std::terminate's abort.
+    std::fflush(stdout);
+    std::fprintf(stderr, "fak: error: %s\n", e.what());
+    return 1;
   }
   return 0;
 }
