@@ -271,10 +271,10 @@ TEST(JinjaErrors, RunawayTemplatesHitLimits) {
       "{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
       "{% endfor %}");
   ChatTemplateLimits small;
-  small.max_output_bytes = 1 << 20;
+  small.max_value_bytes = 1 << 20;
   t.set_limits(small);
   EXPECT_THAT(error_of([&] { t.render(ordered_json::array(), nullptr, false); }),
-              HasSubstr("too large"));
+              HasSubstr("bytes (limit 1048576)"));
   ChatTemplate loops = ChatTemplate::parse(
       "{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}");
   small.max_steps = 100000;

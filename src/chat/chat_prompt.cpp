@@ -54,6 +54,8 @@ ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
   auto token_text = [&](std::optional<int32_t> id) { return id ? tok->decode({&*id, 1}) : ""; };
   extra_["bos_token"] = token_text(spec.bos_id);
   extra_["eos_token"] = token_text(spec.eos_id);
+  for (int32_t id = 0; id < tok->vocab_size(); ++id)
+    max_token_bytes_ = std::max(max_token_bytes_, tok->token_bytes(id).size());
   stop_ids_ = std::move(eos_ids);
   for (std::string_view end : format_->end_of_turn())
     if (auto id = tok->token_id(end); id && tok->is_special(*id)) stop_ids_.push_back(*id);
@@ -66,19 +68,27 @@ ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
 
 std::string ChatPrompt::render(const ojson& messages, const ojson& tools,
                                bool add_generation_prompt, const ojson& kwargs,
-                               ContentTokens content) const {
+                               ContentTokens content, const RenderBounds& bounds) const {
   if (content == ContentTokens::Text) {
     // Marked before the template or the tool preamble below add their markup, so that markup
     // (and bos_token / eos_token) is all that stays intact.
     return render(marked(messages, *tokenizer_), marked(tools, *tokenizer_), add_generation_prompt,
-                  marked(kwargs, *tokenizer_), ContentTokens::Special);
+                  marked(kwargs, *tokenizer_), ContentTokens::Special, bounds);
   }
   ojson extra = extra_;
   if (kwargs.is_object())
     for (const auto& [k, v] : kwargs.items()) extra[k] = v;
-  if (handles_tools_) return template_.render(messages, tools, add_generation_prompt, extra);
+  if (handles_tools_)
+    return template_.render(messages, tools, add_generation_prompt, extra, bounds);
   return template_.render(messages_for_plain_template(messages, tools), ojson(),
-                          add_generation_prompt, extra);
+                          add_generation_prompt, extra, bounds);
+}
+
+size_t ChatPrompt::max_prompt_bytes(int n_ctx) const {
+  size_t bytes = 0;
+  if (n_ctx <= 0 || __builtin_mul_overflow(size_t(n_ctx), max_token_bytes_ * 4, &bytes))
+    return SIZE_MAX;
+  return bytes;
 }
 
 std::vector<int32_t> ChatPrompt::encode(std::string_view rendered, ContentTokens content) const {

@@ -32,9 +32,15 @@ class ChatPrompt {
   // note: with ContentTokens::Text the rendered text carries the tokenizer's literal marks
   // inside content: turn it into ids with encode() below and the same mode, never with
   // Tokenizer::encode; strip_literal_marks gives the text a person would read.
+  // bounds: the render's cancel flag and output bound (max_prompt_bytes).
   std::string render(const ojson& messages, const ojson& tools, bool add_generation_prompt,
-                     const ojson& kwargs = nullptr,
-                     ContentTokens content = ContentTokens::Text) const;
+                     const ojson& kwargs = nullptr, ContentTokens content = ContentTokens::Text,
+                     const RenderBounds& bounds = {}) const;
+  // The most bytes a rendered prompt of n_ctx tokens can have: longer ones cannot fit the context
+  // whatever they tokenize to, so a render stops there instead of tokenizing megabytes first.
+  // note: a token stands for at most max_token_bytes of text; normalisation (NFC) and the
+  // literal marks can shrink or grow text, hence a factor of 4 on top.
+  size_t max_prompt_bytes(int n_ctx) const;
   std::vector<int32_t> encode(std::string_view rendered,
                               ContentTokens content = ContentTokens::Text) const;
   // Thinking models (a "<think>" token in the vocabulary): the ids of "<think>" and "</think>",
@@ -56,6 +62,7 @@ class ChatPrompt {
   std::optional<int32_t> think_open_, think_close_;
   bool handles_tools_ = false;
   const ChatFormat* format_ = nullptr;
+  size_t max_token_bytes_ = 1;
 };
 
 }  // namespace fak::chat

@@ -2,6 +2,8 @@
 // to a chat template and runs the interpreter.
 #include "chat/chat_template.h"
 
+#include <algorithm>
+
 #include "chat/jinja_eval.h"
 #include "chat/jinja_parser.h"
 #include "core/error.h"
@@ -37,7 +39,8 @@ std::string ChatTemplate::render(const nlohmann::json& messages, const nlohmann:
 }
 
 std::string ChatTemplate::render(const fak::ojson& messages, const fak::ojson& tools,
-                                 bool add_generation_prompt, const fak::ojson& extra) const {
+                                 bool add_generation_prompt, const fak::ojson& extra,
+                                 const RenderBounds& bounds) const {
   check(program_ != nullptr, "chat template: render() on a ChatTemplate that was never parsed");
   check(messages.is_array(), "chat template: messages must be a JSON array");
   check(tools.is_null() || tools.is_array(), "chat template: tools must be a JSON array or null");
@@ -52,8 +55,15 @@ std::string ChatTemplate::render(const fak::ojson& messages, const fak::ojson& t
   if (!context.find("documents")) context.set("documents", nullptr);
   jinja::Limits limits;
   limits.max_output = limits_.max_output_bytes;
+  if (bounds.max_output_bytes > 0)
+    limits.max_output = std::min(limits.max_output, bounds.max_output_bytes);
+  limits.max_value = limits_.max_value_bytes;
+  limits.max_work = limits_.max_work_bytes;
   limits.max_steps = limits_.max_steps;
   limits.max_call_depth = limits_.max_call_depth;
+  limits.max_depth = limits_.max_depth;
+  limits.max_time = limits_.max_time;
+  limits.cancel = bounds.cancel;
   jinja::Interpreter interpreter(*program_, limits);
   return interpreter.render(context);
 }

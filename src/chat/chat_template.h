@@ -4,6 +4,8 @@
 // strftime_now, loop controls). Parse once, render many times; immutable and thread-safe to share.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -17,10 +19,24 @@ namespace jinja {
 struct Program;
 }
 
+// One render's budget (jinja_eval.h says how each is counted). A template comes with a model
+// download and runs on every chat request, so none of these may be unbounded.
 struct ChatTemplateLimits {
-  size_t max_output_bytes = size_t(64) << 20;  // output and any intermediate string
-  uint64_t max_steps = 20'000'000;             // statements + loop iterations + calls per render
-  int max_call_depth = 64;                     // nested macro calls
+  size_t max_output_bytes = size_t(16) << 20;     // the rendered prompt
+  size_t max_value_bytes = size_t(16) << 20;      // any one string or list
+  uint64_t max_work_bytes = uint64_t(256) << 20;  // every string and list the render creates
+  uint64_t max_steps = 20'000'000;                // statements + loop iterations + calls
+  int max_call_depth = 64;                        // nested macro calls
+  int max_depth = 1000;                           // expressions, statements and calls nested
+  std::chrono::milliseconds max_time{5000};       // wall clock
+};
+
+// What one render call adds to the template's limits: a smaller output bound (what the model's
+// context could hold, so an over-long prompt is refused before it is tokenized) and a flag that
+// stops the render (the client left).
+struct RenderBounds {
+  size_t max_output_bytes = 0;  // 0: the template's own limit
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class ChatTemplate {
@@ -42,8 +58,8 @@ class ChatTemplate {
                      bool add_generation_prompt,
                      const nlohmann::json& extra = nlohmann::json::object()) const;
   std::string render(const fak::ojson& messages, const fak::ojson& tools,
-                     bool add_generation_prompt,
-                     const fak::ojson& extra = fak::ojson::object()) const;
+                     bool add_generation_prompt, const fak::ojson& extra = fak::ojson::object(),
+                     const RenderBounds& bounds = {}) const;
 
   void set_limits(const ChatTemplateLimits& limits) { limits_ = limits; }
   const std::string& source() const { return source_; }

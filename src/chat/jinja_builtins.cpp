@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "chat/jinja_eval.h"
 #include "chat/jinja_strings.h"
@@ -80,7 +81,7 @@ List select_items(Interpreter& in, const Value& seq, const CallArgs& call, bool 
     test_args.args.assign(call.args.begin() + long(i) + 1, call.args.end());
   }
   List out;
-  for (const Value& item : iterate(seq)) {
+  for (const Value& item : in.iterate(seq, call.pos)) {
     Value subject = by_attr ? lookup_path(item, attr) : item;
     bool ok = test.empty() ? subject.truthy() : apply_test(in, test, subject, test_args);
     if (ok == keep_matching) out.push_back(item);
@@ -174,7 +175,7 @@ Value f_join(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args
   Value attr = r.get(1, "attribute");
   std::string out;
   bool first = true;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : in.iterate(v, args.pos)) {
     if (!first) out += sep;
     first = false;
     out += to_str(attr.is_undefined() ? item : lookup_path(item, to_str(attr)));
@@ -183,13 +184,13 @@ Value f_join(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args
   return out;
 }
 
-Value f_first(Interpreter&, const Value& v, const ArgReader&, CallArgs&) {
-  List items = iterate(v);
+Value f_first(Interpreter& in, const Value& v, const ArgReader&, CallArgs& args) {
+  List items = in.iterate(v, args.pos);
   return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
 }
 
-Value f_last(Interpreter&, const Value& v, const ArgReader&, CallArgs&) {
-  List items = iterate(v);
+Value f_last(Interpreter& in, const Value& v, const ArgReader&, CallArgs& args) {
+  List items = in.iterate(v, args.pos);
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }
 
@@ -201,17 +202,17 @@ Value f_items(Interpreter&, const Value& v, const ArgReader&, CallArgs&) {
   return out;
 }
 
-Value f_list(Interpreter&, const Value& v, const ArgReader&, CallArgs&) {
-  return iterate(v);
+Value f_list(Interpreter& in, const Value& v, const ArgReader&, CallArgs& args) {
+  return in.iterate(v, args.pos);
 }
 
-Value f_reverse(Interpreter&, const Value& v, const ArgReader&, CallArgs&) {
+Value f_reverse(Interpreter& in, const Value& v, const ArgReader&, CallArgs& args) {
   if (v.is_string()) {
     std::u32string u = utf8_decode(v.as_string());
     std::reverse(u.begin(), u.end());
     return utf8_encode(u);
   }
-  List items = iterate(v);
+  List items = in.iterate(v, args.pos);
   std::reverse(items.begin(), items.end());
   return items;
 }
@@ -295,11 +296,11 @@ Value f_indent(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& ar
   return out;
 }
 
-Value f_sort(Interpreter&, const Value& v, const ArgReader& r, CallArgs&) {
+Value f_sort(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args) {
   bool reverse = r.get_bool(0, "reverse", false);
   bool case_sensitive = r.get_bool(1, "case_sensitive", false);
   Value attr = r.get(2, "attribute");
-  List items = iterate(v);
+  List items = in.iterate(v, args.pos);
   auto key = [&](const Value& x) {
     return sort_key(attr.is_undefined() ? x : lookup_path(x, to_str(attr)), case_sensitive);
   };
@@ -325,19 +326,37 @@ Value f_dictsort(Interpreter&, const Value& v, const ArgReader& r, CallArgs&) {
   return items;
 }
 
-Value f_unique(Interpreter&, const Value& v, const ArgReader& r, CallArgs&) {
+// A hashable key for unique(), as Python's set sees values: 1, 1.0 and True are one key; lists
+// and dicts are unhashable (jinja2's unique raises there too).
+std::string hash_key(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::None:
+      return "N";
+    case Value::Kind::Bool:
+    case Value::Kind::Int:
+      return "n" + std::to_string(v.as_int());
+    case Value::Kind::Float: {
+      const double d = v.as_double();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18)
+        return "n" + std::to_string(int64_t(d));
+      return "f" + python_float(d);
+    }
+    case Value::Kind::String:
+      return "s" + v.as_string();
+    default:
+      fail(std::string("chat template: unhashable type: '") + v.type_name() + "'");
+  }
+}
+
+Value f_unique(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args) {
   bool case_sensitive = r.get_bool(0, "case_sensitive", false);
   Value attr = r.get(1, "attribute");
-  List out, seen;
-  for (const Value& item : iterate(v)) {
+  List out;
+  std::unordered_set<std::string> seen;
+  for (const Value& item : in.iterate(v, args.pos)) {
     Value k =
         sort_key(attr.is_undefined() ? item : lookup_path(item, to_str(attr)), case_sensitive);
-    bool dup = false;
-    for (const Value& s : seen) dup |= equal(s, k);
-    if (!dup) {
-      seen.push_back(k);
-      out.push_back(item);
-    }
+    if (seen.insert(hash_key(k)).second) out.push_back(item);
   }
   return out;
 }
@@ -347,7 +366,7 @@ Value f_map(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args)
   Value attr = r.get(99, "attribute");
   if (!attr.is_undefined()) {
     Value dflt = r.get(99, "default");
-    for (const Value& item : iterate(v)) {
+    for (const Value& item : in.iterate(v, args.pos)) {
       Value x = lookup_path(item, to_str(attr));
       out.push_back(x.is_undefined() && !dflt.is_undefined() ? dflt : x);
     }
@@ -362,7 +381,8 @@ Value f_map(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args)
   rest.pos = args.pos;
   rest.args.assign(args.args.begin() + 1, args.args.end());
   rest.kwargs = args.kwargs;
-  for (const Value& item : iterate(v)) out.push_back(apply_filter(in, filter, item, rest));
+  for (const Value& item : in.iterate(v, args.pos))
+    out.push_back(apply_filter(in, filter, item, rest));
   return out;
 }
 
@@ -382,17 +402,19 @@ Value f_rejectattr(Interpreter& in, const Value& v, const ArgReader&, CallArgs& 
 Value f_sum(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args) {
   Value attr = r.get(0, "attribute");
   Value total = r.get(1, "start", int64_t(0));
-  for (const Value& item : iterate(v)) {
+  // As Python's sum(): strings are refused (each + would copy the whole sum: quadratic).
+  if (total.is_string()) fail("chat template: sum() can't sum strings [use ''.join(seq) instead]");
+  for (const Value& item : in.iterate(v, args.pos)) {
     total = binary_op(in, "+", total, attr.is_undefined() ? item : lookup_path(item, to_str(attr)),
                       args.pos);
   }
   return total;
 }
 
-Value min_max(const Value& v, const ArgReader& r, bool want_max) {
+Value min_max(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args, bool want_max) {
   bool case_sensitive = r.get_bool(0, "case_sensitive", false);
   Value attr = r.get(1, "attribute");
-  List items = iterate(v);
+  List items = in.iterate(v, args.pos);
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   auto key = [&](const Value& x) {
     return sort_key(attr.is_undefined() ? x : lookup_path(x, to_str(attr)), case_sensitive);
@@ -403,11 +425,11 @@ Value min_max(const Value& v, const ArgReader& r, bool want_max) {
   }
   return best;
 }
-Value f_min(Interpreter&, const Value& v, const ArgReader& r, CallArgs&) {
-  return min_max(v, r, false);
+Value f_min(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args) {
+  return min_max(in, v, r, args, false);
 }
-Value f_max(Interpreter&, const Value& v, const ArgReader& r, CallArgs&) {
-  return min_max(v, r, true);
+Value f_max(Interpreter& in, const Value& v, const ArgReader& r, CallArgs& args) {
+  return min_max(in, v, r, args, true);
 }
 
 Value f_format(Interpreter& in, const Value& v, const ArgReader&, CallArgs& args) {

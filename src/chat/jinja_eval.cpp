@@ -4,6 +4,9 @@
 // reused after an error (render() resets everything), so no unwinding bookkeeping is needed.
 #include "chat/jinja_eval.h"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "chat/jinja_builtins.h"
@@ -65,20 +68,37 @@ std::string percent_format(Interpreter& in, size_t pos, const std::string& fmt, 
     in.check_size(out.size(), pos);
   }
   if (next < list.size()) in.error(pos, "not all arguments converted during string formatting");
+  in.charge(out.size(), pos);
   return out;
 }
 
+uint64_t saturating_mul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+// note: a zero-size repeat costs nothing however large n is (never loops n times), and the size
+// of a large one is computed saturating, so 'abcd' * 2**62 is refused rather than wrapped.
 Value repeat(Interpreter& in, size_t pos, const Value& seq, int64_t n) {
-  if (n < 0) n = 0;
   if (seq.is_string()) {
-    in.check_size(seq.as_string().size() * size_t(n), pos);
+    const std::string& s = seq.as_string();
+    if (n <= 0 || s.empty()) return std::string();
+    const uint64_t bytes = saturating_mul(s.size(), uint64_t(n));
+    in.check_size(bytes, pos);
+    in.charge(bytes, pos);
     std::string out;
-    for (int64_t i = 0; i < n; ++i) out += seq.as_string();
+    out.reserve(size_t(bytes));
+    for (int64_t i = 0; i < n; ++i) out += s;
     return out;
   }
-  in.check_size(seq.as_list().size() * size_t(n), pos);
+  const List& items = seq.as_list();
+  if (n <= 0 || items.empty()) return List{};
+  const uint64_t bytes = saturating_mul(value_bytes(seq), uint64_t(n));
+  in.check_size(bytes, pos);
+  in.charge(bytes, pos);
   List out;
-  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
+  out.reserve(items.size() * size_t(n));
+  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
   return out;
 }
 
@@ -96,11 +116,15 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     }
     if (nums) return a.as_double() + b.as_double();
     if (a.is_string() && b.is_string()) {
-      in.check_size(a.as_string().size() + b.as_string().size(), pos);
+      const uint64_t bytes = uint64_t(a.as_string().size()) + b.as_string().size();
+      in.check_size(bytes, pos);
+      in.charge(bytes, pos);
       return a.as_string() + b.as_string();
     }
     if (a.is_list() && b.is_list()) {
-      in.check_size(a.as_list().size() + b.as_list().size(), pos);
+      const uint64_t bytes = value_bytes(a) + value_bytes(b);
+      in.check_size(bytes, pos);
+      in.charge(bytes, pos);
       List out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return out;
@@ -162,7 +186,8 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     if (nums) return std::pow(a.as_double(), b.as_double());
   } else if (op == "~") {
     std::string sa = to_str(a), sb = to_str(b);
-    in.check_size(sa.size() + sb.size(), pos);
+    in.check_size(uint64_t(sa.size()) + sb.size(), pos);
+    in.charge(uint64_t(sa.size()) + sb.size(), pos);
     return sa + sb;
   }
   type_error(in, pos, op, a, b);
@@ -191,24 +216,50 @@ bool contains(const Value& container, const Value& item) {
   }
 }
 
-List iterate(const Value& v) {
+List Interpreter::iterate(const Value& v, size_t pos) {
   switch (v.kind()) {
     case Value::Kind::List:
+      charge(value_bytes(v), pos);  // the copy
       return v.as_list();
     case Value::Kind::Dict: {
+      charge(value_bytes(v), pos);
       List keys;
       for (const auto& [k, e] : v.as_dict().items) keys.emplace_back(k);
       return keys;
     }
     case Value::Kind::String: {
-      List chars;
-      for (char32_t c : utf8_decode(v.as_string())) chars.emplace_back(utf8_encode({&c, 1}));
-      return chars;
+      // note: one Value per character: 16 MB of text would be over a gigabyte as a list.
+      const std::u32string chars = utf8_decode(v.as_string());
+      check_items(chars.size(), pos);
+      charge(saturating_mul(chars.size(), sizeof(Value)), pos);
+      List out;
+      out.reserve(chars.size());
+      for (char32_t c : chars) out.emplace_back(utf8_encode({&c, 1}));
+      return out;
     }
     case Value::Kind::Undefined:
       return {};
     default:
-      fail(std::string("chat template: '") + v.type_name() + "' object is not iterable");
+      error(pos, std::string("'") + v.type_name() + "' object is not iterable");
+  }
+}
+
+uint64_t value_bytes(const Value& v) {
+  auto held = [](const Value& x) -> uint64_t {
+    return sizeof(Value) + (x.is_string() ? x.as_string().size() : 0);
+  };
+  uint64_t n = 0;
+  switch (v.kind()) {
+    case Value::Kind::String:
+      return v.as_string().size();
+    case Value::Kind::List:
+      for (const Value& x : v.as_list()) n += held(x);
+      return n;
+    case Value::Kind::Dict:
+      for (const auto& [k, x] : v.as_dict().items) n += sizeof(std::string) + k.size() + held(x);
+      return n;
+    default:
+      return 0;
   }
 }
 
@@ -264,11 +315,30 @@ void Interpreter::error(size_t pos, const std::string& what) const {
   fail("chat template error at " + describe_pos(program_.source, pos) + ": " + msg);
 }
 
-void Interpreter::check_size(size_t n, size_t pos) const {
-  if (n > limits_.max_output) {
-    error(pos, "result too large (" + std::to_string(n) + " > limit " +
-                   std::to_string(limits_.max_output) + ")");
+void Interpreter::check_size(uint64_t bytes, size_t pos) const {
+  if (bytes > limits_.max_value) {
+    error(pos, "a string or list would hold " +
+                   (bytes == UINT64_MAX ? std::string("more than 2^64") : std::to_string(bytes)) +
+                   " bytes (limit " + std::to_string(limits_.max_value) + ")");
   }
+}
+
+void Interpreter::check_items(uint64_t items, size_t pos) const {
+  check_size(saturating_mul(items, sizeof(Value)), pos);
+}
+
+void Interpreter::charge(uint64_t bytes, size_t pos) {
+  if (bytes > limits_.max_work || (work_ += bytes) > limits_.max_work) {
+    error(pos, "the template built more than " + std::to_string(limits_.max_work >> 20) +
+                   " MiB of strings and lists (limit of one render)");
+  }
+}
+
+void Interpreter::charge(const Value& v, size_t pos) {
+  if (!v.is_string() && !v.is_list() && !v.is_dict()) return;
+  const uint64_t bytes = value_bytes(v);
+  check_size(bytes, pos);
+  charge(bytes, pos);
 }
 
 void Interpreter::step(size_t pos) {
@@ -276,12 +346,53 @@ void Interpreter::step(size_t pos) {
     error(pos, "template ran for more than " + std::to_string(limits_.max_steps) +
                    " steps (runaway loop?)");
   }
+  if ((steps_ & 255) != 0) return;
+  if (limits_.cancel && limits_.cancel->load(std::memory_order_relaxed))
+    error(pos, "rendering cancelled (the client left)");
+  if (std::chrono::steady_clock::now() > deadline_) {
+    error(pos, "template ran for more than " + std::to_string(limits_.max_time.count()) +
+                   " ms (limit of one render)");
+  }
+}
+
+Interpreter::Nesting::Nesting(Interpreter& in, size_t pos) : in_(in) {
+  // note: the count makes the limit the same on every machine; the stack check covers threads
+  // with small stacks, where frames of this depth might not fit.
+  if (++in.depth_ > in.limits_.max_depth)
+    in.error(pos, "template nested deeper than " + std::to_string(in.limits_.max_depth) +
+                      " (expressions, statements and macro calls together)");
+  const char* here = static_cast<const char*>(__builtin_frame_address(0));
+  if (in.stack_floor_ && here < in.stack_floor_)
+    in.error(pos, "template nested too deeply for this thread's stack");
 }
 
 void Interpreter::emit(const std::string& s, size_t pos) {
   out_->append(s);
-  check_size(out_->size(), pos);
+  if (out_->size() > (out_ == root_out_ ? limits_.max_output : limits_.max_value)) {
+    error(pos, out_ == root_out_ ? "the rendered prompt is longer than " +
+                                       std::to_string(limits_.max_output) + " bytes"
+                                 : "a block's output is longer than " +
+                                       std::to_string(limits_.max_value) + " bytes");
+  }
+  charge(s.size(), pos);
 }
+
+namespace {
+
+// The lowest address this thread's stack may safely reach during a render: its end plus a
+// margin for the frames of library calls below the interpreter (allocation, regex, printing).
+const char* stack_floor() {
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return nullptr;
+  void* addr = nullptr;
+  size_t size = 0;
+  const bool ok = pthread_attr_getstack(&attr, &addr, &size) == 0;
+  pthread_attr_destroy(&attr);
+  if (!ok || size < (size_t(64) << 10)) return nullptr;
+  return static_cast<const char*>(addr) + std::min(size_t(256) << 10, size / 4);
+}
+
+}  // namespace
 
 Interpreter::~Interpreter() {
   // Namespaces are the only mutable values, so the only way to build a reference cycle
@@ -302,8 +413,11 @@ std::string Interpreter::render(const Dict& context) {
   std::string out;
   scope_ = root_ = &root;
   out_ = &out;
-  steps_ = 0;
-  call_depth_ = 0;
+  root_out_ = &out;
+  steps_ = work_ = 0;
+  call_depth_ = depth_ = 0;
+  stack_floor_ = stack_floor();
+  deadline_ = std::chrono::steady_clock::now() + limits_.max_time;
   exec_body(program_.body);
   scope_ = root_ = nullptr;
   out_ = nullptr;
@@ -338,6 +452,7 @@ std::string Interpreter::capture(const Body& body, Scope* scope) {
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s) {
+  Nesting nesting(*this, s.pos);
   step(s.pos);
   switch (s.kind) {
     case Stmt::Kind::Text:
@@ -443,7 +558,7 @@ void Interpreter::exec_set(const Stmt& s) {
     scope_->vars.set(s.targets[0], std::move(v));
     return;
   }
-  List items = iterate(v);
+  List items = iterate(v, s.pos);
   if (items.size() != s.targets.size()) {
     error(s.pos, "cannot unpack " + std::to_string(items.size()) + " values into " +
                      std::to_string(s.targets.size()) + " names");
@@ -455,7 +570,7 @@ void Interpreter::exec_for(const Stmt& s) {
   Value seq = eval(*s.expr);
   List items;
   try {
-    items = iterate(seq);
+    items = iterate(seq, s.expr->pos);
   } catch (const Error& e) {
     error(s.expr->pos, e.what());
   }
@@ -465,7 +580,7 @@ void Interpreter::exec_for(const Stmt& s) {
       frame.vars.set(s.targets[0], item);
       return;
     }
-    List parts = iterate(item);
+    List parts = iterate(item, s.pos);
     if (parts.size() != s.targets.size()) {
       error(s.pos, "cannot unpack " + std::to_string(parts.size()) + " values into " +
                        std::to_string(s.targets.size()) + " loop variables");
@@ -517,6 +632,7 @@ void Interpreter::exec_for(const Stmt& s) {
 }
 
 Value Interpreter::call(const Value& callee, CallArgs& args) {
+  Nesting nesting(*this, args.pos);
   if (callee.is_undefined()) error(args.pos, callee.as_string());
   if (!callee.is_function()) {
     error(args.pos, std::string("'") + callee.type_name() + "' object is not callable");

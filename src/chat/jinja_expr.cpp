@@ -7,6 +7,25 @@
 namespace fak::jinja {
 
 Value Interpreter::eval(const Expr& e) {
+  Nesting nesting(*this, e.pos);
+  Value v = eval_node(e);
+  // What an expression creates is charged once here (binary operators charge themselves);
+  // names, attributes and items only refer to values that exist already.
+  switch (e.kind) {
+    case Expr::Kind::List:
+    case Expr::Kind::Dict:
+    case Expr::Kind::Slice:
+    case Expr::Kind::Call:
+    case Expr::Kind::Filter:
+      charge(v, e.pos);
+      break;
+    default:
+      break;
+  }
+  return v;
+}
+
+Value Interpreter::eval_node(const Expr& e) {
   switch (e.kind) {
     case Expr::Kind::Literal:
       return e.value;

@@ -23,6 +23,26 @@ List to_list(const std::vector<std::string>& parts) {
   return out;
 }
 
+// Checks, before splitting, the list a split of s would make: one Value per piece, so a long
+// string of separators would otherwise be a list many times its size. ASCII whitespace stands
+// for all of it in the count (a bound checked again when the list is charged).
+void check_split(Interpreter& in, const std::string& s, const std::optional<std::string>& sep,
+                 size_t pos) {
+  uint64_t pieces = 1;
+  if (sep && !sep->empty()) {
+    for (size_t at = s.find(*sep); at != std::string::npos; at = s.find(*sep, at + sep->size()))
+      ++pieces;
+  } else {
+    bool in_word = false;
+    for (unsigned char c : s) {
+      const bool space = c == ' ' || (c >= '\t' && c <= '\r');
+      if (!space && !in_word) ++pieces;
+      in_word = !space;
+    }
+  }
+  in.check_items(pieces, pos);
+}
+
 // startswith/endswith accept a string or a tuple (list) of strings.
 bool affix_match(const std::string& s, const Value& affix, bool prefix, const std::string& fn) {
   if (affix.is_list()) {
@@ -50,12 +70,15 @@ Value string_method(const std::string& s, const std::string& name, Interpreter& 
   if (name == "lstrip") return py_strip(s, opt_string(r, 0, "chars"), true, false);
   if (name == "rstrip") return py_strip(s, opt_string(r, 0, "chars"), false, true);
   if (name == "split") {
+    check_split(in, s, opt_string(r, 0, "sep"), args.pos);
     return to_list(py_split(s, opt_string(r, 0, "sep"), r.get_int(1, "maxsplit", -1)));
   }
   if (name == "rsplit") {
+    check_split(in, s, opt_string(r, 0, "sep"), args.pos);
     return to_list(py_rsplit(s, opt_string(r, 0, "sep"), r.get_int(1, "maxsplit", -1)));
   }
   if (name == "splitlines") {
+    check_split(in, s, std::string("\n"), args.pos);
     std::vector<std::string> lines = py_split(s, std::string("\n"), -1);
     if (!lines.empty() && lines.back().empty()) lines.pop_back();
     return to_list(lines);
@@ -72,7 +95,7 @@ Value string_method(const std::string& s, const std::string& name, Interpreter& 
   if (name == "join") {
     std::string out;
     bool first = true;
-    for (const Value& v : iterate(r.get(0, "iterable"))) {
+    for (const Value& v : in.iterate(r.get(0, "iterable"), args.pos)) {
       if (!v.is_string())
         fail("chat template: join(): expected str instance, " + std::string(v.type_name()) +
              " found");
@@ -207,12 +230,21 @@ void add_globals(Dict& g) {
                               step = r.get_int(2, "step", 1);
                             }
                             if (step == 0) in.error(args.pos, "range() arg 3 must not be zero");
+                            // As jinja2's sandbox (MAX_RANGE): a range of more than 100000 items
+                            // is an error, counted before one is made.
+                            constexpr int64_t kMaxRange = 100000;
+                            const __int128 span =
+                                step > 0 ? __int128(stop) - start : __int128(start) - stop;
+                            const __int128 abs_step = step > 0 ? step : -__int128(step);
+                            const __int128 count = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
+                            if (count > kMaxRange)
+                              in.error(args.pos, "range too big: the sandbox allows " +
+                                                     std::to_string(kMaxRange) + " items");
                             List out;
-                            for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
-                              out.emplace_back(i);
+                            out.reserve(size_t(count));
+                            for (int64_t k = 0; k < int64_t(count); ++k) {
+                              out.emplace_back(int64_t(__int128(start) + __int128(k) * step));
                               in.step(args.pos);
-                              in.check_size(out.size() * 16, args.pos);  // ~bytes per item
-                              if (__builtin_add_overflow(i, step, &i)) break;
                             }
                             return out;
                           }});

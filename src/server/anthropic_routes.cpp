@@ -121,7 +121,7 @@ bool next_events(MessageStream& s, std::string& out) {
 
 void handle_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const MessagesRequest r = parse(ctx, req, false);
-  const BuiltPrompt built = build_turn_prompt(ctx, r.turn);
+  const BuiltPrompt built = build_turn_prompt(ctx, r.turn, req.gone.get());
   const int n_ctx = ctx.scheduler->ctx();
   if (built.ids.empty()) bad_request("the prompt is empty", "messages");
   // Anthropic's wording, which Claude Code recognises: it compacts the conversation and retries.
@@ -153,7 +153,8 @@ void handle_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
 void handle_count_tokens(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const MessagesRequest r = parse(ctx, req, true);
   // The prompt as /v1/messages would read it, tools and system prompt included.
-  reply_json(res, 200, {{"input_tokens", build_turn_prompt(ctx, r.turn).ids.size()}});
+  reply_json(res, 200,
+             {{"input_tokens", build_turn_prompt(ctx, r.turn, req.gone.get()).ids.size()}});
 }
 
 }  // namespace

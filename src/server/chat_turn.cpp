@@ -51,9 +51,10 @@ std::string forced_prefix(const ServerContext& ctx, const ChatTurn& t) {
 
 }  // namespace
 
-BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn) {
-  BuiltPrompt built =
-      build_chat_prompt(ctx, turn.messages, turn.tools, turn.template_kwargs, turn.content_tokens);
+BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn,
+                              const std::atomic<bool>* cancel) {
+  BuiltPrompt built = build_chat_prompt(ctx, turn.messages, turn.tools, turn.template_kwargs,
+                                        turn.content_tokens, cancel);
   if (!turn.prefill.empty()) {
     const Tokenizer& tok = *ctx.model->tokenizer();
     const std::vector<int32_t> more = turn.content_tokens == ContentTokens::Text

@@ -42,8 +42,10 @@ struct ChatTurn {
   std::vector<std::string> stop;
 };
 
-// The rendered prompt (plus the prefill). Throws ApiError 400 when the template fails.
-BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn);
+// The rendered prompt (plus the prefill). Throws ApiError 400 when the template fails; cancel
+// (the request's client_gone flag) stops the render when the client leaves.
+BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn,
+                              const std::atomic<bool>* cancel = nullptr);
 
 // The generation for a prompt from build_turn_prompt that fits the context. api_key: the
 // request's (tenant_of): its prefix-cache partition and its share of the server. Throws ApiError

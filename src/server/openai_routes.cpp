@@ -221,11 +221,11 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   GenerationSpec spec;
   if (chat) {
     const ChatTurn turn = chat_turn_of(r);
-    const BuiltPrompt built = build_turn_prompt(ctx, turn);
+    const BuiltPrompt built = build_turn_prompt(ctx, turn, req.gone.get());
     check_prompt_fits(built.ids, n_ctx, "messages");
     spec = turn_generation_spec(ctx, turn, built, tenant_of(req));
   } else {
-    const BuiltPrompt built = build_prompt(ctx, r);
+    const BuiltPrompt built = build_prompt(ctx, r, req.gone.get());
     check_prompt_fits(built.ids, n_ctx, "prompt");
     spec.prompt = built.ids;
     set_output_budget(spec, ctx.options, r.max_tokens, n_ctx);

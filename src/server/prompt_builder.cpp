@@ -8,10 +8,15 @@
 namespace fak::server {
 
 BuiltPrompt build_chat_prompt(ServerContext& ctx, const ojson& messages, const ojson& tools,
-                              const ojson& template_kwargs, ContentTokens content) {
+                              const ojson& template_kwargs, ContentTokens content,
+                              const std::atomic<bool>* cancel) {
   const Tokenizer* tok = ctx.model->tokenizer();
   if (!tok || !ctx.chat) bad_request("the model has no tokenizer: chat needs one");
-  const std::string text = ctx.chat->render(messages, tools, true, template_kwargs, content);
+  RenderBounds bounds;
+  bounds.max_output_bytes = ctx.chat->max_prompt_bytes(ctx.scheduler->ctx());
+  bounds.cancel = cancel;
+  const std::string text =
+      ctx.chat->render(messages, tools, true, template_kwargs, content, bounds);
   BuiltPrompt b;
   b.ids = ctx.chat->encode(text, content);
   const size_t end = text.find_last_not_of(" \t\r\n");
@@ -22,7 +27,8 @@ BuiltPrompt build_chat_prompt(ServerContext& ctx, const ojson& messages, const o
   return b;
 }
 
-BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r) {
+BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r,
+                         const std::atomic<bool>* cancel) {
   const Tokenizer* tok = ctx.model->tokenizer();
   if (r.prompt_ids) {
     for (int32_t id : *r.prompt_ids)
@@ -37,7 +43,8 @@ BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r) {
   if (!r.chat) return {tok->encode(r.prompt)};
   // Tools stay in the prompt even for tool_choice "none": the prompt of an agent's next turn must
   // start with this one's for the prefix cache to serve it.
-  return build_chat_prompt(ctx, r.messages, r.tools, r.chat_template_kwargs, r.content_tokens);
+  return build_chat_prompt(ctx, r.messages, r.tools, r.chat_template_kwargs, r.content_tokens,
+                           cancel);
 }
 
 std::optional<ThinkBlock> think_block(const ServerContext& ctx, const BuiltPrompt& prompt) {

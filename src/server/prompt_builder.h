@@ -4,6 +4,7 @@
 // with OpenAI's wording.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,12 +27,15 @@ struct BuiltPrompt {
 };
 
 // Throws ApiError 400 for ids outside the vocabulary, invalid UTF-8 or a model without tokenizer.
-BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r);
+// cancel (the request's client_gone flag) stops a chat template's render when the client leaves.
+BuiltPrompt build_prompt(ServerContext& ctx, const CompletionRequest& r,
+                         const std::atomic<bool>* cancel = nullptr);
 // Conversations from other APIs (Anthropic messages, OpenAI responses), already normalised to
-// OpenAI chat messages.
+// OpenAI chat messages. The render stops at what the context could hold (max_prompt_bytes).
 BuiltPrompt build_chat_prompt(ServerContext& ctx, const ojson& messages, const ojson& tools,
                               const ojson& template_kwargs,
-                              ContentTokens content = ContentTokens::Text);
+                              ContentTokens content = ContentTokens::Text,
+                              const std::atomic<bool>* cancel = nullptr);
 
 // A thinking model's constrained reply may open one reasoning block, or starts inside one the
 // prompt opened; nullopt for other models and for a prompt that closed the block itself
