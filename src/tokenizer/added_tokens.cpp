@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
 #include "tokenizer/utf8.h"
 
 namespace fak {
@@ -59,42 +60,63 @@ char32_t char_at(std::string_view text, size_t pos, size_t* len) {
 
 void AddedTokenMatcher::add(Token token) {
   if (token.content.empty()) return;  // would match everywhere; HF ignores such tokens too
-  uint32_t index = static_cast<uint32_t>(tokens_.size());
-  auto& bucket = by_first_byte_[static_cast<unsigned char>(token.content[0])];
+  if (token.content.size() > kMaxTokenBytes)
+    fail("added token " + std::to_string(token.id) + " is " + std::to_string(token.content.size()) +
+         " bytes long (at most " + std::to_string(kMaxTokenBytes) + " are accepted)");
+  if (!root_ready_) {
+    root_next_.fill(kNone);
+    root_ready_ = true;
+  }
+  uint32_t node = 0;
+  for (unsigned char c : token.content) {
+    uint32_t next = child(node, c);
+    if (next == kNone) {
+      next = uint32_t(nodes_.size());
+      nodes_.emplace_back();
+      if (node == 0) {
+        root_next_[c] = next;
+      } else {
+        auto& edges = nodes_[node].next;
+        edges.insert(std::lower_bound(edges.begin(), edges.end(), std::make_pair(c, uint32_t(0))),
+                     {c, next});
+      }
+    }
+    node = next;
+  }
+  // A duplicate content keeps its first id.
+  if (nodes_[node].token != kNone) return;
+  nodes_[node].token = uint32_t(tokens_.size());
   tokens_.push_back(std::move(token));
-  bucket.push_back(index);
-  // Longest first, so the first hit at a position is the longest; equal lengths keep insertion
-  // order (a duplicate content keeps its first id).
-  std::stable_sort(bucket.begin(), bucket.end(), [&](uint32_t a, uint32_t b) {
-    return tokens_[a].content.size() > tokens_[b].content.size();
-  });
+}
+
+uint32_t AddedTokenMatcher::child(uint32_t node, unsigned char byte) const {
+  if (node == 0) return root_ready_ ? root_next_[byte] : kNone;
+  const auto& edges = nodes_[node].next;
+  auto it = std::lower_bound(edges.begin(), edges.end(), std::make_pair(byte, uint32_t(0)));
+  return it != edges.end() && it->first == byte ? it->second : kNone;
+}
+
+const AddedTokenMatcher::Token* AddedTokenMatcher::longest_at(std::string_view text,
+                                                              size_t pos) const {
+  const Token* hit = nullptr;
+  uint32_t node = 0;
+  for (size_t i = pos; i < text.size(); ++i) {
+    node = child(node, static_cast<unsigned char>(text[i]));
+    if (node == kNone) break;
+    if (nodes_[node].token != kNone) hit = &tokens_[nodes_[node].token];
+  }
+  return hit;
 }
 
 bool AddedTokenMatcher::starts_at(std::string_view text, size_t pos) const {
-  if (pos >= text.size()) return false;
-  for (uint32_t index : by_first_byte_[static_cast<unsigned char>(text[pos])]) {
-    const Token& t = tokens_[index];
-    if (t.content.size() <= text.size() - pos &&
-        std::memcmp(text.data() + pos, t.content.data(), t.content.size()) == 0)
-      return true;
-  }
-  return false;
+  return pos < text.size() && longest_at(text, pos) != nullptr;
 }
 
 void AddedTokenMatcher::split(std::string_view text, bool skip_special,
                               std::vector<Segment>& out) const {
   size_t n = text.size(), done = 0, pos = 0;
   while (pos < n) {
-    const auto& bucket = by_first_byte_[static_cast<unsigned char>(text[pos])];
-    const Token* hit = nullptr;
-    for (uint32_t index : bucket) {
-      const Token& t = tokens_[index];
-      if (t.content.size() <= n - pos &&
-          std::memcmp(text.data() + pos, t.content.data(), t.content.size()) == 0) {
-        hit = &t;
-        break;
-      }
-    }
+    const Token* hit = longest_at(text, pos);
     if (!hit) {
       ++pos;
       continue;

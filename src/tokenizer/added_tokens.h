@@ -1,6 +1,10 @@
 // Finding added tokens (<|im_start|>, <think>, ...) inside text before anything else touches it,
 // with HF tokenizers' AddedVocabulary rules: leftmost-longest match, lstrip/rstrip eat whitespace
 // next to the token, single_word only matches between non-word characters.
+//
+// The tokens live in one byte trie built as they are added (HF builds one Aho-Corasick automaton),
+// so a position costs the length of the longest token that starts like the text there, not a
+// comparison per token: 20,000 added tokens (Gemma 3 has 6,415) cost no more than 20.
 #pragma once
 
 #include <array>
@@ -23,8 +27,10 @@ class AddedTokenMatcher {
     size_t begin, end;
   };
 
+  // Throws fak::Error for a token longer than kMaxTokenBytes (a position could cost that much).
   void add(Token token);
   bool empty() const { return tokens_.empty(); }
+  static constexpr size_t kMaxTokenBytes = 4096;
 
   // Appends the segments of `text` (valid UTF-8) in order; they cover it except for whitespace an
   // lstrip/rstrip token absorbed. With skip_special, special tokens stay text.
@@ -34,8 +40,19 @@ class AddedTokenMatcher {
   bool starts_at(std::string_view text, size_t pos) const;
 
  private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct Node {
+    std::vector<std::pair<unsigned char, uint32_t>> next;  // sorted by byte (not the root's)
+    uint32_t token = kNone;                                // index into tokens_ ending here
+  };
+  // The longest token whose content starts text[pos..]; nullptr when none does.
+  const Token* longest_at(std::string_view text, size_t pos) const;
+  uint32_t child(uint32_t node, unsigned char byte) const;
+
   std::vector<Token> tokens_;
-  std::array<std::vector<uint32_t>, 256> by_first_byte_;  // indices into tokens_, longest first
+  std::vector<Node> nodes_ = std::vector<Node>(1);  // nodes_[0]: the root
+  std::array<uint32_t, 256> root_next_;             // the root's children, by byte
+  bool root_ready_ = false;
 };
 
 }  // namespace fak

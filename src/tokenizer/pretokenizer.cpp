@@ -220,9 +220,10 @@ PreTokenizer PreTokenizer::regex_only(std::string_view pattern) {
   return PreTokenizer(Kind::kRegex, pattern.empty() ? kQwen2Pattern : pattern);
 }
 
-void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces) const {
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces,
+                         const SplitBudget* budget) const {
   if (kind_ == Kind::kRegex) {
-    regex_.front().split(text, pieces);
+    regex_.front().split(text, pieces, budget);
     return;
   }
   Ptr begin = reinterpret_cast<Ptr>(text.data());

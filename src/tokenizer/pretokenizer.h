@@ -38,8 +38,10 @@ class PreTokenizer {
   // PCRE2 even for a known pattern: the independent check of the hand-written splitter.
   static PreTokenizer regex_only(std::string_view pattern);
 
-  // Appends the pieces of `text` (valid UTF-8), views into it that cover it in order.
-  void split(std::string_view text, std::vector<std::string_view>& pieces) const;
+  // Appends the pieces of `text` (valid UTF-8), views into it that cover it in order. A regex
+  // split stops with fak::Error once `budget` runs out (the hand-written ones are linear).
+  void split(std::string_view text, std::vector<std::string_view>& pieces,
+             const SplitBudget* budget = nullptr) const;
 
   Kind kind() const { return kind_; }
 

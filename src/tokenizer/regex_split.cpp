@@ -4,6 +4,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace fak {
@@ -90,7 +92,15 @@ std::string regex_escape(std::string_view literal) {
   return out;
 }
 
-RegexSplitter::RegexSplitter(std::string_view pattern) {
+SplitBudget SplitBudget::for_text(size_t bytes) {
+  SplitBudget b;
+  b.text_bytes = bytes;
+  b.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100) +
+               std::chrono::microseconds(2) * std::min<size_t>(bytes, size_t(1) << 40);
+  return b;
+}
+
+RegexSplitter::RegexSplitter(std::string_view pattern) : pattern_(pattern) {
   std::string translated = onig_to_pcre2(pattern);
   int err = 0;
   PCRE2_SIZE offset = 0;
@@ -107,7 +117,8 @@ RegexSplitter::RegexSplitter(std::string_view pattern) {
       std::shared_ptr<void>(code, [](void* p) { pcre2_code_free(static_cast<pcre2_code*>(p)); });
 }
 
-void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces) const {
+void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces,
+                          const SplitBudget* budget) const {
   pcre2_code* code = code_of(code_);
   // Per-call match state keeps one RegexSplitter usable from many threads at once.
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
@@ -118,8 +129,8 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
       pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr), &pcre2_jit_stack_free);
   if (!md || !ctx || !stack) fail("pre-tokenizer regex: out of memory");
   pcre2_jit_stack_assign(ctx.get(), nullptr, stack.get());
-  // Bounds catastrophic backtracking in patterns that come from files.
-  pcre2_set_match_limit(ctx.get(), 10'000'000);
+  // Bounds catastrophic backtracking in one call; the budget bounds the calls together.
+  pcre2_set_match_limit(ctx.get(), 2'000'000);
   pcre2_set_depth_limit(ctx.get(), 1'000'000);
 
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -128,6 +139,11 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
     int rc = pcre2_match(code, subject, n, pos, PCRE2_NO_UTF_CHECK, md.get(), ctx.get());
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) fail("pre-tokenizer regex failed on the input: " + pcre2_message(rc));
+    if (budget && std::chrono::steady_clock::now() > budget->deadline) {
+      fail("the tokenizer's split pattern ran past its time budget on " +
+           std::to_string(budget->text_bytes) +
+           " bytes of text (a pattern that backtracks?): " + pattern_.substr(0, 80));
+    }
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     size_t s = ov[0], e = ov[1];
     if (e < s || e > n) break;  // \K in a lookahead can report such a match: stop there

@@ -2,6 +2,7 @@
 // for patterns the hand-written splitter does not know, and the independent check of that splitter.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,6 +18,16 @@ std::string onig_to_pcre2(std::string_view pattern);
 // Escapes a literal string (a Split pattern given as {"String": ...}) into a regex.
 std::string regex_escape(std::string_view literal);
 
+// The time one encode may spend in regex splitting, proportional to its text: PCRE2's match limit
+// applies per call, and a split makes one call per piece, so a pattern that backtracks within
+// that limit at every position would otherwise cost milliseconds per byte of every prompt.
+struct SplitBudget {
+  // note: legitimate patterns split 10-100 MB/s; this allows ~2 µs a byte plus 100 ms.
+  static SplitBudget for_text(size_t bytes);
+  std::chrono::steady_clock::time_point deadline;
+  size_t text_bytes = 0;
+};
+
 class RegexSplitter {
  public:
   // Throws fak::Error naming the pattern and PCRE2's message when it does not compile.
@@ -24,10 +35,13 @@ class RegexSplitter {
 
   // Appends the pieces of `text` (valid UTF-8, not checked again) as HF's Split with behaviour
   // Isolated does: every match is a piece, and so is every stretch between matches.
-  void split(std::string_view text, std::vector<std::string_view>& pieces) const;
+  // A budget past its deadline (checked between matches) throws fak::Error naming the pattern.
+  void split(std::string_view text, std::vector<std::string_view>& pieces,
+             const SplitBudget* budget = nullptr) const;
 
  private:
   std::shared_ptr<void> code_;  // pcre2_code_8, freed by pcre2_code_free
+  std::string pattern_;         // for error messages
 };
 
 }  // namespace fak

@@ -30,6 +30,7 @@ struct PieceCache {
   std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> spans;
   std::vector<int32_t> ids;              // spans index into this
   std::vector<std::string_view> pieces;  // scratch for the splitter
+  SplitBudget budget;                    // the whole encode's
 };
 
 }  // namespace
@@ -194,7 +195,7 @@ void Tokenizer::Impl::encode_normalized(std::string_view text, bool strip_marks,
     text = prefixed;
   }
   cache.pieces.clear();
-  pre.split(text, cache.pieces);
+  pre.split(text, cache.pieces, &cache.budget);
   for (std::string_view piece : cache.pieces) {
     if (!spec.space.empty()) {
       encode_characters(piece, ids);
@@ -288,6 +289,7 @@ void Tokenizer::Impl::encode(std::string_view text, Added added, bool strip_mark
   check_utf8(text, "text to encode");
   ids.reserve(ids.size() + text.size() / 3 + 4);
   PieceCache cache;
+  cache.budget = SplitBudget::for_text(text.size());
   if (raw_added.empty() || added == Added::None) {
     encode_text(text, added, strip_marks, cache, ids);
     return;
