@@ -23,7 +23,8 @@ namespace {
 
 std::vector<std::filesystem::path> files_in(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path());
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".fakprefix") out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
 }

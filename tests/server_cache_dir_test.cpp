@@ -5,11 +5,14 @@
 // is written in clear, a full disk at the stop is a warning and two servers never share a folder.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "server_process.h"
 #include "test_util.h"
@@ -170,7 +173,8 @@ TEST(ServerCacheDir, AFullDiskAtTheStopIsAWarning) {
   EXPECT_NE(log.find("; not saved"), std::string::npos) << log;
   EXPECT_NE(log.find("fak serve: stopped"), std::string::npos) << log;
   for (const auto& e : std::filesystem::recursive_directory_iterator(server.dir() / "cache"))
-    EXPECT_TRUE(e.is_directory() || e.path().filename() == "lock") << "left behind: " << e.path();
+    EXPECT_TRUE(e.is_directory() || e.path().filename() == "lock" || e.path().filename() == "key")
+        << "left behind: " << e.path();
 }
 
 // A generation cut short by the stop still leaves what it read in the cache: the client's retry
@@ -231,6 +235,49 @@ TEST(ServerCacheDir, TwoServersNeverShareAFolder) {
       run_fak("serve --port 0 -t 1 --cache-dir " + (server.dir() / "cache").string());
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.err.find("is in use by another fak serve"), std::string::npos) << second.err;
+}
+
+// Issue 51: a --cache-dir another user made (or can write) is refused at start, naming its owner
+// or mode, and a prefix cache file planted in a server's folder with a valid checksum (here: one
+// written by another server, with its own key) is not served.
+TEST(ServerCacheDir, AFolderAnotherUserOwnsOrCanWriteIsRefused) {
+  for (const auto& [mode, uid, needle] : std::vector<std::tuple<mode_t, uid_t, std::string>>{
+           {0700, 65534, "belongs to uid 65534, not to this user"},
+           {0777, ::geteuid(), "is writable by others (mode 0777)"},
+           {0770, ::geteuid(), "is writable by its group (mode 0770)"}}) {
+    if (uid != ::geteuid() && ::geteuid() != 0) continue;  // only root can give a folder away
+    const auto dir = temp_dir() / ("cache-" + std::to_string(mode));
+    std::filesystem::create_directories(dir);
+    ::chmod(dir.c_str(), mode);
+    ASSERT_EQ(::chown(dir.c_str(), uid, uid), 0);
+    for (const std::string flag : {"--cache-dir", "--session-dir"}) {
+      const CommandResult r = run_fak("serve --port 0 -t 1 " + flag + " " + dir.string());
+      EXPECT_EQ(r.exit_code, 1) << r.err;
+      EXPECT_NE(r.err.find(flag + " " + dir.string()), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+      // Nothing of the tenants was written there.
+      EXPECT_TRUE(std::filesystem::is_empty(dir));
+    }
+  }
+}
+
+TEST(ServerCacheDir, AFileWrittenElsewhereIsNotServed) {
+  ServerProcess other(kArgs, setup()), victim(kArgs, setup());
+  ASSERT_NE(other.port(), 0);
+  ASSERT_NE(victim.port(), 0);
+  post(other, agent_turn());
+  ASSERT_EQ(other.stop(), 0);
+  ASSERT_EQ(victim.stop(), 0);
+  const auto planted = cache_files(other);
+  ASSERT_EQ(planted.size(), 1u);
+  // Into the victim's folder, under its own name: a valid checksum, KV rows of the attacker's
+  // choosing (here the same ones: only the key tells them apart).
+  const auto folder = planted[0].parent_path().filename();
+  std::filesystem::copy_file(planted[0], victim.dir() / "cache" / folder / planted[0].filename());
+  victim.restart(kArgs, setup());
+  ASSERT_NE(victim.port(), 0) << victim.log();
+  EXPECT_NE(victim.log().find("not trusted; skipped"), std::string::npos) << victim.log();
+  EXPECT_EQ(cached(post(victim, agent_turn())), 0);
 }
 
 }  // namespace fak::test

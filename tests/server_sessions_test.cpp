@@ -116,6 +116,9 @@ TEST(SessionFolder, ReadOnlyGivesAClearStorageError) {
   setup.before_start = [root](const std::filesystem::path& dir) {
     std::filesystem::create_directories(dir / "sessions");
     ::chmod(dir.c_str(), 0755);
+    // The server's own folder (another user's is refused at start: server_cache_dir_test), but
+    // one it may not write.
+    if (root && ::chown((dir / "sessions").c_str(), 65534, 65534) != 0) ADD_FAILURE();
     ::chmod((dir / "sessions").c_str(), 0555);
   };
   ServerProcess server("", setup);

@@ -17,9 +17,12 @@
 //   | per node: per attention layer: K, V, (Kraw) rows [len][kv_dim]  (KvCache::read_rows)
 //   | per checkpoint: f32 recurrent state (RecurrentState layout), f32 logits[vocab]
 //   | u64 fnv1a(all before)
+//   | 32 bytes HMAC-SHA-256(all before) under the folder's key (files only, not store records)
 // The tables come before the rows so a reload decides what fits before it copies any KV.
 // Version 2 added tails and checkpoints at any position (version 1: whole blocks, checkpoints on
 // the 128-token grid of the chunked prefill, whose states a replay today would not reproduce).
+// Version 3 added the MAC: a file planted in the folder (a valid checksum, altered KV rows) is
+// refused unless it was made with the folder's key (io/private_dir.h), which only this user reads.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -34,7 +37,9 @@
 #include "core/hash.h"
 #include "io/atomic_file.h"
 #include "io/checked_file.h"
+#include "io/keyed_digest.h"
 #include "io/mapped_file.h"
+#include "io/private_dir.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/prefix_record.h"
 
@@ -43,7 +48,7 @@ namespace fak {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'A', 'K', 'P', 'R', 'E', 'F', 'X'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr size_t kNodeRecord = 28, kCheckpointRecord = 8;
 constexpr const char* kSuffix = ".fakprefix";
 
@@ -133,10 +138,12 @@ nlohmann::json layout_header(const Model& model, const KvCache& cache) {
 // twice in memory. Without a path it collects the bytes instead (a store record).
 class FileWriter {
  public:
-  explicit FileWriter(const std::filesystem::path& path) : file_(std::in_place, path) {}
+  FileWriter(const std::filesystem::path& path, std::string_view key)
+      : file_(std::in_place, path), mac_(std::in_place, key) {}
   FileWriter() = default;
   void put(const void* data, size_t n) {
     sum_.update(data, n);
+    if (mac_) mac_->update(data, n);
     buf_.append(static_cast<const char*>(data), n);
     if (file_ && buf_.size() >= (size_t(4) << 20)) flush();
   }
@@ -147,6 +154,10 @@ class FileWriter {
   size_t finish() {
     const uint64_t d = sum_.digest();
     buf_.append(reinterpret_cast<const char*>(&d), 8);
+    if (mac_) {
+      mac_->update(&d, 8);
+      buf_ += mac_->finish();
+    }
     if (!file_) return buf_.size();
     flush();
     file_->commit();
@@ -161,6 +172,7 @@ class FileWriter {
     buf_.clear();
   }
   std::optional<AtomicFile> file_;
+  std::optional<KeyedDigest> mac_;
   Fnv1a sum_;
   std::string buf_;
   size_t written_ = 0;
@@ -305,11 +317,27 @@ void parse_bytes(ParsedFile& f, std::string_view bytes, const std::string& label
   }
 }
 
-ParsedFile parse(const std::filesystem::path& path, const Model& model, const KvCache& cache) {
+ParsedFile parse(const std::filesystem::path& path, std::string_view key, const Model& model,
+                 const KvCache& cache) {
   ParsedFile f;
   f.path = path;
   f.map = MappedFile::open(path);
-  parse_bytes(f, f.map.bytes(), "prefix cache file " + path.string(), model, cache);
+  const std::string label = "prefix cache file " + path.string();
+  const std::string_view bytes = f.map.bytes();
+  // The frame and its checksum first (not a prefix cache file, truncated, corrupted), then the MAC
+  // of a file that is well formed: made with another key, it was not written here.
+  if (bytes.size() < 64) {
+    parse_bytes(f, bytes, label, model, cache);  // says what it is not
+    fail(label + " is truncated");
+  }
+  const size_t body = bytes.size() - KeyedDigest::kBytes;
+  parse_bytes(f, bytes.substr(0, body), label, model, cache);
+  KeyedDigest mac(key);
+  mac.update(bytes.data(), body);
+  if (!same_digest(mac.finish(), bytes.substr(body)))
+    fail(label +
+         " was not written with this folder's key (another user's or another folder's "
+         "file); not trusted");
   return f;
 }
 
@@ -407,6 +435,7 @@ PrefixCacheFileReport PrefixCache::spill(const std::filesystem::path& dir, size_
 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  const std::string key = folder_key(dir);
   std::set<std::string> keep_files;  // written now, or left as they were because a write failed
   size_t part_index = 0;
   for (const auto& [partition, list] : parts) {
@@ -425,7 +454,7 @@ PrefixCacheFileReport PrefixCache::spill(const std::filesystem::path& dir, size_
     try {
       nlohmann::json h = layout;
       h["partition"] = partition;
-      FileWriter w(path);
+      FileWriter w(path, key);
       write_tree(w, h, *cache_, list, kept, cps, index);
       r.bytes += w.finish();
       ++r.files;
@@ -466,12 +495,14 @@ PrefixCacheFileReport PrefixCache::reload(const std::filesystem::path& dir,
       paths.push_back(entry.path());
   }
   std::sort(paths.begin(), paths.end());
+  if (paths.empty()) return r;
+  const std::string key = folder_key(dir);
 
   std::vector<ParsedFile> files;
   std::set<std::string> partitions;
   for (const auto& path : paths) {
     try {
-      ParsedFile f = parse(path, *model_, *cache_);
+      ParsedFile f = parse(path, key, *model_, *cache_);
       if (keep && !keep(f.partition)) {
         ++r.ignored;
         continue;

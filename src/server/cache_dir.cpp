@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/private_dir.h"
 
 namespace fak::server {
 
@@ -38,24 +39,12 @@ std::string mib(size_t bytes) {
 CacheDir::CacheDir(const std::filesystem::path& dir, const Model& model, const KvCache& cache) {
   block_size_ = size_t(cache.block_size());
   const std::string flag = "--cache-dir " + dir.string();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw StorageError(flag + ": cannot create it: " + ec.message(), ec.value());
+  // note: both the folder given and the model's folder in it must be this user's alone: a file
+  // planted by another user would be served to this server's tenants.
+  ensure_private_dir(dir, flag);
   folder_ = dir / ("model-" + model.identity() + "-" + kv_type_name(cache.dtype()) +
                    (cache.keeps_kraw() ? "" : "-nokraw"));
-  struct stat st {};
-  if (::lstat(folder_.c_str(), &st) != 0) {
-    if (::mkdir(folder_.c_str(), 0700) != 0 && errno != EEXIST) {
-      const int err = errno;
-      throw StorageError("cannot create " + folder_.string() + ": " + std::strerror(err), err);
-    }
-    if (::lstat(folder_.c_str(), &st) != 0) {
-      const int err = errno;
-      throw StorageError("cannot create " + folder_.string() + ": " + std::strerror(err), err);
-    }
-  }
-  if (!S_ISDIR(st.st_mode))
-    fail(folder_.string() + " is not a directory (a link?); refusing to use it for " + flag);
+  ensure_private_dir(folder_, flag);
   // Two servers on one folder would each drop the files the other wrote.
   const std::filesystem::path lock = folder_ / "lock";
   lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);

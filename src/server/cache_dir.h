@@ -1,8 +1,11 @@
 // --cache-dir: the prefix cache on disk, so a restarted server does not prefill its tenants'
 // cached prefixes again. The files (runtime/prefix_cache_file.cpp) live in a folder of their own
 // per model and KV layout, DIR/model-<identity>-<kv type>[-nokraw], so servers of several models
-// can share DIR and none of them drops another's files as foreign. The folder is private (0700: it
-// holds the tenants' prompts), never a link, and locked while a server uses it.
+// can share DIR and none of them drops another's files as foreign. DIR and the folder are private:
+// made 0700 when fak makes them, and refused when they are links, another user's, or writable by
+// group or others (io/private_dir.h: they hold the tenants' prompts, and a planted file would be
+// served); the files carry a MAC under the folder's key; the folder is locked while a server uses
+// it.
 //
 // When: reloaded at start, before the server listens; written when the server stops cleanly
 // (SIGTERM / SIGINT). Not while it runs: writing means reading every cached block, which would

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/private_dir.h"
 #include "server/api_error.h"
 #include "server/context.h"
 #include "server/openai_request.h"
@@ -62,9 +63,9 @@ SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<K
       ctx_(ctx),
       quota_(quota) {
   if (dir_.empty()) return;
-  std::error_code made;
-  std::filesystem::create_directories(dir_, made);
-  if (made) fail("--session-dir " + dir_.string() + ": cannot create it: " + made.message());
+  // note: the sessions' files hold the tenants' conversations; a folder another user can write
+  // could also hand this server session files it never wrote.
+  ensure_private_dir(dir_, "--session-dir " + dir_.string());
   // Writers killed mid-save leave their temp files behind; nothing else of this server is
   // writing yet, so every one of them is stale.
   std::error_code ec;
@@ -462,6 +463,7 @@ std::filesystem::path SessionStore::file_for(const std::string& tenant, const st
         "a session folder in --session-dir is not a directory (a link?); refusing "
         "to use it",
         ENOTDIR);
+  check_private_dir(dir, "--session-dir");
   return dir / (name + ".faksession");
 }
 

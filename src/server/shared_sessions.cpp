@@ -124,7 +124,8 @@ SharedSessions::SharedSessions(ServerContext& ctx, store::BlockStore& blocks, Lo
     std::unique_lock<std::mutex> lock(mu_);
     for (uint64_t tick = 0; !stopping_; ++tick) {
       cv_.wait_for(lock, std::chrono::milliseconds(500));
-      if (stopping_ || known_.empty()) continue;
+      if (stopping_) continue;
+      const bool knows_none = known_.empty();
       lock.unlock();
       try {
         // A new generation (Redis restarted, or failed over): everything this replica knows is
@@ -133,8 +134,10 @@ SharedSessions::SharedSessions(ServerContext& ctx, store::BlockStore& blocks, Lo
         // window): a replica that skipped its rounds while the store came back would miss the
         // window in which it must put back its newer versions, and a replica holding an older
         // copy would serve that after it.
+        // note: asked even by a replica that knows no session: what it saw of the generation is
+        // what tells an evicted generation key from a new generation in its own calls.
         const auto gen = records_.generation(/*force=*/true);
-        if (gen) {
+        if (gen && !knows_none) {
           const bool changed = gen->first != generation_;
           if (changed && !generation_.empty())
             log_(
@@ -142,6 +145,10 @@ SharedSessions::SharedSessions(ServerContext& ctx, store::BlockStore& blocks, Lo
                 "this replica knows");
           generation_ = gen->first;
           if (changed || tick % 2 == 0) sweep(changed);
+          // Tenants whose id sets were evicted and sessions in a restore window (allkeys
+          // policies): at once.
+          if (const auto wanted = records_.wanted(); wanted && !wanted->empty())
+            sweep(false, std::set<std::string>(wanted->begin(), wanted->end()));
         }
       } catch (const std::exception& e) {
         log_(std::string("warning: checking sessions against the store: ") + e.what());
@@ -264,7 +271,8 @@ void SharedSessions::bring_current(const std::string& tenant, const std::string&
   const Key key{tenant, id};
   std::optional<store::SessionRecord> rec;
   try {
-    rec = records_.check(tenant_hash(tenant), id);
+    rec = records_.check(tenant_hash(tenant), id, /*with_content=*/false, /*force=*/true,
+                         /*wait_for_list=*/true);
   } catch (const store::StoreRefused& e) {
     throw ApiError(507, e.what(), "", "store_refused");
   }
@@ -598,7 +606,7 @@ void SharedSessions::wait_recovered(std::chrono::steady_clock::time_point deadli
   }
 }
 
-void SharedSessions::sweep(bool all) {
+void SharedSessions::sweep(bool all, const std::optional<std::set<std::string>>& wanted) {
   using State = store::SessionRecord::State;
   // Tombstones are remembered for a while only (a loss later than that can bring a deleted
   // session back; README's consistency section says so); versions for as long as the replica
@@ -612,10 +620,17 @@ void SharedSessions::sweep(bool all) {
     std::erase_if(known_, [&](const auto& kv) {
       return kv.second.deleted && now - kv.second.since > kTombstoneMemory;
     });
-    if (sweep_from_ >= known_.size()) sweep_from_ = 0;
-    auto it = std::next(known_.begin(), ptrdiff_t(all ? 0 : sweep_from_));
-    for (; it != known_.end() && (all || keys.size() < kSlice); ++it) keys.push_back(it->first);
-    sweep_from_ = all || it == known_.end() ? 0 : sweep_from_ + kSlice;
+    if (wanted) {
+      for (const auto& [key, k] : known_) {
+        const std::string hash = tenant_hash(key.first);
+        if (wanted->count(hash) || wanted->count(hash + "\t" + key.second)) keys.push_back(key);
+      }
+    } else {
+      if (sweep_from_ >= known_.size()) sweep_from_ = 0;
+      auto it = std::next(known_.begin(), ptrdiff_t(all ? 0 : sweep_from_));
+      for (; it != known_.end() && (all || keys.size() < kSlice); ++it) keys.push_back(it->first);
+      sweep_from_ = all || it == known_.end() ? 0 : sweep_from_ + kSlice;
+    }
   }
   if (keys.empty()) return;
   std::vector<std::pair<std::string, std::string>> ids;

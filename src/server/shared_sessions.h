@@ -130,7 +130,9 @@ class SharedSessions {
   Payload payload(const std::string& tenant, const std::string& id, bool blocks);  // scheduler
   void publish(Call& call);
   void rollback(Call& call);
-  void sweep(bool all);  // the background check of what this replica knows
+  // The background check of what this replica knows: a slice, everything (all), or what `wanted`
+  // names (tenant hashes: their every session; "hash\tid": that session).
+  void sweep(bool all, const std::optional<std::set<std::string>>& wanted = std::nullopt);
 
   ServerContext& ctx_;
   store::BlockStore& blocks_;

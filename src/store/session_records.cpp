@@ -10,16 +10,27 @@ namespace fak::store {
 namespace {
 
 // Shared by every script. KEYS[1]: the session's hash, KEYS[2]: the tenant's id set, KEYS[3]: the
-// generation. ARGV[1]: the recovery window in ms. Record fields: seq, wid, meta, blob, and the
-// markers deleted, pending, lost, restored (the Redis time in ms of the first restore).
+// generation. ARGV[1]: "<recovery window ms>:<run>:<since>:<evicted>", the last three what this
+// replica last saw of the generation (empty when it saw none). Record fields: seq, wid, meta, blob,
+// and the markers deleted, pending, lost, restored (the Redis time in ms of the first restore).
 // note: HGET of a missing field is false in Redis's Lua, not nil. A script on a replica (a
 // demoted primary after a failover) answers 'notprimary' before reading anything: its data may be
 // behind, and a write there would fail anyway.
+//
+// Eviction. Under an allkeys-* policy Redis may evict any key, the generation's and the tenants'
+// id sets included. The generation's key alone going is not a new generation: when it is missing
+// but the Redis process is the one this replica saw (same run_id) and Redis has evicted keys since
+// (INFO's evicted_keys went up), the generation goes on with its old start, and no window opens
+// for every session. An id set that may have lost members (allkeys, and no '' member, which marks
+// it complete) is rebuilt by the replicas inside a window of its own (set_window): the tenant is
+// put in <ns>want, every replica re-checks the sessions of that tenant it knows (a check of a live
+// record adds it back to the set; a missing one is put back), and the set is complete after it.
 constexpr const char* kPrelude = R"lua(
 if string.match(redis.call('INFO', 'replication'), 'role:(%a+)') ~= 'master' then
   return {'notprimary'}
 end
-local grace = tonumber(ARGV[1])
+local grace, krun, ksince, kev = string.match(ARGV[1], '^(%d+):(%x*):(%d*):(%d*)$')
+grace = tonumber(grace)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
@@ -27,7 +38,32 @@ local g = redis.call('HMGET', KEYS[3], 'run', 'since')
 local since = tonumber(g[2])
 if g[1] ~= run or not since then
   since = now
+  if not g[1] and krun == run and ksince ~= '' and kev ~= '' then
+    local ev = tonumber(string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)'))
+    if ev and ev > tonumber(kev) then since = tonumber(ksince) end
+  end
   redis.call('HSET', KEYS[3], 'run', run, 'since', since)
+end
+local ns = string.sub(KEYS[3], 1, #KEYS[3] - 3)
+local vkey = ns .. 'v:' .. string.sub(KEYS[2], #ns + 3)
+local function witness(id, s, w) redis.call('HSET', vkey, id, s .. ':' .. w) end
+local function set_window()
+  if redis.call('SISMEMBER', KEYS[2], '') == 1 then return 0 end
+  if not string.find(redis.call('INFO', 'memory'), 'maxmemory_policy:allkeys', 1, true) then
+    return 0
+  end
+  local want, tenant = ns .. 'want', string.sub(KEYS[2], #ns + 3)
+  local start = tonumber(redis.call('ZSCORE', want, tenant))
+  -- A rebuild nobody completed soon after its window: the set may have gone again since.
+  if not start or now - start > 2 * grace then
+    start = now
+    redis.call('ZADD', want, start, tenant)
+  end
+  local l = start + grace - now
+  if l > 0 then return l end
+  redis.call('SADD', KEYS[2], '')
+  redis.call('ZREM', want, tenant)
+  return 0
 end
 local r = redis.call('HMGET', KEYS[1], 'seq', 'wid', 'deleted', 'pending', 'lost', 'restored')
 local untl = since + grace
@@ -42,12 +78,22 @@ local seq = tonumber(r[1] or '0')
 local wid = r[2] or ''
 )lua";
 
-// ARGV[2]: '1' to return meta and blob, [3]: the session id. Returns {state, seq, wid, window ms
-// left, listed[, meta, blob]}; listed: the tenant's id set names it (a missing record that is
-// listed was lost, not deleted: a delete takes it out of the set in the same script).
+// ARGV[2]: flags, 'c' to return meta and blob, 'w' to wait for the tenant's id set when the record
+// is missing and unlisted; [3]: the session id. Returns {state, seq, wid, window ms left, listed[,
+// meta, blob]}; listed: the tenant's id set names it (a missing record that is listed was lost,
+// not deleted: a delete takes it out of the set in the same script). A live record the set lacks
+// (the set was evicted) is added back.
 constexpr const char* kCheck = R"lua(
-local out = {st, seq, wid, left, redis.call('SISMEMBER', KEYS[2], ARGV[3])}
-if ARGV[2] == '1' and st == 'live' then
+local listed = redis.call('SISMEMBER', KEYS[2], ARGV[3])
+if st == 'live' and listed == 0 then
+  redis.call('SADD', KEYS[2], ARGV[3])
+  listed = 1
+end
+if st == 'missing' and listed == 0 and string.find(ARGV[2], 'w', 1, true) then
+  left = math.max(left, set_window())
+end
+local out = {st, seq, wid, left, listed}
+if string.find(ARGV[2], 'c', 1, true) and st == 'live' then
   local c = redis.call('HMGET', KEYS[1], 'meta', 'blob')
   out[6] = c[1] or ''
   out[7] = c[2] or ''
@@ -76,6 +122,7 @@ else
   redis.call('HSET', KEYS[1], 'seq', seq + 1, 'wid', ARGV[4], 'meta', ARGV[5], 'blob', ARGV[6])
 end
 redis.call('SADD', KEYS[2], ARGV[7])
+witness(ARGV[7], seq + 1, ARGV[4])
 return {'committed', seq + 1, 0}
 )lua";
 
@@ -90,6 +137,7 @@ local nseq = math.max(seq, known) + 1
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'seq', nseq, 'wid', ARGV[3], 'deleted', '1')
 redis.call('SREM', KEYS[2], ARGV[4])
+witness(ARGV[4], nseq, ARGV[3])
 if st == 'live' or st == 'lost' or st == 'pending' then return {'committed', nseq, 0} end
 return {'absent', nseq, 0}
 )lua";
@@ -117,19 +165,30 @@ if st ~= 'missing' and seq == mine and wid == ARGV[3] then
 end
 if st ~= 'missing' and seq > mine then return {'committed', seq, left} end
 if st == 'missing' or (left > 0 and seq < mine) then
+  -- The version witness (<ns>v:<tenant>, written with every commit) names this very version as
+  -- the newest: no replica can hold a newer one, so it goes back with no window (an evicted
+  -- record under an allkeys policy costs nothing). Otherwise a window opens for the others.
+  local seen = redis.call('HGET', vkey, ARGV[7])
+  local fresh = st == 'missing' and ARGV[4] ~= 'ghost' and seen == ARGV[2] .. ':' .. ARGV[3]
   local restored = r[6] or now
   redis.call('DEL', KEYS[1])
   if ARGV[4] == 'tomb' then
-    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'deleted', '1', 'restored', restored)
+    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'deleted', '1')
     redis.call('SREM', KEYS[2], ARGV[7])
   elseif ARGV[4] == 'ghost' then
-    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'pending', '1', 'restored', restored)
+    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'pending', '1')
     redis.call('SADD', KEYS[2], ARGV[7])
   else
-    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'meta', ARGV[5], 'restored', restored)
+    redis.call('HSET', KEYS[1], 'seq', mine, 'wid', ARGV[3], 'meta', ARGV[5])
     if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'blob', ARGV[6]) end
     redis.call('SADD', KEYS[2], ARGV[7])
   end
+  -- note: a restore never writes the witness: only a commit makes a version the newest for sure
+  -- (a copy put back after its window is the newest nobody contested, not a proof of it).
+  if fresh then return {'committed', mine, left} end
+  redis.call('HSET', KEYS[1], 'restored', restored)
+  -- Every replica looks at this session at its next tick (kWanted), well inside the window.
+  redis.call('ZADD', ns .. 'want', 'NX', restored, string.sub(KEYS[2], #ns + 3) .. '\t' .. ARGV[7])
   return {'committed', mine, math.max(left, restored + grace - now)}
 end
 -- Behind what this replica acknowledged, after its window (or two states of one version): the
@@ -138,16 +197,29 @@ redis.call('HSET', KEYS[1], 'lost', '1', 'seq', math.max(seq, mine))
 return {'lost', math.max(seq, mine), 0}
 )lua";
 
-// ARGV: the recovery window only. Returns {window ms left, members...}.
+// ARGV: the recovery window only. Returns {window ms left, members...} (members may hold '', the
+// set's completeness mark).
 constexpr const char* kList = R"lua(
-local ids = redis.call('SMEMBERS', KEYS[2])
-table.insert(ids, 1, math.max(0, since + grace - now))
+local l = math.max(0, since + grace - now, set_window())
+local ids = {}
+if l == 0 then ids = redis.call('SMEMBERS', KEYS[2]) end
+table.insert(ids, 1, l)
 return ids
 )lua";
 
-// ARGV: the recovery window only. Returns {"run:since", window ms left}.
+// ARGV: the recovery window only. Returns {run, since, window ms left, evicted_keys}.
 constexpr const char* kGeneration = R"lua(
-return {run .. ':' .. since, math.max(0, since + grace - now)}
+local ev = string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)') or '0'
+return {run, tostring(since), math.max(0, since + grace - now), ev}
+)lua";
+
+// ARGV: the recovery window only. Returns what the replicas are asked to look at now: tenants
+// whose id sets are being rebuilt (set_window) and "tenant\tid" of sessions in a restore window,
+// dropping entries long past their window.
+constexpr const char* kWanted = R"lua(
+local want = ns .. 'want'
+redis.call('ZREMRANGEBYSCORE', want, '-inf', now - 10 * grace)
+return redis.call('ZRANGEBYSCORE', want, now - 2 * grace, '+inf')
 )lua";
 
 const std::string& script(const char* body) {
@@ -157,12 +229,14 @@ const std::string& script(const char* body) {
                            remove = std::string(kPrelude) + kRemove,
                            restore = std::string(kPrelude) + kRestore,
                            list = std::string(kPrelude) + kList,
-                           generation = std::string(kPrelude) + kGeneration;
+                           generation = std::string(kPrelude) + kGeneration,
+                           wanted = std::string(kPrelude) + kWanted;
   if (body == kCheck) return check;
   if (body == kWrite) return write;
   if (body == kRemove) return remove;
   if (body == kRestore) return restore;
   if (body == kList) return list;
+  if (body == kWanted) return wanted;
   return generation;
 }
 
@@ -216,6 +290,11 @@ SessionWrite parse_write(const RedisReply& r) {
 SessionRecords::SessionRecords(BlockStore& blocks, std::string ns, int64_t grace_ms)
     : blocks_(blocks), ns_(std::move(ns)), grace_(std::to_string(grace_ms)) {}
 
+std::string SessionRecords::window_arg() const {
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  return grace_ + ":" + seen_run_ + ":" + seen_since_ + ":" + seen_evicted_;
+}
+
 std::string SessionRecords::new_wid() {
   unsigned char b[16];
   if (RAND_bytes(b, sizeof b) != 1) fail("no random bytes for a session version");
@@ -252,11 +331,13 @@ std::optional<std::vector<RedisReply>> SessionRecords::run(const std::vector<Red
 }
 
 std::optional<SessionRecord> SessionRecords::check(const std::string& tenant, const std::string& id,
-                                                   bool with_content, bool force) {
+                                                   bool with_content, bool force,
+                                                   bool wait_for_list) {
   const std::string key = session_key(ns_, tenant, id), list = session_list_key(ns_, tenant),
                     gen = generation_key(ns_);
-  const auto r = run(
-      {{"EVAL", script(kCheck), "3", key, list, gen, grace_, with_content ? "1" : "0", id}}, force);
+  const std::string flags = std::string(with_content ? "c" : "") + (wait_for_list ? "w" : "");
+  const std::string window = window_arg();  // kept alive: RedisArgs are views of it
+  const auto r = run({{"EVAL", script(kCheck), "3", key, list, gen, window, flags, id}}, force);
   if (!r) return std::nullopt;
   return parse_check((*r)[0]);
 }
@@ -269,10 +350,11 @@ std::optional<std::vector<SessionRecord>> SessionRecords::check_many(
     keys.push_back(session_key(ns_, tenant, id));
     keys.push_back(session_list_key(ns_, tenant));
   }
-  const std::string gen = generation_key(ns_);
+  // note: RedisArgs are views: the strings they name must outlive the call.
+  const std::string gen = generation_key(ns_), window = window_arg();
   std::vector<RedisArgs> commands;
   for (size_t i = 0; i < tenant_ids.size(); ++i)
-    commands.push_back({"EVAL", script(kCheck), "3", keys[2 * i], keys[2 * i + 1], gen, grace_, "0",
+    commands.push_back({"EVAL", script(kCheck), "3", keys[2 * i], keys[2 * i + 1], gen, window, "",
                         tenant_ids[i].second});
   const auto r = run(commands, /*force=*/true);  // the background check: see its caller
   if (!r) return std::nullopt;
@@ -289,7 +371,8 @@ std::optional<SessionWrite> SessionRecords::write(const std::string& tenant, con
                     gen = generation_key(ns_), seq = std::to_string(expected.seq),
                     replicas = std::to_string(sync_replicas),
                     wait_ms = std::to_string(blocks_.pool().timeout().count());
-  std::vector<RedisArgs> commands = {{"EVAL", script(kWrite), "3", key, list, gen, grace_, seq,
+  const std::string window = window_arg();  // kept alive: RedisArgs are views of it
+  std::vector<RedisArgs> commands = {{"EVAL", script(kWrite), "3", key, list, gen, window, seq,
                                       expected.wid, wid, meta, blob, id}};
   // Acknowledged once a replica of Redis has it too (where there are replicas): a failover to that
   // replica then keeps it. WAIT answers how many did; fewer is counted, not refused (see
@@ -310,7 +393,8 @@ std::optional<SessionWrite> SessionRecords::remove(const std::string& tenant, co
                                                    int64_t known_seq, const std::string& wid) {
   const std::string key = session_key(ns_, tenant, id), list = session_list_key(ns_, tenant),
                     gen = generation_key(ns_), known = std::to_string(known_seq);
-  const auto r = run({{"EVAL", script(kRemove), "3", key, list, gen, grace_, known, wid, id}});
+  const std::string window = window_arg();  // kept alive: RedisArgs are views of it
+  const auto r = run({{"EVAL", script(kRemove), "3", key, list, gen, window, known, wid, id}});
   if (!r) return std::nullopt;
   return parse_write((*r)[0]);
 }
@@ -325,7 +409,8 @@ std::optional<SessionWrite> SessionRecords::restore(const std::string& tenant,
   const char* k = kind == RestoreKind::Copy    ? "copy"
                   : kind == RestoreKind::Ghost ? "ghost"
                                                : "tomb";
-  const auto r = run({{"EVAL", script(kRestore), "3", key, list, gen, grace_, seq, version.wid, k,
+  const std::string window = window_arg();  // kept alive: RedisArgs are views of it
+  const auto r = run({{"EVAL", script(kRestore), "3", key, list, gen, window, seq, version.wid, k,
                        meta, blob, id}});
   if (!r) return std::nullopt;
   return parse_write((*r)[0]);
@@ -335,23 +420,42 @@ std::optional<std::pair<std::vector<std::string>, int64_t>> SessionRecords::list
     const std::string& tenant) {
   // KEYS[1] is the generation's hash: the prelude reads no session here.
   const std::string list = session_list_key(ns_, tenant), gen = generation_key(ns_);
-  const auto r = run({{"EVAL", script(kList), "3", gen, list, gen, grace_}});
+  const std::string window = window_arg();  // kept alive: RedisArgs are views of it
+  const auto r = run({{"EVAL", script(kList), "3", gen, list, gen, window}});
   if (!r) return std::nullopt;
   const auto& e = (*r)[0].elements;
   if (e.empty()) throw StoreRefused("the session store answered a list with something unexpected");
   std::pair<std::vector<std::string>, int64_t> out{{}, to_int(e[0])};
-  for (size_t i = 1; i < e.size(); ++i) out.first.push_back(e[i].str);
+  for (size_t i = 1; i < e.size(); ++i)
+    if (!e[i].str.empty()) out.first.push_back(e[i].str);  // '' marks the set complete
   return out;
 }
 
 std::optional<std::pair<std::string, int64_t>> SessionRecords::generation(bool force) {
   const std::string gen = generation_key(ns_);
-  const auto r = run({{"EVAL", script(kGeneration), "3", gen, gen, gen, grace_}}, force);
+  const std::string window = window_arg();  // kept alive: RedisArgs are views of it
+  const auto r = run({{"EVAL", script(kGeneration), "3", gen, gen, gen, window}}, force);
   if (!r) return std::nullopt;
   const auto& e = (*r)[0].elements;
-  if (e.size() != 2)
+  if (e.size() != 4)
     throw StoreRefused("the session store answered a generation with something unexpected");
-  return std::pair<std::string, int64_t>{e[0].str, to_int(e[1])};
+  {
+    std::lock_guard<std::mutex> lock(seen_mu_);
+    seen_run_ = e[0].str;
+    seen_since_ = std::string(e[1].text());
+    seen_evicted_ = std::string(e[3].text());
+  }
+  return std::pair<std::string, int64_t>{e[0].str + ":" + std::string(e[1].text()), to_int(e[2])};
+}
+
+std::optional<std::vector<std::string>> SessionRecords::wanted() {
+  const std::string gen = generation_key(ns_);
+  const std::string window = window_arg();  // kept alive: RedisArgs are views of it
+  const auto r = run({{"EVAL", script(kWanted), "3", gen, gen, gen, window}});
+  if (!r) return std::nullopt;
+  std::vector<std::string> out;
+  for (const RedisReply& x : (*r)[0].elements) out.push_back(x.str);
+  return out;
 }
 
 }  // namespace fak::store

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,9 +87,12 @@ class SessionRecords {
   SessionRecords(BlockStore& blocks, std::string ns, int64_t grace_ms);
 
   // Each returns nullopt when the store is unreachable (or backing off, unless force);
-  // StoreRefused when Redis answers with an error.
+  // StoreRefused when Redis answers with an error. wait_for_list: a record missing and not in
+  // the tenant's id set, where that set may have lost members to eviction, answers with the
+  // window in which the replicas rebuild the set (recovering_ms), not as never made.
   std::optional<SessionRecord> check(const std::string& tenant, const std::string& id,
-                                     bool with_content = false, bool force = true);
+                                     bool with_content = false, bool force = true,
+                                     bool wait_for_list = false);
   // Several records at once (one round trip), without content; past the pool's backoff.
   std::optional<std::vector<SessionRecord>> check_many(
       const std::vector<std::pair<std::string, std::string>>& tenant_ids);
@@ -107,8 +111,14 @@ class SessionRecords {
                                       const std::string& meta, const std::string& blob);
   // The tenant's session ids; Recovering (with no ids) during a generation's window.
   std::optional<std::pair<std::vector<std::string>, int64_t>> list(const std::string& tenant);
-  // The generation's identity ("run:since") and how long its window still lasts.
+  // The generation's identity ("run:since") and how long its window still lasts. Also what every
+  // later call tells the store this replica saw of it (see the scripts: an evicted generation key
+  // is told apart from a new generation by it).
   std::optional<std::pair<std::string, int64_t>> generation(bool force = false);
+  // What every replica should look at now: tenants (hashes) whose id sets the replicas are
+  // rebuilding (each re-checks the sessions of theirs it knows), and sessions ("tenant\tid") in a
+  // restore window (a replica holding a newer version puts it back before the window ends).
+  std::optional<std::vector<std::string>> wanted();
 
   // A fresh version id (128 random bits, hex).
   static std::string new_wid();
@@ -116,8 +126,11 @@ class SessionRecords {
  private:
   std::optional<std::vector<RedisReply>> run(const std::vector<RedisArgs>& commands,
                                              bool force = true);
+  std::string window_arg() const;  // ARGV[1] of every script
   BlockStore& blocks_;
   std::string ns_, grace_;
+  mutable std::mutex seen_mu_;
+  std::string seen_run_, seen_since_, seen_evicted_;  // the generation as last seen
 };
 
 }  // namespace fak::store
