@@ -124,20 +124,18 @@ TEST(TokenizerSpm, WhatItDoesNotImplementIsRefusedNamingIt) {
     }
     return std::string("(accepted)");
   };
-  // A Strip of the text's end (or of another character) is not implemented.
+  // What is not implemented is named: a CTC or WordPiece decoder, a model other than BPE.
   EXPECT_NE(refused([](nlohmann::json& j) {
-              j["decoder"]["decoders"].push_back(
-                  {{"type", "Strip"}, {"content", " "}, {"start", 0}, {"stop", 1}});
-            }).find("decoder 'Strip'"),
+              j["decoder"]["decoders"].push_back({{"type", "CTC"}});
+            }).find("decoder 'CTC' is not supported"),
             std::string::npos);
   EXPECT_NE(refused([](nlohmann::json& j) {
-              j["normalizer"]["pattern"] = {{"String", "x"}};
-            }).find("normalizer Replace"),
+              j["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}};
+            }).find("decoder 'WordPiece' is not supported"),
             std::string::npos);
   EXPECT_NE(refused([](nlohmann::json& j) {
-              j["pre_tokenizer"] = {
-                  {"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}};
-            }).find("pre_tokenizer is not supported"),
+              j["model"]["type"] = "Unigram";
+            }).find("model type 'Unigram' is not supported"),
             std::string::npos);
 }
 

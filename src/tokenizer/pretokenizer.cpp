@@ -237,4 +237,19 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& p
   }
 }
 
+void PreTokenizer::find_matches(std::string_view text, std::vector<RegexSplitter::Part>& parts,
+                                const SplitBudget* budget) const {
+  if (kind_ == Kind::kRegex) return regex_.front().find_matches(text, parts, budget);
+  if (text.empty()) {
+    parts.push_back({0, 0, false});
+    return;
+  }
+  std::vector<std::string_view> pieces;
+  split(text, pieces, budget);
+  for (std::string_view p : pieces) {
+    const size_t begin = size_t(p.data() - text.data());
+    parts.push_back({begin, begin + p.size(), true});
+  }
+}
+
 }  // namespace fak

@@ -43,6 +43,11 @@ class PreTokenizer {
   void split(std::string_view text, std::vector<std::string_view>& pieces,
              const SplitBudget* budget = nullptr) const;
 
+  // The text as RegexSplitter::find_matches cuts it (the known patterns cover every character:
+  // their pieces are all matches).
+  void find_matches(std::string_view text, std::vector<RegexSplitter::Part>& parts,
+                    const SplitBudget* budget = nullptr) const;
+
   Kind kind() const { return kind_; }
 
  private:

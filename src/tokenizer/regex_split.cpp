@@ -100,6 +100,13 @@ SplitBudget SplitBudget::for_text(size_t bytes) {
   return b;
 }
 
+bool RegexSplitter::matches_empty() const {
+  pcre2_code* code = code_of(code_);
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+      pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
+  return md && pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(""), 0, 0, 0, md.get(), nullptr) >= 0;
+}
+
 RegexSplitter::RegexSplitter(std::string_view pattern) : pattern_(pattern) {
   std::string translated = onig_to_pcre2(pattern);
   int err = 0;
@@ -117,8 +124,12 @@ RegexSplitter::RegexSplitter(std::string_view pattern) : pattern_(pattern) {
       std::shared_ptr<void>(code, [](void* p) { pcre2_code_free(static_cast<pcre2_code*>(p)); });
 }
 
-void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces,
-                          const SplitBudget* budget) const {
+void RegexSplitter::find_matches(std::string_view text, std::vector<Part>& parts,
+                                 const SplitBudget* budget) const {
+  if (text.empty()) {
+    parts.push_back({0, 0, false});
+    return;
+  }
   pcre2_code* code = code_of(code_);
   // Per-call match state keeps one RegexSplitter usable from many threads at once.
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
@@ -134,9 +145,12 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
   pcre2_set_depth_limit(ctx.get(), 1'000'000);
 
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t n = text.size(), gap = 0, pos = 0;
+  size_t n = text.size(), prev = 0, pos = 0;
+  bool after_match = false;  // pos is the end of a non-empty match
   while (pos <= n) {
-    int rc = pcre2_match(code, subject, n, pos, PCRE2_NO_UTF_CHECK, md.get(), ctx.get());
+    // note: Oniguruma's find_iter (HF) takes no empty match right where the previous match ended.
+    const uint32_t options = PCRE2_NO_UTF_CHECK | (after_match ? PCRE2_NOTEMPTY_ATSTART : 0);
+    int rc = pcre2_match(code, subject, n, pos, options, md.get(), ctx.get());
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) fail("pre-tokenizer regex failed on the input: " + pcre2_message(rc));
     if (budget && std::chrono::steady_clock::now() > budget->deadline) {
@@ -146,20 +160,24 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
     }
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     size_t s = ov[0], e = ov[1];
-    if (e < s || e > n) break;  // \K in a lookahead can report such a match: stop there
-    if (s > gap) pieces.push_back(text.substr(gap, s - gap));
-    if (e > s) {
-      pieces.push_back(text.substr(s, e - s));
-      gap = pos = e;
-    } else {
-      // An empty match splits the stretch around it, as Oniguruma's find_iter does in HF, and
-      // the search moves on by one character.
-      gap = s;
-      if (s >= n) break;
-      pos = s + char_len(static_cast<unsigned char>(text[s]));
-    }
+    if (e < s || e > n || s < prev) break;  // \K in a lookahead can report such a match: stop
+    if (s > prev) parts.push_back({prev, s, false});
+    parts.push_back({s, e, true});
+    prev = e;
+    // After an empty match the search moves on by one character, as Oniguruma's find_iter does
+    // in HF.
+    after_match = e > s;
+    pos = e > s ? e : (s >= n ? n + 1 : s + char_len(static_cast<unsigned char>(text[s])));
   }
-  if (gap < n) pieces.push_back(text.substr(gap));
+  if (prev < n) parts.push_back({prev, n, false});
+}
+
+void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces,
+                          const SplitBudget* budget) const {
+  std::vector<Part> parts;
+  find_matches(text, parts, budget);
+  for (const Part& p : parts)
+    if (p.end > p.begin) pieces.push_back(text.substr(p.begin, p.end - p.begin));
 }
 
 }  // namespace fak

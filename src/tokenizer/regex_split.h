@@ -39,6 +39,17 @@ class RegexSplitter {
   void split(std::string_view text, std::vector<std::string_view>& pieces,
              const SplitBudget* budget = nullptr) const;
 
+  // HF's Pattern::find_matches: the text cut into the matches and the stretches between them, in
+  // order (appended to parts); an empty match is a part of its own. Empty text: one empty part.
+  struct Part {
+    size_t begin, end;
+    bool match;
+  };
+  void find_matches(std::string_view text, std::vector<Part>& parts,
+                    const SplitBudget* budget = nullptr) const;
+  // Whether the pattern matches the empty string.
+  bool matches_empty() const;
+
  private:
   std::shared_ptr<void> code_;  // pcre2_code_8, freed by pcre2_code_free
   std::string pattern_;         // for error messages

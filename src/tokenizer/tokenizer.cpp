@@ -11,7 +11,9 @@
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_unicode.h"
-#include "tokenizer/pretokenizer.h"
+#include "tokenizer/decode_steps.h"
+#include "tokenizer/normalize.h"
+#include "tokenizer/pre_tokenize.h"
 #include "tokenizer/tokenizer_json.h"
 #include "tokenizer/utf8.h"
 
@@ -30,6 +32,7 @@ struct PieceCache {
   std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> spans;
   std::vector<int32_t> ids;              // spans index into this
   std::vector<std::string_view> pieces;  // scratch for the splitter
+  std::vector<std::string> owned;        // the same when the pre-tokenizer rewrites pieces
   SplitBudget budget;                    // the whole encode's
 };
 
@@ -42,8 +45,13 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> by_text;  // token text as spelled in spec.tokens
   std::unordered_map<std::string, int32_t> whole;    // raw bytes -> id, only for ignore_merges
   AddedTokenMatcher raw_added;                       // matched on the text as given
-  AddedTokenMatcher normalized_added;  // matched after NFC (added tokens with normalized = true)
-  PreTokenizer pre{""};
+  AddedTokenMatcher normalized_added;  // matched after the normalizer (normalized = true)
+  Normalizer normalizer;
+  bool nfc_only = false;  // the normalizer is NFC alone (most text passes it unchanged)
+  std::unique_ptr<PreTokenizerPipeline> pre;
+  DecoderPipeline decoder;
+  bool has_decoder = true;  // without one, HF joins the tokens with spaces
+  bool byte_level = true;   // the BPE starts from bytes (a ByteLevel pre-tokenizer), not characters
   Bpe bpe;
   std::array<int32_t, 256> fallback_ids{};  // SentencePiece-style: byte b -> "<0xXX>", or -1
 
@@ -55,47 +63,60 @@ struct Tokenizer::Impl {
   // found (they broke the marked ones) and before the BPE sees the text.
   void encode(std::string_view text, Added added, bool strip_marks,
               std::vector<int32_t>& ids) const;
-  void encode_text(std::string_view text, Added added, bool strip_marks, PieceCache& cache,
-                   std::vector<int32_t>& ids) const;
-  void encode_normalized(std::string_view text, bool strip_marks, PieceCache& cache,
+  // at_start: the text begins the input (a Metaspace "first" prefix goes there only).
+  void encode_text(std::string_view text, Added added, bool strip_marks, bool at_start,
+                   PieceCache& cache, std::vector<int32_t>& ids) const;
+  void encode_normalized(std::string_view text, bool strip_marks, bool at_start, PieceCache& cache,
                          std::vector<int32_t>& ids) const;
+  void encode_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& ids) const;
   void encode_characters(std::string_view piece, std::vector<int32_t>& ids) const;
 };
 
 namespace {
 
-std::string replace_spaces(std::string_view text, const std::string& space) {
-  std::string out;
-  out.reserve(text.size() + text.size() / 4);
-  for (char c : text) {
-    if (c == ' ')
-      out += space;
-    else
-      out += c;
-  }
-  return out;
-}
-
-// What a SentencePiece-style token decodes to: <0xXX> its byte (with byte fallback), else its text
-// with the space symbol back to spaces.
-std::string spm_token_bytes(const std::string& text, const std::string& space, bool byte_fallback) {
-  if (byte_fallback && text.size() == 6 && text.rfind("<0x", 0) == 0 && text[5] == '>') {
-    const auto hex = [](char c) {
-      return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-    };
-    const int hi = hex(text[3]), lo = hex(text[4]);
-    if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
-  }
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    if (text.compare(i, space.size(), space) == 0) {
-      out += ' ';
-      i += space.size();
-    } else {
-      out += text[i++];
+// The pipeline a TokenizerSpec without one (a GGUF's vocabulary) stands for, from its flat fields.
+void derive_pipeline(const TokenizerSpec& spec, std::vector<NormalizerStep>& normalizers,
+                     std::vector<PreTokenizerStep>& pre, std::vector<DecoderStep>& decoders) {
+  if (spec.nfc) normalizers.push_back({NormalizerStep::Kind::NFC});
+  if (!spec.space.empty()) {
+    NormalizerStep replace{NormalizerStep::Kind::Replace};
+    replace.pattern = " ";
+    replace.content = spec.space;
+    normalizers.push_back(replace);
+    if (!spec.prepend.empty()) {
+      NormalizerStep prepend{NormalizerStep::Kind::Prepend};
+      prepend.content = spec.prepend;
+      normalizers.push_back(prepend);
     }
+    DecoderStep d{DecoderStep::Kind::Replace};
+    d.pattern = spec.space;
+    d.content = " ";
+    decoders.push_back(d);
+    decoders.push_back({DecoderStep::Kind::ByteFallback});
+    decoders.push_back({DecoderStep::Kind::Fuse});
+    if (spec.strip_leading > 0) {
+      DecoderStep strip{DecoderStep::Kind::Strip};
+      strip.content = " ";
+      strip.start = spec.strip_leading;
+      decoders.push_back(strip);
+    }
+    return;  // one piece: the whole normalized text
   }
-  return out;
+  PreTokenizerStep split;
+  split.pattern = spec.pre_regex.empty() ? std::string(kQwen2Pattern) : spec.pre_regex;
+  PreTokenizerStep byte_level{PreTokenizerStep::Kind::ByteLevel};
+  byte_level.use_regex = false;
+  if (spec.add_prefix_space) {
+    // A space in front of the text, then the split: ByteLevel's own order when it splits.
+    byte_level.add_prefix_space = true;
+    byte_level.use_regex = split.pattern == kGpt2Pattern;
+    if (!byte_level.use_regex) pre.push_back(split);
+    pre.push_back(byte_level);
+  } else {
+    pre.push_back(split);
+    pre.push_back(byte_level);
+  }
+  decoders.push_back({DecoderStep::Kind::ByteLevel});
 }
 
 std::string read_whole_file(const std::filesystem::path& path) {
@@ -109,7 +130,21 @@ std::string read_whole_file(const std::filesystem::path& path) {
 
 }  // namespace
 
-Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex) {
+Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)) {
+  {
+    std::vector<NormalizerStep> normalizers = spec.normalizers;
+    std::vector<PreTokenizerStep> pre_steps = spec.pre_tokenizers;
+    std::vector<DecoderStep> decoders = spec.decoders;
+    if (!spec.pipeline) derive_pipeline(spec, normalizers, pre_steps, decoders);
+    nfc_only = normalizers.size() == 1 && normalizers[0].kind == NormalizerStep::Kind::NFC;
+    byte_level = false;
+    for (const PreTokenizerStep& p : pre_steps)
+      byte_level = byte_level || p.kind == PreTokenizerStep::Kind::ByteLevel;
+    has_decoder = !decoders.empty();
+    normalizer = Normalizer(std::move(normalizers));
+    pre = std::make_unique<PreTokenizerPipeline>(std::move(pre_steps));
+    decoder = DecoderPipeline(std::move(decoders));
+  }
   // Added tokens may lie past the vocab (Qwen's start right after it): make room for them. Far
   // beyond it is a broken file (and would make us allocate for the gap).
   const size_t id_limit = spec.tokens.size() + spec.added.size() + 1024;
@@ -130,18 +165,22 @@ Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex)
     if (text.empty()) continue;                       // a hole in the id space
     by_text.emplace(text, static_cast<int32_t>(id));  // first id wins for a duplicate spelling
     // A token whose text is not in the byte-level alphabet stands for its own UTF-8.
-    bytes[id] = spec.space.empty() ? byte_level_to_bytes(text).value_or(text)
-                                   : spm_token_bytes(text, spec.space, spec.byte_fallback);
+    bytes[id] = has_decoder ? decoder.token(text) : text;
   }
   for (const auto& a : spec.added) {
-    bytes[a.id] = a.content;
+    bytes[a.id] = has_decoder ? decoder.token(a.content) : a.content;
     special[a.id] = a.special;
     by_text[a.content] = a.id;
     AddedTokenMatcher::Token t{a.id, a.content, a.special, a.lstrip, a.rstrip, a.single_word};
     if (a.normalized) {
-      if (spec.nfc) t.content = nfc(t.content);
-      if (!spec.space.empty()) t.content = replace_spaces(t.content, spec.space);
-      normalized_added.add(std::move(t));
+      // note: as HF's AddedVocabulary, the whole normalizer (a Prepend included) runs on it, and
+      // the token stands for that normalized text (id_to_token, and so decode).
+      t.content = normalizer.apply(t.content);
+      if (spec.pipeline && !t.content.empty()) {
+        spec.tokens[a.id] = t.content;
+        bytes[a.id] = has_decoder ? decoder.token(t.content) : t.content;
+      }
+      if (!t.content.empty()) normalized_added.add(std::move(t));
     } else {
       raw_added.add(std::move(t));
     }
@@ -154,7 +193,7 @@ Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex)
   std::array<int32_t, 256> byte_ids;
   for (int b = 0; b < 256; ++b) {
     auto it = by_text.find(bytes_to_byte_level(std::string(1, static_cast<char>(b))));
-    byte_ids[b] = spec.space.empty() && it != by_text.end() ? it->second : -1;
+    byte_ids[b] = byte_level && it != by_text.end() ? it->second : -1;
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     auto fb = by_text.find(name);
@@ -174,54 +213,58 @@ Tokenizer::Impl::Impl(TokenizerSpec s) : spec(std::move(s)), pre(spec.pre_regex)
   bpe = Bpe(byte_ids, merges);
 
   if (spec.ignore_merges) {
-    // HF looks the pre-token up in the model vocab, which holds no added tokens.
+    // HF looks the pre-token up in the model vocab, which holds no added tokens: by its bytes
+    // (byte-level) or its characters as the vocabulary spells them.
     for (size_t id = 0; id < n; ++id) {
-      if (!spec.tokens[id].empty() && !special[id]) whole.emplace(bytes[id], int32_t(id));
+      if (!spec.tokens[id].empty() && !special[id])
+        whole.emplace(byte_level ? bytes[id] : spec.tokens[id], int32_t(id));
     }
     for (const auto& a : spec.added) whole.erase(a.content);
   }
 }
 
-void Tokenizer::Impl::encode_normalized(std::string_view text, bool strip_marks, PieceCache& cache,
-                                        std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::encode_piece(std::string_view piece, PieceCache& cache,
+                                   std::vector<int32_t>& ids) const {
+  if (piece.size() == 1 && byte_level) {  // one byte: no merge can apply, no need to remember it
+    bpe.encode(piece, ids);
+    return;
+  }
+  auto hit = cache.spans.find(piece);
+  if (hit != cache.spans.end()) {
+    auto [begin, size] = hit->second;
+    ids.insert(ids.end(), cache.ids.begin() + begin, cache.ids.begin() + begin + size);
+    return;
+  }
+  size_t before = ids.size();
+  auto whole_hit = whole.empty() ? whole.end() : whole.find(std::string(piece));
+  if (whole_hit != whole.end()) {
+    ids.push_back(whole_hit->second);
+  } else if (byte_level) {
+    bpe.encode(piece, ids);
+  } else {
+    encode_characters(piece, ids);
+  }
+  auto begin = static_cast<uint32_t>(cache.ids.size());
+  cache.ids.insert(cache.ids.end(), ids.begin() + before, ids.end());
+  cache.spans.emplace(piece, std::make_pair(begin, static_cast<uint32_t>(ids.size() - before)));
+}
+
+void Tokenizer::Impl::encode_normalized(std::string_view text, bool strip_marks, bool at_start,
+                                        PieceCache& cache, std::vector<int32_t>& ids) const {
   std::string unmarked;
   if (strip_marks && text.find(kLiteralMark) != std::string_view::npos) {
     unmarked = strip_literal_marks(text);
     text = unmarked;
   }
-  std::string prefixed;
-  if (spec.add_prefix_space && !text.empty() && text[0] != ' ') {
-    prefixed = " " + std::string(text);
-    text = prefixed;
+  if (pre->views()) {
+    cache.pieces.clear();
+    pre->split(text, cache.pieces, &cache.budget);
+    for (std::string_view piece : cache.pieces) encode_piece(piece, cache, ids);
+    return;
   }
-  cache.pieces.clear();
-  pre.split(text, cache.pieces, &cache.budget);
-  for (std::string_view piece : cache.pieces) {
-    if (!spec.space.empty()) {
-      encode_characters(piece, ids);
-      continue;
-    }
-    if (piece.size() == 1) {  // one byte: no merge can apply, no need to remember it
-      bpe.encode(piece, ids);
-      continue;
-    }
-    auto hit = cache.spans.find(piece);
-    if (hit != cache.spans.end()) {
-      auto [begin, size] = hit->second;
-      ids.insert(ids.end(), cache.ids.begin() + begin, cache.ids.begin() + begin + size);
-      continue;
-    }
-    size_t before = ids.size();
-    auto whole_hit = whole.empty() ? whole.end() : whole.find(std::string(piece));
-    if (whole_hit != whole.end()) {
-      ids.push_back(whole_hit->second);
-    } else {
-      bpe.encode(piece, ids);
-    }
-    auto begin = static_cast<uint32_t>(cache.ids.size());
-    cache.ids.insert(cache.ids.end(), ids.begin() + before, ids.end());
-    cache.spans.emplace(piece, std::make_pair(begin, static_cast<uint32_t>(ids.size() - before)));
-  }
+  cache.owned.clear();
+  pre->split(text, at_start, cache.owned, &cache.budget);
+  for (const std::string& piece : cache.owned) encode_piece(piece, cache, ids);
 }
 
 // SentencePiece-style BPE of one piece: one symbol per character (its vocabulary entry, else its
@@ -244,7 +287,8 @@ void Tokenizer::Impl::encode_characters(std::string_view piece, std::vector<int3
     for (unsigned char b : ch) bytes_known = bytes_known && fallback_ids[b] >= 0;
     if (bytes_known) {
       for (unsigned char b : ch) ids.push_back(fallback_ids[b]);
-    } else if (spec.unk_id && (ids.size() == start || ids.back() != *spec.unk_id)) {
+    } else if (spec.unk_id &&
+               (!spec.fuse_unk || ids.size() == start || ids.back() != *spec.unk_id)) {
       ids.push_back(*spec.unk_id);
     }
   }
@@ -252,25 +296,16 @@ void Tokenizer::Impl::encode_characters(std::string_view piece, std::vector<int3
 }
 
 void Tokenizer::Impl::encode_text(std::string_view text, Added added, bool strip_marks,
-                                  PieceCache& cache, std::vector<int32_t>& ids) const {
+                                  bool at_start, PieceCache& cache,
+                                  std::vector<int32_t>& ids) const {
   std::string normalized;
-  if (spec.nfc && !nfc_is_trivial(text)) {
-    normalized = nfc(text);
-    text = normalized;
-  }
-  // SentencePiece-style: spaces become the space symbol before normalised added tokens are looked
-  // for (they were normalised the same way) and before the BPE.
-  // Llama 2 style: the prefix before each piece of text between added tokens.
-  std::string replaced;
-  if (!spec.prepend.empty() && !text.empty()) {
-    replaced = replace_spaces(spec.prepend + std::string(text), spec.space);
-    text = replaced;
-  } else if (!spec.space.empty() && text.find(' ') != std::string_view::npos) {
-    replaced = replace_spaces(text, spec.space);
-    text = replaced;
+  if (nfc_only) {
+    if (!nfc_is_trivial(text)) text = normalized = nfc(text);
+  } else if (!normalizer.empty()) {
+    text = normalized = normalizer.apply(text, &cache.budget);
   }
   if (normalized_added.empty() || added == Added::None) {
-    encode_normalized(text, strip_marks, cache, ids);
+    encode_normalized(text, strip_marks, at_start, cache, ids);
     return;
   }
   std::vector<AddedTokenMatcher::Segment> segments;
@@ -279,7 +314,8 @@ void Tokenizer::Impl::encode_text(std::string_view text, Added added, bool strip
     if (s.id >= 0) {
       ids.push_back(s.id);
     } else {
-      encode_normalized(text.substr(s.begin, s.end - s.begin), strip_marks, cache, ids);
+      encode_normalized(text.substr(s.begin, s.end - s.begin), strip_marks,
+                        at_start && s.begin == 0, cache, ids);
     }
   }
 }
@@ -291,7 +327,7 @@ void Tokenizer::Impl::encode(std::string_view text, Added added, bool strip_mark
   PieceCache cache;
   cache.budget = SplitBudget::for_text(text.size());
   if (raw_added.empty() || added == Added::None) {
-    encode_text(text, added, strip_marks, cache, ids);
+    encode_text(text, added, strip_marks, true, cache, ids);
     return;
   }
   std::vector<AddedTokenMatcher::Segment> segments;
@@ -300,7 +336,8 @@ void Tokenizer::Impl::encode(std::string_view text, Added added, bool strip_mark
     if (s.id >= 0) {
       ids.push_back(s.id);
     } else {
-      encode_text(text.substr(s.begin, s.end - s.begin), added, strip_marks, cache, ids);
+      encode_text(text.substr(s.begin, s.end - s.begin), added, strip_marks, s.begin == 0, cache,
+                  ids);
     }
   }
 }
@@ -404,19 +441,20 @@ std::string strip_literal_marks(std::string_view text) {
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
-  std::string out;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) {
       fail("decode: token id " + std::to_string(id) + " is outside the vocabulary (" +
            std::to_string(vocab_size()) + " ids)");
     }
     if (skip_special && impl_->special[id]) continue;
-    out += impl_->bytes[id];
+    tokens.push_back(impl_->spec.tokens[id]);
   }
-  // Llama 2's Strip decoder: the leading spaces the normaliser's Prepend put there.
-  size_t cut = 0;
-  while (cut < size_t(impl_->spec.strip_leading) && cut < out.size() && out[cut] == ' ') ++cut;
-  return out.erase(0, cut);
+  if (impl_->has_decoder) return impl_->decoder.decode(std::move(tokens));
+  std::string out;  // HF without a decoder: the tokens joined with spaces
+  for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
+  return out;
 }
 
 std::string Tokenizer::token_bytes(int32_t id) const {

@@ -1,8 +1,8 @@
-// Byte-level BPE tokenizer as Qwen2/2.5/3, Llama-3 and GPT-2 style models use it (HF `tokenizers`
-// semantics): NFC normaliser, pre-tokenizer split regex, byte-to-unicode map, merges by rank,
-// added/special tokens matched inside text. Also the SentencePiece-style BPE of Gemma (spaces as
-// "▁", characters with byte fallback; TokenizerSpec::space). Built from tokenizer.json (+ tokenizer_config.json) or
-// from parts (a GGUF's embedded vocab). Immutable after construction; safe to share across threads.
+// BPE tokenizers with HF `tokenizers` semantics: added/special tokens matched inside text, then
+// tokenizer.json's normalizer, pre-tokenizer and BPE model (byte-level, as Qwen, Llama 3, gpt-oss
+// and DeepSeek use it; or over characters with byte fallback, as Gemma's SentencePiece-style
+// vocabulary), and its decoder. Built from tokenizer.json (+ tokenizer_config.json) or from parts
+// (a GGUF's embedded vocab). Immutable after construction; safe to share across threads.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tokenizer/steps.h"
 
 namespace fak {
 
@@ -44,11 +46,21 @@ struct TokenizerSpec {
   std::string space;
   bool byte_fallback = false;
   std::optional<int32_t> unk_id;
+  bool fuse_unk = true;  // consecutive unknown characters give one unk (HF's BPE fuse_unk)
   // Llama 2 / Mistral style on top: `prepend` ("▁") before every piece of text between added
   // tokens (HF's Prepend normaliser), and up to strip_leading spaces taken off the front of a
   // decoded text (its Strip decoder).
   std::string prepend;
   int strip_leading = 0;
+  // tokenizer.json's own pipeline, in order (tokenizer/steps.h), which the tokenizer runs when
+  // `pipeline` is set. Unset (a GGUF's vocabulary): the fields above say it, and the steps are
+  // derived from them at load (NFC / the space Replace / Prepend; one Split then ByteLevel; the
+  // matching decoder). The fields above are also filled from a tokenizer.json where its pipeline
+  // has their shape, for the GGUF export.
+  bool pipeline = false;
+  std::vector<NormalizerStep> normalizers;
+  std::vector<PreTokenizerStep> pre_tokenizers;
+  std::vector<DecoderStep> decoders;
 };
 
 // What the message content of a chat prompt may turn into. Text (the default): every string a
@@ -110,7 +122,9 @@ class Tokenizer {
 
 // Streaming decode: push ids one at a time, get back only complete UTF-8 characters; bytes of a
 // character split across tokens are held until it is whole. flush() returns whatever is left
-// (invalid sequences as U+FFFD).
+// (invalid sequences as U+FFFD). The text is HF's DecodeStream's: each step decodes a short window
+// of the last ids and gives out what it adds past the window's earlier text, so a decoder's rules
+// for the front of a text (Metaspace, Strip) apply at the stream's start only.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
@@ -120,8 +134,9 @@ class StreamDecoder {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  int strip_ = 0;  // leading spaces still to cut (TokenizerSpec::strip_leading)
-  std::string pending_;
+  std::vector<int32_t> ids_;  // the window
+  std::string prefix_;        // the text of ids_[0, prefix_index_), already given out
+  size_t prefix_index_ = 0;
 };
 
 }  // namespace fak

@@ -1,6 +1,7 @@
 // tokenizer.json / tokenizer_config.json -> TokenizerSpec; see tokenizer_json.h.
 #include "tokenizer/tokenizer_json.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -32,114 +33,216 @@ bool flag(const json& obj, const char* key, bool fallback) {
 // Sequences nest; real files nest one level. The limit keeps a hostile file off the stack.
 constexpr int kMaxNesting = 8;
 
-struct NormalizerInfo {
-  bool nfc = false;
-  std::string space;    // Replace " " -> this (SentencePiece-style BPE)
-  std::string prepend;  // Prepend (Llama 2)
-};
-
-// NFC and / or a Replace of the space (alone or in a Sequence, NFC first), or none.
-void read_normalizer(const json& n, const std::string& name, NormalizerInfo& info, int depth = 0) {
-  if (n.is_null()) return;
-  if (depth > kMaxNesting) fail(name + ": normalizer Sequences nested too deeply");
-  std::string type = type_of(n);
-  if (type == "NFC") {
-    if (!info.space.empty()) fail(name + ": NFC after a Replace normalizer is not supported");
-    info.nfc = true;
-    return;
+// A Split-like pattern: {"String": s} (a literal) or {"Regex": r}.
+std::string pattern_of(const json& p, const std::string& name, const std::string& what) {
+  const auto it = p.find("pattern");
+  if (it != p.end() && it->is_object()) {
+    if (auto r = it->find("Regex"); r != it->end() && r->is_string()) return r->get<std::string>();
+    if (auto l = it->find("String"); l != it->end() && l->is_string())
+      return regex_escape(l->get<std::string>());
   }
-  if (type == "Replace") {
-    const json& pattern = n.at("pattern");
-    if (!pattern.contains("String") || pattern.at("String") != " " || !n.at("content").is_string() ||
-        n.at("content").get<std::string>().empty() || !info.space.empty())
-      fail(name + ": normalizer Replace " + pattern.dump() +
-           " is not supported (fak implements the replacement of \" \" by one string)");
-    info.space = n.at("content").get<std::string>();
-    return;
-  }
-  if (type == "Prepend") {
-    const std::string p = n.value("prepend", std::string());
-    if (p.empty() || p.find(' ') != std::string::npos || !info.prepend.empty())
-      fail(name + ": normalizer Prepend " + n.dump() + " is not supported");
-    info.prepend = p;
-    return;
-  }
-  if (type == "Sequence") {
-    for (const json& inner : n.at("normalizers")) read_normalizer(inner, name, info, depth + 1);
-    return;
-  }
-  fail(name + ": normalizer '" + (type.empty() ? n.dump() : type) +
-       "' is not supported (fak implements NFC, Replace of the space, Prepend, or none)");
+  fail(name + ": " + what + " without a Regex or String pattern");
 }
 
-// A SentencePiece-style decoder: Replace(space -> " "), ByteFallback and Fuse, in a Sequence. A
-// Strip (Llama 2's leading-space removal) or anything else would decode other text: refused.
-void check_spm_decoder(const json& d, const std::string& name, TokenizerSpec& spec,
-                       int depth = 0) {
+SplitBehavior behavior_of(const json& p, const std::string& name, const char* fallback) {
+  const std::string b = p.value("behavior", std::string(fallback));
+  if (b == "Removed") return SplitBehavior::Removed;
+  if (b == "Isolated") return SplitBehavior::Isolated;
+  if (b == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
+  if (b == "MergedWithNext") return SplitBehavior::MergedWithNext;
+  if (b == "Contiguous") return SplitBehavior::Contiguous;
+  fail(name + ": unknown split behavior '" + b + "'");
+}
+
+// Metaspace's prepend_scheme, or the older add_prefix_space flag it replaced.
+PreTokenizerStep::Prepend prepend_of(const json& p, const std::string& name) {
+  if (auto s = p.find("prepend_scheme"); s != p.end() && s->is_string()) {
+    const std::string v = s->get<std::string>();
+    if (v == "always") return PreTokenizerStep::Prepend::Always;
+    if (v == "first") return PreTokenizerStep::Prepend::First;
+    if (v == "never") return PreTokenizerStep::Prepend::Never;
+    fail(name + ": unknown Metaspace prepend_scheme '" + v + "'");
+  }
+  return flag(p, "add_prefix_space", true) ? PreTokenizerStep::Prepend::Always
+                                           : PreTokenizerStep::Prepend::Never;
+}
+
+std::string replacement_of(const json& p) {
+  const std::string r = p.value("replacement", std::string("\xE2\x96\x81"));
+  return r.empty() ? std::string("\xE2\x96\x81") : r;
+}
+
+void read_normalizer(const json& n, const std::string& name, std::vector<NormalizerStep>& steps,
+                     int depth = 0) {
+  using Kind = NormalizerStep::Kind;
+  if (n.is_null()) return;
+  if (depth > kMaxNesting) fail(name + ": normalizer Sequences nested too deeply");
+  const std::string type = type_of(n);
+  NormalizerStep step;
+  if (type == "Sequence") {
+    for (const json& inner : n.at("normalizers")) read_normalizer(inner, name, steps, depth + 1);
+    return;
+  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    step.kind = type == "NFC"    ? Kind::NFC
+                : type == "NFD"  ? Kind::NFD
+                : type == "NFKC" ? Kind::NFKC
+                                 : Kind::NFKD;
+  } else if (type == "Lowercase") {
+    step.kind = Kind::Lowercase;
+  } else if (type == "Strip") {
+    step.kind = Kind::Strip;
+    step.left = flag(n, "strip_left", true);
+    step.right = flag(n, "strip_right", true);
+  } else if (type == "StripAccents") {
+    step.kind = Kind::StripAccents;
+  } else if (type == "Replace") {
+    step.kind = Kind::Replace;
+    const json& pattern = n.at("pattern");
+    step.regex = pattern.contains("Regex");
+    step.pattern = step.regex ? pattern.at("Regex").get<std::string>()
+                              : pattern.at("String").get<std::string>();
+    step.content = n.at("content").get<std::string>();
+    if (step.pattern.empty()) fail(name + ": normalizer Replace with an empty pattern");
+  } else if (type == "Prepend") {
+    step.kind = Kind::Prepend;
+    step.content = n.at("prepend").get<std::string>();
+  } else {
+    fail(name + ": normalizer '" + (type.empty() ? n.dump() : type) +
+         "' is not supported (fak implements NFC, NFD, NFKC, NFKD, Lowercase, Strip, "
+         "StripAccents, Replace, Prepend and Sequence)");
+  }
+  steps.push_back(std::move(step));
+}
+
+void read_pre_tokenizer(const json& p, const std::string& name,
+                        std::vector<PreTokenizerStep>& steps, int depth = 0) {
+  using Kind = PreTokenizerStep::Kind;
+  if (p.is_null()) return;
+  if (depth > kMaxNesting) fail(name + ": pre_tokenizer Sequences nested too deeply");
+  const std::string type = type_of(p);
+  PreTokenizerStep step;
+  // The character-class pre-tokenizers as the Split they are (HF matches them a character at a
+  // time; so do these patterns). \s becomes Unicode White_Space (regex_split.h).
+  const auto split = [&](std::string pattern, SplitBehavior behavior, bool invert) {
+    step.kind = Kind::Split;
+    step.pattern = std::move(pattern);
+    step.behavior = behavior;
+    step.invert = invert;
+    steps.push_back(step);
+  };
+  // Rust's char::is_ascii_punctuation or Unicode punctuation (HF's is_punc).
+  constexpr const char* kPunctuation = "[\\p{P}!-/:-@\\[-`{-~]";
+  if (type == "Sequence") {
+    for (const json& inner : p.at("pretokenizers"))
+      read_pre_tokenizer(inner, name, steps, depth + 1);
+  } else if (type == "Split") {
+    split(pattern_of(p, name, "Split pre-tokenizer"), behavior_of(p, name, "Isolated"),
+          flag(p, "invert", false));
+  } else if (type == "ByteLevel") {
+    step.kind = Kind::ByteLevel;
+    step.add_prefix_space = flag(p, "add_prefix_space", true);
+    step.use_regex = flag(p, "use_regex", true);
+    steps.push_back(step);
+  } else if (type == "Metaspace") {
+    step.kind = Kind::Metaspace;
+    step.replacement = replacement_of(p);
+    step.prepend = prepend_of(p, name);
+    step.split = flag(p, "split", true);
+    steps.push_back(step);
+  } else if (type == "Digits") {
+    split("\\p{N}",
+          flag(p, "individual_digits", false) ? SplitBehavior::Isolated : SplitBehavior::Contiguous,
+          false);
+  } else if (type == "Punctuation") {
+    split(kPunctuation, behavior_of(p, name, "Isolated"), false);
+  } else if (type == "Whitespace") {
+    // Rust regex's \w: letters, marks, decimal digits, connector punctuation, the joiners.
+    split(
+        "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]+|"
+        "[^\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}\\s]+",
+        SplitBehavior::Removed, true);
+  } else if (type == "WhitespaceSplit") {
+    split("\\s", SplitBehavior::Removed, false);
+  } else if (type == "CharDelimiterSplit") {
+    split(regex_escape(p.at("delimiter").get<std::string>()), SplitBehavior::Removed, false);
+  } else if (type == "BertPreTokenizer") {
+    split("\\s", SplitBehavior::Removed, false);
+    split(kPunctuation, SplitBehavior::Isolated, false);
+  } else {
+    fail(name + ": pre_tokenizer '" + (type.empty() ? p.dump() : type) +
+         "' is not supported (fak implements Split, ByteLevel, Metaspace, Digits, Punctuation, "
+         "Whitespace, WhitespaceSplit, CharDelimiterSplit, BertPreTokenizer and Sequence)");
+  }
+}
+
+void read_decoder(const json& d, const std::string& name, std::vector<DecoderStep>& steps,
+                  int depth = 0) {
+  using Kind = DecoderStep::Kind;
   if (d.is_null()) return;
   if (depth > kMaxNesting) fail(name + ": decoder Sequences nested too deeply");
   const std::string type = type_of(d);
-  const std::string& space = spec.space;
+  DecoderStep step;
   if (type == "Sequence") {
-    // Strip after Fuse cuts the whole text's front (before it, each token's: not implemented).
-    bool fused = false;
-    for (const json& inner : d.at("decoders")) {
-      if (type_of(inner) == "Strip" && !fused)
-        fail(name + ": a Strip decoder before Fuse is not supported");
-      fused = fused || type_of(inner) == "Fuse";
-      check_spm_decoder(inner, name, spec, depth + 1);
-    }
+    for (const json& inner : d.at("decoders")) read_decoder(inner, name, steps, depth + 1);
     return;
+  } else if (type == "ByteLevel") {
+    step.kind = Kind::ByteLevel;
+  } else if (type == "Replace") {
+    step.kind = Kind::Replace;
+    const json& pattern = d.at("pattern");
+    step.regex = pattern.contains("Regex");
+    step.pattern = step.regex ? pattern.at("Regex").get<std::string>()
+                              : pattern.at("String").get<std::string>();
+    step.content = d.at("content").get<std::string>();
+  } else if (type == "ByteFallback") {
+    step.kind = Kind::ByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = Kind::Fuse;
+  } else if (type == "Strip") {
+    step.kind = Kind::Strip;
+    step.content = d.at("content").get<std::string>();
+    step.start = int(std::clamp<int64_t>(d.value("start", int64_t(0)), 0, 1 << 20));
+    step.stop = int(std::clamp<int64_t>(d.value("stop", int64_t(0)), 0, 1 << 20));
+  } else if (type == "Metaspace") {
+    step.kind = Kind::Metaspace;
+    step.content = replacement_of(d);
+    step.prepend = prepend_of(d, name);
+  } else {
+    fail(name + ": decoder '" + (type.empty() ? d.dump() : type) +
+         "' is not supported (fak implements ByteLevel, Replace, ByteFallback, Fuse, Strip, "
+         "Metaspace and Sequence)");
   }
-  if (type == "ByteFallback" || type == "Fuse") return;
-  if (type == "Strip" && d.value("content", std::string()) == " " && d.value("stop", -1) == 0 &&
-      d.value("start", -1) >= 0 && d.value("start", -1) <= 16) {
-    spec.strip_leading = d.value("start", 0);
-    return;
-  }
-  if (type == "Replace" && d.at("pattern").contains("String") &&
-      d.at("pattern").at("String") == space && d.value("content", std::string()) == " ")
-    return;
-  fail(name + ": decoder '" + (type.empty() ? d.dump() : type) +
-       "' is not supported with a character-level BPE (fak implements Replace of the space, "
-       "ByteFallback, Fuse and a Strip of leading spaces after them)");
+  steps.push_back(std::move(step));
 }
 
-struct PreTokenizerInfo {
-  std::vector<std::string> patterns;  // regex stages, in order
-  bool byte_level = false;
-  bool add_prefix_space = false;
-};
-
-void read_pre_tokenizer(const json& p, const std::string& name, PreTokenizerInfo& info,
-                        int depth = 0) {
-  if (p.is_null()) return;
-  if (depth > kMaxNesting) fail(name + ": pre_tokenizer Sequences nested too deeply");
-  std::string type = type_of(p);
-  if (type == "Sequence") {
-    for (const json& inner : p.at("pretokenizers"))
-      read_pre_tokenizer(inner, name, info, depth + 1);
-  } else if (type == "ByteLevel") {
-    info.byte_level = true;
-    info.add_prefix_space = flag(p, "add_prefix_space", false);
-    if (flag(p, "use_regex", true)) info.patterns.emplace_back(kGpt2Pattern);
-  } else if (type == "Split") {
-    std::string behavior = p.value("behavior", std::string("Isolated"));
-    if (behavior != "Isolated" || flag(p, "invert", false)) {
-      fail(name + ": Split pre-tokenizer with behavior '" + behavior +
-           "'/invert is not supported (fak implements Isolated, invert false)");
+// The fields the GGUF export reads (TokenizerSpec's older, flat form), where the pipeline has the
+// shape they describe; the export refuses the rest by name.
+void fill_flat_fields(TokenizerSpec& spec) {
+  using NKind = NormalizerStep::Kind;
+  using PKind = PreTokenizerStep::Kind;
+  spec.nfc = false;
+  for (const NormalizerStep& n : spec.normalizers) {
+    if (n.kind == NKind::NFC) spec.nfc = true;
+    if (n.kind == NKind::Replace && !n.regex && n.pattern == " ") spec.space = n.content;
+    if (n.kind == NKind::Prepend) spec.prepend = n.content;
+  }
+  for (const PreTokenizerStep& p : spec.pre_tokenizers) {
+    if (p.kind == PKind::Split && spec.pre_regex.empty()) spec.pre_regex = p.pattern;
+    if (p.kind == PKind::ByteLevel) {
+      spec.add_prefix_space = p.add_prefix_space;
+      if (p.use_regex && spec.pre_regex.empty()) spec.pre_regex = std::string(kGpt2Pattern);
     }
-    const json& pattern = p.at("pattern");
-    if (pattern.contains("Regex")) {
-      info.patterns.push_back(pattern.at("Regex").get<std::string>());
-    } else if (pattern.contains("String")) {
-      info.patterns.push_back(regex_escape(pattern.at("String").get<std::string>()));
-    } else {
-      fail(name + ": Split pre-tokenizer without a Regex or String pattern");
+    if (p.kind == PKind::Metaspace) {
+      spec.space = p.replacement;
+      if (p.prepend != PreTokenizerStep::Prepend::Never) spec.prepend = p.replacement;
     }
-  } else {
-    fail(name + ": pre_tokenizer '" + (type.empty() ? p.dump() : type) +
-         "' is not supported (fak implements Split and ByteLevel)");
+  }
+  if (spec.pre_regex.empty()) spec.pre_regex = "(?s).+";  // no split: one piece
+  bool fused = false;
+  for (const DecoderStep& d : spec.decoders) {
+    fused = fused || d.kind == DecoderStep::Kind::Fuse;
+    if (d.kind == DecoderStep::Kind::Strip && fused && d.content == " ")
+      spec.strip_leading = d.start;
   }
 }
 
@@ -197,6 +300,7 @@ void read_model(const json& j, const std::string& name, TokenizerSpec& spec) {
   }
   spec.ignore_merges = flag(model, "ignore_merges", false);
   spec.byte_fallback = flag(model, "byte_fallback", false);
+  spec.fuse_unk = flag(model, "fuse_unk", false);
   if (auto unk = model.find("unk_token"); unk != model.end() && unk->is_string()) {
     if (auto v = model.find("vocab"); v != model.end() && v->is_object() && v->contains(*unk))
       spec.unk_id = (*v)[unk->get<std::string>()].get<int32_t>();
@@ -264,33 +368,11 @@ TokenizerSpec parse_tokenizer_json(std::string_view json_text, std::string_view 
       }
     }
 
-    NormalizerInfo norm;
-    read_normalizer(j.value("normalizer", json()), name, norm);
-    spec.nfc = norm.nfc;
-    spec.space = norm.space;
-    spec.prepend = norm.prepend;
-    if (!spec.prepend.empty() && spec.space.empty())
-      fail(name + ": a Prepend normalizer without the Replace of the space is not supported");
-    PreTokenizerInfo pre;
-    read_pre_tokenizer(j.value("pre_tokenizer", json()), name, pre);
-    if (!spec.space.empty()) {
-      // SentencePiece-style (Gemma): the whole normalised text is one piece.
-      if (pre.byte_level || !pre.patterns.empty())
-        fail(name + ": a Replace normalizer with a pre_tokenizer is not supported (fak implements "
-                    "the SentencePiece-style BPE without one)");
-      check_spm_decoder(j.value("decoder", json()), name, spec);
-      if (spec.ignore_merges) fail(name + ": ignore_merges with a character-level BPE");
-    } else if (!pre.byte_level) {
-      fail(name +
-           ": not a byte-level BPE (no ByteLevel pre-tokenizer) and no SentencePiece-style "
-           "Replace normalizer; fak implements those two kinds of BPE");
-    }
-    if (pre.patterns.size() > 1) {
-      fail(name + ": more than one split stage in the pre_tokenizer is not supported");
-    }
-    // A ByteLevel without regex and no Split: the whole text is one pre-token.
-    spec.pre_regex = pre.patterns.empty() ? std::string("(?s).+") : pre.patterns[0];
-    spec.add_prefix_space = pre.add_prefix_space;
+    spec.pipeline = true;
+    read_normalizer(j.value("normalizer", json()), name, spec.normalizers);
+    read_pre_tokenizer(j.value("pre_tokenizer", json()), name, spec.pre_tokenizers);
+    read_decoder(j.value("decoder", json()), name, spec.decoders);
+    fill_flat_fields(spec);
 
     std::optional<std::string> bos_template = read_bos_template(j.value("post_processor", json()));
     if (bos_template) spec.add_bos = true;
