@@ -127,11 +127,15 @@ TEST(TokenizerSplit, OnigToPcre2Translation) {
 }
 
 TEST(TokenizerSplit, GgufPreNames) {
-  EXPECT_EQ(pattern_for_gguf_pre("qwen2"), kQwen2Pattern);
-  EXPECT_EQ(pattern_for_gguf_pre("llama-bpe"), kLlama3Pattern);
-  EXPECT_EQ(pattern_for_gguf_pre("gpt-2"), kGpt2Pattern);
-  EXPECT_EQ(pattern_for_gguf_pre("qwen35"), kQwen35Pattern);
-  EXPECT_TRUE(pattern_for_gguf_pre("unknown").empty());
+  EXPECT_EQ(pre_tokenizer_for_gguf_pre("qwen2").splits,
+            std::vector<std::string>{std::string(kQwen2Pattern)});
+  EXPECT_EQ(pre_tokenizer_for_gguf_pre("llama-bpe").splits,
+            std::vector<std::string>{std::string(kLlama3Pattern)});
+  EXPECT_EQ(pre_tokenizer_for_gguf_pre("gpt-2").splits,
+            std::vector<std::string>{std::string(kGpt2Pattern)});
+  EXPECT_EQ(pre_tokenizer_for_gguf_pre("qwen35").splits,
+            std::vector<std::string>{std::string(kQwen35Pattern)});
+  EXPECT_TRUE(pre_tokenizer_for_gguf_pre("unknown").splits.empty());
 }
 
 // Qwen3.5's split keeps a combining mark (U+0301) with its letter, where Qwen2's cuts the word at

@@ -42,6 +42,7 @@ ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
     : tokenizer_(&tokenizer) {
   const Tokenizer* tok = &tokenizer;
   const TokenizerSpec& spec = tok->spec();
+  has_model_template_ = !spec.chat_template.empty();
   template_ =
       spec.chat_template.empty() ? ChatTemplate::chatml() : ChatTemplate::parse(spec.chat_template);
   // A template that never mentions tool_calls would silently drop them; such templates get the
@@ -94,6 +95,15 @@ size_t ChatPrompt::max_prompt_bytes(int n_ctx) const {
 std::vector<int32_t> ChatPrompt::encode(std::string_view rendered, ContentTokens content) const {
   return content == ContentTokens::Text ? tokenizer_->encode_marked(rendered)
                                         : tokenizer_->encode(rendered);
+}
+
+std::string no_template_warning(const std::string& model) {
+  return model +
+         " has no chat template (no chat_template.jinja, chat_template.json or "
+         "tokenizer_config.json "
+         "chat_template; no tokenizer.chat_template in a GGUF): chat prompts use ChatML, which "
+         "this "
+         "model may not have been trained on";
 }
 
 }  // namespace fak::chat

@@ -51,6 +51,10 @@ class ChatPrompt {
   // End of an assistant turn: the model's eos ids plus end-of-turn specials (<|im_end|>, ...).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   bool template_handles_tools() const { return handles_tools_; }
+  // False when the model brought no chat template (no chat_template.jinja, chat_template.json,
+  // tokenizer_config.json template or GGUF tokenizer.chat_template) and ChatML stands in: the
+  // callers say so at load (no_template_warning), never silently.
+  bool has_model_template() const { return has_model_template_; }
   // How this model writes tool calls (chat_format.h), told by its template.
   const ChatFormat& format() const { return *format_; }
 
@@ -63,6 +67,10 @@ class ChatPrompt {
   bool handles_tools_ = false;
   const ChatFormat* format_ = nullptr;
   size_t max_token_bytes_ = 1;
+  bool has_model_template_ = true;
 };
+
+// The line a CLI or server prints when a model has no chat template of its own.
+std::string no_template_warning(const std::string& model);
 
 }  // namespace fak::chat

@@ -64,6 +64,7 @@ std::string ChatTemplate::render(const fak::ojson& messages, const fak::ojson& t
   limits.max_depth = limits_.max_depth;
   limits.max_time = limits_.max_time;
   limits.cancel = bounds.cancel;
+  limits.now = bounds.now;
   jinja::Interpreter interpreter(*program_, limits);
   return interpreter.render(context);
 }

@@ -7,8 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/json.h"
@@ -37,6 +39,7 @@ struct ChatTemplateLimits {
 struct RenderBounds {
   size_t max_output_bytes = 0;  // 0: the template's own limit
   const std::atomic<bool>* cancel = nullptr;
+  std::optional<std::tm> now;  // strftime_now's local time (tests pin it); unset: the clock's
 };
 
 class ChatTemplate {

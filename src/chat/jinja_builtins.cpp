@@ -135,33 +135,11 @@ Value f_string(Interpreter&, const Value& v, const ArgReader&, CallArgs&) {
   return to_str(v);
 }
 Value f_safe(Interpreter&, const Value& v, const ArgReader&, CallArgs&) {
-  return v;
+  return Value::markup(to_str(v));
 }
 
 Value f_escape(Interpreter&, const Value& v, const ArgReader&, CallArgs&) {
-  std::string out;
-  for (char c : to_str(v)) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+  return Value::markup(v.is_markup() ? v.as_string() : html_escape(to_str(v)));
 }
 
 Value f_default(Interpreter&, const Value& v, const ArgReader& r, CallArgs&) {

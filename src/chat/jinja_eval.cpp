@@ -116,9 +116,18 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     }
     if (nums) return a.as_double() + b.as_double();
     if (a.is_string() && b.is_string()) {
+      if (a.is_markup() != b.is_markup()) {
+        // Markup + str / str + Markup: the plain operand is escaped, the result is Markup.
+        const std::string joined = a.is_markup() ? a.as_string() + html_escape(b.as_string())
+                                                 : html_escape(a.as_string()) + b.as_string();
+        in.check_size(joined.size(), pos);
+        in.charge(joined.size(), pos);
+        return Value::markup(joined);
+      }
       const uint64_t bytes = uint64_t(a.as_string().size()) + b.as_string().size();
       in.check_size(bytes, pos);
       in.charge(bytes, pos);
+      if (a.is_markup()) return Value::markup(a.as_string() + b.as_string());
       return a.as_string() + b.as_string();
     }
     if (a.is_list() && b.is_list()) {

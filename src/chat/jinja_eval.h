@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@ struct Limits {
   int max_depth = 1000;                       // nested expressions, statements and calls together
   std::chrono::milliseconds max_time{5000};   // wall clock of one render
   const std::atomic<bool>* cancel = nullptr;  // set: stop (the client left)
+  std::optional<std::tm> now;                 // strftime_now's local time; unset: the clock's
 };
 
 // Bytes a value holds of its own: a string's bytes; a list's items (each a Value, with a string
@@ -56,6 +59,7 @@ class Interpreter {
   void step(size_t pos);  // also where the deadline and the cancel flag are looked at
   void track_namespace(const Value& ns);  // see ~Interpreter
   size_t max_size() const { return limits_.max_value; }
+  const std::optional<std::tm>& pinned_now() const { return limits_.now; }
   // Iterating a value the way a for loop does (lists, dict keys, string characters; Undefined is
   // empty), its size checked and its copy charged.
   List iterate(const Value& v, size_t pos);

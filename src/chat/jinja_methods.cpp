@@ -273,9 +273,13 @@ void add_globals(Dict& g) {
         Function{"strftime_now", [](Interpreter& in, CallArgs& args) -> Value {
                    ArgReader r(args, "strftime_now");
                    std::string fmt = r.get_string(0, "format");
-                   std::time_t t = std::time(nullptr);
                    std::tm tm{};
-                   localtime_r(&t, &tm);
+                   if (in.pinned_now()) {
+                     tm = *in.pinned_now();
+                   } else {
+                     const std::time_t t = std::time(nullptr);
+                     localtime_r(&t, &tm);
+                   }
                    char buf[512];
                    size_t n = fmt.empty() ? 0 : std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
                    if (n == 0 && !fmt.empty())

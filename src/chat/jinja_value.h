@@ -59,6 +59,15 @@ class Value {
   Value(Dict dict) : kind_(Kind::Dict), dict_(std::make_shared<Dict>(std::move(dict))) {}
   Value(Function fn) : kind_(Kind::Function), fn_(std::make_shared<Function>(std::move(fn))) {}
 
+  // A string marked safe (jinja2's Markup, what the `safe` filter makes): `+` with a plain string
+  // HTML-escapes the plain one, as Markup.__add__ / __radd__ do even with autoescape off.
+  static Value markup(std::string s) {
+    Value v(std::move(s));
+    v.markup_ = true;
+    return v;
+  }
+  bool is_markup() const { return markup_; }
+
   // An undefined value remembers why it is undefined ("'foo' is undefined") for the error raised
   // when something tries to use it.
   static Value undefined(std::string reason);
@@ -91,6 +100,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::Undefined;
+  bool markup_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::string str_;
@@ -98,6 +108,9 @@ class Value {
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;
 };
+
+// markupsafe.escape: & < > " ' as HTML entities.
+std::string html_escape(std::string_view s);
 
 // Python str(v): what `{{ v }}` prints. Undefined prints as "".
 std::string to_str(const Value& v);

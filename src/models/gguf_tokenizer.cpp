@@ -37,15 +37,26 @@ void read_byte_level(const GgufFile& f, TokenizerSpec& spec) {
 
   const GgufValue* pre_v = f.find("tokenizer.ggml.pre");
   const std::string pre = pre_v ? f.get_string("tokenizer.ggml.pre") : "gpt-2";
-  const std::string_view pattern = pattern_for_gguf_pre(pre);
-  if (pattern.empty())
+  const GgufPreTokenizer p = pre_tokenizer_for_gguf_pre(pre);
+  if (p.splits.empty())
     fail(f.name() + ": tokenizer.ggml.pre '" + pre +
-         "' is not supported (supported: qwen2, qwen35, llama-bpe, gpt-2 and their aliases)");
-  spec.pre_regex = std::string(pattern);
-  // GGUF has no normaliser field: Qwen2's tokenizer.json has NFC, Llama-3's and GPT-2's none.
-  spec.nfc = pattern == kQwen2Pattern;
-  // llama.cpp sets ignore_merges for the Llama-3 pre-tokenizer, as HF's tokenizer.json does.
-  spec.ignore_merges = pattern == kLlama3Pattern;
+         "' is not supported (supported: qwen2, qwen35, llama-bpe, glm4, gpt-4o, deepseek-v3, "
+         "gpt-2 and their aliases)");
+  // GGUF has no normalizer field: the family's tokenizer.json says (pretokenizer.cpp).
+  spec.pipeline = true;
+  spec.nfc = p.nfc;
+  if (p.nfc) spec.normalizers.emplace_back(NormalizerStep::Kind::NFC);
+  for (const std::string& split : p.splits) {
+    PreTokenizerStep step(PreTokenizerStep::Kind::Split);
+    step.pattern = split;
+    spec.pre_tokenizers.push_back(step);
+  }
+  PreTokenizerStep byte_level(PreTokenizerStep::Kind::ByteLevel);
+  byte_level.use_regex = false;
+  spec.pre_tokenizers.push_back(byte_level);
+  spec.decoders.emplace_back(DecoderStep::Kind::ByteLevel);
+  spec.pre_regex = p.splits.front();
+  spec.ignore_merges = p.ignore_merges;
 }
 
 // SentencePiece BPE as llama.cpp's 'llama' vocabulary holds it (Gemma, Llama 2, Mistral): pieces
@@ -147,12 +158,26 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
 }
 
 std::string gguf_pre_name(const TokenizerSpec& spec) {
-  if (spec.pre_regex.empty() || spec.pre_regex == kQwen2Pattern) return "qwen2";
-  if (spec.pre_regex == kLlama3Pattern) return "llama-bpe";
-  if (spec.pre_regex == kGpt2Pattern) return "gpt-2";
-  if (spec.pre_regex == kQwen35Pattern) return "qwen35";
-  fail("the tokenizer's split pattern is none llama.cpp names (qwen2, qwen35, llama-bpe, gpt-2): " +
-       spec.pre_regex);
+  std::vector<std::string> splits;
+  if (spec.pipeline) {
+    for (const PreTokenizerStep& p : spec.pre_tokenizers) {
+      if (p.kind == PreTokenizerStep::Kind::Split && p.behavior == SplitBehavior::Isolated &&
+          !p.invert)
+        splits.push_back(p.pattern);
+      else if (p.kind == PreTokenizerStep::Kind::ByteLevel && p.use_regex)
+        splits.emplace_back(kGpt2Pattern);
+      else if (p.kind != PreTokenizerStep::Kind::ByteLevel || p.add_prefix_space)
+        splits.push_back("(a pre-tokenizer step other than an isolated split)");
+    }
+  } else {
+    splits.push_back(spec.pre_regex.empty() ? std::string(kQwen2Pattern) : spec.pre_regex);
+  }
+  const std::string name = gguf_pre_for_splits(splits);
+  if (name.empty())
+    fail(
+        "the tokenizer's pre-tokenizer is none llama.cpp names (qwen2, qwen35, llama-bpe, gpt-4o, "
+        "deepseek-v3, gpt-2)");
+  return name;
 }
 
 namespace {

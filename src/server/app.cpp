@@ -282,7 +282,12 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   ctx.model = model;
   ctx.options = options;
   ctx.model_id = options.model_id.empty() ? model_id_of(*model) : options.model_id;
-  if (model->tokenizer()) ctx.chat = std::make_unique<chat::ChatPrompt>(*model);
+  if (model->tokenizer()) {
+    ctx.chat = std::make_unique<chat::ChatPrompt>(*model);
+    if (!ctx.chat->has_model_template())
+      std::fprintf(stderr, "fak serve: warning: %s\n",
+                   chat::no_template_warning(model->path().string()).c_str());
+  }
   ctx.sampling_defaults = load_generation_defaults(model->path());
   SchedulerOptions so;
   so.parallel = options.parallel;

@@ -197,12 +197,39 @@ Ptr match_gpt2(Ptr p, Ptr end) {
 
 }  // namespace
 
-std::string_view pattern_for_gguf_pre(std::string_view name) {
-  if (name == "qwen2" || name == "deepseek-r1-qwen") return kQwen2Pattern;
-  if (name == "llama-bpe" || name == "llama3" || name == "smaug-bpe") return kLlama3Pattern;
-  if (name == "gpt-2" || name == "gpt2" || name == "phi-2") return kGpt2Pattern;
-  if (name == "qwen35") return kQwen35Pattern;
-  return {};
+GgufPreTokenizer pre_tokenizer_for_gguf_pre(std::string_view name) {
+  const auto is = [&](std::initializer_list<std::string_view> names) {
+    for (std::string_view n : names)
+      if (n == name) return true;
+    return false;
+  };
+  GgufPreTokenizer p;
+  if (is({"qwen2", "deepseek-r1-qwen", "megrez"})) {
+    p.splits = {std::string(kQwen2Pattern)};
+    p.nfc = true;  // Qwen2/2.5/3's tokenizer.json normalizer
+  } else if (is({"qwen35"})) {
+    p.splits = {std::string(kQwen35Pattern)};
+  } else if (is({"llama-bpe", "llama3", "llama-v3", "smaug-bpe", "dbrx"})) {
+    p.splits = {std::string(kLlama3Pattern)};
+    p.ignore_merges = true;  // as llama.cpp and Llama 3's tokenizer.json
+  } else if (is({"glm4", "chatglm-bpe"})) {
+    // GLM-4 / 4.5 / 4.6: llama.cpp's CHATGLM4 split (the Llama 3 pattern), no ignore_merges.
+    p.splits = {std::string(kLlama3Pattern)};
+  } else if (is({"gpt-4o", "llama4"})) {
+    p.splits = {std::string(kGpt4oPattern)};
+    p.ignore_merges = true;  // gpt-oss's tokenizer.json (tiktoken ranks: the same ids either way)
+  } else if (is({"deepseek-v3"})) {
+    for (std::string_view s : kDeepseekV3Patterns) p.splits.emplace_back(s);
+  } else if (is({"gpt-2", "gpt2", "phi-2", "roberta-bpe"})) {
+    p.splits = {std::string(kGpt2Pattern)};
+  }
+  return p;
+}
+
+std::string gguf_pre_for_splits(const std::vector<std::string>& splits) {
+  for (const char* name : {"qwen2", "qwen35", "llama-bpe", "gpt-4o", "deepseek-v3", "gpt-2"})
+    if (pre_tokenizer_for_gguf_pre(name).splits == splits) return name;
+  return "";
 }
 
 PreTokenizer::PreTokenizer(Kind kind, std::string_view pattern) : kind_(kind) {

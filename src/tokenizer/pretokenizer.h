@@ -20,13 +20,27 @@ inline constexpr std::string_view kLlama3Pattern =
 // punctuation runs (llama.cpp's `qwen35` pre-tokenizer). Split by PCRE2 (no hand-written splitter).
 inline constexpr std::string_view kQwen35Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// o200k_harmony (gpt-oss), as its tokenizer.json spells it; llama.cpp's `gpt-4o`.
+inline constexpr std::string_view kGpt4oPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// DeepSeek-V3's three split stages, as its tokenizer.json spells them; llama.cpp's `deepseek-v3`.
+inline constexpr std::string_view kDeepseekV3Patterns[] = {
+    R"(\p{N}{1,3})", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}"
+    "\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"};
 // HF's ByteLevel pre-tokenizer with use_regex = true.
 inline constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// The split pattern for a GGUF tokenizer.ggml.pre name (as llama.cpp names them), or an empty
-// string when the name is not one of the known byte-level families.
-std::string_view pattern_for_gguf_pre(std::string_view name);
+// What a GGUF's tokenizer.ggml.pre name (as llama.cpp's converter writes it) stands for: the split
+// stages of the family's tokenizer.json, and its NFC and ignore_merges. Empty splits: unknown name.
+struct GgufPreTokenizer {
+  std::vector<std::string> splits;
+  bool nfc = false, ignore_merges = false;
+};
+GgufPreTokenizer pre_tokenizer_for_gguf_pre(std::string_view name);
+// The name llama.cpp gives a tokenizer.json's split stages, or "" when it has none.
+std::string gguf_pre_for_splits(const std::vector<std::string>& splits);
 
 class PreTokenizer {
  public:

@@ -359,6 +359,15 @@ Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
   std::string config;
   if (std::filesystem::exists(config_path, ec)) config = read_whole_file(config_path);
   TokenizerSpec spec = parse_tokenizer_json(json, config, json_path.string(), config_path.string());
+  // Current checkpoints (gpt-oss, Qwen3.5/3.6, GLM-4.6) publish the template as a file of its own,
+  // which transformers prefers over tokenizer_config.json's: chat_template.jinja, then the
+  // processor's chat_template.json.
+  if (const auto jinja = dir / "chat_template.jinja"; std::filesystem::exists(jinja, ec)) {
+    spec.chat_template = read_whole_file(jinja);
+    check_utf8(spec.chat_template, jinja.string());
+  } else if (const auto cj = dir / "chat_template.json"; std::filesystem::exists(cj, ec)) {
+    spec.chat_template = chat_template_from_json(read_whole_file(cj), cj.string());
+  }
   try {
     return from_spec(std::move(spec));
   } catch (const Error& e) {

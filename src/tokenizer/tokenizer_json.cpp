@@ -341,7 +341,33 @@ void read_model(const json& j, const std::string& name, TokenizerSpec& spec) {
   }
 }
 
+// A config's chat_template: a string, or named templates of which "default" is the one
+// transformers uses; "" when it has none.
+std::string template_of(const json& config) {
+  auto tmpl = config.find("chat_template");
+  if (tmpl != config.end() && tmpl->is_string()) return tmpl->get<std::string>();
+  std::string out;
+  if (tmpl != config.end() && tmpl->is_array()) {
+    for (const json& t : *tmpl)
+      if (out.empty() || t.value("name", std::string()) == "default")
+        out = t.at("template").get<std::string>();
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string chat_template_from_json(std::string_view text, const std::string& name) {
+  const json j = parse(text, name);
+  std::string t;
+  try {
+    t = template_of(j);
+  } catch (const json::exception& e) {
+    fail(name + ": " + e.what());
+  }
+  if (t.empty()) fail(name + ": no chat_template in it");
+  return t;
+}
 
 TokenizerSpec parse_tokenizer_json(std::string_view json_text, std::string_view config_text,
                                    const std::string& name, const std::string& config_name) {
@@ -387,17 +413,7 @@ TokenizerSpec parse_tokenizer_json(std::string_view json_text, std::string_view 
         if (config.contains("add_bos_token") && !config["add_bos_token"].is_null()) {
           spec.add_bos = config["add_bos_token"].get<bool>();
         }
-        auto tmpl = config.find("chat_template");
-        if (tmpl != config.end() && tmpl->is_string()) {
-          spec.chat_template = tmpl->get<std::string>();
-        } else if (tmpl != config.end() && tmpl->is_array()) {
-          // Some files hold named templates; "default" is the one transformers uses.
-          for (const json& t : *tmpl) {
-            if (spec.chat_template.empty() || t.value("name", std::string()) == "default") {
-              spec.chat_template = t.at("template").get<std::string>();
-            }
-          }
-        }
+        spec.chat_template = template_of(config);
       } catch (const json::exception& e) {
         fail(config_name + ": " + e.what());
       }

@@ -63,6 +63,9 @@ class Chat {
         prompt_(*model_),
         cache_(make_kv_cache(*model_)),
         session_(model_, cache_) {
+    if (!prompt_.has_model_template())
+      std::fprintf(stderr, "fak: warning: %s\n",
+                   chat::no_template_warning(model_->path().string()).c_str());
     reset();
   }
 
