@@ -9,6 +9,8 @@
 namespace fak::chat {
 
 std::unique_ptr<ToolCallReader> glm_tool_call_reader(const ojson& tools);  // glm_tool_calls.cpp
+std::unique_ptr<ToolCallReader> qwen_xml_tool_call_reader(const ojson& tools);  // qwen_xml_...
+std::unique_ptr<ToolCallReader> llama_json_tool_call_reader();  // llama_json_tool_calls.cpp
 
 namespace {
 
@@ -35,6 +37,37 @@ class Glm45Format final : public ChatFormat {
   std::shared_ptr<const grammar::Grammar> forced_calls(
       const ojson& tools, const grammar::ToolCallOptions& options) const override {
     return grammar::compile_glm_tool_calls(tools, options);
+  }
+};
+
+class QwenXmlFormat final : public ChatFormat {
+ public:
+  std::string_view name() const override { return "qwen_xml"; }
+  std::string_view tool_call_open() const override { return "<tool_call>"; }
+  std::unique_ptr<ToolCallReader> tool_call_reader(const ojson& tools) const override {
+    return qwen_xml_tool_call_reader(tools);
+  }
+  std::shared_ptr<const grammar::Grammar> forced_calls(
+      const ojson& tools, const grammar::ToolCallOptions& options) const override {
+    return grammar::compile_qwen_xml_tool_calls(tools, options);
+  }
+};
+
+class LlamaJsonFormat final : public ChatFormat {
+ public:
+  std::string_view name() const override { return "llama3_json"; }
+  // note: the reply is the call: a JSON object at its start.
+  std::string_view tool_call_open() const override { return "{"; }
+  bool calls_at_start() const override { return true; }
+  std::unique_ptr<ToolCallReader> tool_call_reader(const ojson&) const override {
+    return llama_json_tool_call_reader();
+  }
+  std::shared_ptr<const grammar::Grammar> forced_calls(
+      const ojson& tools, const grammar::ToolCallOptions& options) const override {
+    return grammar::compile_json_tool_calls(tools, options, "", "", "parameters", "; ");
+  }
+  std::vector<std::string_view> end_of_turn() const override {
+    return {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};
   }
 };
 
@@ -96,6 +129,16 @@ const ChatFormat& glm45_format() {
   return f;
 }
 
+const ChatFormat& qwen_xml_format() {
+  static const QwenXmlFormat f;
+  return f;
+}
+
+const ChatFormat& llama_json_format() {
+  static const LlamaJsonFormat f;
+  return f;
+}
+
 const ChatFormat& format_for_template(std::string_view source) {
   if (source.find("<|channel|>") != std::string_view::npos &&
       source.find("<|message|>") != std::string_view::npos)
@@ -103,12 +146,24 @@ const ChatFormat& format_for_template(std::string_view source) {
   if (source.find("<arg_key>") != std::string_view::npos &&
       source.find("<arg_value>") != std::string_view::npos)
     return glm45_format();
+  if (source.find("<function=") != std::string_view::npos &&
+      source.find("<parameter=") != std::string_view::npos)
+    return qwen_xml_format();
+  if (source.find("\"parameters\": dictionary of argument name") != std::string_view::npos ||
+      source.find("<|python_tag|>") != std::string_view::npos)
+    return llama_json_format();
   return hermes_format();
 }
 
 ToolCallsFinal read_tool_calls(const ChatFormat& format, std::string_view text,
                                const ojson& tools) {
-  const size_t at = text.find(format.tool_call_open());
+  size_t at = text.find(format.tool_call_open());
+  if (format.calls_at_start()) {
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    at = first != std::string_view::npos && text.substr(first).starts_with(format.tool_call_open())
+             ? first
+             : std::string_view::npos;
+  }
   const std::string before(text.substr(0, at == std::string_view::npos ? text.size() : at));
   ToolCallsFinal f;
   if (at != std::string_view::npos) {
@@ -116,9 +171,13 @@ ToolCallsFinal read_tool_calls(const ChatFormat& format, std::string_view text,
     reader->push(text.substr(at));
     f = reader->finish(/*cut=*/false);
   }
-  // The text before the first call, then the text between and after the calls.
+  // The text before the first call, then the text between and after the calls; with no call, the
+  // text as it was.
   std::string content = before;
-  if (!f.content.empty()) content += (content.empty() ? "" : "\n") + f.content;
+  if (f.tool_calls.empty() && !f.dropped && at != std::string_view::npos)
+    content = std::string(text);
+  else if (!f.content.empty())
+    content += (content.empty() ? "" : "\n") + f.content;
   const size_t b = content.find_first_not_of(" \t\r\n");
   f.content =
       b == std::string::npos ? "" : content.substr(b, content.find_last_not_of(" \t\r\n") - b + 1);

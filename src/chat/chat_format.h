@@ -8,6 +8,11 @@
 // - GLM-4.5 / 4.6 / 4.7 (a name, then one key / value pair per argument; string values raw, others
 //   JSON):
 //     <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>
+// - Qwen XML (Qwen3-Coder, Qwen3.5, Qwen3.6; qwen_xml_tool_calls.cpp): a function element and
+//   one element per parameter, values as text:
+//     <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>
+// - Llama 3.x JSON (llama_json_tool_calls.cpp): the reply is the call, one object per call:
+//     {"name": "f", "parameters": {...}}
 // - Harmony (gpt-oss; harmony.h): channels for reasoning and the answer, calls as messages to
 //   functions.NAME in the commentary channel.
 #pragma once
@@ -28,6 +33,9 @@ class ChatFormat {
   virtual std::string_view name() const = 0;  // "hermes", "glm45"
   // The text that opens a tool call: the output from here on goes to the reader, not the content.
   virtual std::string_view tool_call_open() const = 0;
+  // Calls only at the start of a reply (its first non-space text is tool_call_open), as Llama 3's
+  // bare JSON calls: the same text later in a reply is content.
+  virtual bool calls_at_start() const { return false; }
   // A reader for one reply. tools: the request's (OpenAI shape), where the format needs a
   // parameter's type to read its value.
   virtual std::unique_ptr<ToolCallReader> tool_call_reader(const ojson& tools) const = 0;
@@ -54,10 +62,13 @@ class ChatFormat {
 
 const ChatFormat& hermes_format();
 const ChatFormat& glm45_format();
+const ChatFormat& qwen_xml_format();
+const ChatFormat& llama_json_format();
 const ChatFormat& harmony_format();
 
-// The format a template writes calls in: GLM's when it writes <arg_key> pairs, Hermes otherwise
-// (also for templates without tool support, whose calls fak writes as Hermes blocks).
+// The format a template writes calls in: GLM's when it writes <arg_key> pairs, Qwen XML's when it
+// writes <function=...> and <parameter=...>, harmony's for gpt-oss, Hermes otherwise (also for
+// templates without tool support, whose calls fak writes as Hermes blocks).
 const ChatFormat& format_for_template(std::string_view template_source);
 
 // A whole reply's text read by `format` (no streaming): the calls and the text around them.

@@ -43,6 +43,9 @@ ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
   const Tokenizer* tok = &tokenizer;
   const TokenizerSpec& spec = tok->spec();
   has_model_template_ = !spec.chat_template.empty();
+  reads_thinking_ = spec.chat_template.find(".thinking") != std::string::npos ||
+                    spec.chat_template.find("['thinking']") != std::string::npos ||
+                    spec.chat_template.find("[\"thinking\"]") != std::string::npos;
   template_ =
       spec.chat_template.empty() ? ChatTemplate::chatml() : ChatTemplate::parse(spec.chat_template);
   // A template that never mentions tool_calls would silently drop them; such templates get the
@@ -79,6 +82,19 @@ std::string ChatPrompt::render(const ojson& messages, const ojson& tools,
   ojson extra = extra_;
   if (kwargs.is_object())
     for (const auto& [k, v] : kwargs.items()) extra[k] = v;
+  // A turn's reasoning reaches the template under the name it reads: reasoning_content (Qwen3,
+  // DeepSeek, GLM) or thinking (gpt-oss replays the analysis before each earlier tool call).
+  bool unnamed = false;  // some turn's reasoning is not under "thinking" yet
+  for (const ojson& m : messages)
+    unnamed =
+        unnamed || (m.is_object() && m.contains("reasoning_content") && !m.contains("thinking"));
+  if (unnamed && reads_thinking_) {
+    ojson copy = messages;
+    for (ojson& m : copy)
+      if (m.is_object() && m.contains("reasoning_content") && !m.contains("thinking"))
+        m["thinking"] = m["reasoning_content"];
+    return render(copy, tools, add_generation_prompt, kwargs, ContentTokens::Special, bounds);
+  }
   if (handles_tools_)
     return template_.render(messages, tools, add_generation_prompt, extra, bounds);
   return template_.render(messages_for_plain_template(messages, tools), ojson(),

@@ -68,6 +68,7 @@ class ChatPrompt {
   const ChatFormat* format_ = nullptr;
   size_t max_token_bytes_ = 1;
   bool has_model_template_ = true;
+  bool reads_thinking_ = false;  // the template reads message.thinking (gpt-oss)
 };
 
 // The line a CLI or server prints when a model has no chat template of its own.

@@ -4,8 +4,11 @@
 
 namespace fak::chat {
 
-StopFilter::StopFilter(std::vector<std::string> stops, std::string capture_marker)
-    : stops_(std::move(stops)), marker_(std::move(capture_marker)) {
+StopFilter::StopFilter(std::vector<std::string> stops, std::string capture_marker,
+                       bool marker_at_start)
+    : stops_(std::move(stops)),
+      marker_(std::move(capture_marker)),
+      marker_at_start_(marker_at_start) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
 }
 
@@ -47,7 +50,21 @@ std::string StopFilter::push(std::string_view text) {
     return out;
   }
   if (capturing_) return "";
-  if (!marker_.empty()) {
+  if (!marker_.empty() && marker_at_start_) {
+    // Only the reply's first non-space text can open a call: wait for it, then decide once.
+    const size_t first = held_.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return "";
+    if (held_.compare(first, marker_.size(), marker_) == 0) {
+      capturing_ = true;
+      captured_ = held_.substr(first);
+      held_.clear();
+      return "";
+    }
+    if (held_.size() - first >= marker_.size() ||
+        marker_.compare(0, held_.size() - first, held_, first) != 0)
+      marker_.clear();  // the reply is text: nothing to capture
+  }
+  if (!marker_.empty() && !marker_at_start_) {
     size_t at = held_.find(marker_);
     if (at != std::string::npos) {
       capturing_ = true;

@@ -12,7 +12,10 @@ namespace fak::chat {
 
 class StopFilter {
  public:
-  explicit StopFilter(std::vector<std::string> stops, std::string capture_marker = "");
+  // marker_at_start: the marker counts only as the text's first non-space characters (a reply
+  // that is a call); once other text came, nothing is captured.
+  explicit StopFilter(std::vector<std::string> stops, std::string capture_marker = "",
+                      bool marker_at_start = false);
 
   // Feeds decoded text (whole UTF-8 characters); returns the text that is now safe to emit.
   // Once a stop string matched, stopped() is true and later input is ignored.
@@ -35,6 +38,7 @@ class StopFilter {
   std::string matched_;
   bool capturing_ = false;
   bool stopped_ = false;
+  bool marker_at_start_ = false;
 };
 
 }  // namespace fak::chat

@@ -89,6 +89,22 @@ std::shared_ptr<const Grammar> compile_tool_calls(const fak::ojson& tools,
 std::shared_ptr<const Grammar> compile_glm_tool_calls(const fak::ojson& tools,
                                                       const ToolCallOptions& options = {});
 
+// JSON calls {"name": NAME, ARGUMENTS_KEY: {...}} between `open` and `close`, several separated
+// by `separator`: Hermes is ("<tool_call>\n", "\n</tool_call>", "arguments", "\n"), Llama 3.x
+// ("", "", "parameters", "; ").
+std::shared_ptr<const Grammar> compile_json_tool_calls(const fak::ojson& tools,
+                                                       const ToolCallOptions& options,
+                                                       const char* open, const char* close,
+                                                       const std::string& arguments_key,
+                                                       const char* separator);
+
+// Qwen3-Coder / Qwen3.5 / Qwen3.6 calls (chat_format.h): <tool_call>\n<function=NAME>\n, each
+// required parameter as <parameter=KEY>\nVALUE\n</parameter>\n (a string value as text that never
+// holds "\n</parameter>", a boolean as true/false in either case, anything else as JSON under its
+// schema), then </function>\n</tool_call>.
+std::shared_ptr<const Grammar> compile_qwen_xml_tool_calls(const fak::ojson& tools,
+                                                           const ToolCallOptions& options = {});
+
 // Whether a parameter schema admits strings alone: type "string", or an enum / const of strings.
 bool schema_takes_only_strings(const fak::ojson& schema);
 

@@ -57,13 +57,18 @@ std::vector<ListedTool> listed_tools(const ojson& tools, const ToolCallOptions& 
 // The grammar's root: up to max_calls blocks of `open`, one of the calls, `close`, "\n" between.
 std::shared_ptr<const Grammar> calls_grammar(std::unique_ptr<Grammar> grammar, Node calls,
                                              const char* open, const char* close,
-                                             const ToolCallOptions& options) {
+                                             const ToolCallOptions& options,
+                                             const char* separator = "\n") {
   const uint32_t any_call = grammar->add(std::move(calls));
   Node block;
   block.kind = NodeKind::kSequence;
-  block.sequence = {{open, kNoNode}, {"", any_call}, {close, kNoNode}};
+  // note: an empty open or close (Llama's bare JSON) is no entry at all: an entry of neither text
+  // nor node is not nothing to the matcher.
+  if (*open) block.sequence.push_back({open, kNoNode});
+  block.sequence.push_back({"", any_call});
+  if (*close) block.sequence.push_back({close, kNoNode});
   block.max_repeat = uint32_t(options.max_calls);
-  block.separator = "\n";
+  block.separator = separator;
   grammar->root = grammar->add(std::move(block));
   grammar->finish();
   return std::shared_ptr<const Grammar>(std::move(grammar));
@@ -71,8 +76,11 @@ std::shared_ptr<const Grammar> calls_grammar(std::unique_ptr<Grammar> grammar, N
 
 }  // namespace
 
-std::shared_ptr<const Grammar> compile_tool_calls(const ojson& tools,
-                                                  const ToolCallOptions& options) {
+std::shared_ptr<const Grammar> compile_json_tool_calls(const ojson& tools,
+                                                       const ToolCallOptions& options,
+                                                       const char* open, const char* close,
+                                                       const std::string& arguments_key,
+                                                       const char* separator) {
   auto grammar = std::make_unique<Grammar>();
   Node calls;
   calls.kind = NodeKind::kAnyOf;
@@ -87,10 +95,15 @@ std::shared_ptr<const Grammar> compile_tool_calls(const ojson& tools,
     }
     const uint32_t name_node = literals_node(*grammar, {ojson(tool.name).dump()});
     calls.alternatives.push_back(
-        fixed_object_node(*grammar, {{"name", name_node}, {"arguments", arguments}}));
+        fixed_object_node(*grammar, {{"name", name_node}, {arguments_key, arguments}}));
   }
-  return calls_grammar(std::move(grammar), std::move(calls), "<tool_call>\n", "\n</tool_call>",
-                       options);
+  return calls_grammar(std::move(grammar), std::move(calls), open, close, options, separator);
+}
+
+std::shared_ptr<const Grammar> compile_tool_calls(const ojson& tools,
+                                                  const ToolCallOptions& options) {
+  return compile_json_tool_calls(tools, options, "<tool_call>\n", "\n</tool_call>", "arguments",
+                                 "\n");
 }
 
 namespace {
@@ -152,7 +165,117 @@ uint32_t glm_value_node(Grammar& grammar, const ojson& schema, const ListedTool&
   return compiler.compile_document();
 }
 
+// Text up to and including the first `stop` (the closing markup after a value): a KMP automaton
+// over the bytes of stop that accepts only once it has read all of it. Values may hold anything
+// else, '<' and newlines included (code), and the value's end is where the markup is, with no
+// choice left to the matcher.
+std::shared_ptr<const ByteDfa> text_then(const std::string& stop) {
+  return shared_automaton("text then " + stop, [&] {
+    std::vector<uint32_t> failure(stop.size() + 1, 0);
+    for (size_t i = 1, k = 0; i < stop.size(); ++i) {
+      while (k > 0 && stop[i] != stop[k]) k = failure[k];
+      if (stop[i] == stop[k]) ++k;
+      failure[i + 1] = uint32_t(k);
+    }
+    DfaDraft d;
+    for (size_t i = 0; i <= stop.size(); ++i) d.add_state(i == stop.size());  // i bytes read
+    for (size_t state = 0; state < stop.size(); ++state) {
+      auto next = [&](unsigned char b) {
+        size_t k = state;
+        while (k > 0 && b != static_cast<unsigned char>(stop[k])) k = failure[k];
+        if (b == static_cast<unsigned char>(stop[k])) ++k;
+        return k;
+      };
+      // Consecutive bytes with the same target make one edge.
+      int lo = 0;
+      size_t target = next(0);
+      for (int b = 1; b <= 256; ++b) {
+        const size_t t = b < 256 ? next(static_cast<unsigned char>(b)) : SIZE_MAX;
+        if (t == target) continue;
+        d.add_edge(uint32_t(state), uint8_t(lo), uint8_t(b - 1), uint32_t(target));
+        lo = b;
+        target = t;
+      }
+    }
+    return finish_dfa(d, "text then " + stop);
+  });
+}
+
+// One Qwen XML parameter value and its closing "\n</parameter>": text for a string type (or no
+// schema to say), true/false (either case, as Python's str() writes them) for a boolean, else JSON
+// under its schema.
+uint32_t xml_value_node(Grammar& grammar, const ojson& schema, const ListedTool& tool,
+                        const std::string& key, const ToolCallOptions& options) {
+  const std::string type =
+      schema.is_object() && schema.contains("type") && schema["type"].is_string()
+          ? schema["type"].get<std::string>()
+          : "";
+  if (schema.is_object() && (schema.contains("enum") || schema.contains("const")) &&
+      schema_takes_only_strings(schema)) {
+    std::vector<std::string> values;
+    if (schema.contains("const")) values.push_back(schema["const"].get<std::string>());
+    if (schema.contains("enum"))
+      for (const ojson& v : schema["enum"]) values.push_back(v.get<std::string>());
+    for (std::string& v : values) v += "\n</parameter>";
+    return literals_node(grammar, values);
+  }
+  if (!schema.is_object() || schema_takes_only_strings(schema)) {
+    Node raw;
+    raw.kind = NodeKind::kAutomaton;
+    raw.automaton = text_then("\n</parameter>");
+    return grammar.add(std::move(raw));
+  }
+  Node value;
+  value.kind = NodeKind::kSequence;
+  if (type == "boolean") {
+    value.sequence.push_back({"", literals_node(grammar, {"true", "false", "True", "False"})});
+  } else {
+    SchemaCompiler compiler(grammar, schema, options.schema,
+                            "tool '" + tool.name + "' parameter '" + key + "'");
+    value.sequence.push_back({"", compiler.compile_document()});
+  }
+  value.sequence.push_back({"\n</parameter>", kNoNode});
+  return grammar.add(std::move(value));
+}
+
 }  // namespace
+
+std::shared_ptr<const Grammar> compile_qwen_xml_tool_calls(const ojson& tools,
+                                                           const ToolCallOptions& options) {
+  auto grammar = std::make_unique<Grammar>();
+  Node calls;
+  calls.kind = NodeKind::kAnyOf;
+  for (const ListedTool& tool : listed_tools(tools, options)) {
+    for (char c : tool.name)
+      check(c != '\n' && c != '>' && c != '<',
+            tool.where + ": a Qwen XML tool name cannot hold '<', '>' or a newline");
+    // The function, then each required parameter in the schema's order.
+    Node call;
+    call.kind = NodeKind::kSequence;
+    call.sequence.push_back({"<function=" + tool.name + ">\n", kNoNode});
+    if (tool.parameters && tool.parameters->is_object() &&
+        tool.parameters->contains("properties")) {
+      const ojson& params = *tool.parameters;
+      const ojson& props = params["properties"];
+      const ojson required = params.contains("required") ? params["required"] : ojson::array();
+      check(props.is_object(), tool.where + ": parameters.properties must be an object");
+      for (const auto& [key, schema] : props.items()) {
+        bool is_required = false;
+        for (const ojson& r : required) is_required = is_required || r == key;
+        if (!is_required) continue;
+        check(key.find('>') == std::string::npos && key.find('\n') == std::string::npos,
+              tool.where + ": a Qwen XML parameter name cannot hold '>' or a newline");
+        call.sequence.push_back({"<parameter=" + key + ">\n", kNoNode});
+        call.sequence.push_back({"", xml_value_node(*grammar, schema, tool, key, options)});
+        call.sequence.push_back({"\n", kNoNode});
+      }
+    }
+    call.sequence.push_back({"</function>\n", kNoNode});
+    calls.alternatives.push_back(grammar->add(std::move(call)));
+  }
+  return calls_grammar(std::move(grammar), std::move(calls), "<tool_call>\n", "</tool_call>",
+                       options);
+}
 
 bool schema_takes_only_strings(const ojson& schema) {
   if (!schema.is_object()) return false;

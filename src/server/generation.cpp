@@ -49,9 +49,11 @@ struct Generation::Text {
   Text(const Tokenizer& tok, const GenerationSpec& spec)
       : decoder(tok, /*skip_special=*/!format(spec).structured_reply() && !spec.keep_special),
         reasoning(spec.split_reasoning, spec.reasoning_open),
-        filter(spec.stop, spec.capture_tool_calls && !format(spec).structured_reply()
-                              ? std::string(format(spec).tool_call_open())
-                              : ""),
+        filter(spec.stop,
+               spec.capture_tool_calls && !format(spec).structured_reply()
+                   ? std::string(format(spec).tool_call_open())
+                   : "",
+               format(spec).calls_at_start()),
         calls(format(spec).tool_call_reader(spec.tools)),
         stop_holdback(longest_stop(spec.stop)) {
     if (format(spec).structured_reply())

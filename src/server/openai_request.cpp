@@ -104,8 +104,13 @@ ojson parse_messages(const ojson& body) {
       }
     }
     if (auto n = m.find("name"); n != m.end() && n->is_string()) msg["name"] = *n;
-    if (auto r = m.find("reasoning_content"); r != m.end() && r->is_string())
-      msg["reasoning_content"] = *r;
+    // The reasoning an assistant turn came with, sent back by the client under any of the names
+    // clients use (reasoning_content: DeepSeek/Qwen/vLLM; reasoning: OpenRouter and others;
+    // thinking: gpt-oss's own). The chat layer gives it to the template under the name it reads.
+    for (const char* name : {"reasoning_content", "reasoning", "thinking"})
+      if (auto r = m.find(name);
+          r != m.end() && r->is_string() && !msg.contains("reasoning_content"))
+        msg["reasoning_content"] = *r;
     out.push_back(std::move(msg));
   }
   return out;
@@ -215,7 +220,8 @@ void parse_logit_bias(const ojson& j, SamplingOptions& s) {
     if (!it->is_object())
       bad_request("`logit_bias` must be an object of token ids to biases", "logit_bias");
     // Far above OpenAI's 300: a client may ban whole classes of tokens (every piece that is not
-    // whole UTF-8 on a byte-level vocabulary is ~1.4k on Qwen's); the cap bounds the per-token cost.
+    // whole UTF-8 on a byte-level vocabulary is ~1.4k on Qwen's); the cap bounds the per-token
+    // cost.
     if (it->size() > kMaxLogitBias)
       bad_request("`logit_bias` may name at most " + std::to_string(kMaxLogitBias) + " tokens",
                   "logit_bias");
