@@ -93,9 +93,9 @@ std::string route_label(const std::string& path) {
     return "/v1/fak/sessions/:id/" + path.substr(path.rfind('/') + 1);
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/:id";
-  for (const char* known :
-       {"/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
-        "/v1/messages/count_tokens", "/v1/responses", "/health", "/metrics", "/"})
+  for (const char* known : {"/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
+                            "/v1/messages/count_tokens", "/v1/responses", "/health", "/metrics",
+                            "/", "/tokenize", "/detokenize", "/apply-template", "/props"})
     if (path == known) return path;
   return "other";
 }
@@ -357,6 +357,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   add_fak_routes(router, ctx);
   add_anthropic_routes(router, ctx);
   add_responses_routes(router, ctx);
+  add_utility_routes(router, ctx);
 
   HttpServerOptions& h = impl_->http;
   h.host = options.host;

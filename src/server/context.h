@@ -66,5 +66,7 @@ void add_openai_routes(Router& router, ServerContext& ctx);
 void add_fak_routes(Router& router, ServerContext& ctx);
 void add_anthropic_routes(Router& router, ServerContext& ctx);  // /v1/messages
 void add_responses_routes(Router& router, ServerContext& ctx);  // /v1/responses
+// llama-server's /tokenize, /detokenize, /apply-template and /props (utility_routes.cpp).
+void add_utility_routes(Router& router, ServerContext& ctx);
 
 }  // namespace fak::server
