@@ -246,12 +246,20 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
   if (root.contains("text_config") && root["text_config"].is_object() &&
       !root.contains("hidden_size"))
     jp = &root["text_config"];
-  const json& j = *jp;
-  if (!j.contains("model_type") || !j["model_type"].is_string())
+  if (!jp->contains("model_type") || !(*jp)["model_type"].is_string())
     fail(label + ": missing 'model_type'");
   ModelConfig c;
-  c.model_type = j["model_type"].get<std::string>();
+  c.model_type = (*jp)["model_type"].get<std::string>();
   c.family = &family_for_hf(c.model_type, label);
+  // Keys the file leaves out take transformers' class defaults; a nested text_config also takes
+  // the token ids its parent gives (Gemma 3's root eos_token_id [1, 106]).
+  json merged = c.family->hf_defaults();
+  if (jp != &root)
+    for (const char* key : {"bos_token_id", "eos_token_id", "tie_word_embeddings"})
+      if (root.contains(key) && !root[key].is_null()) merged[key] = root[key];
+  for (const auto& [key, value] : jp->items())
+    if (!value.is_null() || !merged.contains(key)) merged[key] = value;
+  const json& j = merged;
   c.dim = json_int(j, "hidden_size", kMaxWidth, label);
   c.n_layers = json_int(j, "num_hidden_layers", kMaxLayers, label);
   c.n_heads = json_int(j, "num_attention_heads", kMaxWidth, label);
@@ -276,9 +284,8 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
     act = j["hidden_act"].get<std::string>();
   }
   if (act != "silu") fail(label + ": hidden_act '" + act + "' is not supported (only silu)");
-  // HF's default for every family; multimodal configs may keep it beside text_config.
-  c.tie_embeddings =
-      json_bool_or(j, "tie_word_embeddings", json_bool_or(root, "tie_word_embeddings", false));
+  // HF's default for every family but Gemma's.
+  c.tie_embeddings = json_bool_or(j, "tie_word_embeddings", false);
 
   c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
   c.ffn_kinds.assign(size_t(c.n_layers), FfnKind::Dense);
@@ -312,10 +319,10 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
   // Quantised checkpoints: only gpt-oss's MXFP4 experts are read as stored (models/weights.cpp);
   // any other scheme's tensors would not load as the weights they stand for.
   if (auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
-    const std::string method = q->is_object() && q->contains("quant_method") &&
-                                       (*q)["quant_method"].is_string()
-                                   ? (*q)["quant_method"].get<std::string>()
-                                   : "?";
+    const std::string method =
+        q->is_object() && q->contains("quant_method") && (*q)["quant_method"].is_string()
+            ? (*q)["quant_method"].get<std::string>()
+            : "?";
     if (method != "mxfp4" || c.family_name() != "gpt_oss")
       fail(label + ": quantization_config quant_method '" + method + "' is not supported for " +
            c.family_name() +
@@ -349,7 +356,20 @@ ModelConfig load_hf_config(const std::filesystem::path& path) {
   } catch (const json::exception& e) {
     fail(path.string() + ": not valid JSON: " + e.what());
   }
-  return parse_hf_config(j, path.string());
+  ModelConfig c = parse_hf_config(j, path.string());
+  // generate() stops on generation_config.json's eos_token_id, which instruct checkpoints extend
+  // past config.json's (Qwen2.5's <|im_end|> beside <|endoftext|>): fak stops on both lists.
+  const auto generation = path.parent_path() / "generation_config.json";
+  std::error_code ec;
+  if (path.filename() == "config.json" && std::filesystem::is_regular_file(generation, ec)) {
+    std::ifstream gin(generation);
+    const json g = json::parse(gin, nullptr, false);
+    if (!g.is_object()) fail(generation.string() + ": not a JSON object");
+    for (int32_t id : parse_token_ids(g, "eos_token_id", c.vocab, generation.string()))
+      if (std::find(c.eos_ids.begin(), c.eos_ids.end(), id) == c.eos_ids.end())
+        c.eos_ids.push_back(id);
+  }
+  return c;
 }
 
 }  // namespace fak

@@ -115,6 +115,9 @@ struct ModelConfig {
   // mtp_num_hidden_layers, GGUF <arch>.nextn_predict_layers; 0 when the file has no MTP weights.
   // It drafts tokens for speculative decoding and is never part of the model's own forward.
   int mtp_layers = 0;
+  // Multi-token-prediction blocks fak does not run, stored as decoder layers past the last one
+  // (GLM-4.5's num_nextn_predict_layers: model.layers.<n_layers>.*); their tensors are left unread.
+  int unread_nextn_layers = 0;
 
   std::optional<int32_t> bos_id;
   std::vector<int32_t> eos_ids;
@@ -127,7 +130,8 @@ struct ModelConfig {
   bool has_windows() const {
     return std::any_of(layer_window.begin(), layer_window.end(), [](int w) { return w > 0; });
   }
-  // Which RoPE table layer l rotates with: 0 (the model's), or 1 (the local one of windowed layers).
+  // Which RoPE table layer l rotates with: 0 (the model's), or 1 (the local one of windowed
+  // layers).
   int rope_table(int layer) const { return rope_local_theta > 0 && window(layer) > 0 ? 1 : 0; }
   int n_rope_tables() const { return rope_local_theta > 0 ? 2 : 1; }
   int q_dim() const { return n_heads * head_dim; }

@@ -30,6 +30,11 @@ class Family {
   // llama.cpp's general.architecture ("qwen3moe").
   virtual std::string_view gguf_arch() const = 0;
 
+  // The values transformers' config class gives keys a config.json leaves out, where they differ
+  // from fak's common fallbacks. Published multimodal checkpoints (Gemma 3 4B-27B) write only the
+  // text_config keys that differ from the class's, leaving heads, vocabulary and the rest to it.
+  virtual nlohmann::json hf_defaults() const;
+
   // The family's part of config.json, after the common fields (dims, heads, RoPE, vocabulary,
   // tied embeddings) are read; sets flags (qkv_bias, qk_norm, ...), layer kinds and block sizes.
   virtual void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& label) const = 0;

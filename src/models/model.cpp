@@ -106,7 +106,10 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
   // A config may name an MTP head its checkpoint does not hold (stripped, or made without it).
   if (m->config_.mtp_layers > 0 && !m->store_->find("mtp.fc.weight")) m->config_.mtp_layers = 0;
   std::string prefix = "model.";
+  // Multimodal checkpoints keep the language model beside a vision tower: transformers 4.52+
+  // saves it as model.language_model.*, earlier versions (Gemma 3's release) as language_model.model.*.
   if (m->store_->find("model.language_model.embed_tokens.weight")) prefix = "model.language_model.";
+  if (m->store_->find("language_model.model.embed_tokens.weight")) prefix = "language_model.model.";
   size_t skipped = 0;
   m->weights_ = load_hf_weights(*m->store_, m->config_, prefix, &skipped);
   if (skipped > 0)

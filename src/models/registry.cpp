@@ -1,4 +1,6 @@
 // The families fak runs: one line each. A family's file (families/*.cpp) says what it is.
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "models/family.h"
 
@@ -14,11 +16,15 @@ const Family& gemma3_family();
 const Family& glm4_moe_family();
 const Family& gpt_oss_family();
 
+nlohmann::json Family::hf_defaults() const {
+  return nlohmann::json::object();
+}
+
 const std::vector<const Family*>& all_families() {
   static const std::vector<const Family*> families = {
       &llama_family(),  &qwen2_family(),     &qwen3_family(),
-      &qwen35_family(), &qwen3_moe_family(), &qwen35_moe_family(), &gemma3_family(),
-      &glm4_moe_family(), &gpt_oss_family(),
+      &qwen35_family(), &qwen3_moe_family(), &qwen35_moe_family(),
+      &gemma3_family(), &glm4_moe_family(),  &gpt_oss_family(),
   };
   return families;
 }

@@ -4,6 +4,7 @@
 #include "models/weights.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -23,11 +24,15 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 class Loader {
  public:
-  Loader(const TensorStore& store, std::string prefix)
-      : store_(store), prefix_(std::move(prefix)) {}
+  Loader(const TensorStore& store, const ModelConfig& c, std::string prefix)
+      : store_(store), c_(c), prefix_(std::move(prefix)) {
+    // transformers before 4.52 saved a multimodal model's language model whole, head included,
+    // under language_model. (language_model.model.layers..., language_model.lm_head.weight).
+    if (prefix_ == "language_model.model.") root_prefix_ = "language_model.";
+  }
 
   std::string full_name(const TensorDef& d, const std::string& name) const {
-    return d.hf_root ? name : prefix_ + name;
+    return d.hf_root ? root_prefix_ + name : prefix_ + name;
   }
   bool has(const std::string& full) const { return store_.find(full) != nullptr; }
 
@@ -86,8 +91,9 @@ class Loader {
       const std::string& n = t->name;
       if (n.find("rotary_emb.inv_freq") != std::string::npos) continue;
       // A multimodal checkpoint's vision tower and the MTP head sit beside the language model.
-      if (n.rfind("mtp.", 0) == 0 ||
-          (prefix_ != "model." && n.rfind(prefix_, 0) != 0 && n != "lm_head.weight")) {
+      if (n.rfind("mtp.", 0) == 0 || unread_nextn_layer(n) ||
+          (prefix_ != "model." && n.rfind(prefix_, 0) != 0 &&
+           n != root_prefix_ + "lm_head.weight")) {
         ++skipped;
         continue;
       }
@@ -100,6 +106,17 @@ class Loader {
   size_t bytes() const { return bytes_; }
 
  private:
+  // model.layers.<k>.* with k one of the NextN blocks after the decoder's layers.
+  bool unread_nextn_layer(const std::string& n) const {
+    const std::string layers = prefix_ + "layers.";
+    if (c_.unread_nextn_layers == 0 || n.rfind(layers, 0) != 0) return false;
+    const char* digits = n.c_str() + layers.size();
+    char* end = nullptr;
+    const long k = std::strtol(digits, &end, 10);
+    return end != digits && *end == '.' && k >= c_.n_layers &&
+           k < int64_t(c_.n_layers) + c_.unread_nextn_layers;
+  }
+
   void load_vector(const TensorDef& d) {
     const std::string name = full_name(d, d.hf);
     std::vector<int64_t> shape = {d.rows};
@@ -250,7 +267,9 @@ class Loader {
   }
 
   const TensorStore& store_;
+  const ModelConfig& c_;
   std::string prefix_;
+  std::string root_prefix_;
   size_t bytes_ = 0;
   std::set<std::string> used_;
   std::vector<std::vector<uint8_t>> made_;
@@ -260,7 +279,7 @@ class Loader {
 
 ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
                              const std::string& prefix, size_t* skipped) {
-  Loader ld(store, prefix);
+  Loader ld(store, c, prefix);
   ModelWeights w;
   shape_weights(c, w);
   // The files must hold every layer config.json declares: checked on the last one before the
@@ -274,8 +293,8 @@ ModelWeights load_hf_weights(const TensorStore& store, const ModelConfig& c,
   }
   for (int l = -1; l < table_parts_end(c); ++l)
     for (const TensorDef& d : tensor_table_part(c, w, l)) {
-      if (d.layer < 0 && d.hf_root && !ld.has(d.hf) && d.role == "output")
-        fail(store.source().string() + ": missing tensor '" + d.hf +
+      if (d.layer < 0 && d.hf_root && d.role == "output" && !ld.has(ld.full_name(d, d.hf)))
+        fail(store.source().string() + ": missing tensor '" + ld.full_name(d, d.hf) +
              "' (config says tie_word_embeddings is false)");
       ld.load(d);
     }

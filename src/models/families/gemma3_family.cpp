@@ -33,6 +33,29 @@ class Gemma3Family final : public Family {
   std::vector<std::string_view> hf_model_types() const override { return {"gemma3_text"}; }
   std::string_view gguf_arch() const override { return "gemma3"; }
 
+  // transformers' Gemma3TextConfig: the published 4B/12B/27B checkpoints' text_config gives only
+  // what differs from these (the 4B leaves out its heads, head_dim and vocabulary).
+  nlohmann::json hf_defaults() const override {
+    return {{"vocab_size", 262208},
+            {"hidden_size", 2304},
+            {"intermediate_size", 9216},
+            {"num_hidden_layers", 26},
+            {"num_attention_heads", 8},
+            {"num_key_value_heads", 4},
+            {"head_dim", 256},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"max_position_embeddings", 131072},
+            {"rms_norm_eps", 1e-6},
+            {"bos_token_id", 2},
+            {"eos_token_id", 1},
+            {"tie_word_embeddings", true},
+            {"rope_theta", 1000000.0},
+            {"query_pre_attn_scalar", 256},
+            {"sliding_window", 4096},
+            {"rope_local_base_freq", 10000.0},
+            {"sliding_window_pattern", 6}};
+  }
+
   void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& label) const override {
     gemma3_common(c);
     const std::string act = j.contains("hidden_activation") && j["hidden_activation"].is_string()
@@ -47,8 +70,8 @@ class Gemma3Family final : public Family {
       fail(label + ": attention_bias is not supported for gemma3_text");
     c.attn_scale = float(
         1.0 / std::sqrt(json_number_or(j, "query_pre_attn_scalar", double(c.head_dim), label)));
-    require_number(std::isfinite(c.attn_scale) && c.attn_scale > 0, label,
-                   "query_pre_attn_scalar", "finite and > 0", c.attn_scale);
+    require_number(std::isfinite(c.attn_scale) && c.attn_scale > 0, label, "query_pre_attn_scalar",
+                   "finite and > 0", c.attn_scale);
     c.rope_local_theta = json_number_or(j, "rope_local_base_freq", 10000.0, label);
     // transformers 5 writes both tables under rope_parameters, by layer type.
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
@@ -85,8 +108,7 @@ class Gemma3Family final : public Family {
     const double scalar = c.n_layers == 62 ? double(c.dim) / c.n_heads : double(c.head_dim);
     c.attn_scale = float(1.0 / std::sqrt(scalar));
     const int window = gguf_positive_or(f, p + "attention.sliding_window", 0, kMaxSeqLen);
-    const int pattern =
-        gguf_positive_or(f, p + "attention.sliding_window_pattern", 6, kMaxLayers);
+    const int pattern = gguf_positive_or(f, p + "attention.sliding_window_pattern", 6, kMaxLayers);
     if (window > 0) {
       c.layer_window.assign(size_t(c.n_layers), 0);
       for (int l = 0; l < c.n_layers; ++l)

@@ -3,8 +3,8 @@
 // limited to the best topk_group of n_group groups, the chosen weights renormalised and scaled by
 // routed_scaling_factor; shared experts added without a gate; the first first_k_dense_replace
 // layers dense; partial RoPE (rotate-half over the first half of each head); q/k/v biases and
-// optional q/k norms. The next-token-prediction layer of the released checkpoints (their last
-// layer, num_nextn_predict_layers) is not read: the model runs without it.
+// optional q/k norms. The next-token-prediction layer of the released checkpoints (stored after the
+// last decoder layer, num_nextn_predict_layers of them) is not read: the model runs without it.
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -24,8 +24,8 @@ void check_groups(const ModelConfig& c, const std::string& label) {
     fail(label + ": " + std::to_string(c.n_experts) + " experts do not split into " +
          std::to_string(c.n_expert_groups) + " groups of at least 2");
   if (c.n_groups_used < 1 || c.n_groups_used > c.n_expert_groups)
-    fail(label + ": topk_group " + std::to_string(c.n_groups_used) + " is not between 1 and n_group " +
-         std::to_string(c.n_expert_groups));
+    fail(label + ": topk_group " + std::to_string(c.n_groups_used) +
+         " is not between 1 and n_group " + std::to_string(c.n_expert_groups));
   if (c.n_experts_used > c.n_groups_used * (c.n_experts / c.n_expert_groups))
     fail(label + ": num_experts_per_tok " + std::to_string(c.n_experts_used) +
          " exceeds the experts of the groups a token may use");
@@ -54,6 +54,10 @@ class Glm4MoeFamily final : public Family {
     c.qk_norm = json_bool_or(j, "use_qk_norm", false);
     c.router = RouterKind::Sigmoid;
     c.shared_expert_gated = false;
+    // The released checkpoints store their NextN block as model.layers.<num_hidden_layers>.
+    if (auto it = j.find("num_nextn_predict_layers");
+        it != j.end() && it->is_number_integer() && it->get<int64_t>() != 0)
+      c.unread_nextn_layers = json_int(j, "num_nextn_predict_layers", kMaxLayers, label);
     c.n_experts = json_int(j, "n_routed_experts", kMaxExperts, label);
     c.n_experts_used = json_int(j, "num_experts_per_tok", kMaxExperts, label);
     c.expert_hidden_dim = json_int(j, "moe_intermediate_size", kMaxWidth, label);
@@ -86,8 +90,9 @@ class Glm4MoeFamily final : public Family {
     c.n_expert_groups = gguf_positive_or(f, p + "expert_group_count", 1, kMaxExperts);
     c.n_groups_used = gguf_positive_or(f, p + "expert_group_used_count", 1, kMaxExperts);
     check_groups(c, f.name());
-    const int n_dense =
-        f.find(p + "leading_dense_block_count") ? int(f.get_u32(p + "leading_dense_block_count")) : 0;
+    const int n_dense = f.find(p + "leading_dense_block_count")
+                            ? int(f.get_u32(p + "leading_dense_block_count"))
+                            : 0;
     dense_first(c, n_dense);
   }
 
@@ -100,9 +105,9 @@ class Glm4MoeFamily final : public Family {
     w.set_u32(p + "expert_group_count", uint32_t(c.n_expert_groups));
     w.set_u32(p + "expert_group_used_count", uint32_t(c.n_groups_used));
     w.set_u32(p + "expert_feed_forward_length", uint32_t(c.expert_hidden_dim));
-    w.set_u32(p + "expert_shared_count",
-              uint32_t(c.expert_hidden_dim > 0 ? c.shared_expert_hidden_dim / c.expert_hidden_dim
-                                               : 0));
+    w.set_u32(
+        p + "expert_shared_count",
+        uint32_t(c.expert_hidden_dim > 0 ? c.shared_expert_hidden_dim / c.expert_hidden_dim : 0));
     int n_dense = 0;
     while (n_dense < c.n_layers && c.ffn_kinds[size_t(n_dense)] == FfnKind::Dense) ++n_dense;
     w.set_u32(p + "leading_dense_block_count", uint32_t(n_dense));
