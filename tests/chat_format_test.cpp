@@ -405,9 +405,10 @@ TEST(HarmonyPrompt, StopsAtReturnAndCallNotAtEnd) {
 
 // The bundled model as a harmony model: gpt-oss's own template, harmony's special tokens on the
 // embedding's padded rows. A forced call of a named function ends its prompt inside the call's
-// header; the grammar holds the arguments and then allows only <|call|>: the reply is that call,
-// read back through the harmony reader, whole and streamed, on OpenAI chat and Responses.
-TEST(HarmonyServed, AForcedNamedCallIsTheCall) {
+// header; the grammar holds the recipient and the arguments and then allows only <|call|>: the
+// reply is that call, read back through the harmony reader, whole and streamed, on OpenAI chat,
+// Responses and Anthropic Messages, for a named function and for any of the listed ones.
+TEST(HarmonyServed, AForcedCallIsTheCall) {
   const auto model = temp_dir() / "harmony-model";
   std::filesystem::remove_all(model);
   std::filesystem::copy(source_path("models/pycoder-6m"), model);
@@ -467,15 +468,76 @@ TEST(HarmonyServed, AForcedNamedCallIsTheCall) {
   const ojson call = r.j()["output"].back();
   ASSERT_EQ(call["type"], "function_call") << r.body;
   EXPECT_EQ(call["name"], "get_time");
-  // Any listed function: refused, saying why.
-  ojson required = {{"model", "harmony-model"},
-                    {"max_tokens", 8},
-                    {"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                    {"tools", tools},
-                    {"tool_choice", "required"}};
-  const HttpReply refused = post_json(server.port(), "/v1/chat/completions", required);
-  EXPECT_EQ(refused.status, 400) << refused.body;
-  EXPECT_NE(refused.body.find("harmony"), std::string::npos) << refused.body;
+  // Any listed function ("required"): the model picks the recipient inside the header, whose
+  // <|constrain|> and <|message|> the grammar writes as the special tokens they are. On chat
+  // completions (whole and streamed), Responses and Anthropic Messages.
+  auto check_call = [&](const std::string& name, const ojson& args) {
+    const auto it = std::find_if(tools.begin(), tools.end(),
+                                 [&](const ojson& t) { return t["function"]["name"] == name; });
+    ASSERT_NE(it, tools.end()) << name;
+    EXPECT_EQ(grammar::schema_violation(args, (*it)["function"]["parameters"], {.strict = true}),
+              "")
+        << args.dump();
+  };
+  for (bool stream : {false, true}) {
+    ojson req = {{"model", "harmony-model"},
+                 {"max_tokens", 60},
+                 {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"tools", tools},
+                 {"tool_choice", "required"},
+                 {"logprobs", !stream}};
+    ojson calls = ojson::array();
+    std::string finish;
+    if (!stream) {
+      const HttpReply r = post_json(server.port(), "/v1/chat/completions", req);
+      ASSERT_EQ(r.status, 200) << r.body;
+      const ojson reply = r.j();
+      calls = reply["choices"][0]["message"]["tool_calls"];
+      finish = reply["choices"][0]["finish_reason"];
+      // The header's markers were generated as the special tokens, not spelled out in text.
+      std::vector<std::string> pieces;
+      for (const ojson& t : reply["choices"][0]["logprobs"]["content"])
+        pieces.push_back(t["token"].get<std::string>());
+      EXPECT_NE(std::find(pieces.begin(), pieces.end(), "<|constrain|>"), pieces.end());
+      EXPECT_NE(std::find(pieces.begin(), pieces.end(), "<|message|>"), pieces.end());
+    } else {
+      req["stream"] = true;
+      calls = streamed_calls(post_stream(server.port(), "/v1/chat/completions", req), finish);
+    }
+    ASSERT_EQ(finish, "tool_calls") << "stream " << stream;
+    ASSERT_EQ(calls.size(), 1u);
+    check_call(calls[0]["function"]["name"],
+               ojson::parse(calls[0]["function"]["arguments"].get<std::string>()));
+  }
+  {
+    ojson req = rreq;
+    req["tool_choice"] = "required";
+    req["input"] = "hi";
+    const HttpReply rr = post_json(server.port(), "/v1/responses", req);
+    ASSERT_EQ(rr.status, 200) << rr.body;
+    const ojson out = rr.j()["output"].back();
+    ASSERT_EQ(out["type"], "function_call") << rr.body;
+    check_call(out["name"], ojson::parse(out["arguments"].get<std::string>()));
+  }
+  {
+    ojson atools = ojson::array();
+    for (const ojson& t : tools)
+      atools.push_back({{"name", t["function"]["name"]},
+                        {"description", "A tool."},
+                        {"input_schema", t["function"]["parameters"]}});
+    const ojson req = {{"model", "harmony-model"},
+                       {"max_tokens", 60},
+                       {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                       {"tools", atools},
+                       {"tool_choice", {{"type", "any"}}}};
+    const HttpReply ar = post_json(server.port(), "/v1/messages", req);
+    ASSERT_EQ(ar.status, 200) << ar.body;
+    const ojson m = ar.j();
+    EXPECT_EQ(m["stop_reason"], "tool_use") << ar.body;
+    const ojson last = m["content"].back();
+    ASSERT_EQ(last["type"], "tool_use") << ar.body;
+    check_call(last["name"], last["input"]);
+  }
 }
 
 }  // namespace

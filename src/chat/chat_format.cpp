@@ -78,33 +78,15 @@ class HarmonyFormat final : public ChatFormat {
   std::unique_ptr<ToolCallReader> tool_call_reader(const ojson&) const override {
     return std::make_unique<ToolCallStream>();  // unused: structured_reply
   }
-  // A named function: the prompt ends inside its call's header (forced_call_prefix, special
-  // tokens that no grammar produces), and the grammar is the arguments' JSON; <|call|>, a stop id,
-  // is the one token the grammar allows once they are whole. Any listed function ("required")
-  // would need the model to choose the recipient inside that header: refused.
+  // The prompt ends inside a call's header, at the recipient (forced_call_prefix: special
+  // tokens, then "commentary to=functions."); the grammar holds the function's name (any listed
+  // one, or the named one), the rest of the header with its special tokens, and the arguments'
+  // JSON; <|call|>, a stop id, is the one token it allows once they are whole.
   std::shared_ptr<const grammar::Grammar> forced_calls(
       const ojson& tools, const grammar::ToolCallOptions& options) const override {
-    if (options.only_function.empty())
-      fail(
-          "tool_choice \"required\" is not supported for the harmony format (gpt-oss) yet: name "
-          "the function, or use tool_choice auto");
-    check(tools.is_array(), "tools must be an array");
-    for (const ojson& tool : tools) {
-      const ojson* f = tool.is_object() && tool.contains("function") ? &tool["function"] : nullptr;
-      if (!f || !f->is_object() || !f->contains("name") || (*f)["name"] != options.only_function)
-        continue;
-      const ojson params =
-          f->contains("parameters") && !(*f)["parameters"].is_null()
-              ? (*f)["parameters"]
-              : ojson::parse(R"({"type": "object", "additionalProperties": false})");
-      return grammar::compile_json_schema(params, options.schema);
-    }
-    fail("tool_choice names function '" + options.only_function + "', which is not in tools");
+    return grammar::compile_harmony_tool_calls(tools, options);
   }
-  std::string forced_call_prefix(std::string_view tool) const override {
-    return "<|channel|>commentary to=functions." + std::string(tool) +
-           " <|constrain|>json<|message|>";
-  }
+  std::string forced_call_prefix() const override { return "<|channel|>commentary to=functions."; }
   bool structured_reply() const override { return true; }
   // <|end|> ends one message of a reply, not the turn.
   std::vector<std::string_view> end_of_turn() const override {

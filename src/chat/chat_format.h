@@ -42,14 +42,11 @@ class ChatFormat {
   // The grammar a forced call follows in this format. Throws fak::Error for bad tools.
   virtual std::shared_ptr<const grammar::Grammar> forced_calls(
       const ojson& tools, const grammar::ToolCallOptions& options) const = 0;
-  // A forced call of `tool` where the format's call starts with markup no grammar produces
-  // (harmony's header is special tokens): the text, special tokens included, that the prompt
-  // gets after its generation prompt, so that the reply is the call's arguments alone and
-  // forced_calls' grammar is theirs. Empty: the grammar covers the whole call.
-  virtual std::string forced_call_prefix(std::string_view tool) const {
-    (void)tool;
-    return "";
-  }
+  // A forced call where the format's call starts with markup that is no choice of the model's
+  // (harmony's header opens with special tokens): the text, special tokens included, that the
+  // prompt gets after its generation prompt; the reply, which forced_calls' grammar covers, goes
+  // on from there. Empty: the grammar covers the whole call.
+  virtual std::string forced_call_prefix() const { return ""; }
   // Harmony: the format lays out the whole reply (reasoning, answer and calls are its messages),
   // read by a HarmonyReader (harmony.h) from the decoded text with the special tokens kept,
   // instead of the think-tag splitter and the tool-call capture.

@@ -28,7 +28,7 @@ class HarmonyReader {
  public:
   HarmonyReader() = default;
   // A reply whose prompt ended inside a message's header (ChatFormat::forced_call_prefix): the
-  // reply starts as that message's body.
+  // reply goes on from there.
   explicit HarmonyReader(std::string_view header);
   // Decoded text of the reply (special tokens included), as it is generated.
   ReplyParts push(std::string_view text);

@@ -105,6 +105,12 @@ std::shared_ptr<const Grammar> compile_json_tool_calls(const fak::ojson& tools,
 std::shared_ptr<const Grammar> compile_qwen_xml_tool_calls(const fak::ojson& tools,
                                                            const ToolCallOptions& options = {});
 
+// gpt-oss's harmony calls, after a prompt that ends "<|channel|>commentary to=functions.": the
+// recipient's name, then " <|constrain|>json<|message|>" (two special tokens of the tokenizer)
+// and that tool's arguments as JSON; one call (the stop id <|call|> follows).
+std::shared_ptr<const Grammar> compile_harmony_tool_calls(const fak::ojson& tools,
+                                                          const ToolCallOptions& options = {});
+
 // Whether a parameter schema admits strings alone: type "string", or an enum / const of strings.
 bool schema_takes_only_strings(const fak::ojson& schema);
 

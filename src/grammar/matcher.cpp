@@ -16,6 +16,8 @@ struct GrammarMatcher::Impl {
   std::vector<int32_t> stop_ids;
   StackSet state;
   bool terminated = false;
+  // The id of each special token the grammar writes (Grammar::special_tokens), by index.
+  std::vector<int32_t> special_ids;
   // Scratch, rebuilt on copy: a matcher is used by one thread at a time.
   mutable Machine machine;
   mutable StackSet next, probe;
@@ -25,6 +27,14 @@ struct GrammarMatcher::Impl {
        std::vector<int32_t> stops)
       : grammar(std::move(g)), index(std::move(i)), stop_ids(std::move(stops)), machine(*grammar) {
     machine.start(state);
+    if (!index) return;
+    for (const std::string& text : grammar->special_tokens) {
+      int32_t id = -1;
+      for (const auto& [bytes, special] : index->impl().specials)
+        if (bytes == text) id = special;
+      check(id >= 0, "grammar: the tokenizer has no special token '" + text + "'");
+      special_ids.push_back(id);
+    }
   }
   Impl(const Impl& other)
       : grammar(other.grammar),
@@ -32,6 +42,7 @@ struct GrammarMatcher::Impl {
         stop_ids(other.stop_ids),
         state(other.state),
         terminated(other.terminated),
+        special_ids(other.special_ids),
         machine(*grammar) {}
 
   bool is_complete() const {
@@ -40,11 +51,22 @@ struct GrammarMatcher::Impl {
     return !probe.dead();
   }
 
+  // The index of `id` among the grammar's special tokens, or -1.
+  int special_index(int32_t id) const {
+    for (size_t k = 0; k < special_ids.size(); ++k)
+      if (special_ids[k] == id) return int(k);
+    return -1;
+  }
+  static std::string special_bytes(size_t k) {
+    return std::string{char(kSpecialTokenByte), char(uint8_t(k))};
+  }
+
   bool is_stop(int32_t id) const {
     return std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
   }
 
-  bool advance_bytes(std::string_view bytes) {
+  // Whether `bytes` can be taken now; on true, `probe` holds the state after them.
+  bool accepts(std::string_view bytes) const {
     if (terminated) return false;
     probe = state;
     for (unsigned char byte : bytes) {
@@ -52,6 +74,11 @@ struct GrammarMatcher::Impl {
       if (next.dead()) return false;
       std::swap(probe, next);
     }
+    return true;
+  }
+
+  bool advance_bytes(std::string_view bytes) {
+    if (!accepts(bytes)) return false;
     std::swap(state, probe);
     return true;
   }
@@ -82,6 +109,9 @@ void GrammarMatcher::allowed_tokens(std::vector<uint32_t>& mask) const {
   if (m.terminated) return;
   if (!m.masks) m.masks = std::make_unique<MaskBuilder>(*m.grammar, index);
   m.masks->fill(m.state, mask);
+  for (size_t k = 0; k < m.special_ids.size(); ++k)
+    if (m.accepts(Impl::special_bytes(k)))
+      mask[uint32_t(m.special_ids[k]) >> 5] |= 1u << (uint32_t(m.special_ids[k]) & 31);
   // A stop id means "stop" even when it is an ordinary token too (advance_token reads it so).
   const bool complete = m.is_complete();
   for (int32_t id : m.stop_ids) {
@@ -101,6 +131,7 @@ bool GrammarMatcher::advance_token(int32_t id) {
     m.terminated = true;
     return true;
   }
+  if (const int k = m.special_index(id); k >= 0) return m.advance_bytes(Impl::special_bytes(k));
   const TokenIndex::Impl& index = m.index->impl();
   if (id < 0 || id >= index.vocab || !index.in_trie[size_t(id)]) return false;
   return m.advance_bytes(index.token_bytes[size_t(id)]);

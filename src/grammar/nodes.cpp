@@ -58,6 +58,16 @@ uint32_t Grammar::add(Node node) {
   return uint32_t(nodes.size() - 1);
 }
 
+std::string Grammar::special_token(const std::string& text) {
+  size_t k = 0;
+  while (k < special_tokens.size() && special_tokens[k] != text) ++k;
+  if (k == special_tokens.size()) {
+    check(k < 256, "grammar: more than 256 special tokens");
+    special_tokens.push_back(text);
+  }
+  return std::string{char(kSpecialTokenByte), char(uint8_t(k))};
+}
+
 void Grammar::finish() {
   // Flatten anyOf into leaves; an anyOf reached again while being flattened is a cycle that
   // consumes nothing (e.g. {"$ref": "#"} as its own alternative), which would push forever.

@@ -96,6 +96,12 @@ struct Node {
 
 class PartCache;
 
+// A special token a grammar writes (harmony's <|constrain|>, <|message|>): in literals it is the
+// byte kSpecialTokenByte followed by its index in Grammar::special_tokens. No ordinary token can
+// take that byte (TokenIndex leaves tokens holding bytes that valid UTF-8 never has out of its
+// trie), so only the tokenizer's special token of that text writes it (GrammarMatcher).
+inline constexpr uint8_t kSpecialTokenByte = 0xFF;
+
 class Grammar {
  public:
   Grammar();
@@ -109,8 +115,12 @@ class Grammar {
   uint32_t any_value = kNoNode;   // built on first need
   // Token-mask parts of this grammar's frames (token_mask.h), so they are freed with it.
   std::unique_ptr<PartCache> mask_parts;
+  // The texts of the special tokens the grammar's literals write (see kSpecialTokenByte).
+  std::vector<std::string> special_tokens;
 
   uint32_t add(Node node);
+  // The literal bytes standing for the special token `text`, registering it.
+  std::string special_token(const std::string& text);
   // Called once all nodes exist: fills anyOf leaves, refuses anyOf cycles (a schema that refers
   // to itself without consuming input), computes min_depth, and refuses a root with no value that
   // fits within kMaxDepth.

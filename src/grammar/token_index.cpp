@@ -23,9 +23,19 @@ std::shared_ptr<const TokenIndex> TokenIndex::build(const Tokenizer& tokenizer) 
   std::vector<int32_t> ids;
   for (int32_t id = 0; id < vocab; ++id) {
     impl->token_bytes[size_t(id)] = tokenizer.token_bytes(id);
-    // Special tokens (<|im_end|>, ...) are control, not text: a grammar never produces them; the
-    // stop ids are added by the matcher. An empty token would be allowed everywhere and loop.
-    if (tokenizer.is_special(id) || impl->token_bytes[size_t(id)].empty()) continue;
+    // Special tokens (<|im_end|>, ...) are control, not text: a grammar writes them only where it
+    // names them (kSpecialTokenByte); the stop ids are added by the matcher. An empty token would
+    // be allowed everywhere and loop.
+    const std::string& text = impl->token_bytes[size_t(id)];
+    if (tokenizer.is_special(id)) {
+      if (!text.empty()) impl->specials.emplace_back(text, id);
+      continue;
+    }
+    // Bytes F5-FF never occur in UTF-8, so a grammar's text never needs a token holding one, and
+    // leaving them out keeps kSpecialTokenByte for the special tokens alone.
+    if (text.empty() ||
+        std::any_of(text.begin(), text.end(), [](char ch) { return uint8_t(ch) >= 0xF5; }))
+      continue;
     check(impl->token_bytes[size_t(id)].size() < 256,
           "grammar: token " + std::to_string(id) + " is longer than 255 bytes");
     impl->in_trie[size_t(id)] = 1;

@@ -27,8 +27,10 @@ struct TokenIndex::Impl {
   std::vector<TrieNode> nodes;
   std::vector<int32_t> node_tokens;
   std::vector<std::string> token_bytes;  // per id
-  std::vector<uint8_t> in_trie;          // per id: not special, not empty
-  uint32_t longest_token = 0;            // bytes
+  std::vector<uint8_t> in_trie;          // per id: not special, not empty, UTF-8's bytes only
+  // The special tokens by text, for grammars that write them (Grammar::special_tokens).
+  std::vector<std::pair<std::string, int32_t>> specials;
+  uint32_t longest_token = 0;  // bytes
 
   uint64_t uid = 0;  // unique per index: scopes grammars' cached parts
 

@@ -277,6 +277,38 @@ std::shared_ptr<const Grammar> compile_qwen_xml_tool_calls(const ojson& tools,
                        options);
 }
 
+std::shared_ptr<const Grammar> compile_harmony_tool_calls(const ojson& tools,
+                                                          const ToolCallOptions& options) {
+  auto grammar = std::make_unique<Grammar>();
+  const std::string constrain = grammar->special_token("<|constrain|>");
+  const std::string message = grammar->special_token("<|message|>");
+  const std::string header_end = " " + constrain + "json" + message;
+  Node calls;
+  calls.kind = NodeKind::kAnyOf;
+  for (const ListedTool& tool : listed_tools(tools, options)) {
+    for (char c : tool.name)
+      check(c != ' ' && c != '<' && c != '\n',
+            tool.where + ": a harmony recipient cannot hold a space, '<' or a newline");
+    uint32_t arguments;
+    if (!tool.parameters) {
+      arguments = fixed_object_node(*grammar, {});
+    } else {
+      SchemaCompiler compiler(*grammar, *tool.parameters, options.schema,
+                              "tool '" + tool.name + "' parameters");
+      arguments = compiler.compile_document();
+    }
+    Node call;
+    call.kind = NodeKind::kSequence;
+    call.sequence.push_back({tool.name + header_end, kNoNode});
+    call.sequence.push_back({"", arguments});
+    calls.alternatives.push_back(grammar->add(std::move(call)));
+  }
+  // One call per reply: <|call|> (a stop id) ends the turn after it.
+  ToolCallOptions one = options;
+  one.max_calls = 1;
+  return calls_grammar(std::move(grammar), std::move(calls), "", "", one);
+}
+
 bool schema_takes_only_strings(const ojson& schema) {
   if (!schema.is_object()) return false;
   auto all_strings = [](const ojson& list) {

@@ -42,11 +42,11 @@ std::shared_ptr<const grammar::Grammar> turn_grammar(const ChatTurn& t,
   return nullptr;
 }
 
-// The text a forced call of the named function starts the reply with, in formats whose call
-// header is special tokens (ChatFormat::forced_call_prefix); empty otherwise.
+// The text a forced call starts the reply with, in formats whose call header opens with special
+// tokens (ChatFormat::forced_call_prefix); empty otherwise.
 std::string forced_prefix(const ServerContext& ctx, const ChatTurn& t) {
-  if (t.tool_choice != "function" || !ctx.chat) return "";
-  return ctx.chat->format().forced_call_prefix(t.tool_choice_name);
+  if ((t.tool_choice != "function" && t.tool_choice != "required") || !ctx.chat) return "";
+  return ctx.chat->format().forced_call_prefix();
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ BuiltPrompt build_turn_prompt(ServerContext& ctx, const ChatTurn& turn,
     built.opens_reasoning = false;
     built.closes_reasoning = true;
   }
-  // A forced call whose header no grammar produces (harmony): the prompt ends inside it.
+  // A forced call whose header opens with special tokens (harmony): the prompt ends inside it.
   if (const std::string head = forced_prefix(ctx, turn); !head.empty()) {
     const std::vector<int32_t> more = ctx.model->tokenizer()->encode(head);
     built.ids.insert(built.ids.end(), more.begin(), more.end());
