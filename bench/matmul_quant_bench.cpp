@@ -21,8 +21,8 @@ namespace {
 
 void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
                   int64_t rows = 4864, bool packed = false) {
-  const bool k_quant = type == WType::Q4_K || type == WType::Q5_K || type == WType::Q6_K;
-  const int64_t cols = k_quant ? 1024 : 896;  // K-quant rows are whole 256-element blocks
+  // Rows of 256-element super-blocks (the K-quants, iq4_xs) are 1024 long.
+  const int64_t cols = wtype_block(type) == 256 ? 1024 : 896;
   const QuantType qt = *wtype_quant(type);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -70,6 +70,10 @@ FAK_MM(Q4_K)
 FAK_MM(Q6_K)
 FAK_MM(Q5_1)
 FAK_MM(MXFP4)
+FAK_MM(Q2_K)
+FAK_MM(Q3_K)
+FAK_MM(IQ4_XS)
+FAK_MM(IQ4_NL)
 
 // The same weights packed at load (pack_weight_panels), 1 and 128 tokens.
 #define FAK_PACKED(type)                                                                   \
@@ -93,6 +97,13 @@ FAK_FEW(Q4_0, 1)
 FAK_FEW(MXFP4, 1)
 FAK_FEW(Q8_0, 9)
 FAK_FEW(Q8_0, 16)
+// Decode of the low-bit types from memory, beside Q4_K's rows (not packed: they have no packed
+// panels) read by the same kind of kernel.
+FAK_FEW(Q4_K, 1)
+FAK_FEW(Q2_K, 1)
+FAK_FEW(Q3_K, 1)
+FAK_FEW(IQ4_XS, 1)
+FAK_FEW(IQ4_NL, 1)
 #define FAK_FEW_PACKED(type, n)                                                                  \
   BENCHMARK_CAPTURE(bench_matmul, type##_streamed_##n##tok_packed, WType::type, n, true, 131072, \
                     true);

@@ -15,8 +15,9 @@
 namespace fak {
 namespace {
 
-const WType kQuantTypes[] = {WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0, WType::Q5_1,
-                             WType::Q4_K, WType::Q5_K, WType::Q6_K, WType::MXFP4};
+const WType kQuantTypes[] = {WType::Q8_0, WType::Q4_0,   WType::Q4_1,  WType::Q5_0,  WType::Q5_1,
+                             WType::Q4_K, WType::Q5_K,   WType::Q6_K,  WType::MXFP4, WType::Q2_K,
+                             WType::Q3_K, WType::IQ4_NL, WType::IQ4_XS};
 
 struct Quantised {
   std::vector<uint8_t> bytes;

@@ -56,11 +56,13 @@ TEST(QuantTypes, SizesNamesAndIds) {
     size_t bytes;
   };
   const Expect expect[] = {
-      {QuantType::Q4_0, "q4_0", 2, 32, 18},    {QuantType::Q4_1, "q4_1", 3, 32, 20},
-      {QuantType::Q5_0, "q5_0", 6, 32, 22},    {QuantType::Q5_1, "q5_1", 7, 32, 24},
-      {QuantType::Q8_0, "q8_0", 8, 32, 34},    {QuantType::Q4_K, "q4_k", 12, 256, 144},
-      {QuantType::Q5_K, "q5_k", 13, 256, 176}, {QuantType::Q6_K, "q6_k", 14, 256, 210},
-      {QuantType::Q8_K, "q8_k", 15, 256, 292}, {QuantType::MXFP4, "mxfp4", 39, 32, 17},
+      {QuantType::Q4_0, "q4_0", 2, 32, 18},      {QuantType::Q4_1, "q4_1", 3, 32, 20},
+      {QuantType::Q5_0, "q5_0", 6, 32, 22},      {QuantType::Q5_1, "q5_1", 7, 32, 24},
+      {QuantType::Q8_0, "q8_0", 8, 32, 34},      {QuantType::Q4_K, "q4_k", 12, 256, 144},
+      {QuantType::Q5_K, "q5_k", 13, 256, 176},   {QuantType::Q6_K, "q6_k", 14, 256, 210},
+      {QuantType::Q8_K, "q8_k", 15, 256, 292},   {QuantType::MXFP4, "mxfp4", 39, 32, 17},
+      {QuantType::Q2_K, "q2_k", 10, 256, 84},    {QuantType::Q3_K, "q3_k", 11, 256, 110},
+      {QuantType::IQ4_NL, "iq4_nl", 20, 32, 18}, {QuantType::IQ4_XS, "iq4_xs", 23, 256, 136},
   };
   ASSERT_EQ(all_quant_types().size(), std::size(expect));
   for (const Expect& e : expect) {
@@ -74,31 +76,35 @@ TEST(QuantTypes, SizesNamesAndIds) {
     EXPECT_THROW(row_bytes(e.t, e.block + 1), Error);
   }
   EXPECT_EQ(quant_type_from_name("Q4_K"), QuantType::Q4_K);
-  EXPECT_FALSE(quant_type_from_name("q3_k"));
+  EXPECT_FALSE(quant_type_from_name("iq2_xxs"));
   EXPECT_FALSE(quant_type_from_ggml(0));   // f32 is no quant type
-  EXPECT_FALSE(quant_type_from_ggml(11));  // q3_K: not implemented
+  EXPECT_FALSE(quant_type_from_ggml(16));  // iq2_xxs: not implemented
   EXPECT_EQ(dot_activation_type(QuantType::Q4_0), QuantType::Q8_0);
   EXPECT_EQ(dot_activation_type(QuantType::Q6_K), QuantType::Q8_K);
 }
 
 // Relative RMSE (rms(x - dq(q(x))) / rms(x)) on N(0, 1) data, 64 Ki values. Measured values are in
 // the comments; bounds leave ~15% headroom. The ordering follows bits per weight, as in llama.cpp's
-// quantize-stats: q8 << q6_K < q5 < q4.
+// quantize-stats: q8 << q6_K < q5 < q4 < q3_K < q2_K.
 struct RmseCase {
   QuantType t;
   double max_rmse;
 };
 const RmseCase kRmse[] = {
-    {QuantType::Q8_0, 0.0062},  // measured 0.0054
-    {QuantType::Q8_K, 0.0080},  // 0.0069: one scale per 256 values
-    {QuantType::Q6_K, 0.0205},  // 0.0178
-    {QuantType::Q5_0, 0.0490},  // 0.0427
-    {QuantType::Q5_1, 0.0435},  // 0.0378
-    {QuantType::Q5_K, 0.0410},  // 0.0358
-    {QuantType::Q4_0, 0.0990},  // 0.0859
-    {QuantType::Q4_1, 0.0900},  // 0.0780
-    {QuantType::Q4_K, 0.0820},  // 0.0712
-    {QuantType::MXFP4, 0.1300},  // 0.1144: 8 magnitudes, a power-of-two scale
+    {QuantType::Q8_0, 0.0062},    // measured 0.0054
+    {QuantType::Q8_K, 0.0080},    // 0.0069: one scale per 256 values
+    {QuantType::Q6_K, 0.0205},    // 0.0178
+    {QuantType::Q5_0, 0.0490},    // 0.0427
+    {QuantType::Q5_1, 0.0435},    // 0.0378
+    {QuantType::Q5_K, 0.0410},    // 0.0358
+    {QuantType::Q4_0, 0.0990},    // 0.0859
+    {QuantType::Q4_1, 0.0900},    // 0.0780
+    {QuantType::Q4_K, 0.0820},    // 0.0712
+    {QuantType::MXFP4, 0.1300},   // 0.1144: 8 magnitudes, a power-of-two scale
+    {QuantType::Q3_K, 0.1750},    // 0.1508: 8 levels per 16 values
+    {QuantType::Q2_K, 0.3400},    // 0.2957: 4 levels (llama.cpp's own quantiser's bytes)
+    {QuantType::IQ4_NL, 0.0875},  // 0.0760: 16 non-uniform levels
+    {QuantType::IQ4_XS, 0.0880},  // 0.0766
 };
 
 TEST(QuantRoundTrip, RelativeRmseOnGaussianData) {
@@ -295,8 +301,9 @@ TEST_P(QuantVariant, BlockSerialDotsMatchScalarBits) {
   const QuantKernels& ref = quant::scalar_kernels();
   const QuantKernels& k = kernels();
   uint32_t seed = 500;
-  for (QuantType t : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q5_0, QuantType::Q4_K,
-                      QuantType::Q5_K, QuantType::Q6_K}) {
+  for (QuantType t :
+       {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q5_0, QuantType::Q4_K, QuantType::Q5_K,
+        QuantType::Q6_K, QuantType::Q2_K, QuantType::Q3_K, QuantType::IQ4_NL, QuantType::IQ4_XS}) {
     const QuantType at = dot_activation_type(t);
     for (int64_t n : lengths_for(t)) {
       std::vector<float> wx = gaussian(n, seed++);

@@ -205,7 +205,7 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
     // The router and the shared expert's gate stay f32 as llama.cpp's converter writes them.
     if (d.keep_float) return WType::F32;
     return choose_wtype(ft, d.role, std::max(d.layer, 0), c.n_layers, m.cols, c.tie_embeddings,
-                        c.n_experts);
+                        c.n_experts, c.n_kv_heads > 0 ? c.n_heads / c.n_kv_heads : 1);
   };
   // note: the walk binds entries into the model's own weights; it only reads through them.
   ModelWeights& w = const_cast<ModelWeights&>(model.weights());
@@ -284,7 +284,8 @@ ExportStats requantize_gguf(const std::filesystem::path& in, const std::filesyst
     // A stack of experts converts as its rows one after another.
     const int64_t rows = t.dims[1] * (t.dims.size() == 3 ? t.dims[2] : 1);
     const WeightMatrix wm{*src, t.data, rows, t.dims[0], wtype_row_bytes(*src, t.dims[0])};
-    const WType type = choose_wtype(ft, role, layer, n_layers, wm.cols, tied, c.n_experts);
+    const WType type = choose_wtype(ft, role, layer, n_layers, wm.cols, tied, c.n_experts,
+                                    c.n_kv_heads > 0 ? c.n_heads / c.n_kv_heads : 1);
     col.add(t.name, type, t.dims, convert_matrix(wm, type));
   }
   col.w.write(out);

@@ -178,7 +178,7 @@ class Loader {
       fail(f_.name() + ": tensor '" + name + "' has type " +
            (info ? std::string(info->name) : std::to_string(t.ggml_type)) +
            ", which fak cannot compute with (supported: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
-           "q4_K q5_K q6_K)");
+           "q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4)");
     }
     return *type;
   }

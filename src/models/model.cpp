@@ -52,14 +52,27 @@ std::shared_ptr<void> quantise_weights(ModelWeights& w, const ModelConfig& c, Qu
     case QuantType::MXFP4:
       ft = FileType::MXFP4_MOE;  // as llama.cpp's MXFP4_MOE: MXFP4 experts, Q8_0 elsewhere
       break;
+    case QuantType::Q2_K:
+      ft = FileType::Q2_K;
+      break;
+    case QuantType::Q3_K:
+      ft = FileType::Q3_K_M;
+      break;
+    case QuantType::IQ4_NL:
+      ft = FileType::IQ4_NL;
+      break;
+    case QuantType::IQ4_XS:
+      ft = FileType::IQ4_XS;
+      break;
     case QuantType::Q8_K:
       fail("--quant q8_k: Q8_K is an activation format, not a weight type");
   }
   auto owned = std::make_shared<std::vector<std::vector<uint8_t>>>();
   for_each_matrix(c, w, [&](WeightMatrix& m, const TensorDef& d) {
     if (d.keep_float) return;  // the MoE router and shared-expert gate, as llama-quantize
-    const WType t = choose_wtype(ft, d.role, std::max(d.layer, 0), c.n_layers, m.cols,
-                                 c.tie_embeddings, c.n_experts);
+    const WType t =
+        choose_wtype(ft, d.role, std::max(d.layer, 0), c.n_layers, m.cols, c.tie_embeddings,
+                     c.n_experts, c.n_kv_heads > 0 ? c.n_heads / c.n_kv_heads : 1);
     if (t == m.type || !wtype_quant(t)) return;  // rows that fit no block type stay as stored
     owned->push_back(convert_matrix(m, t));
     m = WeightMatrix{t, owned->back().data(), m.rows, m.cols, wtype_row_bytes(t, m.cols)};

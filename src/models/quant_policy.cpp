@@ -15,10 +15,14 @@ struct Named {
   const char* name;
 };
 constexpr Named kNames[] = {
-    {FileType::F32, "f32"},       {FileType::F16, "f16"},   {FileType::BF16, "bf16"},
-    {FileType::Q8_0, "q8_0"},     {FileType::Q4_0, "q4_0"}, {FileType::Q4_1, "q4_1"},
-    {FileType::Q5_0, "q5_0"},     {FileType::Q5_1, "q5_1"}, {FileType::Q4_K_M, "q4_k_m"},
-    {FileType::Q5_K_M, "q5_k_m"}, {FileType::Q6_K, "q6_k"},   {FileType::MXFP4_MOE, "mxfp4_moe"},
+    {FileType::F32, "f32"},       {FileType::F16, "f16"},
+    {FileType::BF16, "bf16"},     {FileType::Q8_0, "q8_0"},
+    {FileType::Q4_0, "q4_0"},     {FileType::Q4_1, "q4_1"},
+    {FileType::Q5_0, "q5_0"},     {FileType::Q5_1, "q5_1"},
+    {FileType::Q2_K, "q2_k"},     {FileType::Q3_K_M, "q3_k_m"},
+    {FileType::Q4_K_M, "q4_k_m"}, {FileType::Q5_K_M, "q5_k_m"},
+    {FileType::Q6_K, "q6_k"},     {FileType::IQ4_NL, "iq4_nl"},
+    {FileType::IQ4_XS, "iq4_xs"}, {FileType::MXFP4_MOE, "mxfp4_moe"},
 };
 
 // llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between.
@@ -29,6 +33,11 @@ bool use_more_bits(int layer, int n_layers) {
 // The type llama.cpp falls back to when rows are no multiple of the K-quant super-block.
 WType fallback(WType t) {
   switch (t) {
+    case WType::Q2_K:
+    case WType::Q3_K:
+      return WType::Q4_0;
+    case WType::IQ4_XS:
+      return WType::IQ4_NL;
     case WType::Q4_K:
       return WType::Q5_0;
     case WType::Q5_K:
@@ -60,7 +69,7 @@ std::string file_type_name(FileType t) {
 }
 
 WType choose_wtype(FileType ft, std::string_view role, int layer, int n_layers, int64_t cols,
-                   bool tied, int n_experts) {
+                   bool tied, int n_experts, int n_gqa) {
   WType base = WType::F16;
   if (ft == FileType::MXFP4_MOE) {
     // llama.cpp: the stacked experts (3-D tensors) MXFP4, everything else Q8_0 (F16 where rows
@@ -100,11 +109,24 @@ WType choose_wtype(FileType ft, std::string_view role, int layer, int n_layers, 
     case FileType::Q6_K:
       base = WType::Q6_K;
       break;
+    case FileType::Q2_K:
+      base = WType::Q2_K;
+      break;
+    case FileType::Q3_K_M:
+      base = WType::Q3_K;
+      break;
+    case FileType::IQ4_NL:
+      base = WType::IQ4_NL;
+      break;
+    case FileType::IQ4_XS:
+      base = WType::IQ4_XS;
+      break;
     case FileType::MXFP4_MOE:
       break;  // above
   }
   WType t = base;
   const bool k_mix = ft == FileType::Q4_K_M || ft == FileType::Q5_K_M;
+  const bool iq4_mix = ft == FileType::IQ4_NL || ft == FileType::IQ4_XS;
   const bool is_output = role == "output" || (tied && role == "token_embd");
   // llama.cpp's categories match substrings: every ffn_down* (experts and shared expert
   // included), and attn_v together with the DeltaNet's fused attn_qkv.
@@ -121,12 +143,25 @@ WType choose_wtype(FileType ft, std::string_view role, int layer, int n_layers, 
       t = WType::Q6_K;
     }
   } else if (attn_v || role == "attn_k") {
-    if (attn_v && k_mix && use_more_bits(layer, n_layers)) t = WType::Q6_K;
+    if (attn_v) {
+      if (k_mix && use_more_bits(layer, n_layers)) t = WType::Q6_K;
+      // llama.cpp counts attn_v tensors where fak passes the layer: the same for every model that
+      // has one per layer.
+      if (ft == FileType::Q2_K) t = n_gqa >= 4 ? WType::Q4_K : WType::Q3_K;
+      if (ft == FileType::Q3_K_M) t = layer < 2 ? WType::Q5_K : WType::Q4_K;
+      if (iq4_mix && n_gqa >= 4) t = WType::Q5_K;
+    }
     if (eight_experts) t = WType::Q8_0;
   } else if (ffn_down) {
     if (k_mix && use_more_bits(layer, n_layers)) t = WType::Q6_K;
+    if (ft == FileType::Q2_K) t = WType::Q3_K;
+    if (ft == FileType::Q3_K_M) t = layer < n_layers / 16 ? WType::Q5_K : WType::Q4_K;
+    if (iq4_mix && layer < n_layers / 8) t = WType::Q5_K;  // llama.cpp: without an imatrix
   } else if (role == "attn_output") {
-    if (eight_experts && ft == FileType::Q4_K_M) t = WType::Q5_K;
+    const bool low_mix = ft == FileType::Q2_K || ft == FileType::Q3_K_M || iq4_mix;
+    if (eight_experts && (ft == FileType::Q4_K_M || low_mix)) t = WType::Q5_K;
+    if (!eight_experts && ft == FileType::Q2_K) t = WType::Q3_K;
+    if (!eight_experts && ft == FileType::Q3_K_M) t = WType::Q4_K;
   }
   if (cols % wtype_block(t) != 0) t = fallback(t);
   // Still no fit (e.g. 176 columns, not a multiple of 32): llama.cpp keeps such tensors in F16.

@@ -22,9 +22,13 @@ enum class FileType : uint32_t {
   Q8_0 = 7,
   Q5_0 = 8,
   Q5_1 = 9,
+  Q2_K = 10,    // llama-quantize's Q2_K mix: Q2_K, with Q3_K / Q4_K where it matters more
+  Q3_K_M = 12,  // Q3_K, with Q4_K / Q5_K where it matters more
   Q4_K_M = 15,
   Q5_K_M = 17,
   Q6_K = 18,
+  IQ4_NL = 25,
+  IQ4_XS = 30,
   BF16 = 32,
   MXFP4_MOE = 38,  // the experts in MXFP4, every other matrix Q8_0 (gpt-oss as released)
 };
@@ -35,9 +39,10 @@ std::string file_type_name(FileType t);
 // The type of one matrix of shape [rows, cols] (cols contiguous), by its llama-quantize role (the
 // GGUF base name: "attn_v", "ffn_down_exps", "output", ...; tensor_table.h). `tied` says the model
 // has no output matrix, so token_embd is used as the output and gets the output's type (as
-// llama.cpp). `n_experts` matters where llama.cpp has rules for 8-expert models.
+// llama.cpp). `n_experts` matters where llama.cpp has rules for 8-expert models, `n_gqa` (query
+// heads per key/value head) for the attn_v of the Q2_K and IQ4 mixes.
 WType choose_wtype(FileType ft, std::string_view role, int layer, int n_layers, int64_t cols,
-                   bool tied, int n_experts = 0);
+                   bool tied, int n_experts = 0, int n_gqa = 1);
 
 // Converts a matrix to `type`, row by row through f32 (multithreaded). Rows must fit the type's
 // block size.

@@ -76,6 +76,14 @@ std::string_view wtype_name(WType t) {
       return "q6_k";
     case WType::MXFP4:
       return "mxfp4";
+    case WType::Q2_K:
+      return "q2_k";
+    case WType::Q3_K:
+      return "q3_k";
+    case WType::IQ4_NL:
+      return "iq4_nl";
+    case WType::IQ4_XS:
+      return "iq4_xs";
   }
   return "?";
 }
@@ -92,10 +100,14 @@ int64_t wtype_block(WType t) {
     case WType::Q5_0:
     case WType::Q5_1:
     case WType::MXFP4:
+    case WType::IQ4_NL:
       return 32;
     case WType::Q4_K:
     case WType::Q5_K:
     case WType::Q6_K:
+    case WType::Q2_K:
+    case WType::Q3_K:
+    case WType::IQ4_XS:
       return 256;
   }
   return 1;
@@ -127,6 +139,14 @@ size_t wtype_row_bytes(WType t, int64_t cols) {
       return blocks * 210;
     case WType::MXFP4:
       return blocks * 17;
+    case WType::Q2_K:
+      return blocks * 84;
+    case WType::Q3_K:
+      return blocks * 110;
+    case WType::IQ4_NL:
+      return blocks * 18;
+    case WType::IQ4_XS:
+      return blocks * 136;
   }
   return 0;
 }

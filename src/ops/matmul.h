@@ -18,7 +18,24 @@
 namespace fak {
 
 // How a weight matrix is stored. Float types are widened to f32 inside the kernels.
-enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4 };
+enum class WType : uint8_t {
+  F32,
+  F16,
+  BF16,
+  Q8_0,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+  MXFP4,
+  Q2_K,
+  Q3_K,
+  IQ4_NL,
+  IQ4_XS,
+};
 
 std::string_view wtype_name(WType t);
 std::optional<QuantType> wtype_quant(WType t);       // the block format of a quantised WType

@@ -42,14 +42,23 @@ std::optional<QuantType> wtype_quant(WType t) {
       return QuantType::Q6_K;
     case WType::MXFP4:
       return QuantType::MXFP4;
+    case WType::Q2_K:
+      return QuantType::Q2_K;
+    case WType::Q3_K:
+      return QuantType::Q3_K;
+    case WType::IQ4_NL:
+      return QuantType::IQ4_NL;
+    case WType::IQ4_XS:
+      return QuantType::IQ4_XS;
     default:
       return std::nullopt;
   }
 }
 
 std::optional<WType> wtype_from_quant(QuantType t) {
-  for (WType w : {WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0, WType::Q5_1, WType::Q4_K,
-                  WType::Q5_K, WType::Q6_K, WType::MXFP4})
+  for (WType w :
+       {WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0, WType::Q5_1, WType::Q4_K, WType::Q5_K,
+        WType::Q6_K, WType::MXFP4, WType::Q2_K, WType::Q3_K, WType::IQ4_NL, WType::IQ4_XS})
     if (wtype_quant(w) == t) return w;
   return std::nullopt;
 }
@@ -77,10 +86,14 @@ int gemv_max_tokens(QuantType t) {
     case QuantType::Q4_0:
     case QuantType::Q5_0:
     case QuantType::MXFP4:
+    case QuantType::IQ4_NL:
       return 1;
     case QuantType::Q8_0:
     case QuantType::Q4_K:
     case QuantType::Q5_K:
+    case QuantType::Q2_K:
+    case QuantType::Q3_K:
+    case QuantType::IQ4_XS:
       return 2;
     default:  // Q6_K
       return 3;

@@ -18,7 +18,8 @@ void register_convert(CLI::App& app) {
   c->add_option("-m,--model", a->model, "model directory (default: the bundled pycoder-6m)");
   c->add_option("-o,--out", a->out, "output .gguf file")->required();
   c->add_option("--type", a->type,
-                "f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_m, q5_k_m, q6_k, "
+                "f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, "
+                "q5_k_m, q6_k, iq4_nl, iq4_xs, "
                 "mxfp4_moe (MXFP4 experts, Q8_0 elsewhere)");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->callback([a] {

@@ -17,7 +17,9 @@ void register_quantize(CLI::App& app) {
   CLI::App* c = app.add_subcommand("quantize", "re-quantise a GGUF file: fak quantize IN OUT TYPE");
   c->add_option("input", a->in, "input .gguf")->required();
   c->add_option("output", a->out, "output .gguf")->required();
-  c->add_option("type", a->type, "f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_m, q5_k_m, q6_k, mxfp4_moe")
+  c->add_option("type", a->type,
+                "f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k, "
+                "iq4_nl, iq4_xs, mxfp4_moe")
       ->required();
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->callback([a] {

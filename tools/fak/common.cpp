@@ -54,7 +54,8 @@ std::shared_ptr<const Model> load_model(const std::string& path) {
     o.quant = quant_type_from_name(g_quant);
     if (!o.quant || *o.quant == QuantType::Q8_K)
       fail("--quant '" + g_quant +
-           "': choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k or mxfp4 (MoE experts)");
+           "': choose q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, "
+           "iq4_xs or mxfp4 (MoE experts)");
   }
   if (g_activations != "f32" && g_activations != "bf16")
     fail("--activations '" + g_activations + "': choose f32 or bf16");

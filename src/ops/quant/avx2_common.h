@@ -97,6 +97,14 @@ inline __m256i codes_mxfp4_unsigned(const uint8_t* qs) {
   return _mm256_shuffle_epi8(table, unpack_nibbles(qs));
 }
 
+// IQ4_NL / IQ4_XS's 32 signed codes: the grid value of each nibble (quant::kIq4nlValues).
+inline __m256i codes_iq4(const uint8_t* qs) {
+  const __m256i table =
+      _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                       -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+  return _mm256_shuffle_epi8(table, unpack_nibbles(qs));
+}
+
 // q5_0's 32 signed codes q - 16: the nibble when the 5th bit is set, nibble - 16 (= nibble | 0xF0
 // as a signed byte) when it is not.
 inline __m256i codes_q5_0(const uint8_t* qs, const uint8_t* qh) {

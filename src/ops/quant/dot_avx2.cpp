@@ -200,6 +200,7 @@ QuantKernels make_avx2() {
   k.dots[uint32_t(QuantType::Q6_K)] = dot_q6_k;
   k.dots[uint32_t(QuantType::Q8_K)] = dot_q8_k;
   k.dots[uint32_t(QuantType::MXFP4)] = dot_mxfp4;
+  set_lowbit_dots_avx2(k);
   k.quantize_q8_0 = quantize_q8_0_avx2;
   k.quantize_q8_k = quantize_q8_k_avx2;
   k.fit_k4 = fit_k4_super_block_avx2;

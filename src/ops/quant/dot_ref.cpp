@@ -9,7 +9,9 @@
 //   acc = fma(-(d_a * dmin_w), float(imin_b), acc)      [then this too for q4_K / q5_K]
 // (asum_b: the block's activation quants summed.) Because the integer block sums are exact and
 // the float steps are fixed per output, any kernel may compute several rows or tokens at once
-// (rows in SIMD lanes) and still give these bits. q8_K (activations only) keeps a plain sum.
+// (rows in SIMD lanes) and still give these bits. q8_K (activations only) keeps a plain sum. The
+// low-bit types follow the same rule (dot_lowbit_ref.cpp): q2_K as q4_K, q3_K and iq4_xs as q6_K,
+// iq4_nl as the 32-blocks.
 #include <cmath>
 #include <cstring>
 
@@ -212,6 +214,7 @@ QuantKernels make_scalar() {
   k.dots[uint32_t(QuantType::Q6_K)] = dot_q6_k;
   k.dots[uint32_t(QuantType::Q8_K)] = dot_q8_k;
   k.dots[uint32_t(QuantType::MXFP4)] = dot_mxfp4;
+  set_lowbit_dots_ref(k);
   k.quantize_q8_0 = quantize_q8_0_ref;
   k.quantize_q8_k = quantize_q8_k_ref;
   k.fit_k4 = fit_k4_super_block_ref;

@@ -1,7 +1,7 @@
-// AVX2 prefill kernels for the 32-element signed-code types (q8_0, q4_0, q5_0) against Q8_0
-// activations, and the per-type dispatch. See gemm_avx2.h for the panel scheme: 8 weight rows in
-// the 8 int32 lanes, so one maddubs multiplies 4 codes of each of the 8 rows by the same 4
-// activation bytes (broadcast), and one fma per block and token serves 8 outputs.
+// AVX2 prefill kernels for the 32-element signed-code types (q8_0, q4_0, q5_0, mxfp4, iq4_nl)
+// against Q8_0 activations, and the per-type dispatch. See gemm_avx2.h for the panel scheme: 8
+// weight rows in the 8 int32 lanes, so one maddubs multiplies 4 codes of each of the 8 rows by the
+// same 4 activation bytes (broadcast), and one fma per block and token serves 8 outputs.
 //
 // note: every output is bit-identical to the AVX2 / scalar vec_dot of its row (the block-serial
 // rule of dot_ref.cpp): exact integer block sums, then acc = fma(d_w * d_a, float(isum), acc) per
@@ -20,7 +20,8 @@ using namespace fak::quant;
 // lane i).
 //
 // q8_0 codes are signed (|q| <= 127), so maddubs takes |w| and the activation with w's sign, and a
-// pair sum (up to 2 * 127 * 127) is widened to int32 at once. q4_0 / q5_0 codes are stored
+// pair sum (up to 2 * 127 * 127) is widened to int32 at once; iq4_nl's grid values (-127..113) the
+// same way. q4_0 / q5_0 codes are stored
 // unsigned, u = q + kOffset, so maddubs takes them directly (no sign step per token) and
 // Σ q a = Σ u a - kOffset Σ a with Σ a precomputed per block (QuantTask::act_sums); their pair
 // sums are small, so kGroupsPer16 of them are added in int16 before widening.
@@ -29,20 +30,23 @@ struct Block32 {
   static constexpr int kBlock = kQK;
   static constexpr int kPanelBytes = 32 + 8 * 32;
   static constexpr int kTT = 4;
-  static constexpr bool kSigned = T == WType::Q8_0;
+  static constexpr bool kSigned = T == WType::Q8_0 || T == WType::IQ4_NL;
   static constexpr bool kMx = T == WType::MXFP4;
   static constexpr int kOffset = T == WType::Q4_0 ? 8 : kMx ? 12 : 16;
   // q4_0: 8 x (2 * 15 * 127) = 30480, q5_0: 4 x (2 * 31 * 127) = 31496, mxfp4 4 x (2 * 24 * 127)
   // = 24384, all < 32768.
-  static constexpr int kGroupsPer16 = T == WType::Q8_0 ? 1 : T == WType::Q4_0 ? 8 : 4;
+  static constexpr int kGroupsPer16 = kSigned ? 1 : T == WType::Q4_0 ? 8 : 4;
   using Block = std::conditional_t<
       T == WType::Q8_0, BlockQ8_0,
-      std::conditional_t<T == WType::Q4_0, BlockQ4_0,
-                         std::conditional_t<kMx, BlockMxfp4, BlockQ5_0>>>;
+      std::conditional_t<
+          T == WType::Q4_0, BlockQ4_0,
+          std::conditional_t<kMx, BlockMxfp4,
+                             std::conditional_t<T == WType::IQ4_NL, BlockIq4Nl, BlockQ5_0>>>>;
 
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];
     if constexpr (T == WType::Q8_0) return load256(b.qs);
+    if constexpr (T == WType::IQ4_NL) return codes_iq4(b.qs);
     if constexpr (T == WType::Q4_0) return unpack_nibbles(b.qs);
     if constexpr (kMx) return codes_mxfp4_unsigned(b.qs);
     if constexpr (T == WType::Q5_0)
@@ -135,8 +139,10 @@ QuantTileFn quant_tile_avx2(QuantType t) {
       return rows_q5_k_avx2;
     case QuantType::Q6_K:
       return rows_q6_k_avx2;
+    case QuantType::IQ4_NL:
+      return rows_panels<Block32<WType::IQ4_NL>>;
     default:
-      return nullptr;  // q4_1 / q5_1: rows of vec_dot
+      return quant_tile_lowbit_avx2(t);  // q2_K / q3_K / iq4_xs; q4_1 / q5_1: null, rows of vec_dot
   }
 }
 

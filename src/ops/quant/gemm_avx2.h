@@ -1,6 +1,7 @@
-// Shared machinery of the AVX2 prefill kernels (gemm_avx2.cpp, gemm_k_avx2.cpp): 8 weight rows are
-// repacked per call into a "panel" with the rows in SIMD lanes, then every token's 8 outputs come
-// out of one accumulator register. Include only from files compiled with -mavx2 -mfma -mf16c.
+// Shared machinery of the AVX2 prefill kernels (gemm_avx2.cpp, gemm_k_avx2.cpp,
+// gemm_lowbit_avx2.cpp): 8 weight rows are repacked per call into a "panel" with the rows in SIMD
+// lanes, then every token's 8 outputs come out of one accumulator register; and the decode
+// kernels' row driver (rows_gemv). Include only from files compiled with -mavx2 -mfma -mf16c.
 //
 // note: a panel keeps each block's integer sums exact and applies the float steps of dot_ref.cpp's
 // block-serial rule lane by lane (one fma per block into one accumulator, blocks in order), so
@@ -155,11 +156,52 @@ void rows_panels(const QuantTask& q, int64_t r0, int64_t r1) {
           q.dot(q.w->cols, q.w->row(r), q.act + size_t(t) * q.act_row_bytes);
 }
 
+// The decode kernels' driver (gemv_avx2.cpp, gemv_lowbit_avx2.cpp): rows [r0, r1) read in their
+// stored layout, 8 at a time. Kind: Block, Act, kBlock and block(rows, b, a, acc), which returns
+// acc after block b of the 8 rows (row i in lane i) against activation block a; the rows left over
+// go through vec_dot.
+template <class Kind>
+void rows_gemv(const QuantTask& q, int64_t r0, int64_t r1) {
+  const int64_t nb = q.w->cols / Kind::kBlock;
+  int64_t r = r0;
+  for (; r + kPanelRows <= r1; r += kPanelRows) {
+    const uint8_t* rows[kPanelRows];
+    for (int i = 0; i < kPanelRows; ++i) rows[i] = q.w->row(r + i);
+    // The 8 rows are read as 8 interleaved streams, which the hardware prefetchers follow worse
+    // than one row after another; so the next panel (contiguous) is prefetched evenly over this
+    // one's blocks, a few lines per block.
+    const uint8_t* next = r + 2 * kPanelRows <= q.w->rows ? q.w->row(r + kPanelRows) : nullptr;
+    const size_t panel_bytes = kPanelRows * q.w->row_bytes;
+    size_t prefetched = 0;
+    for (int t = 0; t < q.n_tokens; ++t) {
+      const auto* a =
+          reinterpret_cast<const typename Kind::Act*>(q.act + size_t(t) * q.act_row_bytes);
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        if (next)
+          for (const size_t end = size_t(b + 1) * panel_bytes / size_t(nb); prefetched < end;
+               prefetched += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(next + prefetched), _MM_HINT_T0);
+        acc = Kind::block(rows, b, a[b], acc);
+      }
+      _mm256_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
+    }
+  }
+  for (; r < r1; ++r)
+    for (int t = 0; t < q.n_tokens; ++t)
+      q.y[size_t(t) * size_t(q.w->rows) + size_t(r)] =
+          q.dot(q.w->cols, q.w->row(r), q.act + size_t(t) * q.act_row_bytes);
+}
+
 }  // namespace FAK_ISA_NS
 
 // gemm_k_avx2.cpp
 void rows_q4_k_avx2(const QuantTask& q, int64_t r0, int64_t r1);
 void rows_q5_k_avx2(const QuantTask& q, int64_t r0, int64_t r1);
 void rows_q6_k_avx2(const QuantTask& q, int64_t r0, int64_t r1);
+// gemm_lowbit_avx2.cpp: the prefill tiles of q2_K, q3_K and iq4_xs (null for other types).
+QuantTileFn quant_tile_lowbit_avx2(QuantType t);
+// gemv_lowbit_avx2.cpp: their decode kernels (null for other types).
+QuantTileFn quant_gemv_lowbit_avx2(QuantType t);
 
 }  // namespace fak::kernels

@@ -22,6 +22,7 @@
 #include "ops/quant/packed_blocks.h"
 #include "ops/quant/panels_avx512.h"
 #include "ops/quant/quant_blocks.h"
+#include "ops/quant/rows_panels16_avx512.h"
 #include "ops/scratch.h"
 
 namespace fak::kernels {
@@ -51,15 +52,17 @@ inline void store_f16x16(const uint8_t* src, uint8_t* dst) {
 
 // q8_0 / q4_0 / q5_0 / q4_1 / q5_1 panel block: 16 float scales (and for q4_1 / q5_1 the 16
 // float mins), then 8 registers of unsigned codes (register g: codes 4g..4g+3 of row i in lane i).
-// MXFP4: its doubled E2M1 codes + 12, unsigned, and the E8M0 scales widened.
+// MXFP4: its doubled E2M1 codes + 12, unsigned, and the E8M0 scales widened. IQ4_NL: its grid
+// values + 128, as q8_0's codes (never packed at load: no packed layout is defined for it).
 template <WType T>
 struct Block32 {
-  static constexpr QuantType kType = T == WType::Q8_0    ? QuantType::Q8_0
-                                     : T == WType::Q4_0  ? QuantType::Q4_0
-                                     : T == WType::Q5_0  ? QuantType::Q5_0
-                                     : T == WType::Q4_1  ? QuantType::Q4_1
-                                     : T == WType::MXFP4 ? QuantType::MXFP4
-                                                         : QuantType::Q5_1;
+  static constexpr QuantType kType = T == WType::Q8_0     ? QuantType::Q8_0
+                                     : T == WType::Q4_0   ? QuantType::Q4_0
+                                     : T == WType::Q5_0   ? QuantType::Q5_0
+                                     : T == WType::Q4_1   ? QuantType::Q4_1
+                                     : T == WType::MXFP4  ? QuantType::MXFP4
+                                     : T == WType::IQ4_NL ? QuantType::IQ4_NL
+                                                          : QuantType::Q5_1;
   static constexpr bool kMx = T == WType::MXFP4;
   static constexpr bool kMin = T == WType::Q4_1 || T == WType::Q5_1;  // x = d q + m
   static constexpr bool kFiveBit = T == WType::Q5_0 || T == WType::Q5_1;
@@ -67,11 +70,11 @@ struct Block32 {
   static constexpr int kCodesAt = kMin ? 128 : 64;
   static constexpr int kPanelBytes = kCodesAt + 8 * 64;
   static constexpr int kTT = 8;
-  static constexpr int kOffset = kMin                ? 0
-                                 : T == WType::Q8_0  ? 128
-                                 : T == WType::Q4_0  ? 8
-                                 : T == WType::MXFP4 ? 12
-                                                     : 16;
+  static constexpr int kOffset = kMin                                     ? 0
+                                 : T == WType::Q8_0 || T == WType::IQ4_NL ? 128
+                                 : T == WType::Q4_0                       ? 8
+                                 : T == WType::MXFP4                      ? 12
+                                                                          : 16;
   // The layout packed at load (quant_blocks.h: kPackedQ8* for q8_0, kPackedMxfp4* for MXFP4,
   // packed32_* for the others).
   static constexpr int kPackedBytes = T == WType::Q8_0 ? quant::kPackedQ8BlockBytes
@@ -85,14 +88,19 @@ struct Block32 {
       T == WType::Q8_0, BlockQ8_0,
       std::conditional_t<
           T == WType::Q4_0, BlockQ4_0,
-          std::conditional_t<T == WType::Q5_0, BlockQ5_0,
-                             std::conditional_t<T == WType::Q4_1, BlockQ4_1,
-                                                std::conditional_t<kMx, BlockMxfp4, BlockQ5_1>>>>>;
+          std::conditional_t<
+              T == WType::Q5_0, BlockQ5_0,
+              std::conditional_t<T == WType::Q4_1, BlockQ4_1,
+                                 std::conditional_t<kMx, BlockMxfp4,
+                                                    std::conditional_t<T == WType::IQ4_NL,
+                                                                       BlockIq4Nl, BlockQ5_1>>>>>>;
 
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];
     if constexpr (T == WType::Q8_0) {
       return q8_codes_unsigned(b);
+    } else if constexpr (T == WType::IQ4_NL) {
+      return _mm256_xor_si256(codes_iq4(b.qs), _mm256_set1_epi8(-128));  // grid value + 128
     } else if constexpr (kMx) {
       return codes_mxfp4_unsigned(b.qs);
     } else if constexpr (kFiveBit) {
@@ -563,49 +571,6 @@ struct Q6K {
   }
 };
 
-// The last `left` (< F::kTT) tokens of a panel as one tile of exactly that width.
-template <class F, int TT>
-void tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
-                    int left) {
-  if constexpr (TT > 0) {
-    if (left == TT) return tile_at<F, TT>(q, panel, nb, r, t);
-    return tile_remainder<F, TT - 1>(q, panel, nb, r, t, left);
-  }
-}
-
-// Rows [r0, r1) for every token: whole panels of 16 rows here, the rows left over by the AVX2
-// kernel (8-row panels, then vec_dot), which gives the same bits.
-template <class F>
-void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
-  const int64_t nb = q.w->cols / F::kBlock;
-  auto* panel = static_cast<uint8_t*>(
-      thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
-  const int64_t r_end = r0 + (r1 - r0) / kRows * kRows;
-  // Long prompts: a few hundred tokens' activations at a time stay in cache while every panel of
-  // this chunk passes over them; panels are repacked again per super-block.
-  // (pp2048 of Qwen2.5-0.5B Q8_0: 710-726 -> 742-768 tok/s with blocks of 512.)
-  constexpr int kTokenSuperBlock = 512;
-  for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
-    const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
-    for (int64_t r = r0; r < r_end; r += kRows) {
-      const uint8_t* rows[kRows];
-      for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
-      NextRows next;
-      if (r + 2 * kRows <= q.w->rows) next = {q.w->row(r + kRows), kRows * q.w->row_bytes, 0};
-      F::prep(rows, nb, panel, next);
-      int t = ts;
-      for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
-      if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
-    }
-  }
-  if (r_end >= r1) return;
-  if (QuantTileFn avx2 = quant_tile_avx2(F::kType)) return avx2(q, r_end, r1);
-  for (int64_t r = r_end; r < r1; ++r)  // types without AVX2 panels (q4_1 / q5_1): the same bits
-    for (int t = 0; t < q.n_tokens; ++t)
-      q.y[size_t(t) * size_t(q.w->rows) + size_t(r)] =
-          q.dot(q.w->cols, q.w->row(r), q.act + size_t(t) * q.act_row_bytes);
-}
-
 // Weights packed once, at load, into panels the tiles read in place of the rows (every type here:
 // quant_blocks.h's kPacked* / packed32_*). Each keeps what a call's own panel widens (fp16 scales
 // and mins, the K-quants' packed 6-bit scales, nibbles and high bits) as stored, so 16 rows' block
@@ -803,8 +768,10 @@ QuantTileFn quant_tile_avx512(QuantType t) {
       return rows_panels16<K4<true>>;
     case QuantType::Q6_K:
       return rows_panels16<Q6K>;
+    case QuantType::IQ4_NL:
+      return rows_panels16<Block32<WType::IQ4_NL>>;
     default:
-      return nullptr;
+      return quant_tile_lowbit_avx512(t);  // q2_K, q3_K, iq4_xs, or null
   }
 }
 

@@ -20,7 +20,8 @@ using namespace fak::quant;
 // Kinds: Block (weight block), Act (activation block), kBlock, and
 //   block(rows, b, a, acc): acc after block b of the 8 rows against activation block a.
 
-// q8_0 / q4_0 / q5_0 against Q8_0: as dot_q8_0 / dot_q4_0 / dot_q5_0 in dot_avx2.cpp.
+// q8_0 / q4_0 / q5_0 / mxfp4 / iq4_nl against Q8_0: as their dots in dot_avx2.cpp and
+// dot_lowbit_avx2.cpp.
 template <class B>
 struct Signed32 {
   using Block = B;
@@ -32,6 +33,7 @@ struct Signed32 {
     if constexpr (std::is_same_v<Block, BlockQ4_0>) return codes_q4_0(b.qs);
     if constexpr (std::is_same_v<Block, BlockQ5_0>) return codes_q5_0(b.qs, b.qh);
     if constexpr (std::is_same_v<Block, BlockMxfp4>) return codes_mxfp4(b.qs);
+    if constexpr (std::is_same_v<Block, BlockIq4Nl>) return codes_iq4(b.qs);
   }
   // The 8 rows' weight scales of block b (fp16 d, or MXFP4's exponent).
   static __m256 scales(const uint8_t* const* rows, int64_t b) {
@@ -158,39 +160,6 @@ struct Q6K {
   }
 };
 
-template <class Kind>
-void rows_gemv(const QuantTask& q, int64_t r0, int64_t r1) {
-  const int64_t nb = q.w->cols / Kind::kBlock;
-  int64_t r = r0;
-  for (; r + kPanelRows <= r1; r += kPanelRows) {
-    const uint8_t* rows[kPanelRows];
-    for (int i = 0; i < kPanelRows; ++i) rows[i] = q.w->row(r + i);
-    // The 8 rows are read as 8 interleaved streams, which the hardware prefetchers follow worse
-    // than one row after another; so the next panel (contiguous) is prefetched evenly over this
-    // one's blocks, a few lines per block.
-    const uint8_t* next = r + 2 * kPanelRows <= q.w->rows ? q.w->row(r + kPanelRows) : nullptr;
-    const size_t panel_bytes = kPanelRows * q.w->row_bytes;
-    size_t prefetched = 0;
-    for (int t = 0; t < q.n_tokens; ++t) {
-      const auto* a =
-          reinterpret_cast<const typename Kind::Act*>(q.act + size_t(t) * q.act_row_bytes);
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) {
-        if (next)
-          for (const size_t end = size_t(b + 1) * panel_bytes / size_t(nb); prefetched < end;
-               prefetched += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(next + prefetched), _MM_HINT_T0);
-        acc = Kind::block(rows, b, a[b], acc);
-      }
-      _mm256_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
-    }
-  }
-  for (; r < r1; ++r)
-    for (int t = 0; t < q.n_tokens; ++t)
-      q.y[size_t(t) * size_t(q.w->rows) + size_t(r)] =
-          q.dot(q.w->cols, q.w->row(r), q.act + size_t(t) * q.act_row_bytes);
-}
-
 }  // namespace
 
 QuantTileFn quant_gemv_avx2(QuantType t) {
@@ -209,8 +178,10 @@ QuantTileFn quant_gemv_avx2(QuantType t) {
       return rows_gemv<K4<true>>;
     case QuantType::Q6_K:
       return rows_gemv<Q6K>;
+    case QuantType::IQ4_NL:
+      return rows_gemv<Signed32<BlockIq4Nl>>;
     default:
-      return nullptr;
+      return quant_gemv_lowbit_avx2(t);  // q2_K, q3_K, iq4_xs, or null
   }
 }
 

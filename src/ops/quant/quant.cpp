@@ -34,6 +34,14 @@ void quantize_row(QuantType t, const float* x, void* y, int64_t n) {
       return quant_kernels().quantize_q8_k(x, y, n);
     case QuantType::MXFP4:
       return quantize_mxfp4_ref(x, y, n);
+    case QuantType::Q2_K:
+      return quantize_q2_k_ref(x, y, n);
+    case QuantType::Q3_K:
+      return quantize_q3_k_ref(x, y, n);
+    case QuantType::IQ4_NL:
+      return quantize_iq4_nl_ref(x, y, n);
+    case QuantType::IQ4_XS:
+      return quantize_iq4_xs_ref(x, y, n);
   }
   fail("quantize_row: unknown quant type " + std::to_string(uint32_t(t)));
 }
@@ -61,6 +69,14 @@ void dequantize_row(QuantType t, const void* x, float* y, int64_t n) {
       return dequantize_q8_k_ref(x, y, n);
     case QuantType::MXFP4:
       return dequantize_mxfp4_ref(x, y, n);
+    case QuantType::Q2_K:
+      return dequantize_q2_k_ref(x, y, n);
+    case QuantType::Q3_K:
+      return dequantize_q3_k_ref(x, y, n);
+    case QuantType::IQ4_NL:
+      return dequantize_iq4_nl_ref(x, y, n);
+    case QuantType::IQ4_XS:
+      return dequantize_iq4_xs_ref(x, y, n);
   }
   fail("dequantize_row: unknown quant type " + std::to_string(uint32_t(t)));
 }

@@ -189,6 +189,48 @@ constexpr int kPackedQ6KHighOffset = kPackedQ6KLowOffset + 32 * 64;
 constexpr int kPackedQ6KBlockBytes = kPackedQ6KHighOffset + 16 * 64;
 static_assert(kPackedQ6KBlockBytes == 16 * sizeof(BlockQ6K), "panels replace the rows in place");
 
+// The low-bit types of llama-quantize's small mixes (Q2_K, Q3_K_M, IQ4_XS) and unsloth's "UD"
+// files. Element e of a q2_K / q3_K super-block sits in 128-element half h = e / 128, 32-element
+// group j = (e % 128) / 32 at m = e % 32: its 2 low bits are bits 2j..2j+1 of qs[32h + m], and it
+// belongs to 16-element sub-block e / 16.
+//
+// q2_K: x = d * (scales[k] & 15) * q - dmin * (scales[k] >> 4), q in [0, 3].
+struct [[gnu::packed]] BlockQ2K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+
+// q3_K: x = d * (sc_k - 32) * q, q in [-4, 3]: the 2 low bits as q2_K's plus 4 where bit 4h + j of
+// hmask[m] is set, minus 4. The 16 six-bit sc_k: low 4 bits in the low (k < 8) or high (k >= 8)
+// nibble of scales[k % 8], high 2 bits at bit 2 (k / 4) of scales[8 + k % 4] (unpack_scales_q3_k).
+struct [[gnu::packed]] BlockQ3K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+
+// IQ4_NL: x = d * kIq4nlValues[q], nibbles as in q4_0. The 16 levels are a fixed non-uniform grid
+// (denser near zero, where weights are), all in int8 range, so the codes are exact int8.
+struct [[gnu::packed]] BlockIq4Nl {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// IQ4_XS: IQ4_NL's grid in 8 sub-blocks of 32 with 6-bit scales: x = d * (ls_b - 32) * grid[q],
+// ls_b's low 4 bits in nibble b % 2 of scales_l[b / 2], its high 2 bits at bit 2b of scales_h;
+// sub-block b's codes are qs[16b..16b+15], nibbles as in q4_0 (low: elements 0..15).
+struct [[gnu::packed]] BlockIq4Xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+
 // Activations for the K-quant dots: x = d * q with d a plain float, plus the sum of each group of
 // 16 quants so the dots can apply mins and offsets without touching the quants again.
 struct [[gnu::packed]] BlockQ8K {
@@ -208,6 +250,10 @@ static_assert(sizeof(BlockQ4K) == 144);
 static_assert(sizeof(BlockQ5K) == 176);
 static_assert(sizeof(BlockQ6K) == 210);
 static_assert(sizeof(BlockQ8K) == 292);
+static_assert(sizeof(BlockQ2K) == 84);
+static_assert(sizeof(BlockQ3K) == 110);
+static_assert(sizeof(BlockIq4Nl) == 18);
+static_assert(sizeof(BlockIq4Xs) == 136);
 // note: every struct has alignment 2 or 4 but rows inside a GGUF tensor start at any multiple of
 // the block size (e.g. 34 bytes), so kernels must read blocks through unaligned loads / memcpy-safe
 // access and never assume 4-byte alignment of a BlockQ8K inside an arbitrary buffer.
@@ -225,6 +271,22 @@ inline void unpack_scales_k4(const uint8_t* packed, uint8_t* sc, uint8_t* m) {
     sc[j] = uint8_t((packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4));
     m[j] = uint8_t((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
   }
+}
+
+// The 16 signed sub-block scales sc_k - 32 of a q3_K block (BlockQ3K says where the bits are).
+inline void unpack_scales_q3_k(const uint8_t* packed, int8_t* sc) {
+  for (int k = 0; k < 16; ++k) {
+    const int low = (packed[k % 8] >> (4 * (k / 8))) & 0xF;
+    const int high = (packed[8 + k % 4] >> (2 * (k / 4))) & 3;
+    sc[k] = int8_t((low | (high << 4)) - 32);
+  }
+}
+
+// IQ4_XS sub-block b's 6-bit scale minus 32.
+inline int iq4_xs_scale(const uint8_t* scales_l, uint16_t scales_h, int b) {
+  const int low = (scales_l[b / 2] >> (4 * (b % 2))) & 0xF;
+  const int high = (scales_h >> (2 * b)) & 3;
+  return (low | (high << 4)) - 32;
 }
 }  // namespace FAK_ISA_NS
 

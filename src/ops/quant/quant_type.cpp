@@ -18,22 +18,27 @@ struct Info {
   size_t block_bytes;
 };
 
-constexpr std::array<Info, 10> kInfos{{
+constexpr std::array<Info, 14> kInfos{{
     {QuantType::Q4_0, "q4_0", quant::kQK, sizeof(quant::BlockQ4_0)},
     {QuantType::Q4_1, "q4_1", quant::kQK, sizeof(quant::BlockQ4_1)},
     {QuantType::Q5_0, "q5_0", quant::kQK, sizeof(quant::BlockQ5_0)},
     {QuantType::Q5_1, "q5_1", quant::kQK, sizeof(quant::BlockQ5_1)},
     {QuantType::Q8_0, "q8_0", quant::kQK, sizeof(quant::BlockQ8_0)},
+    {QuantType::Q2_K, "q2_k", quant::kQKK, sizeof(quant::BlockQ2K)},
+    {QuantType::Q3_K, "q3_k", quant::kQKK, sizeof(quant::BlockQ3K)},
     {QuantType::Q4_K, "q4_k", quant::kQKK, sizeof(quant::BlockQ4K)},
     {QuantType::Q5_K, "q5_k", quant::kQKK, sizeof(quant::BlockQ5K)},
     {QuantType::Q6_K, "q6_k", quant::kQKK, sizeof(quant::BlockQ6K)},
     {QuantType::Q8_K, "q8_k", quant::kQKK, sizeof(quant::BlockQ8K)},
+    {QuantType::IQ4_NL, "iq4_nl", quant::kQK, sizeof(quant::BlockIq4Nl)},
+    {QuantType::IQ4_XS, "iq4_xs", quant::kQKK, sizeof(quant::BlockIq4Xs)},
     {QuantType::MXFP4, "mxfp4", quant::kQK, sizeof(quant::BlockMxfp4)},
 }};
 
-constexpr std::array<QuantType, 10> kTypes{
-    QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
-    QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K, QuantType::Q8_K, QuantType::MXFP4};
+constexpr std::array<QuantType, 14> kTypes{
+    QuantType::Q4_0, QuantType::Q4_1,  QuantType::Q5_0,   QuantType::Q5_1,  QuantType::Q8_0,
+    QuantType::Q2_K, QuantType::Q3_K,  QuantType::Q4_K,   QuantType::Q5_K,  QuantType::Q6_K,
+    QuantType::Q8_K, QuantType::MXFP4, QuantType::IQ4_NL, QuantType::IQ4_XS};
 
 const Info& info(QuantType t) {
   for (const Info& i : kInfos)

@@ -17,10 +17,14 @@ enum class QuantType : uint32_t {
   Q5_0 = 6,
   Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   MXFP4 = 39,
 };
 constexpr uint32_t kQuantTypeIdLimit = 40;  // every QuantType value is below this
@@ -35,7 +39,8 @@ size_t quant_block_bytes(QuantType t);  // bytes per block
 // Bytes of one row of n elements; throws fak::Error unless n is a multiple of the block size.
 size_t row_bytes(QuantType t, int64_t n);
 
-// The activation format a weight type's vec_dot expects: Q8_0 for the 32-blocks, Q8_K for K-quants.
+// The activation format a weight type's vec_dot expects: Q8_0 for the 32-blocks (iq4_nl included),
+// Q8_K for the 256-element super-blocks (the K-quants and iq4_xs), as llama.cpp's vec_dot_type.
 QuantType dot_activation_type(QuantType t);
 
 }  // namespace fak

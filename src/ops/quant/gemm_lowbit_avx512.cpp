@@ -1,0 +1,274 @@
+// AVX-512 VNNI prefill tiles for q2_K, q3_K and iq4_xs against Q8_K activations: gemm_lowbit_avx2's
+// panels widened to 16 rows in the 16 int32 lanes, vpdpbusd doing 4 code x activation products per
+// lane (codes unsigned, activations signed) into int32 with no intermediate rounding or saturation.
+//   q2_K    codes premultiplied by their sub-block scale (q * sc <= 45 fits a byte), so a block is
+//           64 vpdpbusd into one sum, and the mins come off as a second fma (as dot_q2_k)
+//   q3_K    codes q + 4 in [0, 7]; per sub-block of 16, 4 vpdpbusd, times the signed scale, and
+//           4 Σ_k sc_k bsum_k off the block's sum
+//   iq4_xs  grid values + 128 in [1, 241]; per sub-block of 32, 8 vpdpbusd, less 128 Σ a, times
+//           the scale
+//
+// note: bit-identical to the AVX2 tiles and to vec_dot (dot_lowbit_ref.cpp's block-serial rule):
+// the integer block sums are exact whatever instructions make them, and per block each lane does
+// the same float steps. matmul_quant_test checks the two against each other.
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include "core/avx512_warnings.h"  // first: before the intrinsics headers
+#include "ops/quant/gemm_avx2.h"
+#include "ops/quant/lowbit_avx2.h"
+#include "ops/quant/panels_avx512.h"
+#include "ops/quant/quant_blocks.h"
+#include "ops/quant/rows_panels16_avx512.h"
+
+namespace fak::kernels {
+
+namespace {
+
+using namespace fak::quant;
+
+inline __m512i load_si(const uint8_t* p) {
+  return _mm512_load_si512(reinterpret_cast<const __m512i*>(p));
+}
+inline __m512 load_ps(const uint8_t* p) {
+  return _mm512_load_ps(reinterpret_cast<const float*>(p));
+}
+
+// The fp16 at rows[i] + offset for the 16 rows, as 16 floats stored at out.
+inline void store_scales16(const uint8_t* const* rows, size_t offset, uint8_t* out) {
+  _mm256_store_ps(reinterpret_cast<float*>(out), gather_f16x8(rows, offset));
+  _mm256_store_ps(reinterpret_cast<float*>(out + 32), gather_f16x8(rows + 8, offset));
+}
+
+// Σ_k t_k bsum_k (lane i: row i's t), t given as 8 registers of int16 pairs (t_2k, t_2k+1).
+inline __m512i pair_sums(const uint8_t* pairs, const BlockQ8K& a) {
+  __m512i s = _mm512_madd_epi16(load_si(pairs), bcast4_512(&a.bsums[0]));
+#pragma GCC unroll 8
+  for (int k = 1; k < 8; ++k)
+    s = _mm512_add_epi32(s,
+                         _mm512_madd_epi16(load_si(pairs + 64 * k), bcast4_512(&a.bsums[2 * k])));
+  return s;
+}
+
+// q2_K / q3_K panel block: d[16] (floats), q2_K's dmin[16], q3_K's sc[16] (lane i: row i's signed
+// scale of sub-block k, as int32), pairs[8] (lane i: (t_2k, t_2k+1) as int16, t the q2_K mins /
+// the q3_K scales), then 64 code registers (register r: elements 4r..4r+3 of row i in lane i;
+// q2_K's already times their scale).
+template <bool kQ2>
+struct Sub16 {
+  using Block = std::conditional_t<kQ2, BlockQ2K, BlockQ3K>;
+  static constexpr QuantType kType = kQ2 ? QuantType::Q2_K : QuantType::Q3_K;
+  static constexpr int kBlock = kQKK;
+  static constexpr int kOffSc = 64;  // q3_K's scales; q2_K has its dmin here instead
+  static constexpr int kOffPairs = kQ2 ? 128 : kOffSc + 16 * 64;
+  static constexpr int kOffCodes = kOffPairs + 8 * 64;
+  static constexpr int kPanelBytes = kOffCodes + 64 * 64;
+  static constexpr int kTT = 6;
+
+  // Elements 32g .. 32g + 31 of row w as the bytes the tile multiplies.
+  static __m256i codes(const Block& w, int g) {
+    const __m256i low = low2_codes(load256(w.qs + 32 * (g / 4)), g % 4);
+    if constexpr (kQ2) {
+      // q * sc per byte (<= 3 * 15, a byte still) as two 16-bit multiplies, the even bytes' and
+      // the odd bytes' (shifted down, then back up); both bytes of a 16-bit lane share a scale.
+      const __m128i sc = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales)),
+                                       _mm_set1_epi8(0x0F));
+      const __m256i s = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, sub16_scale_mask(g)));
+      const __m256i lo16 = _mm256_and_si256(low, _mm256_set1_epi16(0x00FF));
+      const __m256i hi16 = _mm256_srli_epi16(low, 8);
+      return _mm256_or_si256(_mm256_mullo_epi16(lo16, s),
+                             _mm256_slli_epi16(_mm256_mullo_epi16(hi16, s), 8));
+    } else {
+      const __m256i high =
+          _mm256_and_si256(_mm256_srli_epi16(load256(w.hmask), g), _mm256_set1_epi8(1));
+      return _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+    }
+  }
+
+  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
+    for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
+      uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const Block* blk[kRows];
+      for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const Block*>(rows[i]) + b;
+      const size_t at = size_t(b) * sizeof(Block);
+      store_scales16(rows, at + offsetof(Block, d), p);
+      auto* pr32 = reinterpret_cast<uint32_t*>(p + kOffPairs);
+      if constexpr (kQ2) {
+        store_scales16(rows, at + offsetof(BlockQ2K, dmin), p + 64);
+        for (int k = 0; k < 8; ++k)
+          for (int i = 0; i < kRows; ++i)
+            pr32[kRows * k + i] = uint32_t(blk[i]->scales[2 * k] >> 4) |
+                                  uint32_t(blk[i]->scales[2 * k + 1] >> 4) << 16;
+      } else {
+        auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
+        for (int i = 0; i < kRows; ++i) {
+          int8_t sc[16];
+          unpack_scales_q3_k(blk[i]->scales, sc);
+          for (int k = 0; k < 16; ++k) sc32[kRows * k + i] = sc[k];
+          for (int k = 0; k < 8; ++k)
+            pr32[kRows * k + i] = uint16_t(sc[2 * k]) | uint32_t(uint16_t(sc[2 * k + 1])) << 16;
+        }
+      }
+      for (int g = 0; g < 8; ++g) {
+        __m256i lo[8], hi[8];
+        for (int i = 0; i < 8; ++i) {
+          lo[i] = codes(*blk[i], g);
+          hi[i] = codes(*blk[8 + i], g);
+        }
+        store_transposed16(lo, hi, p + kOffCodes + 512 * g);
+      }
+    }
+  }
+
+  template <int TT>
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
+    __m512 acc[TT];
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const BlockQ8K* a[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) a[j] = reinterpret_cast<const BlockQ8K*>(args.acts[j]) + b;
+      __m512i isum[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+      for (int k = 0; k < 16; ++k) {
+        const uint8_t* codes = p + kOffCodes + 256 * k;
+        __m512i t[TT];
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j) t[j] = kQ2 ? isum[j] : _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          const __m512i w = load_si(codes + 64 * g);
+#pragma GCC unroll 16
+          for (int j = 0; j < TT; ++j)
+            t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 16 * k + 4 * g));
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j)
+          isum[j] = kQ2 ? t[j]
+                        : _mm512_add_epi32(isum[j],
+                                           _mm512_mullo_epi32(t[j], load_si(p + kOffSc + 64 * k)));
+      }
+      const __m512 dw = load_ps(p);
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) {
+        const __m512i corr = pair_sums(p + kOffPairs, *a[j]);
+        const __m512 da = _mm512_set1_ps(a[j]->d);
+        if constexpr (kQ2) {
+          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
+          acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(load_ps(p + 64), da), _mm512_cvtepi32_ps(corr),
+                                    acc[j]);
+        } else {
+          const __m512i s = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(corr, 2));
+          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+};
+
+// iq4_xs panel block: d[16] (floats), sc[8] (lane i: row i's scale of sub-block s as int32),
+// pairs[8] (lane i: (sc_s, sc_s) as int16, for 128 Σ_s sc_s Σ a off the sum), then 64 code
+// registers of grid values + 128 (sub-block s: registers 8s..8s+7).
+struct Iq4Xs {
+  static constexpr QuantType kType = QuantType::IQ4_XS;
+  static constexpr int kBlock = kQKK;
+  static constexpr int kOffSc = 64, kOffPairs = kOffSc + 8 * 64, kOffCodes = kOffPairs + 8 * 64;
+  static constexpr int kPanelBytes = kOffCodes + 64 * 64;
+  static constexpr int kTT = 6;
+
+  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
+    for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
+      uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const BlockIq4Xs* blk[kRows];
+      for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const BlockIq4Xs*>(rows[i]) + b;
+      store_scales16(rows, size_t(b) * sizeof(BlockIq4Xs), p);
+      auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
+      auto* pr32 = reinterpret_cast<uint32_t*>(p + kOffPairs);
+      for (int s = 0; s < 8; ++s)
+        for (int i = 0; i < kRows; ++i) {
+          const int ls = iq4_xs_scale(blk[i]->scales_l, blk[i]->scales_h, s);
+          sc32[kRows * s + i] = ls;
+          pr32[kRows * s + i] = uint16_t(int16_t(ls)) * 0x10001u;
+        }
+      for (int s = 0; s < 8; ++s) {
+        __m256i lo[8], hi[8];
+        for (int i = 0; i < 8; ++i) {
+          lo[i] = _mm256_xor_si256(codes_iq4(blk[i]->qs + 16 * s), _mm256_set1_epi8(-128));
+          hi[i] = _mm256_xor_si256(codes_iq4(blk[8 + i]->qs + 16 * s), _mm256_set1_epi8(-128));
+        }
+        store_transposed16(lo, hi, p + kOffCodes + 512 * s);
+      }
+    }
+  }
+
+  template <int TT>
+  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
+    __m512 acc[TT];
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const BlockQ8K* a[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) a[j] = reinterpret_cast<const BlockQ8K*>(args.acts[j]) + b;
+      __m512i isum[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+      for (int s = 0; s < 8; ++s) {
+        const uint8_t* codes = p + kOffCodes + 512 * s;
+        __m512i t[TT];
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+          const __m512i w = load_si(codes + 64 * g);
+#pragma GCC unroll 16
+          for (int j = 0; j < TT; ++j)
+            t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 32 * s + 4 * g));
+        }
+        const __m512i sc = load_si(p + kOffSc + 64 * s);
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j)
+          isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(t[j], sc));
+      }
+      const __m512 dw = load_ps(p);
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) {
+        // Σ_s sc_s Σ (g + 128) a = Σ_s sc_s Σ g a + 128 Σ_s sc_s (bsum_2s + bsum_2s+1).
+        const __m512i s =
+            _mm512_sub_epi32(isum[j], _mm512_slli_epi32(pair_sums(p + kOffPairs, *a[j]), 7));
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[j]->d)), _mm512_cvtepi32_ps(s),
+                                 acc[j]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+};
+
+}  // namespace
+
+QuantTileFn quant_tile_lowbit_avx512(QuantType t) {
+  switch (t) {
+    case QuantType::Q2_K:
+      return rows_panels16<Sub16<true>>;
+    case QuantType::Q3_K:
+      return rows_panels16<Sub16<false>>;
+    case QuantType::IQ4_XS:
+      return rows_panels16<Iq4Xs>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace fak::kernels

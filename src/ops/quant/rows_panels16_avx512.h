@@ -1,0 +1,64 @@
+// The row driver of the AVX-512 VNNI prefill tiles that repack 16 rows per call into a panel
+// (gemm_avx512.cpp, gemm_lowbit_avx512.cpp). F: kType, kBlock, kPanelBytes, kTT, prep(rows, nb,
+// panel, next) and tile<TT>(panel, nb, args). Only for files compiled with AVX-512.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/matmul_kernels.h"
+#include "ops/quant/gemm_avx2.h"
+#include "ops/quant/panels_avx512.h"
+#include "ops/scratch.h"
+
+namespace fak::kernels {
+inline namespace FAK_ISA_NS {
+
+// The last `left` (< F::kTT) tokens of a panel as one tile of exactly that width.
+template <class F, int TT>
+void tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
+                    int left) {
+  if constexpr (TT > 0) {
+    if (left == TT) return tile_at<F, TT>(q, panel, nb, r, t);
+    return tile_remainder<F, TT - 1>(q, panel, nb, r, t, left);
+  }
+}
+
+// Rows [r0, r1) for every token: whole panels of 16 rows here, the rows left over by the AVX2
+// kernel (8-row panels, then vec_dot), which gives the same bits.
+template <class F>
+void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
+  const int64_t nb = q.w->cols / F::kBlock;
+  auto* panel = static_cast<uint8_t*>(
+      thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
+  const int64_t r_end = r0 + (r1 - r0) / kRows * kRows;
+  // Long prompts: a few hundred tokens' activations at a time stay in cache while every panel of
+  // this chunk passes over them; panels are repacked again per super-block.
+  // (pp2048 of Qwen2.5-0.5B Q8_0: 710-726 -> 742-768 tok/s with blocks of 512.)
+  constexpr int kTokenSuperBlock = 512;
+  for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
+    const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
+    for (int64_t r = r0; r < r_end; r += kRows) {
+      const uint8_t* rows[kRows];
+      for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
+      NextRows next;
+      if (r + 2 * kRows <= q.w->rows) next = {q.w->row(r + kRows), kRows * q.w->row_bytes, 0};
+      F::prep(rows, nb, panel, next);
+      int t = ts;
+      for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
+      if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
+    }
+  }
+  if (r_end >= r1) return;
+  if (QuantTileFn avx2 = quant_tile_avx2(F::kType)) return avx2(q, r_end, r1);
+  for (int64_t r = r_end; r < r1; ++r)  // types without AVX2 panels (q4_1 / q5_1): the same bits
+    for (int t = 0; t < q.n_tokens; ++t)
+      q.y[size_t(t) * size_t(q.w->rows) + size_t(r)] =
+          q.dot(q.w->cols, q.w->row(r), q.act + size_t(t) * q.act_row_bytes);
+}
+
+}  // namespace FAK_ISA_NS
+
+// gemm_lowbit_avx512.cpp: the VNNI tiles of q2_K, q3_K and iq4_xs (null for other types).
+QuantTileFn quant_tile_lowbit_avx512(QuantType t);
+
+}  // namespace fak::kernels
