@@ -134,6 +134,54 @@ TEST(Cli, ChatDraftGivesTheSameReplies) {
   EXPECT_NE(mtp.err.find("MTP"), std::string::npos) << mtp.err;
 }
 
+// fak chat reads a reply as the server does (chat/reply_reader.h): a thinking model's reasoning
+// goes to stderr apart from the answer and into the history as reasoning_content; with --tools a
+// forced call comes back as a call in the model's format, /tool answers it, and the model goes on.
+TEST(Cli, ChatShowsReasoningApartAndAToolCallAsACall) {
+  const auto model = test::thinking_model();
+  const auto dir = test::temp_dir();
+  const std::string history = (dir / "h.fak").string();
+  auto r = test::run_fak_with_input("chat -m " + model.string() + " -n 24 --reasoning-budget 4",
+                                    "hi\n/save " + history + "\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t mark = r.err.find("[thinking] ");
+  ASSERT_NE(mark, std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("<think>"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("</think>"), std::string::npos) << r.out;
+  ojson saved = ojson::parse(test::read_file(history + ".chat.json"));
+  ASSERT_EQ(saved["messages"].size(), 2u) << saved.dump();
+  const ojson& reply = saved["messages"][1];
+  ASSERT_TRUE(reply.contains("reasoning_content")) << reply.dump();
+  const std::string reasoning = reply["reasoning_content"];
+  EXPECT_FALSE(reasoning.empty());
+  EXPECT_NE(r.err.find("[thinking] " + reasoning), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.rfind(reply["content"].get<std::string>(), 0), 0u) << r.out;
+
+  const auto tools = dir / "tools.json";
+  test::write_file(tools, R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                     "required": ["city"]}}}])");
+  auto t =
+      test::run_fak_with_input("chat -m " + model.string() + " -n 40 --tools " + tools.string() +
+                                   " --tool-choice required --reasoning-budget 2",
+                               "weather?\n/tool 20 degrees\n/save " + history + "\n");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("[tool call] get_weather {\"city\": "), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("<tool_call>"), std::string::npos) << t.out;
+  saved = ojson::parse(test::read_file(history + ".chat.json"));
+  const ojson& m = saved["messages"];
+  ASSERT_EQ(m.size(), 4u) << saved.dump();
+  ASSERT_EQ(m[1]["tool_calls"].size(), 1u) << saved.dump();
+  EXPECT_EQ(m[1]["tool_calls"][0]["function"]["name"], "get_weather");
+  const ojson args =
+      ojson::parse(m[1]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["city"].is_string()) << args.dump();
+  EXPECT_EQ(m[2]["role"], "tool");
+  EXPECT_EQ(m[2]["content"], "20 degrees");
+  EXPECT_EQ(m[2]["tool_call_id"], m[1]["tool_calls"][0]["id"]);
+  EXPECT_EQ(m[3]["role"], "assistant");
+}
+
 // --stop: the run ends at the first stop string, which is not shown; the text before it is the
 // unconstrained run's.
 TEST(Cli, RunStopsAtAStopString) {

@@ -326,7 +326,14 @@ TEST(NewFamilies, BadConfigsAreRefusedNamingTheField) {
   refuses(
       "gemma3-tiny", [](json& j) { j["query_pre_attn_scalar"] = -4; }, "query_pre_attn_scalar");
   refuses(
-      "gemma3-tiny", [](json& j) { j.erase("sliding_window"); }, "sliding_window");
+      "gemma3-tiny", [](json& j) { j["sliding_window"] = 0; }, "sliding_window");
+  // Left out, it is transformers' Gemma3TextConfig default, as the published 4B-27B configs rely
+  // on (checkpoint_layout_test.cpp).
+  EXPECT_EQ(Model::load(fixture_copy("gemma3-tiny", [](json& j) { j.erase("sliding_window"); }),
+                        {.load_tokenizer = false})
+                ->config()
+                .layer_window[0],
+            4096);
   refuses(
       "gemma3-tiny", [](json& j) { j["rope_local_base_freq"] = 0; }, "rope_local_base_freq");
   refuses(

@@ -453,10 +453,39 @@ TEST(ServerSpeculative, RepliesEqualPlainDecodingAndDraftsAreAccepted) {
     EXPECT_EQ(a.j()["usage"]["completion_tokens"], b.j()["usage"]["completion_tokens"]);
   }
   httplib::Client c("127.0.0.1", spec.port());
-  const std::string metrics = c.Get("/metrics")->body;
-  const size_t at = metrics.find("\nfak_spec_accepted_tokens_total ");
-  ASSERT_NE(at, std::string::npos);
-  EXPECT_GT(std::atol(metrics.c_str() + at + 32), 10) << metrics;
+  auto accepted = [&] {
+    const std::string metrics = c.Get("/metrics")->body;
+    const size_t at = metrics.find("\nfak_spec_accepted_tokens_total ");
+    EXPECT_NE(at, std::string::npos) << metrics;
+    return at == std::string::npos ? 0L : std::atol(metrics.c_str() + at + 32);
+  };
+  const long before = accepted();
+  EXPECT_GT(before, 10);
+  // Under a JSON schema too (SequenceRun reads each verified row through the grammar): the same
+  // reply, and drafts accepted.
+  const std::string obj = "{\"name\": \"add\", \"body\": \"def add(a, b):\\n    return a + b\"}\n";
+  const json constrained = {
+      {"model", "pycoder-6m"},
+      {"max_tokens", 60},
+      {"messages", {{{"role", "user"}, {"content", "# tools.json\n" + obj + obj + obj}}}},
+      {"response_format",
+       {{"type", "json_schema"},
+        {"json_schema",
+         {{"name", "tool"},
+          {"schema",
+           {{"type", "object"},
+            {"properties", {{"name", {{"type", "string"}}}, {"body", {{"type", "string"}}}}},
+            {"required", {"name", "body"}}}}}}}}};
+  const Reply a = post(plain.port(), "/v1/chat/completions", constrained);
+  const Reply b = post(spec.port(), "/v1/chat/completions", constrained);
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(a.j()["choices"], b.j()["choices"]);
+  EXPECT_FALSE(
+      json::parse(b.j()["choices"][0]["message"]["content"].get<std::string>(), nullptr, false)
+          .is_discarded())
+      << b.body;
+  EXPECT_GT(accepted(), before + 3);
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ class HarmonyFormat final : public ChatFormat {
   std::string_view name() const override { return "harmony"; }
   std::string_view tool_call_open() const override { return "<|channel|>"; }
   std::unique_ptr<ToolCallReader> tool_call_reader(const ojson&) const override {
-    return std::make_unique<ToolCallStream>();  // unused: structured_reply
+    return std::make_unique<ToolCallStream>();  // unused: its reply_reader reads the calls
   }
   // The prompt ends inside a call's header, at the recipient (forced_call_prefix: special
   // tokens, then "commentary to=functions."); the grammar holds the function's name (any listed
@@ -87,7 +87,9 @@ class HarmonyFormat final : public ChatFormat {
     return grammar::compile_harmony_tool_calls(tools, options);
   }
   std::string forced_call_prefix() const override { return "<|channel|>commentary to=functions."; }
-  bool structured_reply() const override { return true; }
+  std::unique_ptr<ReplyReader> reply_reader(const ReplyOptions& options) const override {
+    return harmony_reply_reader(options);
+  }
   // <|end|> ends one message of a reply, not the turn.
   std::vector<std::string_view> end_of_turn() const override {
     return {"<|return|>", "<|call|>", "<|endoftext|>"};

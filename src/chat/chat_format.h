@@ -3,7 +3,7 @@
 // named function). One format per family of templates, chosen from the template itself, so the
 // server's routes, the turn pipeline and `fak chat` never spell a model's markup:
 //
-// - Hermes (Qwen2.5 / Qwen3 / Qwen3.5, and fak's tool preamble for templates that know no tools):
+// - Hermes (Qwen2.5 / Qwen3, and fak's tool preamble for templates that know no tools):
 //     <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
 // - GLM-4.5 / 4.6 / 4.7 (a name, then one key / value pair per argument; string values raw, others
 //   JSON):
@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/reply_reader.h"
 #include "chat/tool_call_stream.h"
 #include "core/json.h"
 #include "grammar/grammar.h"
@@ -47,10 +48,12 @@ class ChatFormat {
   // prompt gets after its generation prompt; the reply, which forced_calls' grammar covers, goes
   // on from there. Empty: the grammar covers the whole call.
   virtual std::string forced_call_prefix() const { return ""; }
-  // Harmony: the format lays out the whole reply (reasoning, answer and calls are its messages),
-  // read by a HarmonyReader (harmony.h) from the decoded text with the special tokens kept,
-  // instead of the think-tag splitter and the tool-call capture.
-  virtual bool structured_reply() const { return false; }
+  // The reader of one reply in this format (reply_reader.h): reasoning, answer, stop strings and
+  // tool calls. Harmony's lays out the whole reply as its messages, read with the special tokens
+  // kept; the others split a <think> block and capture calls from tool_call_open() on.
+  virtual std::unique_ptr<ReplyReader> reply_reader(const ReplyOptions& options) const {
+    return tagged_reply_reader(*this, options);
+  }
   // The special tokens that end an assistant turn, beside the model's eos.
   virtual std::vector<std::string_view> end_of_turn() const {
     return {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"};

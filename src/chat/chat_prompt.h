@@ -57,6 +57,7 @@ class ChatPrompt {
   bool has_model_template() const { return has_model_template_; }
   // How this model writes tool calls (chat_format.h), told by its template.
   const ChatFormat& format() const { return *format_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
   const Tokenizer* tokenizer_;

@@ -1,6 +1,7 @@
-// The decode loop: choose the next token from the session's logits (runtime/sequence_decoder.h,
-// the same per-sequence decoding as the server's batch loop), append, repeat until max_tokens, an
-// end token, a finished grammar, or the callback says stop. Used by `fak run` and `fak chat`.
+// The decode loop for one session: SequenceRun's plan / append / commit (runtime/sequence_run.h,
+// the same decisions as the server's batch loop) until max_tokens, an end token, a finished
+// grammar, or the callback says stop; speculative when a drafter is given. Used by `fak run`,
+// `fak chat` and the benchmarks.
 #pragma once
 
 #include <cstdint>
@@ -11,14 +12,11 @@
 
 #include "grammar/grammar.h"
 #include "runtime/sampler.h"
+#include "runtime/sequence_decoder.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 
 namespace fak {
-
-// Proposes up to max_tokens tokens to follow `history` (speculative decoding:
-// runtime/speculative.h; ngram_drafter is the one fak ships).
-using Drafter =
-    std::function<std::vector<int32_t>(std::span<const int32_t> history, int max_tokens)>;
 
 struct GenerateOptions {
   int max_tokens = 64;
@@ -27,12 +25,18 @@ struct GenerateOptions {
   // Append the final sampled token to the session too (so it holds the whole text). Benchmarks
   // turn it off: that last forward produces logits nobody reads.
   bool append_last = true;
-  // Speculative decoding (runtime/speculative.h): same output, fewer forward calls. Empty = off;
-  // on models where it would not be exact, generate() decodes plainly and says why in spec_off.
+  // Speculative decoding (runtime/speculative.h): the same output in fewer forward calls, under a
+  // grammar and a reasoning budget too. Empty = off. max_draft: the most drafted tokens a step.
   Drafter drafter;
+  int max_draft = 64;
   // Constrained decoding (grammar/grammar.h): every token keeps the output a prefix of the
   // grammar, and a complete output ends the generation. Needs the model's tokenizer.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // A thinking model's reply (runtime/sequence_decoder.h): the prompt left it inside a <think>
+  // block, the grammar spares one reasoning block, the block's token budget.
+  bool reasoning_open = false;
+  std::optional<ThinkBlock> think;
+  std::optional<ReasoningBudget> reasoning_budget;
 };
 
 struct GenerateResult {
@@ -42,7 +46,6 @@ struct GenerateResult {
   int forward_calls = 0;  // decode forward calls (plain: one per appended token)
   // Speculative decoding: steps that verified a draft, tokens drafted, drafted tokens accepted.
   int spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
-  std::string spec_off;  // why a drafter was set but not used ("" otherwise)
 };
 
 // on_token returns false to stop (the token it saw is kept). An end token is not appended.

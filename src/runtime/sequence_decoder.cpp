@@ -38,13 +38,9 @@ SequenceDecoder::Choice SequenceDecoder::next(std::span<const float> logits,
     grammar::apply_token_mask(masked_, mask_);
     choose_from = masked_;
   }
-  // After a verify the next token is already sampled (from the same logits and history); a
-  // reasoning block that has spent its budget is closed here, not by the model.
+  // A reasoning block that has spent its budget is closed here, not by the model.
   const bool close_reasoning = budget_ && reasoning_ && reasoning_tokens_ >= budget_->tokens;
-  const int32_t next = close_reasoning ? budget_->close
-                       : pending_      ? *pending_
-                                       : sampler_.sample(choose_from, history);
-  pending_.reset();
+  const int32_t next = close_reasoning ? budget_->close : sampler_.sample(choose_from, history);
   if (budget_) {
     // note: an opening tag inside the block is one more token of it: a model that repeats it
     // must not think past its budget.

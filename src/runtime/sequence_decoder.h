@@ -1,7 +1,7 @@
-// One sequence's decoding, the same for `fak run`, `fak chat` (generate) and the server's batch
-// loop (Scheduler::step): given the logits at its position, choose the next token under the
-// sequence's rules (the sampler, a grammar with a thinking model's one free reasoning block, a
-// reasoning budget, the stop ids) and keep their state. The caller runs the forward and appends.
+// One sequence's token choice, the same for `fak run`, `fak chat` and the server (through
+// SequenceRun, runtime/sequence_run.h): given the logits at its position, choose the next token
+// under the sequence's rules (the sampler, a grammar with a thinking model's one free reasoning
+// block, a reasoning budget, the stop ids) and keep their state. The caller runs the forward.
 #pragma once
 
 #include <cstdint>
@@ -63,11 +63,6 @@ class SequenceDecoder {
   bool constrained() const { return constrained_; }
   bool has_grammar() const { return matcher_.has_value(); }
 
-  // Speculative decoding: the verify call samples with this sampler, and the token it sampled
-  // after the accepted draft is the next one to output.
-  Sampler& sampler() { return sampler_; }
-  void set_pending(std::optional<int32_t> token) { pending_ = token; }
-
  private:
   Sampler sampler_;
   std::vector<int32_t> stop_ids_;
@@ -78,7 +73,6 @@ class SequenceDecoder {
   bool may_open_think_ = false;  // the next token may also open the reasoning block
   bool reasoning_ = false;       // inside a <think> block, and how many tokens it holds
   int reasoning_tokens_ = 0;
-  std::optional<int32_t> pending_;
   std::vector<uint32_t> mask_;
   std::vector<float> masked_;  // the logits with the mask applied
 };

@@ -1,12 +1,10 @@
-// Prompt-lookup drafts, their verification against a Session, and the speculative decode loop.
-// The contract and why it is exact are at the top of speculative.h.
+// Prompt-lookup drafts and their verification against a Session. The contract and why it is exact
+// are at the top of speculative.h; the loop is SequenceRun's (sequence_run.h).
 #include "runtime/speculative.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/error.h"
-#include "runtime/sequence_decoder.h"
 
 namespace fak {
 
@@ -46,24 +44,18 @@ Drafter ngram_drafter(const DraftOptions& options) {
   };
 }
 
-std::string speculation_unsupported(const Model&) {
-  // Every model: hybrids too, since a DeltaNet state does not depend on how its tokens were grouped
-  // into calls and a verify call records what drops its rejected tail (Session::truncate).
-  return "";
-}
-
 namespace {
 
 bool is_stop(std::span<const int32_t> stop_ids, int32_t t) {
   return std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end();
 }
 
-// Samples the rows of a verify call in order, accepts the agreeing draft prefix and drops the rest
-// of the appended tokens. base: the session's size before the call; rows: [1 + draft][vocab].
-Verified accept(const VerifyRequest& r, int base, std::span<const int32_t> draft,
-                const std::vector<float>& rows) {
-  Session& s = *r.session;
+}  // namespace
+
+Verified accept_rows(Session& s, int base, std::span<const int32_t> draft,
+                     const std::vector<float>& rows, const ChooseRow& choose) {
   const size_t vocab = size_t(s.model().config().vocab);
+  check(rows.size() >= (1 + draft.size()) * vocab, "accept_rows: one row of logits per token");
   const size_t sampleable = std::min(vocab, size_t(s.model().sampleable_vocab()));
   Verified v;
   v.drafted = int(draft.size());
@@ -71,12 +63,15 @@ Verified accept(const VerifyRequest& r, int base, std::span<const int32_t> draft
   for (;; ++i) {
     // The history plain decoding passes at this step: everything up to this row's token.
     const std::span<const int32_t> history(s.tokens().data(), size_t(base) + 1 + i);
-    const int32_t t = r.sampler->sample({rows.data() + i * vocab, sampleable}, history);
-    if (i < draft.size() && t == draft[i] && !is_stop(r.stop_ids, t)) {
-      v.accepted.push_back(t);
-      continue;
+    const RowChoice c = choose({rows.data() + i * vocab, sampleable}, history);
+    if (i < draft.size() && c.token == draft[i] && !c.stop) {
+      v.accepted.push_back(c.token);
+      if (!c.ends) continue;
+      v.ended = true;  // the session keeps it, with the logits after it
+      ++i;
+      break;
     }
-    v.next = t;
+    v.next = c;
     break;
   }
   const int keep = base + 1 + int(i);
@@ -84,16 +79,12 @@ Verified accept(const VerifyRequest& r, int base, std::span<const int32_t> draft
   return v;
 }
 
-}  // namespace
-
 std::vector<Verified> verify_drafts(std::span<const VerifyRequest> requests) {
   std::vector<Session*> sessions;
   std::vector<std::vector<int32_t>> inputs;
   std::vector<int> bases;
   for (const VerifyRequest& r : requests) {
     check(r.session && r.sampler, "verify_draft: a request needs a session and a sampler");
-    const std::string why = speculation_unsupported(r.session->model());
-    check(why.empty(), why);
     check(r.session->has_logits(), "verify_draft: the session has no logits to sample `last` from");
     // A draft running past the context is cut so that verifying never fails where plain decoding
     // would not (appending `last` itself fails exactly when plain decoding's append would).
@@ -117,92 +108,20 @@ std::vector<Verified> verify_drafts(std::span<const VerifyRequest> requests) {
   }
   append_batch(sessions, spans, outs);
   std::vector<Verified> out;
-  for (size_t i = 0; i < requests.size(); ++i)
-    out.push_back(
-        accept(requests[i], bases[i], std::span<const int32_t>(inputs[i]).subspan(1), rows[i]));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const VerifyRequest& r = requests[i];
+    out.push_back(accept_rows(*r.session, bases[i], std::span<const int32_t>(inputs[i]).subspan(1),
+                              rows[i],
+                              [&](std::span<const float> logits, std::span<const int32_t> history) {
+                                const int32_t t = r.sampler->sample(logits, history);
+                                return RowChoice{t, is_stop(r.stop_ids, t), false};
+                              }));
+  }
   return out;
-}
-
-Verified accept_draft(const VerifyRequest& request, int base, const std::vector<float>& rows) {
-  check(rows.size() == (1 + request.draft.size()) * size_t(request.session->model().config().vocab),
-        "accept_draft: one row of logits per appended token");
-  return accept(request, base, request.draft, rows);
 }
 
 Verified verify_draft(const VerifyRequest& request) {
   return verify_drafts({&request, 1})[0];
-}
-
-GenerateResult generate_speculative(Session& session, const GenerateOptions& o,
-                                    const std::function<bool(int32_t)>& on_token) {
-  check(session.has_logits(), "generate: the session is empty; append a prompt first");
-  check(bool(o.drafter), "generate_speculative: no drafter");
-  // The same per-sequence decoding as plain decoding and the server (runtime/sequence_decoder.h):
-  // its sampler samples the verify rows, and the token sampled after an accepted draft is its
-  // pending next one.
-  DecodeRules rules;
-  rules.sampling = o.sampling;
-  rules.stop_ids = o.stop_ids;
-  SequenceDecoder decoder(rules, nullptr);
-  GenerateResult r;
-  r.finish_reason = "length";
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int32_t> history;
-  if (o.max_tokens > 0) {
-    // The loop keeps plain decoding's invariant: `next` was chosen from the session's logits (or
-    // is a verify's pending token) and is not yet appended.
-    for (;;) {
-      const SequenceDecoder::Choice c = decoder.next(session.sampleable_logits(), session.tokens());
-      if (c.stop) {
-        r.finish_reason = "stop";
-        break;
-      }
-      const int32_t next = c.token;
-      r.ids.push_back(next);
-      if (on_token && !on_token(next)) {
-        r.finish_reason = "callback";
-        break;
-      }
-      const int remaining = o.max_tokens - int(r.ids.size());
-      if (remaining == 0) {
-        if (o.append_last) {
-          session.append({&next, 1});
-          ++r.forward_calls;
-        }
-        break;
-      }
-      // At most remaining - 1 drafted tokens: if all are accepted, they and the new `next` are the
-      // last tokens max_tokens allows, and nothing past them is ever appended.
-      history.assign(session.tokens().begin(), session.tokens().end());
-      history.push_back(next);
-      std::vector<int32_t> draft = o.drafter(history, remaining - 1);
-      if (int(draft.size()) > remaining - 1) draft.resize(size_t(remaining - 1));
-      const int base = session.size();
-      Verified v = verify_draft({&session, next, draft, &decoder.sampler(), o.stop_ids});
-      ++r.forward_calls;
-      if (v.drafted > 0) {
-        ++r.spec_steps;
-        r.spec_drafted += v.drafted;
-        r.spec_accepted += int(v.accepted.size());
-      }
-      bool stopped = false;
-      for (size_t i = 0; i < v.accepted.size() && !stopped; ++i) {
-        r.ids.push_back(v.accepted[i]);
-        if (on_token && !on_token(v.accepted[i])) {
-          // Plain decoding does not append the token its callback refused: drop it and what
-          // followed (one forward call, once per generation).
-          session.truncate(base + 1 + int(i));
-          ++r.forward_calls;
-          r.finish_reason = "callback";
-          stopped = true;
-        }
-      }
-      if (stopped) break;
-      decoder.set_pending(v.next);
-    }
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
 }
 
 }  // namespace fak

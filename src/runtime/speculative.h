@@ -4,20 +4,13 @@
 // repeat long spans of their context (a file they read, rewritten with a small change), and
 // looking up the context's last few tokens earlier in the context drafts those spans well.
 //
-// The API, per sequence (what generate() does, and what a scheduler would do for each sequence):
-//
-//   int32_t next = sampler.sample(session.sampleable_logits(), session.tokens());
-//   loop:
-//     history = session.tokens() + [next]
-//     draft = ngram_draft(history, options, budget)       // up to k tokens, maybe none
-//     Verified v = verify_draft({&session, next, draft, &sampler, stop_ids});
-//     emit next, then v.accepted...                        // all now in the session
-//     next = v.next                                        // the target's own token, not appended
-//
-// verify_draft appends [next] + draft in ONE forward call with the logits of every position,
-// samples each position with the caller's Sampler and accepts draft[i] while the sample equals it;
-// the sample at the first disagreement (or after the whole draft) is v.next. Rejected positions are
-// dropped without another forward call (Session::truncate with the kept row's logits).
+// The loop that drafts, verifies and accepts is SequenceRun's (runtime/sequence_run.h), the one
+// decode loop of `fak run`, `fak chat` and the server. Here: the drafters, and verify_draft(s),
+// which append [last] + draft in ONE forward call with the logits of every position, choose each
+// position's token as plain decoding would and accept draft[i] while the choice equals it; the
+// choice at the first disagreement (or after the whole draft) is the next token. Rejected
+// positions are dropped without another forward call (Session::truncate with the kept row's
+// logits).
 //
 // Why it is exact: fak's forward computes a position's logits with the same floating-point
 // operations whatever the batch or chunking (src/ops/matmul.h), so row i of the verify call is
@@ -34,26 +27,31 @@
 // dropped by winding the state back over the accepted tokens alone (Model::rewind_state; a
 // backend that records nothing restores the state from before the call and replays them).
 //
-// A batched scheduler verifies several sequences in one forward call with verify_drafts: each
-// appends 1 + k_i tokens through append_batch (which returns every position's logits per session
-// when asked), and each sequence's result is bit-identical to verifying it alone. A sequence with
-// no draft takes part with k_i = 0, which is its plain decode step. Stop strings, and any other
-// reason to end inside the accepted tokens, are the scheduler's: Session::truncate drops the
-// tokens after the end exactly (one forward call, once per request). Note: a batch of B sequences
-// computes B x (1 + k) rows per call, so the step stops being bound by weight reads sooner than
-// plain batched decode; a scheduler should shrink k as the batch grows.
+// The server's scheduler verifies several sequences in one forward call: each appends 1 + k_i
+// tokens through append_batch (which returns every position's logits per session when asked), and
+// each sequence's result is bit-identical to verifying it alone. A sequence with no draft takes
+// part with k_i = 0, which is its plain decode step. Stop strings, and any other reason to end
+// inside the accepted tokens, are the caller's: Session::truncate drops the tokens after the end
+// exactly (one forward call, once per request). Note: a batch of B sequences computes B x (1 + k)
+// rows per call, so the step stops being bound by weight reads sooner than plain batched decode; a
+// scheduler should shrink k as the batch grows.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "runtime/generate.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
 namespace fak {
+
+// Proposes up to max_tokens tokens to follow `history` (ngram_drafter, or the MTP head's
+// mtp_drafter, runtime/mtp_draft.h).
+using Drafter =
+    std::function<std::vector<int32_t>(std::span<const int32_t> history, int max_tokens)>;
 
 struct DraftOptions {
   int max_draft = 8;  // k: tokens proposed per step
@@ -72,11 +70,33 @@ struct DraftOptions {
 std::vector<int32_t> ngram_draft(std::span<const int32_t> history, const DraftOptions& options,
                                  int limit = 1 << 30);
 
-// A Drafter for GenerateOptions::drafter that calls ngram_draft.
+// A Drafter that calls ngram_draft.
 Drafter ngram_drafter(const DraftOptions& options);
 
-// "" when speculative decoding gives the same output as plain decoding on this model, else why not.
-std::string speculation_unsupported(const Model& model);
+// One row's choice while a draft is accepted: the token plain decoding chooses there, whether it is
+// a stop id (never accepted: it becomes the next token), and whether taking it ends the run (a
+// grammar it completes: nothing after it is accepted).
+struct RowChoice {
+  int32_t token = 0;
+  bool stop = false;
+  bool ends = false;
+};
+using ChooseRow =
+    std::function<RowChoice(std::span<const float> logits, std::span<const int32_t> history)>;
+
+struct Verified {
+  std::vector<int32_t> accepted;  // the draft's agreed prefix, appended after `last`
+  RowChoice next;                 // the choice after them; not appended (may be a stop id)
+  bool ended = false;             // the last accepted token ended the run: there is no `next`
+  int drafted = 0;                // draft tokens verified (after cutting to the context)
+};
+
+// The acceptance half of a verify, for a caller that ran the forward itself: the session has just
+// appended [last] + draft from position `base`, with every position's logits in rows
+// ([1 + draft][vocab]); each row is chosen by `choose` with the history plain decoding would pass,
+// in order, and the session is cut back to what was accepted.
+Verified accept_rows(Session& session, int base, std::span<const int32_t> draft,
+                     const std::vector<float>& rows, const ChooseRow& choose);
 
 struct VerifyRequest {
   Session* session = nullptr;
@@ -86,32 +106,14 @@ struct VerifyRequest {
   std::span<const int32_t> stop_ids;  // a drafted stop token is never accepted: it becomes next
 };
 
-struct Verified {
-  std::vector<int32_t> accepted;  // the draft's agreed prefix, appended after `last`
-  int32_t next = 0;               // the target's token after them; not appended (may be a stop id)
-  int drafted = 0;                // draft tokens verified (after cutting to the context)
-};
-
-// Appends [last] + draft and accepts as above. Afterwards the session holds its tokens before,
-// `last` and `accepted`, with logits() after the last of them: bit-identical to a session that
-// appended them one by one (hybrid models: the same DeltaNet state too).
+// Appends [last] + draft and accepts as above, each row chosen by request.sampler. Afterwards the
+// session holds its tokens before, `last` and `accepted`, with logits() after the last of them:
+// bit-identical to a session that appended them one by one (hybrid models: the same DeltaNet state
+// too).
 Verified verify_draft(const VerifyRequest& request);
 
 // The same for many sequences in one forward call (they must share model and cache); result i is
 // bit-identical to verify_draft(requests[i]) alone.
 std::vector<Verified> verify_drafts(std::span<const VerifyRequest> requests);
-
-// The acceptance half of verify_drafts, for a caller that runs the forward call itself (a
-// scheduler batching verifies with other sequences' prompt chunks in one append_batch): the
-// session has just appended [request.last] + request.draft from position `base`, with every
-// position's logits in rows ([1 + draft][vocab]). The draft must fit the context (cut it first).
-Verified accept_draft(const VerifyRequest& request, int base, const std::vector<float>& rows);
-
-// generate() with drafts from options.drafter (it calls this when the drafter is set and the model
-// is supported): the same ids, finish_reason and final session as plain decoding, in fewer forward
-// calls. Drafts are cut so that max_tokens is never overshot and nothing is appended that plain
-// decoding would not append.
-GenerateResult generate_speculative(Session& session, const GenerateOptions& options,
-                                    const std::function<bool(int32_t)>& on_token = {});
 
 }  // namespace fak

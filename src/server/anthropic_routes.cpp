@@ -121,16 +121,16 @@ bool next_events(MessageStream& s, std::string& out) {
 
 void handle_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const MessagesRequest r = parse(ctx, req, false);
-  const BuiltPrompt built = build_turn_prompt(ctx, r.turn, req.gone.get());
+  chat::Turn turn = build_turn(ctx, r.turn, req.gone.get());
   const int n_ctx = ctx.scheduler->ctx();
-  if (built.ids.empty()) bad_request("the prompt is empty", "messages");
+  if (turn.prompt.empty()) bad_request("the prompt is empty", "messages");
   // Anthropic's wording, which Claude Code recognises: it compacts the conversation and retries.
-  if (int(built.ids.size()) >= n_ctx)
+  if (int(turn.prompt.size()) >= n_ctx)
     throw ApiError(400,
-                   "prompt is too long: " + std::to_string(built.ids.size()) + " tokens > " +
+                   "prompt is too long: " + std::to_string(turn.prompt.size()) + " tokens > " +
                        std::to_string(n_ctx - 1) + " maximum",
                    "messages", "context_length_exceeded");
-  GenerationSpec spec = turn_generation_spec(ctx, r.turn, built, tenant_of(req));
+  GenerationSpec spec = turn_generation_spec(ctx, r.turn, std::move(turn), tenant_of(req));
   note_output_budget(res, {spec.max_tokens, spec.max_tokens_source});
   auto gen = std::make_unique<Generation>(ctx, std::move(spec));
   const std::string id = new_object_id("msg_");
@@ -153,8 +153,7 @@ void handle_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
 void handle_count_tokens(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const MessagesRequest r = parse(ctx, req, true);
   // The prompt as /v1/messages would read it, tools and system prompt included.
-  reply_json(res, 200,
-             {{"input_tokens", build_turn_prompt(ctx, r.turn, req.gone.get()).ids.size()}});
+  reply_json(res, 200, {{"input_tokens", build_turn(ctx, r.turn, req.gone.get()).prompt.size()}});
 }
 
 }  // namespace

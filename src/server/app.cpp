@@ -515,11 +515,6 @@ void serve(std::shared_ptr<const Model> model, const ServerOptions& options) {
   const int port = http.listen();
   const std::string kv = kv_summary(*m.ctx.model, options, *m.ctx.scheduler);
   std::fprintf(stderr, "%s", kv.c_str());
-  if (options.draft) {
-    const std::string why = speculation_unsupported(*m.ctx.model);
-    if (!why.empty())
-      std::fprintf(stderr, "fak serve: --draft is off for this model: %s\n", why.c_str());
-  }
   std::fprintf(stderr, "fak serve: %s (ctx %d, parallel %d) listening on http://%s:%d\n",
                m.ctx.model_id.c_str(), m.ctx.scheduler->ctx(), options.parallel,
                options.host.c_str(), port);

@@ -60,8 +60,8 @@ ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::st
   auto size = std::make_shared<int>(begin);
   spec.tenant = tenant_hash(tenant);
   spec.max_tokens = o.max_tokens;
-  spec.sampling = o.sampling;
-  spec.stop_ids = o.stop_ids;
+  spec.rules.sampling = o.sampling;
+  spec.rules.stop_ids = o.stop_ids;
   spec.keep_special = true;
   spec.on_finish = [&store, tenant, id, begin, size](const std::string& reason, int32_t last) {
     *size = store.end_generate(tenant, id, reason, last, begin);

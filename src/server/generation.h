@@ -1,7 +1,8 @@
 // One generation as every API front end (OpenAI chat and completions, Anthropic messages, OpenAI
 // responses) hands it to the scheduler, and its output as they read it back. Per choice the
-// tokens become text (UTF-8-safe), reasoning is split from content, stop strings are held back and
-// cut, tool-call blocks are captured, and each token's logprobs are kept. The front ends differ
+// tokens become text (UTF-8-safe) and go through the format's reply reader (chat/reply_reader.h:
+// reasoning split from content, stop strings held back and cut, tool calls read in the model's
+// syntax), and each token's logprobs are kept. The front ends differ
 // only in how they parse a request into a GenerationSpec and how they format what comes out, so
 // streaming and whole replies, and the different APIs, cannot drift apart.
 #pragma once
@@ -14,9 +15,7 @@
 #include <vector>
 
 #include "chat/chat_format.h"
-#include "chat/harmony.h"
-#include "chat/reasoning.h"
-#include "chat/stop_filter.h"
+#include "chat/reply_reader.h"
 #include "chat/tool_call_stream.h"
 #include "chat/tool_calls.h"
 #include "runtime/generate.h"
@@ -47,21 +46,14 @@ struct GenerationSpec {
   std::vector<int32_t> prompt;
   int max_tokens = 16;
   const char* max_tokens_source = "request";  // OutputBudget::source
-  SamplingOptions sampling;
-  std::vector<std::string> stop;  // stop strings (in the content)
-  std::vector<int32_t> stop_ids;  // end-of-turn tokens
+  // How tokens are chosen (sampling, stop ids, grammar, the thinking block and its budget),
+  // handed down to the scheduler as it is.
+  DecodeRules rules;
   int n = 1;
   int top_logprobs = -1;  // -1: none; 0: the chosen token's; k: and k alternatives
-  std::shared_ptr<const grammar::Grammar> grammar;
-  std::optional<ThinkBlock> think;  // a thinking model's optional reasoning block (scheduler.h)
-  bool capture_tool_calls = false;  // the format's tool-call blocks become calls, not content
-  const chat::ChatFormat* format = nullptr;  // with capture_tool_calls: the model's (chat_format.h)
-  ojson tools;                               // the request's, for readers that need their schemas
-  // A structured reply whose prompt ended inside a message's header (a forced harmony call).
-  std::string reply_header;
-  bool split_reasoning = false;  // <think> blocks become reasoning, not content
-  bool reasoning_open = false;   // the prompt leaves the reply inside a <think> block
-  std::optional<ReasoningBudget> reasoning_budget;
+  // How the reply is read back (chat/reply_reader.h), by the model's format (Hermes when null).
+  const chat::ChatFormat* format = nullptr;
+  chat::ReplyOptions reply;
   // A /v1/fak/ session's generate: the tokens extend this session, lent by the session store, and
   // on_finish hands it back (GenRequest::session and on_finish). Its text shows special tokens
   // (keep_special), as the session's own text does.
@@ -126,16 +118,15 @@ class Generation {
   bool started() const { return started_; }
 
  private:
-  struct Text;  // per choice: decoder, reasoning splitter, stop filter
+  struct Text;  // per choice: the token decoder and the reply reader
   void on_event(const GenEvent& e, std::vector<ChoiceDelta>& out);
   ChoiceDelta& delta_for(int index, std::vector<ChoiceDelta>& out);
   void close_choice(int index, const std::string& reason, std::vector<ChoiceDelta>& out);
-  void feed_tool_calls(Text& t, ChoiceDelta& d, bool all);
+  void release(Choice& c, ChoiceDelta& d, chat::ReplyDelta&& r);
 
   ServerContext& ctx_;
   std::shared_ptr<GenStream> stream_;
   size_t prompt_size_ = 0;
-  bool capture_tool_calls_ = false;
   bool wants_logprobs_ = false;
   std::vector<Choice> choices_;
   std::vector<std::unique_ptr<Text>> text_;

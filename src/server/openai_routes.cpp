@@ -221,24 +221,23 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   GenerationSpec spec;
   if (chat) {
     const ChatTurn turn = chat_turn_of(r);
-    const BuiltPrompt built = build_turn_prompt(ctx, turn, req.gone.get());
-    check_prompt_fits(built.ids, n_ctx, "messages");
-    spec = turn_generation_spec(ctx, turn, built, tenant_of(req));
+    chat::Turn made = build_turn(ctx, turn, req.gone.get());
+    check_prompt_fits(made.prompt, n_ctx, "messages");
+    spec = turn_generation_spec(ctx, turn, std::move(made), tenant_of(req));
   } else {
-    const BuiltPrompt built = build_prompt(ctx, r, req.gone.get());
-    check_prompt_fits(built.ids, n_ctx, "prompt");
-    spec.prompt = built.ids;
+    spec.prompt = completion_prompt(ctx, r);
+    check_prompt_fits(spec.prompt, n_ctx, "prompt");
     set_output_budget(spec, ctx.options, r.max_tokens, n_ctx);
-    spec.sampling = r.sampling;
-    spec.stop = r.stop;
-    spec.stop_ids = model_stop_ids(*ctx.model);
-    spec.grammar = completion_grammar(r);
+    spec.rules.sampling = r.sampling;
+    spec.rules.stop_ids = model_stop_ids(*ctx.model);
+    spec.rules.grammar = completion_grammar(r);
+    spec.reply.stop = r.stop;
   }
   // What OpenAI's routes add: the cache salt, several choices and logprobs, ignore_eos.
   spec.partition = cache_partition(tenant_of(req), r.cache_salt);
   spec.tenant = tenant_hash(tenant_of(req));
   note_output_budget(res, {spec.max_tokens, spec.max_tokens_source});
-  if (r.ignore_eos) spec.stop_ids.clear();
+  if (r.ignore_eos) spec.rules.stop_ids.clear();
   spec.n = std::max(r.n, r.best_of);
   // best_of ranks choices by their total logprob: computed then, reported only when asked.
   spec.top_logprobs = r.best_of > r.n ? std::max(r.top_logprobs, 0) : r.top_logprobs;

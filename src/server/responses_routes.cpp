@@ -180,9 +180,9 @@ void handle_responses(ServerContext& ctx, const HttpRequest& req, HttpResponse& 
     throw ApiError(
         404, "The model '" + r.model + "' does not exist; this server has '" + ctx.model_id + "'",
         "model", "model_not_found");
-  const BuiltPrompt built = build_turn_prompt(ctx, r.turn, req.gone.get());
-  check_prompt_fits(built.ids, ctx.scheduler->ctx(), "input");
-  GenerationSpec spec = turn_generation_spec(ctx, r.turn, built, tenant_of(req));
+  chat::Turn turn = build_turn(ctx, r.turn, req.gone.get());
+  check_prompt_fits(turn.prompt, ctx.scheduler->ctx(), "input");
+  GenerationSpec spec = turn_generation_spec(ctx, r.turn, std::move(turn), tenant_of(req));
   note_output_budget(res, {spec.max_tokens, spec.max_tokens_source});
   auto gen = std::make_unique<Generation>(ctx, std::move(spec));
   ResponseHead head = new_response_head(r.model, std::move(r.echo));

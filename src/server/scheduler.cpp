@@ -381,15 +381,12 @@ void Scheduler::step() {
   spawn_choices();
   std::vector<Session*> batch;
   std::vector<std::span<const int32_t>> spans;
-  std::vector<int32_t> sampled;
-  std::vector<Active*> members;
-  sampled.reserve(active_.size());  // spans point into it
+  std::vector<Active*> members;  // spans point into their plans (Active::step)
   // Draft length this step: the weights are read once per step whatever the batch, so drafting
   // pays while the step is bound by that read; a full batch is compute-bound already.
   int decoding = 0;
   for (const auto& ap : active_) decoding += !ap->done && !ap->prefilling();
   const int draft_len = options_.draft ? options_.draft->max_draft / std::max(1, decoding) : 0;
-  std::vector<int32_t> history;
   const std::vector<int> prefill = plan_prefill();
   for (size_t ai = 0; ai < active_.size(); ++ai) {
     Active& a = *active_[ai];
@@ -429,54 +426,27 @@ void Scheduler::step() {
     }
     // Only ids the tokenizer can decode: padded embedding rows never come back as tokens.
     const std::span<const float> logits = a.session->sampleable_logits();
-    const SequenceDecoder::Choice choice = a.decoder->next(logits, a.session->tokens());
-    const int32_t next = choice.token;
-    if (choice.stop) {
-      finish(a, "stop", next);
+    a.step = a.run->plan(*a.session, a.speculates ? draft_len : 0);
+    if (a.step.token) {
+      const int32_t next = *a.step.token;
+      if (a.generated == 0 && a.index == 0 && metrics_)
+        metrics_->observe_ttft(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - a.req.arrived)
+                .count());
+      GenEvent token = GenEvent::token_of(next, a.index);
+      // note: a sequence that wants logprobs never drafts, so its token came from these logits.
+      if (a.req.top_logprobs >= 0) fill_logprobs(logits, next, a.req.top_logprobs, token);
+      a.req.stream->push(std::move(token));
+      ++a.generated;
+      a.last = next;
+    }
+    if (!a.step.finish.empty()) {
+      finish(a, a.step.finish, a.step.tail ? *a.step.tail : -1);
       continue;
     }
-    if (a.generated == 0 && a.index == 0 && metrics_)
-      metrics_->observe_ttft(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - a.req.arrived).count());
-    GenEvent token = GenEvent::token_of(next, a.index);
-    if (a.req.top_logprobs >= 0) fill_logprobs(logits, next, a.req.top_logprobs, token);
-    a.req.stream->push(std::move(token));
-    ++a.generated;
-    a.last = next;
-    // A grammar that is complete and admits nothing more ends the choice (with no stop id to
-    // sample, e.g. under ignore_eos, the mask would be empty).
-    if (a.decoder->grammar_finished()) {
-      finish(a, "stop", next);
-      continue;
-    }
-    if (a.generated >= a.req.max_tokens || a.session->size() + 1 > ctx_) {
-      finish(a, "length", next);
-      continue;
-    }
-    if (a.speculates && draft_len > 0) {
-      // The draft leaves room for one more sampled token under max_tokens and the context, so
-      // the last token is emitted without being appended, as plain decoding does.
-      const int room = std::min(a.req.max_tokens - a.generated - 1, ctx_ - a.session->size() - 2);
-      if (room > 0) {
-        history.assign(a.session->tokens().begin(), a.session->tokens().end());
-        history.push_back(next);
-        const std::vector<int32_t> draft =
-            a.mtp ? mtp_draft(a, history, std::min(room, draft_len))
-                  : ngram_draft(history, *options_.draft, std::min(room, draft_len));
-        if (!draft.empty()) {
-          a.verify_input.assign(1, next);
-          a.verify_input.insert(a.verify_input.end(), draft.begin(), draft.end());
-          a.verify_base = a.session->size();
-          batch.push_back(a.session);
-          spans.emplace_back(a.verify_input);
-          members.push_back(&a);
-          continue;
-        }
-      }
-    }
-    sampled.push_back(next);
+    if (a.step.verifies()) a.verify_base = a.session->size();
     batch.push_back(a.session);
-    spans.emplace_back(&sampled.back(), 1);
+    spans.emplace_back(a.step.append);
     members.push_back(&a);
   }
   reserve_kv(batch, spans, members);
@@ -522,30 +492,27 @@ void Scheduler::step() {
 void Scheduler::start_mtp(Active& a) {
   a.session->keep_hidden(true);
   a.mtp = std::make_unique<MtpDrafter>(*a.session, options_.draft->max_draft);
-}
-
-std::vector<int32_t> Scheduler::mtp_draft(Active& a, std::span<const int32_t> history, int limit) {
-  try {
-    return a.mtp->draft(history, limit);
-  } catch (const std::exception&) {
-    return {};  // no draft: a plain decode step
-  }
+  MtpDrafter* head = a.mtp.get();
+  a.run->set_drafter([head](std::span<const int32_t> history, int limit) {
+    try {
+      return head->draft(history, limit);
+    } catch (const std::exception&) {
+      return std::vector<int32_t>{};  // no draft: a plain decode step
+    }
+  });
 }
 
 // The tokens a verify call confirmed go out as plain decoding would have sent them; the token
-// sampled after them is kept for the next step.
+// chosen after them is the run's next one.
 void Scheduler::accept_verified(Active& a) {
-  const VerifyRequest request{a.session, a.verify_input[0],
-                              std::span<const int32_t>(a.verify_input).subspan(1),
-                              &a.decoder->sampler(), a.req.stop_ids};
-  const Verified v = accept_draft(request, a.verify_base, a.verify_rows);
-  if (metrics_) metrics_->add_speculation(v.drafted, int(v.accepted.size()));
-  for (int32_t t : v.accepted) {
+  const SequenceRun::Committed c = a.run->commit(*a.session, a.step, a.verify_base, a.verify_rows);
+  if (metrics_) metrics_->add_speculation(int(a.step.append.size()) - 1, int(c.tokens.size()));
+  for (int32_t t : c.tokens) {
     a.req.stream->push(GenEvent::token_of(t, a.index));
     ++a.generated;
     a.last = t;
   }
-  a.decoder->set_pending(v.next);
+  if (!c.finish.empty()) finish(a, c.finish);  // a grammar completed: all of it is appended
 }
 
 }  // namespace fak::server

@@ -131,8 +131,10 @@ struct GenRequest {
   std::string tenant;
   std::vector<int32_t> prompt;
   int max_tokens = 16;
-  SamplingOptions sampling;
-  std::vector<int32_t> stop_ids;
+  // How each choice chooses its tokens (runtime/sequence_decoder.h): sampling, stop ids, a
+  // grammar every token follows (the stop ids end it once it is complete) except inside an
+  // optional leading reasoning block, the reasoning budget.
+  DecodeRules rules;
   std::shared_ptr<GenStream> stream;
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
   // /v1/fak/ sessions: decode into this caller-owned session (nobody else may touch it until
@@ -150,12 +152,6 @@ struct GenRequest {
   // into n sequences sampled with seeds seed, seed + 1, ... Each takes a batch slot.
   int n = 1;
   int top_logprobs = -1;  // -1: none; 0: the sampled token's; k: and the k most likely
-  // Constrained decoding: every choice's tokens follow this grammar (the stop ids end it once it
-  // is complete), except inside an optional leading reasoning block (think).
-  std::shared_ptr<const grammar::Grammar> grammar;
-  std::optional<ThinkBlock> think;
-  std::optional<ReasoningBudget> reasoning_budget;
-  bool reasoning_open = false;  // the prompt leaves the reply inside a <think> block
   // --store: the prompt's blocks the shared store had beyond the local cache (fetched by submit,
   // installed by admit).
   std::shared_ptr<store::Prefetched> prefetched;
@@ -183,10 +179,11 @@ struct SchedulerOptions {
   bool warm_up = false;
   int ctx = 0;              // context limit (0 = the model's; never more than the budget holds)
   int prefill_chunk = 256;  // prompt tokens prefilled per step, all requests together
-  // Speculative decoding with prompt-lookup drafts (runtime/speculative.h), for sequences that
-  // sample freely (no grammar, no logprobs, not a /v1/fak/ session) on models where it is exact.
-  // Each step a sequence drafts up to max_draft / (decoding sequences) tokens, so a full batch
-  // (already past the weight-bandwidth bound) drafts few or none. nullopt: off.
+  // Speculative decoding (runtime/speculative.h): prompt-lookup drafts, or the MTP head's, for
+  // every sequence that wants no logprobs (a grammar and a reasoning budget included; the MTP
+  // head, which keeps a session's hidden states, not for a /v1/fak/ session's). Each step a
+  // sequence drafts up to max_draft / (decoding sequences) tokens, so a full batch (already past
+  // the weight-bandwidth bound) drafts few or none. nullopt: off.
   std::optional<DraftOptions> draft;
   // --cache-dir (server/cache_dir.h): the prefix cache is reloaded from there at start and written
   // there by shutdown(). Empty: off. cache_dir_bytes caps the files (0: what the cache holds);
@@ -230,7 +227,6 @@ class Scheduler {
   void loop();
   void warm_up();
   void start_mtp(Active& a);
-  std::vector<int32_t> mtp_draft(Active& a, std::span<const int32_t> history, int limit);
   void admit(GenRequest request);
   // A request's first choice clones the rest once its prompt is read: one prefill for n choices.
   void spawn_choices();

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "runtime/mtp_draft.h"
-#include "runtime/sequence_decoder.h"
+#include "runtime/sequence_run.h"
 #include "runtime/session.h"
 #include "server/scheduler.h"
 
@@ -17,18 +17,18 @@ struct Scheduler::Active {
   GenRequest req;
   std::optional<Session> owned;  // from the prefix cache (empty for a caller's session)
   Session* session = nullptr;    // &owned or req.session
-  // The choice's decoding (runtime/sequence_decoder.h): sampler, grammar, reasoning budget.
-  std::optional<SequenceDecoder> decoder;
+  // The choice's run (runtime/sequence_run.h): its decoder (sampler, grammar, reasoning budget),
+  // limits and drafts; `step` is what it planned for this step's forward call.
+  std::optional<SequenceRun> run;
+  SequenceRun::Step step;
   int index = 0;         // which choice of the request
   int choices_left = 0;  // the first choice clones the rest once the prompt is read
   int generated = 0;
   bool done = false;
   int32_t last = -1;  // last token sampled
-  // Speculative decoding: whether this sequence drafts, and this step's verify ([last] + draft
-  // from position verify_base, every position's logits; the token it samples after the accepted
-  // draft is the decoder's pending one, emitted next step as plain decoding would).
+  // Speculative decoding: whether this sequence drafts, and this step's verify (step.append from
+  // position verify_base, every position's logits, which the run's commit reads).
   bool speculates = false;
-  std::vector<int32_t> verify_input;
   std::vector<float> verify_rows;
   // --draft mtp: the head's drafter for this sequence's session (declared after `owned`, so it
   // goes first).

@@ -25,14 +25,16 @@ void Scheduler::admit(GenRequest r) {
   // Everything that can fail happens before r is taken apart, so the error reaches r's own stream
   // (and a lent session goes back to its owner).
   try {
-    DecodeRules rules;
-    rules.sampling = r.sampling;
-    rules.stop_ids = r.stop_ids;
-    rules.grammar = r.grammar;
-    rules.think = r.think;
-    rules.reasoning_budget = r.reasoning_budget;
-    rules.reasoning_open = r.reasoning_open;
-    SequenceDecoder decoder(rules, r.grammar ? token_index() : nullptr);
+    RunOptions run;
+    run.rules = r.rules;
+    run.max_tokens = r.max_tokens;
+    run.context = ctx_;
+    // Drafts for sequences that want no logprobs (a verified token has none); the MTP head keeps
+    // its session's hidden states, which a caller's session is not made to hold.
+    const bool speculates =
+        options_.draft && r.top_logprobs < 0 && !(r.session && options_.draft->mtp);
+    if (speculates && !options_.draft->mtp) run.drafter = ngram_drafter(*options_.draft);
+    SequenceRun sequence(std::move(run), r.rules.grammar ? token_index() : nullptr);
     std::optional<Session> owned;
     int reused = 0;
     std::vector<int> checkpoint_at;
@@ -64,16 +66,12 @@ void Scheduler::admit(GenRequest r) {
     } else {
       a->session = a->req.session;  // a caller's session: decoding starts at the next step
     }
-    a->decoder.emplace(std::move(decoder));
+    a->run.emplace(std::move(sequence));
     a->checkpoint_at = std::move(checkpoint_at);
     a->choices_left = a->req.n - 1;
     a->id = ++next_active_id_;
     if (a->owned) follow_leader(*a);
-    // A reasoning budget closes the block at an exact token count, which a verify step's accepted
-    // run could pass: those sequences decode one token at a time.
-    a->speculates = options_.draft && !a->req.session && !a->decoder->has_grammar() &&
-                    a->req.top_logprobs < 0 && !a->req.reasoning_budget &&
-                    speculation_unsupported(*model_).empty();
+    a->speculates = speculates;
     if (a->speculates && options_.draft->mtp) start_mtp(*a);
     active_.push_back(std::move(a));
   } catch (const std::exception& e) {
@@ -105,7 +103,7 @@ void Scheduler::spawn_choices() {
       c->owned.emplace(a.session->clone());
       c->session = &*c->owned;
       // Nothing generated yet: the start state, with the choice's own seed.
-      c->decoder.emplace(*a.decoder, a.req.sampling.seed + uint64_t(i));
+      c->run.emplace(*a.run, a.req.rules.sampling.seed + uint64_t(i));
       c->index = i;
       c->speculates = a.speculates;
       if (c->speculates && options_.draft->mtp) start_mtp(*c);

@@ -1,6 +1,9 @@
 // fak chat: a terminal conversation with the model's chat template, streamed replies, and history
 // kept in one Session so each turn prefills only what is new. Reads one user message per line, so
-// it works the same from a pipe. Commands: /save PATH, /load PATH, /undo, /reset, /stats, /quit.
+// it works the same from a pipe. Each turn is made and read back as the server's are (chat/turn.h,
+// chat/reply_reader.h): a thinking model's reasoning goes to stderr apart from the answer, and
+// with --tools a call the model writes (in its own syntax) is shown as a call, answered with
+// /tool. Commands: /tool TEXT, /save PATH, /load PATH, /undo, /reset, /stats, /quit.
 #include <unistd.h>
 
 #include <chrono>
@@ -10,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_prompt.h"
-#include "chat/stop_filter.h"
+#include "chat/turn.h"
 #include "common.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -29,10 +32,11 @@ namespace {
 using ojson = fak::ojson;
 
 struct ChatArgs {
-  std::string model, session, system, json_schema, draft = "none";
+  std::string model, session, system, json_schema, tools, tool_choice = "auto", draft = "none";
   DraftOptions draft_options;
   std::vector<std::string> stop;
   int n = 256, threads = 0;
+  int reasoning_budget = -1;  // -1: none
   float temp = 0.0f;
   uint64_t seed = 0;
 };
@@ -43,22 +47,37 @@ struct Stats {
   double decode_s = 0, prefill_s = 0;
 };
 
-// --json-schema's grammar (null without one), compiled before the model loads: a bad schema is one
-// error line at once.
-std::shared_ptr<const grammar::Grammar> compile_schema(const std::string& path) {
+// --json-schema as a response format (null without one), checked before the model loads: a bad
+// schema is one error line at once.
+ojson response_format(const std::string& path) {
   if (path.empty()) return nullptr;
   try {
-    return grammar::compile_json_schema_text(read_text_file(path));
-  } catch (const Error& e) {
+    const ojson schema = ojson::parse(read_text_file(path));
+    grammar::compile_json_schema(schema);
+    return {{"type", "json_schema"}, {"json_schema", {{"name", "reply"}, {"schema", schema}}}};
+  } catch (const std::exception& e) {
     fail("--json-schema " + path + ": " + e.what());
   }
+}
+
+// --tools: an OpenAI tools array (or {"tools": [...]}), null without one.
+ojson read_tools(const std::string& path) {
+  if (path.empty()) return nullptr;
+  ojson j = ojson::parse(read_text_file(path), nullptr, false);
+  if (j.is_object() && j.contains("tools")) j = j["tools"];
+  if (!j.is_array() || j.empty())
+    fail("--tools " + path +
+         ": expected a JSON array of OpenAI tools ({\"type\": \"function\", "
+         "\"function\": {\"name\", \"parameters\"}})");
+  return j;
 }
 
 class Chat {
  public:
   Chat(const ChatArgs& a)
       : a_(a),
-        schema_(compile_schema(a.json_schema)),
+        format_(response_format(a.json_schema)),
+        tools_(read_tools(a.tools)),
         model_(load_model(a.model)),
         prompt_(*model_),
         cache_(make_kv_cache(*model_)),
@@ -79,12 +98,9 @@ class Chat {
     if (!a_.system.empty()) messages_.push_back({{"role", "system"}, {"content", a_.system}});
   }
 
-  // The conversation rendered and tokenized; the session keeps the longest common prefix and
-  // prefills the rest (a turn's reply re-tokenized may differ from what was sampled).
-  void sync(bool generation_prompt) {
-    // What the user types is text: it never becomes a control token (server/chat_prompt.h).
-    const std::vector<int32_t> ids =
-        prompt_.encode(prompt_.render(messages_, ojson(), generation_prompt));
+  // The turn's prompt into the session: it keeps the longest common prefix and prefills the rest
+  // (a turn's reply re-tokenized may differ from what was sampled).
+  void sync(const std::vector<int32_t>& ids) {
     const std::vector<int32_t>& have = session_.tokens();
     size_t common = 0;
     while (common < have.size() && common < ids.size() && have[common] == ids[common]) ++common;
@@ -105,38 +121,128 @@ class Chat {
     check_utf8(text, "the message");
     turn_starts_.push_back({session_.size(), messages_.size()});
     messages_.push_back({{"role", "user"}, {"content", text}});
-    sync(true);
+    respond();
+  }
+
+  // /tool TEXT: the result of the first call of the last reply not answered yet; once every call
+  // has its result, the model goes on.
+  void tool_result(const std::string& text) {
+    check_utf8(text, "the tool result");
+    const ojson pending = pending_calls();
+    if (pending.empty()) {
+      note("no tool call to answer");
+      return;
+    }
+    const ojson& call = pending[0];
+    if (pending.size() == 1) turn_starts_.push_back({session_.size(), messages_.size()});
+    messages_.push_back({{"role", "tool"},
+                         {"tool_call_id", call["id"]},
+                         {"name", call["function"]["name"]},
+                         {"content", text}});
+    if (pending.size() == 1) respond();
+  }
+
+  // The calls of the last assistant message that no tool message has answered yet (they are
+  // answered in order).
+  ojson pending_calls() const {
+    ojson out = ojson::array();
+    size_t i = messages_.size();
+    while (i > 0 && messages_[i - 1]["role"] == "tool") --i;
+    if (i == 0) return out;
+    const ojson& last = messages_[i - 1];
+    if (last["role"] != "assistant" || !last.contains("tool_calls")) return out;
+    const size_t answered = messages_.size() - i;
+    for (size_t k = answered; k < last["tool_calls"].size(); ++k)
+      out.push_back(last["tool_calls"][k]);
+    return out;
+  }
+
+  // One assistant turn: made as the server makes it, generated, and read back by the format's
+  // reader: reasoning to stderr, the answer to stdout, calls shown whole at the end.
+  void respond() {
+    chat::TurnRequest t;
+    t.messages = messages_;
+    t.tools = tools_;
+    t.response_format = format_;
+    t.tool_choice = a_.tool_choice;
+    if (a_.tool_choice != "auto" && a_.tool_choice != "none" && a_.tool_choice != "required") {
+      t.tool_choice = "function";
+      t.tool_choice_name = a_.tool_choice;
+    }
+    if (a_.reasoning_budget >= 0) t.reasoning_budget = a_.reasoning_budget;
+    t.stop = a_.stop;
+    chat::Turn turn;
+    try {
+      turn = chat::make_turn(prompt_, t);
+    } catch (const chat::TurnError& e) {
+      fail("--" +
+           std::string(e.param == "tools"         ? "tools"
+                       : e.param == "tool_choice" ? "tool-choice"
+                                                  : "json-schema") +
+           ": " + e.what());
+    }
+    sync(turn.prompt);
     GenerateOptions g;
     g.max_tokens = std::min(a_.n, model_->config().context_limit() - session_.size());
     if (g.max_tokens < 1) fail("the conversation fills the context; /undo or /reset");
     g.sampling.temperature = a_.temp;
     g.sampling.seed = a_.seed + uint64_t(stats_.turns);
-    g.stop_ids = prompt_.stop_ids();
-    g.grammar = schema_;  // every reply a JSON value the schema accepts
+    g.stop_ids = turn.rules.stop_ids;
+    g.grammar = turn.rules.grammar;
+    g.think = turn.rules.think;
+    g.reasoning_open = turn.rules.reasoning_open;
+    g.reasoning_budget = turn.rules.reasoning_budget;
     // Speculative decoding: the same reply, fewer forward calls.
     if (a_.draft == "ngram") g.drafter = ngram_drafter(a_.draft_options);
     if (a_.draft == "mtp") {
       if (!head_) head_ = std::make_shared<MtpDrafter>(session_, a_.draft_options.max_draft);
       g.drafter = mtp_drafter(head_);
     }
-    StreamDecoder dec(*model_->tokenizer(), /*skip_special=*/true);
-    chat::StopFilter filter(a_.stop);  // a stop string ends the reply and is not shown
-    std::string reply;
+    std::unique_ptr<chat::ReplyReader> reader = turn.format->reply_reader(turn.reply);
+    StreamDecoder dec(*model_->tokenizer(), /*skip_special=*/!reader->reads_special_tokens());
+    std::string reasoning, content;
     GenerateResult r = generate(session_, g, [&](int32_t id) {
-      const std::string piece = filter.push(dec.push(id));
-      reply += piece;
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      return !filter.stopped();
+      show(reader->push(dec.push(id)), reasoning, content);
+      return !reader->stopped();
     });
-    const std::string rest = filter.stopped() ? "" : filter.push(dec.flush()) + filter.finish();
-    reply += rest;
-    std::printf("%s\n", rest.c_str());
+    show(reader->finish(reader->stopped() ? "" : dec.flush(), r.finish_reason == "length"),
+         reasoning, content);
+    if (!reasoning.empty()) std::fprintf(stderr, "\n");
+    ojson reply = {{"role", "assistant"}, {"content", content}};
+    if (!reasoning.empty()) reply["reasoning_content"] = reasoning;
+    const chat::ExtractedToolCalls& calls = reader->calls();
+    // The reply ends its line; then each call on a line of its own.
+    if (calls.tool_calls.empty() || (!content.empty() && content.back() != '\n')) std::printf("\n");
+    if (!calls.tool_calls.empty()) {
+      reply["content"] = calls.content;
+      reply["tool_calls"] = calls.tool_calls;
+      for (const ojson& c : calls.tool_calls)
+        std::printf("[tool call] %s %s\n", c["function"]["name"].get<std::string>().c_str(),
+                    c["function"]["arguments"].get<std::string>().c_str());
+    }
     std::fflush(stdout);
-    messages_.push_back({{"role", "assistant"}, {"content", reply}});
+    if (!calls.tool_calls.empty())
+      note(std::to_string(calls.tool_calls.size()) +
+           " tool call(s): answer each with /tool RESULT");
+    messages_.push_back(std::move(reply));
     ++stats_.turns;
     stats_.generated += int64_t(r.ids.size());
     stats_.decode_s += r.seconds;
+  }
+
+  // A piece of the reply: reasoning to stderr (marked where it starts), the answer to stdout.
+  void show(const chat::ReplyDelta& d, std::string& reasoning, std::string& content) {
+    if (!d.reasoning.empty()) {
+      if (reasoning.empty()) std::fputs("[thinking] ", stderr);
+      std::fwrite(d.reasoning.data(), 1, d.reasoning.size(), stderr);
+      std::fflush(stderr);
+      reasoning += d.reasoning;
+    }
+    if (!d.content.empty()) {
+      std::fwrite(d.content.data(), 1, d.content.size(), stdout);
+      std::fflush(stdout);
+      content += d.content;
+    }
   }
 
   bool command(const std::string& line) {
@@ -144,7 +250,9 @@ class Chat {
     const std::string cmd = line.substr(0, sp);
     const std::string arg = sp == std::string::npos ? "" : line.substr(sp + 1);
     if (cmd == "/quit" || cmd == "/exit") return false;
-    if (cmd == "/reset") {
+    if (cmd == "/tool") {
+      tool_result(arg);
+    } else if (cmd == "/reset") {
       reset();
       note("conversation cleared");
     } else if (cmd == "/undo") {
@@ -178,7 +286,7 @@ class Chat {
           stats_.decode_s > 0 ? double(stats_.generated) / stats_.decode_s : 0.0);
       note(buf);
     } else {
-      note("commands: /save PATH, /load PATH, /undo, /reset, /stats, /quit");
+      note("commands: /tool RESULT, /save PATH, /load PATH, /undo, /reset, /stats, /quit");
     }
     return true;
   }
@@ -210,7 +318,8 @@ class Chat {
 
  private:
   const ChatArgs& a_;
-  std::shared_ptr<const grammar::Grammar> schema_;  // --json-schema, or null
+  ojson format_;  // --json-schema as a response format, or null
+  ojson tools_;   // --tools, or null
   std::shared_ptr<const Model> model_;
   chat::ChatPrompt prompt_;
   std::shared_ptr<KvCache> cache_;
@@ -231,7 +340,8 @@ void chat(const ChatArgs& a) {
   if (!a.session.empty() && std::filesystem::exists(a.session)) c.load(a.session);
   const bool tty = isatty(0);
   if (tty)
-    std::fprintf(stderr, "fak chat — /save PATH, /load PATH, /undo, /reset, /stats, /quit\n");
+    std::fprintf(stderr,
+                 "fak chat — /tool RESULT, /save PATH, /load PATH, /undo, /reset, /stats, /quit\n");
   std::string line;
   for (;;) {
     if (tty) std::fprintf(stderr, "> ");
@@ -266,6 +376,14 @@ void register_chat(CLI::App& app) {
   c->add_option("--json-schema", a->json_schema,
                 "decode every reply under this JSON schema (a file): a JSON value it accepts");
   c->add_option("--stop", a->stop, "end a reply at this text (repeatable); it is not shown");
+  c->add_option("--tools", a->tools,
+                "a JSON file of OpenAI tools: calls the model writes are shown as calls, answered "
+                "with /tool RESULT");
+  c->add_option("--tool-choice", a->tool_choice,
+                "auto (default), none, required, or a tool's name (the reply is that call)");
+  c->add_option("--reasoning-budget", a->reasoning_budget,
+                "thinking models: the most reasoning tokens a reply may spend before its answer")
+      ->check(CLI::Range(0, 1 << 20));
   add_draft_flags(c, a->draft, a->draft_options);
   // Its range is checked by SamplingOptions::validate (the one set of rules), not here.
   c->add_option("--temp", a->temp, "temperature, 0 to 100 (0 = greedy)");

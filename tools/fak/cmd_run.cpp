@@ -83,6 +83,7 @@ void run(const RunArgs& a) {
   g.append_last = !a.session.empty();
   if (a.draft == "ngram") g.drafter = ngram_drafter(a.draft_options);
   if (head) g.drafter = mtp_drafter(head);
+  g.max_draft = a.draft_options.max_draft;
   g.grammar = schema;
 
   std::unique_ptr<StreamDecoder> stream;
@@ -107,12 +108,11 @@ void run(const RunArgs& a) {
     text += rest;
     if (!a.json) std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
-  if (!r.spec_off.empty()) std::fprintf(stderr, "fak: note: %s\n", r.spec_off.c_str());
   if (!a.session.empty()) session.save(a.session);
 
   const double prefill_tok_s = prompt.empty() ? 0 : double(prompt.size()) / prefill_s;
   const double decode_tok_s = r.ids.size() > 1 ? double(r.ids.size()) / r.seconds : 0;
-  const bool spec = g.drafter && r.spec_off.empty();
+  const bool spec = bool(g.drafter);
   // Generated tokens per decode forward call (plain decoding: 1, or a little more when the last
   // token is not appended).
   const double tokens_per_step = r.forward_calls > 0 ? double(r.ids.size()) / r.forward_calls : 0;
@@ -131,7 +131,6 @@ void run(const RunArgs& a) {
     j["decode_seconds"] = r.seconds;
     j["model"] = model->path().string();
     j["draft"] = spec ? a.draft : "none";
-    if (!r.spec_off.empty()) j["draft_off"] = r.spec_off;
     j["forward_calls"] = r.forward_calls;
     j["tokens_per_step"] = tokens_per_step;
     if (spec) {

@@ -98,7 +98,6 @@ void specbench(const SpecArgs& a) {
   if (a.reps < 1) fail("-r must be at least 1");
   if (a.n < 2) fail("-n must be at least 2");
   auto model = load_model(a.model);
-  if (const std::string why = speculation_unsupported(*model); !why.empty()) fail(why);
   const Tokenizer* tok = model->tokenizer();
   if (!tok) fail(model->path().string() + " has no tokenizer.json: the workload is text");
   const std::string file =
