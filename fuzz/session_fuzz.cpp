@@ -8,7 +8,7 @@
 // state it brought are used.
 //
 // Seeds: files saved by `fak run --session` on those models, in fuzz/corpus/session (their first
-// byte is the harness's selector, 0x01 | model bit; see the README's fuzzing line).
+// byte is the harness's selector, 0x01 | model bit; see docs/layout.md's Fuzzing).
 #include <unistd.h>
 
 #include <cstddef>

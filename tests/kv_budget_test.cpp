@@ -246,7 +246,7 @@ TEST(KvBudget, BytesPerTokenOfQwen25ShapesAsTheReadmeTable) {
     const char* config;
     size_t f32_kraw, f32, half_kraw, half, q8, q4;
   };
-  // The README's table (Server section).
+  // The table in docs/server.md ("KV memory: one budget, sized for agents").
   const Row rows[] = {
       {"qwen2.5-0.5b-instruct.json", 36864, 24576, 18432, 12288, 6528, 3456},
       {"qwen2.5-1.5b-instruct.json", 86016, 57344, 43008, 28672, 15232, 8064},

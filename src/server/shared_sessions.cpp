@@ -609,8 +609,8 @@ void SharedSessions::wait_recovered(std::chrono::steady_clock::time_point deadli
 void SharedSessions::sweep(bool all, const std::optional<std::set<std::string>>& wanted) {
   using State = store::SessionRecord::State;
   // Tombstones are remembered for a while only (a loss later than that can bring a deleted
-  // session back; README's consistency section says so); versions for as long as the replica
-  // runs.
+  // session back; deploy/README.md's Consistency section says so); versions for as long as the
+  // replica runs.
   constexpr auto kTombstoneMemory = std::chrono::minutes(10);
   constexpr size_t kSlice = 2000;
   std::vector<Key> keys;
