@@ -13,7 +13,7 @@
 
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 #include "weight_bytes.h"
 
 namespace fak {

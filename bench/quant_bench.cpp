@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 
 namespace fak {
 namespace {

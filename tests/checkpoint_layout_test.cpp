@@ -111,7 +111,7 @@ TEST(CheckpointLayout, Gemma3ReleaseLayoutLoadsItsLanguageModel) {
   EXPECT_TRUE(c.tie_embeddings);
   EXPECT_EQ(c.rope_theta, tiny.rope_theta);
   EXPECT_EQ(c.rope_local_theta, tiny.rope_local_theta);
-  EXPECT_EQ(c.layer_window, tiny.layer_window);
+  EXPECT_EQ(c.layers, tiny.layers);
   EXPECT_EQ(c.rms_eps, tiny.rms_eps);
   EXPECT_EQ(c.attn_scale, tiny.attn_scale);
   EXPECT_EQ(c.eos_ids, (std::vector<int32_t>{0, 7}));  // the root's, as the release's [1, 106]
@@ -188,8 +188,8 @@ TEST(CheckpointLayout, PublishedGemma3ConfigsTakeTheClassDefaults) {
   EXPECT_EQ(c4.rope_factor, 8.0);
   EXPECT_EQ(c4.eos_ids, (std::vector<int32_t>{1, 106}));
   EXPECT_EQ(c4.bos_id, 2);
-  ASSERT_EQ(c4.layer_window.size(), 34u);
-  for (int l = 0; l < 34; ++l) EXPECT_EQ(c4.layer_window[size_t(l)], (l + 1) % 6 ? 1024 : 0) << l;
+  ASSERT_EQ(c4.layers.size(), 34u);
+  for (int l = 0; l < 34; ++l) EXPECT_EQ(c4.layers[size_t(l)].window, (l + 1) % 6 ? 1024 : 0) << l;
 
   // The 27B against the text config fak's shapes list holds (written out in full).
   const ModelConfig c27 = load_hf_config(test::data_path("configs/gemma-3-27b-it.json"));
@@ -199,7 +199,7 @@ TEST(CheckpointLayout, PublishedGemma3ConfigsTakeTheClassDefaults) {
   EXPECT_EQ(c27.head_dim, full.head_dim);
   EXPECT_EQ(c27.vocab, full.vocab);
   EXPECT_EQ(c27.attn_scale, full.attn_scale);
-  EXPECT_EQ(c27.layer_window, full.layer_window);
+  EXPECT_EQ(c27.layers, full.layers);
   EXPECT_EQ(c27.eos_ids, full.eos_ids);
   EXPECT_EQ(c27.tie_embeddings, full.tie_embeddings);
   EXPECT_EQ(c27.rope_factor, full.rope_factor);

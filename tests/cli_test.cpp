@@ -52,6 +52,25 @@ TEST(Cli, RunStreamsTextByDefault) {
   EXPECT_NE(r.err.find("tok/s"), std::string::npos);
 }
 
+// The statistics line (stderr) follows the text (stdout) on a line of its own, also where both go
+// to one pipe (stdout then is fully buffered: the text must be flushed before the line is written).
+TEST(Cli, RunStatsLineFollowsTheTextOnItsOwnLine) {
+  const auto dir = test::temp_dir();
+  const auto merged = dir / "merged";
+  const std::string cmd = std::string(FAK_BINARY) +
+                          " run -p 'def fibonacci(n):\n' -n 24 --ignore-eos </dev/null 2>&1 | cat >" +
+                          merged.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const std::string out = test::read_file(merged);
+  std::filesystem::remove_all(dir);
+  const size_t text = out.find("\"\"\"Return the number of fibonacci numbers.");
+  const size_t stats = out.find("[prefill ");
+  ASSERT_NE(text, std::string::npos) << out;
+  ASSERT_NE(stats, std::string::npos) << out;
+  EXPECT_LT(text, stats) << out;
+  EXPECT_EQ(out[stats - 1], '\n') << out;
+}
+
 TEST(Cli, SamplingIsReproducibleWithASeed) {
   auto a = test::run_fak(
       "run -p 'import os\n' -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --json");

@@ -149,7 +149,7 @@ TEST(GgufHybrid, LoadRestoresTheHfWeights) {
   export_gguf(*hf, FileType::F32, dir / "m.gguf");
   auto g = Model::load(dir / "m.gguf");
   ASSERT_TRUE(g->config().is_hybrid());
-  EXPECT_EQ(g->config().layer_kinds, hf->config().layer_kinds);
+  EXPECT_EQ(g->config().layers, hf->config().layers);
   EXPECT_EQ(g->config().linear_value_head_dim, 16);
   EXPECT_EQ(g->config().rotary_dim, hf->config().rotary_dim);
   auto same = [](const WeightMatrix& a, const WeightMatrix& b) {

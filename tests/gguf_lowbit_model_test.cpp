@@ -18,7 +18,7 @@
 #include "models/gguf_export.h"
 #include "models/model.h"
 #include "models/quant_policy.h"
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 #include "runtime/session.h"
 #include "test_util.h"
 

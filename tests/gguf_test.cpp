@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "io/ggml_type.h"
 #include "io/gguf_writer.h"
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 #include "test_util.h"
 
 namespace fak {

@@ -10,7 +10,7 @@
 
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 
 namespace fak {
 namespace {

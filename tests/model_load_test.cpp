@@ -149,8 +149,8 @@ TEST(ModelLoad, Qwen35HybridIsRecognised) {
   auto c = load_hf_config(test::data_path("oracle/qwen35-hybrid-tiny/config.json"));
   EXPECT_EQ(c.family_name(), "qwen3_5_text");
   EXPECT_EQ(c.rotary_dim, 8);
-  EXPECT_EQ(c.layer_kinds[0], LayerKind::LinearAttention);
-  EXPECT_EQ(c.layer_kinds[3], LayerKind::FullAttention);
+  EXPECT_EQ(c.layers[0].mixer, LayerKind::LinearAttention);
+  EXPECT_EQ(c.layers[3].mixer, LayerKind::FullAttention);
 }
 
 TEST(ModelLoad, RopeThetaTopLevelOrNested) {

@@ -332,7 +332,8 @@ TEST(NewFamilies, BadConfigsAreRefusedNamingTheField) {
   EXPECT_EQ(Model::load(fixture_copy("gemma3-tiny", [](json& j) { j.erase("sliding_window"); }),
                         {.load_tokenizer = false})
                 ->config()
-                .layer_window[0],
+                .layers[0]
+                .window,
             4096);
   refuses(
       "gemma3-tiny", [](json& j) { j["rope_local_base_freq"] = 0; }, "rope_local_base_freq");
@@ -447,13 +448,15 @@ TEST(MoeModel, DenseLayersBetweenSparseOnesInHfAndGguf) {
   const auto hf = Model::load(dir);
   const ModelConfig& c = hf->config();
   // Sparse where (layer + 1) % 2 == 0, unless listed in mlp_only_layers: layer 1 only.
-  EXPECT_EQ(c.ffn_kinds,
+  std::vector<FfnKind> ffns;
+  for (const LayerSlot& s : c.layers) ffns.push_back(s.ffn);
+  EXPECT_EQ(ffns,
             (std::vector<FfnKind>{FfnKind::Dense, FfnKind::Moe, FfnKind::Dense, FfnKind::Dense}));
   const ExportStats stats = export_gguf(*hf, FileType::F32, dir / "f32.gguf");
   ASSERT_EQ(stats.warnings.size(), 1u);
   EXPECT_NE(stats.warnings[0].find("some layers are dense"), std::string::npos);
   const auto g = Model::load(dir / "f32.gguf", {.load_tokenizer = false});
-  EXPECT_EQ(g->config().ffn_kinds, c.ffn_kinds);
+  EXPECT_EQ(g->config().layers, c.layers);
   const auto ids = random_ids(40, c.vocab, 3);
   EXPECT_TRUE(bit_equal(prompt_logits(hf, ids), prompt_logits(g, ids)));
 }

@@ -55,7 +55,7 @@ TEST(PrefillBudget, ShrinksWithDepthOnlyWhileOthersDecode) {
   // Windowed layers cost no more past their window: Gemma 3 keeps more of its chunk at 64k.
   ModelConfig gemma = config("gemma-3-27b-text");
   const int windowed = prefill_budget(gemma, 256, 65536, true);
-  gemma.layer_window.assign(gemma.layer_window.size(), 0);
+  for (LayerSlot& s : gemma.layers) s.window = 0;
   EXPECT_GT(windowed, prefill_budget(gemma, 256, 65536, true));
 }
 

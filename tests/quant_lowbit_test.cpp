@@ -26,7 +26,7 @@
 #include <random>
 #include <vector>
 
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 #include "test_util.h"
 
 namespace fak {

@@ -103,7 +103,7 @@ json completion(const std::string& prompt, int max_tokens) {
   return {{"model", "pycoder-6m"}, {"prompt", prompt}, {"max_tokens", max_tokens}};
 }
 
-// The folder a tenant's saved sessions live in (session_store.cpp names it so).
+// The folder a tenant's saved sessions live in (session_table.cpp names it so).
 std::string tenant_folder(const std::string& key) {
   unsigned char d[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

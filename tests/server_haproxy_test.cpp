@@ -164,6 +164,10 @@ TEST(ServerHaproxy, AgentsFinishWithOneServersRepliesWhileAReplicaIsKilled) {
   ServerProcess& victim = n1 >= n2 ? r1 : r2;
   ServerProcess& survivor = n1 >= n2 ? r2 : r1;
   EXPECT_GT(std::max(n1, n2), 0);
+  // Blocks reach the store after a reply: on a loaded host the victim may not have published
+  // its agents' prefixes yet, and the survivor could then hit nothing of them. Killed once it has.
+  for (int i = 0; i < 1000 && metric(victim.port(), "fak_store_published_blocks_total") <= 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ::kill(victim.pid(), SIGKILL);
   for (auto& t : threads) t.join();
 

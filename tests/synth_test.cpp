@@ -60,8 +60,8 @@ TEST(SynthHybrid, LoadsAndPrefillAgreesWithDecode) {
   const ModelConfig& c = model->config();
   ASSERT_EQ(c.n_layers, 8);
   EXPECT_EQ(model->n_attention_layers(), 2);
-  EXPECT_EQ(c.layer_kinds[7], LayerKind::FullAttention);
-  EXPECT_EQ(c.layer_kinds[4], LayerKind::LinearAttention);
+  EXPECT_EQ(c.layers[7].mixer, LayerKind::FullAttention);
+  EXPECT_EQ(c.layers[4].mixer, LayerKind::LinearAttention);
   auto cache = std::make_shared<KvCache>(model->n_attention_layers(), c.n_kv_heads, c.head_dim);
 
   std::vector<int32_t> ids;

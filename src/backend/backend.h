@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "memory/kv_cache.h"
-#include "models/config.h"
 #include "ops/deltanet.h"
 #include "ops/matmul.h"
+#include "ops/specs.h"
 
 namespace fak {
 
@@ -201,6 +201,9 @@ class Backend {
   virtual void upload(const WeightMatrix& m) = 0;
   virtual void upload(const std::vector<float>& v) = 0;
   virtual size_t weight_bytes() const = 0;  // device bytes of the uploaded weights
+  // Empty when this backend's kernels can run every op of `forward`; otherwise what they lack,
+  // named for an error ("layer 0: sliding-window attention").
+  virtual std::string unsupported(const ForwardSpec& forward) const = 0;
   // Throws naming what this backend's kernels cannot run (a head wider than they take, ...).
   virtual void check_shapes(int head_dim, int conv_kernel, int v_head_dim) const = 0;
   // Allocates the buffers of a call of these sizes (and `logit_rows` rows of `vocab` logits) now,

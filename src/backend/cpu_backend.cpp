@@ -458,9 +458,8 @@ void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const flo
       // every expert then reads the same row, and matmul_many quantises it once, not 8 times).
       auto input = [&](int e) {
         const size_t r0 = size_t(first[size_t(e)]) - base;
-        return first[size_t(e) + 1] - first[size_t(e)] == 1
-                   ? x + size_t(pairs[base + r0] / k) * D
-                   : xs + r0 * D;
+        return first[size_t(e) + 1] - first[size_t(e)] == 1 ? x + size_t(pairs[base + r0] / k) * D
+                                                            : xs + r0 * D;
       };
       for (int e = e0; e < e1; ++e)
         if (first[size_t(e) + 1] - first[size_t(e)] > 1)
@@ -511,6 +510,7 @@ class CpuBackend final : public Backend {
   void upload(const WeightMatrix&) override {}
   void upload(const std::vector<float>&) override {}
   size_t weight_bytes() const override { return 0; }
+  std::string unsupported(const ForwardSpec&) const override { return ""; }
   void check_shapes(int, int, int) const override {}
   void reserve(const BufferSizes&, int, int, int) const override {}
   std::unique_ptr<BackendCall> begin(std::span<const BatchItem> batch, KvCache& cache,

@@ -4,10 +4,6 @@
 
 #include "core/error.h"
 
-#ifdef FAK_HAS_CUDA
-#include "cuda/probe.h"
-#endif
-
 namespace fak {
 
 std::string Device::name() const {

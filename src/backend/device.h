@@ -13,7 +13,9 @@ struct Device {
   DeviceKind kind = DeviceKind::Cpu;
   int index = 0;             // which GPU, for Cuda
   std::string name() const;  // "cpu", "cuda:0"
-  bool operator==(const Device&) const = default;
+  // Written out, not defaulted: nvcc compiles the CUDA files that include this as C++17.
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
 };
 
 // "cpu", "cuda" (= cuda:0) or "cuda:N"; throws fak::Error naming the accepted forms.
@@ -25,5 +27,10 @@ bool cuda_compiled();
 // Empty when `device` can run a forward pass here; otherwise one sentence saying why not ("this fak
 // was built without CUDA ...", "no CUDA device: ..."), for errors and for tests that skip.
 std::string device_unavailable_reason(const Device& device);
+
+// What the CUDA backend says of device `index` (empty: usable; else why not: no driver, no
+// device, too old a GPU). Defined by cuda/cuda_device.cpp in builds with CUDA, and asked only
+// there; declared here so the backend layer never includes the CUDA folder above it.
+std::string cuda_device_problem(int index);
 
 }  // namespace fak

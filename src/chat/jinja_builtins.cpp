@@ -1,6 +1,6 @@
 // Filters and tests. Behaviour follows jinja2/filters.py and tests.py; tojson is transformers'
 // override (json.dumps with ensure_ascii=False, no HTML escaping), which is what decides the bytes
-// of tool schemas in a prompt.
+// of tool schemas in a prompt. Over 600 lines: the filter and test table templates rely on.
 #include "chat/jinja_builtins.h"
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 // falsey, prints as "", iterates as empty, but attribute access, calls and arithmetic on it fail.
 // note: a render that throws leaves the Interpreter's scope/output pointers dangling; it is never
 // reused after an error (render() resets everything), so no unwinding bookkeeping is needed.
+// Over 600 lines: every statement and operator of the language, one evaluator.
 #include "chat/jinja_eval.h"
 
 #include <pthread.h>

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "cuda/cuda_device.h"
+#include "cuda/cuda_support.h"
 #include "cuda/deltanet_kernels.h"
 #include "cuda/kernels.h"
 #include "cuda/moe_kernels.h"
@@ -168,6 +169,9 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda:" + std::to_string(index_); }
   std::shared_ptr<KvStorage> kv_storage() const override { return storage_; }
   size_t weight_bytes() const override { return weight_bytes_; }
+  std::string unsupported(const ForwardSpec& forward) const override {
+    return cuda_unsupported(forward);
+  }
   void check_shapes(int head_dim, int conv_kernel, int v_head_dim) const override {
     if (head_dim > 256) fail("--device cuda: head_dim " + std::to_string(head_dim) + " > 256");
     if (conv_kernel > 8 || v_head_dim > 1024)

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "cuda/probe.h"
+#include "backend/device.h"
 #include "memory/kv_storage.h"
 
 namespace fak {

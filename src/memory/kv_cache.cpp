@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 
 namespace fak {
 
@@ -190,7 +190,7 @@ void KvCache::drop_window_rows(int32_t block) {
 namespace {
 
 // n f32 values as stored elements of type dt, and back (the rounding is deterministic: Q8_0's
-// quantiser gives the same bytes in every kernel variant, ops/quant/quant.h; Q4_0's has one, the
+// quantiser gives the same bytes in every kernel variant, quant/quant.h; Q4_0's has one, the
 // scalar reference).
 void encode(DType dt, const float* x, int n, uint8_t* out) {
   if (dtype_blocked(dt)) {

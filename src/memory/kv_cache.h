@@ -3,9 +3,10 @@
 // K after RoPE, V, and optionally Kraw (K before RoPE, kept so a shift-eviction can re-rotate
 // survivors once from the original instead of composing rotations).
 //
-// Rows are stored as f32, f16 or bf16 (KvCacheOptions::dtype); the forward pass writes f32 rows
-// through store_row and attention reads them in place. Conversions are deterministic, so the
-// reuse stack's bit-exactness holds for every storage type.
+// Rows are stored as f32, f16, bf16, or in ggml's q8_0 / q4_0 blocks (KvCacheOptions::dtype); the
+// forward pass writes f32 rows through store_row and attention reads them in place (the blocked
+// types through their dot products). Conversions are deterministic, so the reuse stack's
+// bit-exactness holds for every storage type.
 //
 // Layout: blocks live in slabs of blocks_per_slab_, each slab [layer][plane][head][block][slot]
 // [head_dim] (planes K | V | Kraw): one KV head's rows of a block are contiguous, and so are its
@@ -48,7 +49,7 @@
 #include "core/error.h"
 #include "memory/kv_cells.h"
 #include "memory/kv_storage.h"
-#include "ops/quant/quant_type.h"
+#include "quant/quant_type.h"
 
 namespace fak {
 

@@ -58,8 +58,60 @@ RecurrentShape ModelConfig::recurrent_shape() const {
   shape.ssm_floats =
       size_t(linear_num_value_heads) * size_t(linear_key_head_dim) * size_t(linear_value_head_dim);
   for (int l = 0; l < n_layers; ++l)
-    shape.linear_layers.push_back(layer_kinds[size_t(l)] == LayerKind::LinearAttention);
+    shape.linear_layers.push_back(layers[size_t(l)].mixer == LayerKind::LinearAttention);
   return shape;
+}
+
+int ModelConfig::max_window() const {
+  int w = 0;
+  for (const LayerSlot& s : layers) w = std::max(w, s.window);
+  return w;
+}
+
+int ModelConfig::count_mixers(LayerKind kind) const {
+  return int(std::count_if(layers.begin(), layers.end(),
+                           [&](const LayerSlot& s) { return s.mixer == kind; }));
+}
+
+int ModelConfig::count_ffns(FfnKind kind) const {
+  return int(std::count_if(layers.begin(), layers.end(),
+                           [&](const LayerSlot& s) { return s.ffn == kind; }));
+}
+
+LayerSpec ModelConfig::layer_spec(int layer) const {
+  check(layer >= -1 && layer < int(layers.size()), "layer_spec: no layer " + std::to_string(layer));
+  // The MTP head's layer: full attention over every position, the model's RoPE, the model's FFN.
+  const LayerSlot slot =
+      layer >= 0 ? layers[size_t(layer)]
+                 : LayerSlot{LayerKind::FullAttention, is_moe() ? FfnKind::Moe : FfnKind::Dense, 0};
+  LayerSpec s;
+  s.mixer = slot.mixer;
+  AttentionLayerSpec& a = s.attention;
+  a.window = slot.window;
+  a.rope_table = rope_table(layer);
+  a.scale = attn_scale > 0 ? attn_scale : float(1.0 / std::sqrt(double(head_dim)));
+  a.qk_norm = qk_norm;
+  a.output_gate = attn_output_gate;
+  a.sinks = attn_sinks;
+  FfnSpec& f = s.ffn;
+  f.kind = slot.ffn;
+  f.act = mlp_act;
+  f.router = router;
+  f.n_experts = n_experts;
+  f.k = n_experts_used;
+  f.renorm = norm_topk_prob;
+  f.groups = n_expert_groups;
+  f.groups_used = n_groups_used;
+  f.routed_scale = routed_scaling;
+  f.expert_act = expert_act;
+  f.clamp_alpha = swiglu_alpha;
+  f.clamp_limit = swiglu_limit;
+  f.expert_biases = moe_bias;
+  f.shared_hidden = shared_expert_hidden_dim;
+  f.shared_gated = shared_expert_gated;
+  s.norms.sandwich = sandwich_norms;
+  s.norms.plus_one = norm_plus_one;
+  return s;
 }
 
 std::string ModelConfig::family_name() const {
@@ -287,8 +339,7 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
   // HF's default for every family but Gemma's.
   c.tie_embeddings = json_bool_or(j, "tie_word_embeddings", false);
 
-  c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
-  c.ffn_kinds.assign(size_t(c.n_layers), FfnKind::Dense);
+  c.layers.assign(size_t(c.n_layers), LayerSlot{});
   if (j.contains("layer_types") && j["layer_types"].is_array()) {
     const json& lt = j["layer_types"];
     if (lt.size() != size_t(c.n_layers))
@@ -297,16 +348,15 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
     for (size_t i = 0; i < lt.size(); ++i) {
       std::string kind = lt[i].is_string() ? lt[i].get<std::string>() : "";
       if (kind == "full_attention") {
-        c.layer_kinds[i] = LayerKind::FullAttention;
+        c.layers[i].mixer = LayerKind::FullAttention;
       } else if (kind == "linear_attention") {
-        c.layer_kinds[i] = LayerKind::LinearAttention;
+        c.layers[i].mixer = LayerKind::LinearAttention;
       } else if (kind == "sliding_attention") {
         // Attention over the last sliding_window positions (Gemma 3's local layers).
         const int window = json_int_or(j, "sliding_window", 0, kMaxSeqLen, label);
         if (window < 1) fail(label + ": layer_types has sliding_attention but no sliding_window");
-        c.layer_kinds[i] = LayerKind::FullAttention;
-        c.layer_window.resize(size_t(c.n_layers), 0);
-        c.layer_window[i] = window;
+        c.layers[i].mixer = LayerKind::FullAttention;
+        c.layers[i].window = window;
       } else {
         fail(label + ": layer_types[" + std::to_string(i) + "] '" + kind + "' is not supported");
       }
@@ -330,12 +380,11 @@ ModelConfig parse_hf_config(const json& root, const std::string& label) {
            "the unquantised weights with fak convert)");
   }
   // A dense model's MLP width; MoE families whose every layer is sparse may leave it out.
-  const bool any_dense =
-      std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
+  const bool any_dense = c.count_ffns(FfnKind::Dense) > 0;
   c.hidden_dim = any_dense ? json_int(j, "intermediate_size", kMaxWidth, label)
                            : json_int_or(j, "intermediate_size", 0, kMaxWidth, label);
   for (int i = 0; i < c.n_layers; ++i)
-    if (c.layer_kinds[size_t(i)] == LayerKind::LinearAttention && !c.is_hybrid())
+    if (c.layers[size_t(i)].mixer == LayerKind::LinearAttention && !c.is_hybrid())
       fail(label + ": layer_types[" + std::to_string(i) +
            "] 'linear_attention' is not supported by " + c.family_name());
   check_derived_sizes(c, label);

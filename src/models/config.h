@@ -1,5 +1,7 @@
-// Model architecture as data: every family is normalised into one ModelConfig at load time, so the
-// forward pass branches on flags (qkv_bias, qk_norm, ...) rather than on architecture names.
+// Model architecture as data: every family is normalised into one ModelConfig at load time: the
+// model-wide sizes and settings, and per layer what varies (LayerSlot: its mixer, its FFN, its
+// window). layer_spec() puts the two together into the LayerSpec (ops/specs.h) the forward pass
+// and the backends read, so nothing above this file branches on architecture names.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "memory/recurrent_state.h"
+#include "ops/specs.h"
 
 namespace fak {
 
@@ -26,16 +29,17 @@ inline constexpr int kMaxSeqLen = 1 << 24;
 inline constexpr int kMaxExperts = 4096;
 
 class Family;
-enum class LayerKind { FullAttention, LinearAttention };  // the token mixer of a layer
-enum class FfnKind { Dense, Moe };                        // its feed-forward block
 enum class RopeScaling { None, Linear, Llama3, Yarn };
-// The gated MLP's activation: SwiGLU, GeGLU (tanh GELU), or gpt-oss's clamped SwiGLU:
-// (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g) with g = min(gate, limit).
-enum class Activation { Silu, GeluTanh, ClampedSwiglu };
-// How a MoE router turns its logits into the experts' weights: a softmax over all of them (Qwen),
-// each expert's sigmoid, chosen with a correction bias and by groups (GLM-4.5, DeepSeek-V3), or
-// the top k logits and a softmax over those k alone (gpt-oss).
-enum class RouterKind { Softmax, Sigmoid, SoftmaxChosen };
+
+// What varies from layer to layer in the families fak runs, as the families read it from a
+// config.json or a GGUF: the token mixer (Qwen3.5's DeltaNet / attention pattern), the FFN (GLM's
+// leading dense layers), the sliding window (Gemma 3, gpt-oss).
+struct LayerSlot {
+  LayerKind mixer = LayerKind::FullAttention;
+  FfnKind ffn = FfnKind::Dense;
+  int window = 0;  // > 0: the layer attends to the last `window` positions only
+  bool operator==(const LayerSlot&) const = default;
+};
 
 struct ModelConfig {
   const Family* family = nullptr;  // models/family.h: llama, qwen2, qwen3, qwen35, qwen3_moe, ...
@@ -78,15 +82,13 @@ struct ModelConfig {
   bool sandwich_norms = false;
   float embed_scale = 1.0f;
   float attn_scale = 0.0f;        // 0: 1 / sqrt(head_dim)
-  std::vector<int> layer_window;  // per layer (empty: none): attend to the last N positions only
   double rope_local_theta = 0.0;  // > 0: windowed layers rotate with this base, unscaled
 
   // gpt-oss: a learned logit per query head that joins every softmax of its attention as one more
   // key with no value ("attention sinks"), so a head may attend to nothing.
   bool attn_sinks = false;
 
-  std::vector<LayerKind> layer_kinds;  // one per layer
-  std::vector<FfnKind> ffn_kinds;      // one per layer
+  std::vector<LayerSlot> layers;  // one per layer
   // Gated DeltaNet (Qwen3.5) layers.
   int linear_conv_kernel = 0;
   int linear_key_head_dim = 0, linear_value_head_dim = 0;
@@ -125,11 +127,18 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
   // Layer l's sliding window (0: it attends to every earlier position); -1 (the MTP layer): 0.
   int window(int layer) const {
-    return layer >= 0 && size_t(layer) < layer_window.size() ? layer_window[size_t(layer)] : 0;
+    return layer >= 0 && size_t(layer) < layers.size() ? layers[size_t(layer)].window : 0;
   }
   bool has_windows() const {
-    return std::any_of(layer_window.begin(), layer_window.end(), [](int w) { return w > 0; });
+    return std::any_of(layers.begin(), layers.end(),
+                       [](const LayerSlot& s) { return s.window > 0; });
   }
+  int max_window() const;  // the widest layer's window (0: none)
+  // Layers whose mixer / FFN is `kind`.
+  int count_mixers(LayerKind kind) const;
+  int count_ffns(FfnKind kind) const;
+  // The whole of what layer `layer` computes (-1: the MTP head's one full-attention layer).
+  LayerSpec layer_spec(int layer) const;
   // Which RoPE table layer l rotates with: 0 (the model's), or 1 (the local one of windowed
   // layers).
   int rope_table(int layer) const { return rope_local_theta > 0 && window(layer) > 0 ? 1 : 0; }

@@ -1,9 +1,12 @@
 // The transformer forward pass, written once over the backend's ops (backend/backend.h), for
 // every family and device: embeddings, then per layer
 //
-//   x += mixer(RMSNorm(x))      attention (GQA, RoPE, optional q/k norm and output gate)
-//                               or Gated DeltaNet
-//   x += ffn(RMSNorm(x))        SwiGLU MLP, or a sparse MoE (+ a gated shared expert)
+//   x += mixer(RMSNorm(x))      attention (GQA, RoPE, optional q/k norm, output gate, sinks,
+//                               a sliding window) or Gated DeltaNet
+//   x += ffn(RMSNorm(x))        a gated MLP (SiLU or tanh-GELU), or a sparse MoE (softmax,
+//                               sigmoid or chosen-softmax router; optional shared expert)
+//
+// (Gemma 3's sandwich norms also normalise each sublayer's output before it is added.)
 //
 // then the final norm and the logits. Matmuls see all tokens of all sequences at once, so each
 // weight is read once per call (each expert once per call, for the tokens routed to it).
@@ -33,8 +36,7 @@ BufferSizes forward_buffer_sizes(const ModelConfig& c, int T) {
   set(Buf::X, c.dim);
   set(Buf::XN, c.dim);
   set(Buf::Proj, c.dim);
-  const bool attention = std::find(c.layer_kinds.begin(), c.layer_kinds.end(),
-                                   LayerKind::FullAttention) != c.layer_kinds.end();
+  const bool attention = c.count_mixers(LayerKind::FullAttention) > 0;
   if (attention) {
     set(Buf::Q, c.q_dim());
     set(Buf::K, c.kv_dim());
@@ -45,8 +47,7 @@ BufferSizes forward_buffer_sizes(const ModelConfig& c, int T) {
       set(Buf::AttnGate, c.q_dim());
     }
   }
-  const bool dense =
-      std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
+  const bool dense = c.count_ffns(FfnKind::Dense) > 0;
   // The dense MLP runs kMlpCallTokens tokens at a time (mlp_block); a shared expert takes them all.
   const size_t hidden_floats =
       std::max(size_t(std::min(T, kMlpCallTokens)) * size_t(dense ? c.hidden_dim : 0),
@@ -107,8 +108,9 @@ class Pass {
     if (c_.embed_scale != 1.0f) b_.scale(x, n, c_.embed_scale);
     if (hook) (*hook)(0, b_.host_view(x, n), T_);
     for (int l = 0; l < c_.n_layers; ++l) {
-      const LayerWeights& L = w_.layers[size_t(l)];
-      decoder_layer(L, L.kind == LayerKind::FullAttention ? m_.attention_index(l) : -1, l);
+      const LayerSpec& s = m_.layer_spec(l);
+      decoder_layer(s, w_.layers[size_t(l)],
+                    s.mixer == LayerKind::FullAttention ? m_.attention_index(l) : -1, l);
       if (hook) (*hook)(l + 1, b_.host_view(x, n), T_);
     }
     const bool keep = std::any_of(batch.begin(), batch.end(),
@@ -140,7 +142,7 @@ class Pass {
     b_.rmsnorm(h, M.norm_hidden, T_, c_.dim, c_.rms_eps, h);
     b_.concat(xn, c_.dim, h, c_.dim, cat);  // the embedding first, as the checkpoints' fc reads
     b_.matmul(M.fc, cat, T_, x);
-    decoder_layer(M.layer, 0, -1);  // full attention, the model's RoPE table
+    decoder_layer(m_.layer_spec(-1), M.layer, 0, -1);  // full attention, the model's RoPE
     if (hidden_out) {
       b_.rmsnorm(x, M.final_norm, T_, c_.dim, c_.rms_eps, xn);
       std::copy_n(b_.host_view(xn, n), n, hidden_out);
@@ -151,40 +153,40 @@ class Pass {
  private:
   // x += mixer(RMSNorm(x)); x += ffn(RMSNorm(x)). attention_layer: the layer's index among the
   // call cache's attention layers (full attention), layer: the model's index (Gated DeltaNet).
-  void decoder_layer(const LayerWeights& L, int attention_layer, int layer) {
+  void decoder_layer(const LayerSpec& s, const LayerWeights& L, int attention_layer, int layer) {
     float* x = b_.buf(Buf::X);
     float* xn = b_.buf(Buf::XN);
     float* out = b_.buf(Buf::Proj);
     const size_t n = size_t(T_) * size_t(c_.dim);
     b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
-    if (L.kind == LayerKind::FullAttention) {
-      attention_block(L.attn, attention_layer, layer, xn, out);
+    if (s.mixer == LayerKind::FullAttention) {
+      attention_block(s.attention, L.attn, attention_layer, xn, out);
     } else {
       deltanet_block(L.delta, layer, xn, out);
     }
-    if (c_.sandwich_norms) b_.rmsnorm(out, L.post_attn_norm, T_, c_.dim, c_.rms_eps, out);
+    if (s.norms.sandwich) b_.rmsnorm(out, L.post_attn_norm, T_, c_.dim, c_.rms_eps, out);
     b_.add(x, out, n);
     b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
-    if (L.ffn == FfnKind::Moe) {
-      moe_block(L.moe, xn, out);
+    if (s.ffn.kind == FfnKind::Moe) {
+      moe_block(s.ffn, L.moe, xn, out);
     } else {
-      mlp_block(L.mlp, xn, out);
+      mlp_block(s.ffn.act, L.mlp, xn, out);
     }
-    if (c_.sandwich_norms) b_.rmsnorm(out, L.post_mlp_norm, T_, c_.dim, c_.rms_eps, out);
+    if (s.norms.sandwich) b_.rmsnorm(out, L.post_mlp_norm, T_, c_.dim, c_.rms_eps, out);
     b_.add(x, out, n);
   }
 
   // Causal self-attention over the paged KV cache; with an output gate (Qwen3.5) q_proj also
   // yields a per-head sigmoid gate on the attention output.
-  // layer: the model's layer index (its window and RoPE table), -1 for the MTP head's layer.
-  void attention_block(const AttentionWeights& A, int al, int layer, const float* xn, float* out) {
+  void attention_block(const AttentionLayerSpec& s, const AttentionWeights& A, int al,
+                       const float* xn, float* out) {
     const int hd = c_.head_dim, q_dim = c_.q_dim();
     float* q = b_.buf(Buf::Q);     // [T][n_heads][head_dim]
     float* k = b_.buf(Buf::K);     // [T][n_kv_heads][head_dim]
     float* v = b_.buf(Buf::V);     // [T][n_kv_heads][head_dim]
     float* o = b_.buf(Buf::Attn);  // [T][n_heads][head_dim]
     // q, k and v in one call (one fork and join, xn quantised once).
-    if (c_.attn_output_gate) {
+    if (s.output_gate) {
       float* q2 = b_.buf(Buf::Q2);  // [T][n_heads][query | gate]
       const MatmulJob qkv[3] = {{&A.wq, xn, T_, q2}, {&A.wk, xn, T_, k}, {&A.wv, xn, T_, v}};
       b_.matmuls(qkv);
@@ -197,22 +199,21 @@ class Pass {
     }
     b_.add_bias(k, A.bk, T_);
     b_.add_bias(v, A.bv, T_);
-    if (c_.qk_norm) {
+    if (s.qk_norm) {
       b_.rmsnorm(q, A.q_norm, T_ * c_.n_heads, hd, c_.rms_eps, q);
       b_.rmsnorm(k, A.k_norm, T_ * c_.n_kv_heads, hd, c_.rms_eps, k);
     }
     b_.kv_store(al, KvPlane::Kraw, k);  // pre-RoPE keys, for quarantine's shift mode
-    const int table = c_.rope_table(layer);
-    b_.rope(q, c_.n_heads, hd, table);
-    b_.rope(k, c_.n_kv_heads, hd, table);
+    b_.rope(q, c_.n_heads, hd, s.rope_table);
+    b_.rope(k, c_.n_kv_heads, hd, s.rope_table);
     b_.kv_store(al, KvPlane::K, k);
     b_.kv_store(al, KvPlane::V, v);
     AttentionSpec spec;
-    spec.scale = c_.attn_scale > 0 ? c_.attn_scale : float(1.0 / std::sqrt(double(hd)));
-    spec.window = c_.window(layer);
-    spec.sinks = A.sinks.empty() ? nullptr : &A.sinks;
+    spec.scale = s.scale;
+    spec.window = s.window;
+    spec.sinks = s.sinks ? &A.sinks : nullptr;
     b_.attention(al, q, c_.n_heads, c_.n_kv_heads, hd, spec, o);
-    if (c_.attn_output_gate) b_.sigmoid_mul(o, b_.buf(Buf::AttnGate), size_t(T_) * size_t(q_dim));
+    if (s.output_gate) b_.sigmoid_mul(o, b_.buf(Buf::AttnGate), size_t(T_) * size_t(q_dim));
     b_.matmul(A.wo, o, T_, out);
     b_.add_bias(out, A.bo, T_);
   }
@@ -237,9 +238,10 @@ class Pass {
     b_.matmul(D.out_proj, core, T_, out);
   }
 
-  // SwiGLU: down(silu(gate x) * up x), kMlpCallTokens tokens at a time (the same bits: a matmul's
+  // Gated MLP: down(act(gate x) * up x), act SiLU (SwiGLU) or tanh-GELU (Gemma's GeGLU),
+  // kMlpCallTokens tokens at a time (the same bits: a matmul's
   // rows do not depend on the others, ops/matmul.h), so its two widest buffers stay small.
-  void mlp_block(const MlpWeights& M, const float* xn, float* out) {
+  void mlp_block(Activation act, const MlpWeights& M, const float* xn, float* out) {
     const int hidden = int(M.gate.rows);
     float* g = b_.buf(Buf::Gate);  // [tokens][hidden]
     float* u = b_.buf(Buf::Up);    // [tokens][hidden]
@@ -251,7 +253,7 @@ class Pass {
       b_.matmuls(gate_up);
       b_.add_bias(g, M.b_gate, n);
       b_.add_bias(u, M.b_up, n);
-      if (c_.mlp_act == Activation::GeluTanh)
+      if (act == Activation::GeluTanh)
         b_.gelu_mul(g, u, size_t(n) * size_t(hidden), g);
       else
         b_.silu_mul(g, u, size_t(n) * size_t(hidden), g);
@@ -260,39 +262,40 @@ class Pass {
     }
   }
 
-  // Sparse MoE: a softmax router picks each token's top n_experts_used experts, whose SwiGLU
-  // outputs are summed with the (renormalised) router weights; Qwen3.5 MoE adds a shared expert
-  // scaled by sigmoid(shared_gate x).
-  void moe_block(const MoeWeights& M, const float* xn, float* out) {
-    const int k = c_.n_experts_used;
+  // Sparse MoE: a router (RouterKind: softmax over all experts, GLM's sigmoid with a selection bias
+  // and groups, gpt-oss's softmax over the chosen) picks each token's top n_experts_used experts,
+  // whose gated outputs (with gpt-oss's clamped SwiGLU and biases) are summed with the router
+  // weights; Qwen3.5 MoE adds a shared expert scaled by sigmoid(shared_gate x), GLM an ungated one.
+  void moe_block(const FfnSpec& s, const MoeWeights& M, const float* xn, float* out) {
+    const int k = s.k;
     float* logits = b_.buf(Buf::Router);     // [T][n_experts]
     float* weight = b_.buf(Buf::MoeWeight);  // [T][k]
     b_.matmul(M.router, xn, T_, logits);
     b_.add_bias(logits, M.router_logit_bias, T_);
     MoeRouting routing;
-    routing.n_experts = c_.n_experts;
+    routing.n_experts = s.n_experts;
     routing.k = k;
-    routing.renorm = c_.norm_topk_prob;
-    routing.kind = c_.router;
+    routing.renorm = s.renorm;
+    routing.kind = s.router;
     routing.bias = M.router_bias.empty() ? nullptr : &M.router_bias;
-    routing.groups = c_.n_expert_groups;
-    routing.groups_used = c_.n_groups_used;
-    routing.scale = c_.routed_scaling;
+    routing.groups = s.groups;
+    routing.groups_used = s.groups_used;
+    routing.scale = s.routed_scale;
     b_.moe_route(logits, routing, weight);
     MoeExperts experts{M.gate, M.up, M.down};
-    if (c_.moe_bias) {
+    if (s.expert_biases) {
       experts.b_gate = &M.b_gate;
       experts.b_up = &M.b_up;
       experts.b_down = &M.b_down;
     }
-    experts.act = c_.expert_act;
-    experts.alpha = c_.swiglu_alpha;
-    experts.limit = c_.swiglu_limit;
+    experts.act = s.expert_act;
+    experts.alpha = s.clamp_alpha;
+    experts.limit = s.clamp_limit;
     b_.moe_experts(experts, xn, k, weight, out);
-    if (c_.shared_expert_hidden_dim > 0) {
+    if (s.shared_hidden > 0) {
       float* shared = b_.buf(Buf::Shared);  // [T][dim]
-      mlp_block(M.shared, xn, shared);
-      if (c_.shared_expert_gated) {
+      mlp_block(s.act, M.shared, xn, shared);
+      if (s.shared_gated) {
         float* gate = b_.buf(Buf::SharedGate);  // [T][1]
         b_.matmul(M.shared_gate, xn, T_, gate);
         b_.add_gated(out, shared, gate, c_.dim);

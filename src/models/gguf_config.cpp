@@ -161,15 +161,13 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (!f.tensor(last_norm))
     fail(f.name() + ": missing tensor '" + last_norm + "' (" + p + "block_count says " +
          std::to_string(c.n_layers) + " layers)");
-  c.layer_kinds.assign(size_t(c.n_layers), LayerKind::FullAttention);
-  c.ffn_kinds.assign(size_t(c.n_layers), FfnKind::Dense);
+  c.layers.assign(size_t(c.n_layers), LayerSlot{});
   c.family->read_gguf(f, p, c);
   // fak runs the MTP head of the Qwen3.5 hybrids; another family's NextN blocks, and blocks
   // without the head's own projection, are left unread.
   if (!c.is_hybrid() || !f.tensor("blk." + std::to_string(c.n_layers) + ".nextn.eh_proj.weight"))
     c.mtp_layers = 0;
-  const bool any_dense =
-      std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
+  const bool any_dense = c.count_ffns(FfnKind::Dense) > 0;
   if (any_dense || f.find(p + "feed_forward_length"))
     c.hidden_dim = positive(p + "feed_forward_length");
 

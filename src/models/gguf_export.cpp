@@ -185,10 +185,11 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
         ".rope.scaling.yarn_attn_factor as llama.cpp's converter does, which fak reads back but "
         "llama.cpp replaces with its own 0.1 ln(factor) + 1, so it would run another model");
   // Dense layers llama.cpp cannot place: any, or (glm4moe) any after the first sparse one.
-  const auto first_sparse = std::find(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe);
+  const auto sparse = [](const LayerSlot& s) { return s.ffn == FfnKind::Moe; };
+  const auto first_sparse = std::find_if(c.layers.begin(), c.layers.end(), sparse);
   const bool stray_dense =
-      std::find(c.family->gguf_leading_dense_layers() ? first_sparse : c.ffn_kinds.begin(),
-                c.ffn_kinds.end(), FfnKind::Dense) != c.ffn_kinds.end();
+      std::find_if(c.family->gguf_leading_dense_layers() ? first_sparse : c.layers.begin(),
+                   c.layers.end(), std::not_fn(sparse)) != c.layers.end();
   if (c.is_moe() && stray_dense)
     col.stats.warnings.push_back(
         "some layers are dense (mlp_only_layers / decoder_sparse_step): written with ffn_gate / "

@@ -27,7 +27,7 @@
 #include "models/quant_policy.h"
 #include "models/qwen35_gguf.h"
 #include "models/tensor_table.h"
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 
 namespace fak {
 

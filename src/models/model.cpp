@@ -120,7 +120,8 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
   if (m->config_.mtp_layers > 0 && !m->store_->find("mtp.fc.weight")) m->config_.mtp_layers = 0;
   std::string prefix = "model.";
   // Multimodal checkpoints keep the language model beside a vision tower: transformers 4.52+
-  // saves it as model.language_model.*, earlier versions (Gemma 3's release) as language_model.model.*.
+  // saves it as model.language_model.*, earlier versions (Gemma 3's release) as
+  // language_model.model.*.
   if (m->store_->find("model.language_model.embed_tokens.weight")) prefix = "model.language_model.";
   if (m->store_->find("language_model.model.embed_tokens.weight")) prefix = "language_model.model.";
   size_t skipped = 0;
@@ -157,13 +158,12 @@ void Model::place_on(const Device& device) {
   }
   const std::string problem = device_unavailable_reason(device);
   if (!problem.empty()) fail("--device " + device.name() + ": " + problem);
-  // Ops the device kernels do not have yet: refused here, not in the middle of a forward.
-  if (config_.has_windows() || config_.mlp_act != Activation::Silu || config_.embed_scale != 1.0f ||
-      config_.router != RouterKind::Softmax || config_.attn_sinks || config_.moe_bias)
-    fail("--device " + device.name() + ": " + config_.family_name() +
-         " (sliding-window attention, sinks, GeGLU, scaled embeddings, sigmoid or biased MoE "
-         "routers, experts with biases) runs on the CPU only so far");
   backend_ = make_cuda_backend(device.index);
+  // Ops the device kernels do not have yet: refused here, not in the middle of a forward.
+  const std::vector<LayerSpec> layers(layer_specs_.begin() + 1, layer_specs_.end());
+  if (const std::string why = backend_->unsupported({config_.embed_scale, layers}); !why.empty())
+    fail("--device " + device.name() + ": " + config_.family_name() + " needs " + why +
+         ", which runs on the CPU only so far");
   backend_->check_shapes(config_.head_dim, config_.linear_conv_kernel,
                          config_.linear_value_head_dim);
   // The device holds its own copy of every weight the forward reads there; embedding lookups
@@ -229,8 +229,10 @@ void Model::init_derived() {
   attention_index_.assign(size_t(config_.n_layers), -1);
   n_attention_layers_ = 0;
   for (int l = 0; l < config_.n_layers; ++l)
-    if (config_.layer_kinds[size_t(l)] == LayerKind::FullAttention)
+    if (config_.layers[size_t(l)].mixer == LayerKind::FullAttention)
       attention_index_[size_t(l)] = n_attention_layers_++;
+  layer_specs_.clear();
+  for (int l = -1; l < config_.n_layers; ++l) layer_specs_.push_back(config_.layer_spec(l));
 }
 
 }  // namespace fak

@@ -20,7 +20,7 @@
 #include "models/config.h"
 #include "models/rope.h"
 #include "models/weights.h"
-#include "ops/quant/quant_type.h"
+#include "quant/quant_type.h"
 
 namespace fak {
 
@@ -85,6 +85,8 @@ class Model {
   const Rope& rope(int table) const { return table == 1 && rope_local_ ? *rope_local_ : *rope_; }
   int n_attention_layers() const { return n_attention_layers_; }
   int attention_index(int layer) const { return attention_index_[size_t(layer)]; }
+  // What layer `layer` computes (-1: the MTP head's layer): ModelConfig::layer_spec, made once.
+  const LayerSpec& layer_spec(int layer) const { return layer_specs_[size_t(layer + 1)]; }
 
   void forward(std::span<const BatchItem> batch, KvCache& cache,
                const HiddenHook* hook = nullptr) const;
@@ -136,6 +138,7 @@ class Model {
   std::string weights_memory_ = "mmap";
   int n_attention_layers_ = 0;
   std::vector<int> attention_index_;
+  std::vector<LayerSpec> layer_specs_;  // [0]: the MTP head's layer, [l + 1]: layer l
   Device device_;
   std::unique_ptr<Backend> backend_;  // the CPU's or a device's ops (backend/backend.h)
   std::string load_note_;

@@ -4,7 +4,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 
 namespace fak {
 

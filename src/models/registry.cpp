@@ -15,6 +15,7 @@ const Family& qwen35_moe_family();
 const Family& gemma3_family();
 const Family& glm4_moe_family();
 const Family& gpt_oss_family();
+const Family& mistral_family();
 
 nlohmann::json Family::hf_defaults() const {
   return nlohmann::json::object();
@@ -22,9 +23,9 @@ nlohmann::json Family::hf_defaults() const {
 
 const std::vector<const Family*>& all_families() {
   static const std::vector<const Family*> families = {
-      &llama_family(),  &qwen2_family(),     &qwen3_family(),
-      &qwen35_family(), &qwen3_moe_family(), &qwen35_moe_family(),
-      &gemma3_family(), &glm4_moe_family(),  &gpt_oss_family(),
+      &llama_family(),     &qwen2_family(),      &qwen3_family(),  &qwen35_family(),
+      &qwen3_moe_family(), &qwen35_moe_family(), &gemma3_family(), &glm4_moe_family(),
+      &gpt_oss_family(),   &mistral_family(),
   };
   return families;
 }

@@ -7,13 +7,12 @@ namespace fak {
 
 void shape_weights(const ModelConfig& c, ModelWeights& w) {
   check(c.family != nullptr, "tensor table: the config has no family");
-  check(c.layer_kinds.size() == size_t(c.n_layers) && c.ffn_kinds.size() == size_t(c.n_layers),
-        "tensor table: layer kinds do not cover the layers");
+  check(c.layers.size() == size_t(c.n_layers), "tensor table: layer slots do not cover the layers");
   w.layers.assign(size_t(c.n_layers), LayerWeights{});
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers[size_t(l)];
-    L.kind = c.layer_kinds[size_t(l)];
-    L.ffn = c.ffn_kinds[size_t(l)];
+    L.kind = c.layers[size_t(l)].mixer;
+    L.ffn = c.layers[size_t(l)].ffn;
     if (L.ffn == FfnKind::Moe) {
       L.moe.gate.assign(size_t(c.n_experts), WeightMatrix{});
       L.moe.up.assign(size_t(c.n_experts), WeightMatrix{});

@@ -8,8 +8,8 @@
 #include "memory/kv_cache.h"
 #include "ops/attention_kernels.h"
 #include "ops/matmul_kernels.h"
-#include "ops/quant/quant.h"
 #include "ops/vec.h"
+#include "quant/quant.h"
 
 namespace fak {
 

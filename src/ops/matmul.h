@@ -13,7 +13,7 @@
 #include <span>
 #include <string_view>
 
-#include "ops/quant/quant_type.h"
+#include "quant/quant_type.h"
 
 namespace fak {
 
@@ -94,8 +94,8 @@ std::string_view matmul_isa();
 // (AVX512-BF16: twice the multiply-adds per instruction of widening the weights to f32), as
 // transformers computes a bf16 checkpoint in bfloat16 (though with f32 sums). Off: the weights are
 // widened and x stays f32 (the path for parity with an f32/f64 reference). Takes effect only where
-// the CPU has the instruction; results differ from the f32 path's (not bit-identical), and decode ==
-// prefill == batched still hold within either. Process-wide; set it before any forward.
+// the CPU has the instruction; results differ from the f32 path's (not bit-identical), and decode
+// == prefill == batched still hold within either. Process-wide; set it before any forward.
 void set_bf16_activations(bool on);
 // Whether BF16 weights take the bf16 path now (the setting and the CPU).
 bool bf16_activations();

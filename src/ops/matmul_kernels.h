@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "ops/matmul.h"
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 
 namespace fak::kernels {
 

@@ -16,9 +16,9 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/matmul_kernels.h"
-#include "ops/quant/packed_blocks.h"
-#include "ops/quant/quant.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/packed_blocks.h"
+#include "quant/quant.h"
+#include "quant/quant_blocks.h"
 
 namespace fak {
 

@@ -1,6 +1,7 @@
 // Prefix cache files: one partition's radix tree of KV blocks (and a hybrid model's state
 // checkpoints), written by PrefixCache::spill when a server stops and read back by reload when it
 // starts again, so the prefixes it had cached do not cost a cold prefill after a restart.
+// (Over 600 lines: the format's writer and its checking reader belong side by side.)
 //
 // Why a file of its own and not one session file per cached path: a prefix shared by many
 // conversations (an agent's system prompt under each of its threads) would be on disk once per

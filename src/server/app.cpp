@@ -313,7 +313,7 @@ ServerApp::ServerApp(std::shared_ptr<const Model> model, const ServerOptions& op
   const KvBudget& budget = ctx.scheduler->kv_budget();
   const int64_t kv_tokens =
       budget.bytes_per_token ? int64_t(budget.cache_bytes() / budget.bytes_per_token) : INT64_MAX;
-  ctx.sessions = std::make_unique<SessionStore>(
+  ctx.sessions = std::make_unique<SessionTable>(
       model, ctx.scheduler->kv_cache(), ctx.chat.get(), options.session_dir, ctx.scheduler->ctx(),
       default_session_quota(kv_tokens, ctx.scheduler->ctx()));
   if (!options.store.empty()) attach_store(ctx, so.log);

@@ -16,7 +16,7 @@
 #include "server/openai_format.h"
 #include "server/scheduler.h"
 #include "server/server.h"
-#include "server/session_store.h"
+#include "server/session_table.h"
 #include "server/shared_sessions.h"
 #include "store/block_store.h"
 #include "store/redis_client.h"
@@ -38,7 +38,7 @@ struct ServerContext {
   std::unique_ptr<store::RedisPool> store_pool;
   std::shared_ptr<store::BlockStore> blocks;
   std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<SessionStore> sessions;  // touched only inside scheduler jobs
+  std::unique_ptr<SessionTable> sessions;  // touched only inside scheduler jobs
   std::unique_ptr<SharedSessions> shared;
   // SIGTERM with a drain (--drain-timeout): /health answers 503 "draining" so the load balancer
   // sends nothing new, while what is in flight finishes.

@@ -1,5 +1,5 @@
 // The /v1/fak/ extensions: server-side sessions an agent edits directly. HTTP parsing happens here;
-// the work runs as a scheduler job (SessionStore), between decode steps of the OpenAI traffic.
+// the work runs as a scheduler job (SessionTable), between decode steps of the OpenAI traffic.
 //
 //   POST   /v1/fak/sessions                 {id?, text? | ids? | messages?}  create (+ append)
 //   GET    /v1/fak/sessions                 list
@@ -53,7 +53,7 @@ void in_job(ServerContext& ctx, HttpResponse& res, int status, std::function<ojs
 // it, and the session would then hold more than the reply.
 ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::string& tenant,
                        const std::string& id, GenerateOptions o) {
-  SessionStore& store = *ctx.sessions;
+  SessionTable& store = *ctx.sessions;
   int begin = 0;
   GenerationSpec spec;
   ctx.scheduler->run_job([&] { spec.session = store.begin_generate(tenant, id, o, &begin); });
@@ -102,7 +102,7 @@ ojson generate_batched(ServerContext& ctx, const HttpRequest& req, const std::st
 // store commits it; if the reading fails or the client leaves, the store puts everything back.
 ojson run_edit(ServerContext& ctx, const HttpRequest& req, const std::string& tenant,
                const SessionEdit& edit) {
-  SessionStore& store = *ctx.sessions;
+  SessionTable& store = *ctx.sessions;
   ojson out;
   if (int(edit.target.size()) == edit.session->size()) {
     ctx.scheduler->run_job([&] { out = store.end_edit(edit, true); });
@@ -174,7 +174,7 @@ void publish_new(ServerContext& ctx, const std::string& tenant, const std::strin
 }  // namespace
 
 void add_fak_routes(Router& router, ServerContext& ctx) {
-  SessionStore& store = *ctx.sessions;
+  SessionTable& store = *ctx.sessions;
   const std::string kId = "/v1/fak/sessions/:id";
 
   router.add("POST", "/v1/fak/sessions", guarded([&](const HttpRequest& req, HttpResponse& res) {

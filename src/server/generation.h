@@ -54,7 +54,7 @@ struct GenerationSpec {
   // How the reply is read back (chat/reply_reader.h), by the model's format (Hermes when null).
   const chat::ChatFormat* format = nullptr;
   chat::ReplyOptions reply;
-  // A /v1/fak/ session's generate: the tokens extend this session, lent by the session store, and
+  // A /v1/fak/ session's generate: the tokens extend this session, lent by the session table, and
   // on_finish hands it back (GenRequest::session and on_finish). Its text shows special tokens
   // (keep_special), as the session's own text does.
   Session* session = nullptr;

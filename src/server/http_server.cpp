@@ -1,3 +1,6 @@
+// The event-driven HTTP/1.1 transport (Boost.Beast over Asio). Over 600 lines on purpose: the
+// connection's states (read, handler, write, streamed chunks, keep-alive, abusive-client limits)
+// are one state machine, clearer in one file than split across several.
 #include "server/http_server.h"
 
 #include <sys/resource.h>

@@ -8,8 +8,7 @@ double prompt_token_work(const ModelConfig& c, int64_t depth) {
   const double dim = c.dim;
   double work = 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    const bool attention =
-        c.layer_kinds.empty() || c.layer_kinds[size_t(l)] == LayerKind::FullAttention;
+    const bool attention = c.layers[size_t(l)].mixer == LayerKind::FullAttention;
     if (attention) {
       const double q = double(c.q_dim()), kv = double(c.kv_dim());
       work += dim * (q * (c.attn_output_gate ? 2 : 1) + 2 * kv) + q * dim;
@@ -20,7 +19,7 @@ double prompt_token_work(const ModelConfig& c, int64_t depth) {
       const double v = double(c.linear_num_value_heads) * c.linear_value_head_dim;
       work += dim * (2 * k + 2 * v) + v * dim;  // q, k, v, z in; out
     }
-    const bool moe = !c.ffn_kinds.empty() && c.ffn_kinds[size_t(l)] == FfnKind::Moe;
+    const bool moe = c.layers[size_t(l)].ffn == FfnKind::Moe;
     work += moe ? 3 * dim *
                       (double(c.n_experts_used) * c.expert_hidden_dim + c.shared_expert_hidden_dim)
                 : 3 * dim * c.hidden_dim;

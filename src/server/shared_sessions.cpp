@@ -1,3 +1,6 @@
+// The protocol of server/shared_sessions.h (what the header promises, call by call) and the sweep
+// that repairs losses. Over 600 lines on purpose: every call's store round trips and the sweep's
+// repairs must be read together to check that nothing acknowledged is ever served older.
 #include "server/shared_sessions.h"
 
 #include <algorithm>
@@ -77,7 +80,7 @@ SharedSessions::Call::~Call() {
     } catch (...) {
       // Shutting down (no more jobs run): the copy is left to the process's end, not dropped
       // while the scheduler's thread may still be finishing a step.
-      (void)new SessionStore::Copy(std::move(*before_));
+      (void)new SessionTable::Copy(std::move(*before_));
     }
   }
   s_.unlock({tenant_, id_});
@@ -221,7 +224,7 @@ void SharedSessions::drop_copy(const Key& key) {
 }
 
 bool SharedSessions::spare(const std::string& tenant, const std::string& id) {
-  // Scheduler thread (inside SessionStore): never waits on it while holding mu_. A copy is
+  // Scheduler thread (inside SessionTable): never waits on it while holding mu_. A copy is
   // always a version the store had: dropping it keeps what this replica knows (its version).
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = known_.find({tenant, id});
@@ -399,7 +402,7 @@ void SharedSessions::materialise(const std::string& tenant, const std::string& i
 SharedSessions::Payload SharedSessions::payload(const std::string& tenant, const std::string& id,
                                                 bool blocks) {
   Payload p;
-  SessionStore::Copy c = ctx_.sessions->copy(tenant, id);
+  SessionTable::Copy c = ctx_.sessions->copy(tenant, id);
   nlohmann::json segs = nlohmann::json::array();
   for (const Segment& s : c.segments) segs.push_back({s.begin, s.end, s.kind});
   // Dense sessions whose KV is a cold prefill's share it by content; the rest travel whole.
@@ -555,6 +558,23 @@ std::vector<std::string> SharedSessions::list(const std::string& tenant) {
                        std::to_string(r->second) + " ms",
                    "", "store_recovering");
   }
+  // The set is complete once its rebuild window closes, and a replica whose sweep did not run in
+  // that window (a loaded host) has not put its sessions back: the sessions this replica knows as
+  // live that the set lacks are checked now, and a live record goes back into the set (the check
+  // adds it) and into this answer.
+  std::vector<std::pair<std::string, std::string>> unlisted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, k] : known_)
+      if (key.first == tenant && !k.deleted &&
+          std::find(r->first.begin(), r->first.end(), key.second) == r->first.end())
+        unlisted.push_back({tenant_hash(tenant), key.second});
+  }
+  if (!unlisted.empty())
+    if (const auto recs = records_.check_many(unlisted))
+      for (size_t i = 0; i < unlisted.size(); ++i)
+        if ((*recs)[i].state == store::SessionRecord::State::Live)
+          r->first.push_back(unlisted[i].second);
   std::sort(r->first.begin(), r->first.end());
   return r->first;
 }

@@ -1,6 +1,6 @@
 // /v1/fak/ sessions shared by replicas through the store (`fak serve --store`). A session lives in
 // the store (store/session_records.h: tokens, segments, a version); each replica holds copies in
-// its SessionStore and, before every call on one, asks the store for its version: a copy that is
+// its SessionTable and, before every call on one, asks the store for its version: a copy that is
 // behind is read again — a dense session's KV from the shared block records (what is missing is
 // prefilled, bit-exactly), a hybrid's or shifted one's whole — so any replica with the API key can
 // carry on any session where another left it.
@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/session_store.h"
+#include "server/session_table.h"
 #include "store/block_store.h"
 #include "store/session_records.h"
 
@@ -78,7 +78,7 @@ class SharedSessions {
     SharedSessions& s_;
     std::string tenant_, id_;
     bool is_new_ = false;
-    std::optional<SessionStore::Copy> before_;  // what to roll back to
+    std::optional<SessionTable::Copy> before_;  // what to roll back to
   };
 
   // An existing session, brought up to the store's version. 404 when it is gone, 409 when
@@ -95,7 +95,7 @@ class SharedSessions {
   // Waits (up to the deadline) while the store is in a recovery window: a replica that starts
   // then listens once it is over.
   void wait_recovered(std::chrono::steady_clock::time_point deadline);
-  // Whether this replica's copy may be dropped to make room (SessionStore::share).
+  // Whether this replica's copy may be dropped to make room (SessionTable::share).
   bool spare(const std::string& tenant, const std::string& id);
 
  private:

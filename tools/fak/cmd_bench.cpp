@@ -260,7 +260,7 @@ void bench(const BenchArgs& a) {
                 std::string(wtype_name(model->weights().embed.type)).c_str());
     if (c.is_moe())
       std::printf("MoE: %d of %d experts per token in %d layers\n", c.n_experts_used, c.n_experts,
-                  int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe)));
+                  c.count_ffns(FfnKind::Moe));
     if (state_gb > 0)
       std::printf("DeltaNet state: %.1f MiB per sequence (read + written every token)\n",
                   state_gb * 1e9 / double(1 << 20));

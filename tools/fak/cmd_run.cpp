@@ -140,7 +140,9 @@ void run(const RunArgs& a) {
     }
     std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
+    // The text is on stdout and may sit in its buffer (a pipe): out first, then the line below.
     std::printf("\n");
+    std::fflush(stdout);
     std::fprintf(stderr, "[prefill %zu tok, %.1f tok/s | decode %zu tok, %.1f tok/s", prompt.size(),
                  prefill_tok_s, r.ids.size(), decode_tok_s);
     if (spec)

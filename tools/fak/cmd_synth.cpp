@@ -143,7 +143,7 @@ void override_layers(nlohmann::json& text, const ModelConfig& c, int n, const st
     int interval = text.value("full_attention_interval", 0);
     if (interval <= 0)  // no interval given: the distance to the first full-attention layer
       for (int l = 0; l < c.n_layers && interval <= 0; ++l)
-        if (c.layer_kinds[size_t(l)] == LayerKind::FullAttention) interval = l + 1;
+        if (c.layers[size_t(l)].mixer == LayerKind::FullAttention) interval = l + 1;
     if (interval <= 0 || n % interval != 0)
       fail("fak synth: --layers " + std::to_string(n) + " must be a multiple of " + label +
            "'s full_attention_interval (" + std::to_string(interval) + ")");

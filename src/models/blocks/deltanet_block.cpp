@@ -72,7 +72,7 @@ void read_deltanet_hf(const nlohmann::json& j, ModelConfig& c, const std::string
   if (!j.contains("layer_types") || !j["layer_types"].is_array()) {
     const int interval = json_int_or(j, "full_attention_interval", 4, kMaxLayers, label);
     for (int i = 0; i < c.n_layers; ++i)
-      c.layer_kinds[size_t(i)] =
+      c.layers[size_t(i)].mixer =
           (i + 1) % interval == 0 ? LayerKind::FullAttention : LayerKind::LinearAttention;
   }
 }
@@ -97,11 +97,11 @@ void read_deltanet_gguf(const GgufFile& f, const std::string& p, ModelConfig& c)
     if (rec->type != GgufType::ARRAY || rec->array.size() < size_t(c.n_layers))
       fail(f.name() + ": " + p + "attention.recurrent_layers must list every layer");
     for (int i = 0; i < c.n_layers; ++i)
-      if (rec->array.u64(size_t(i)) != 0) c.layer_kinds[size_t(i)] = LayerKind::LinearAttention;
+      if (rec->array.u64(size_t(i)) != 0) c.layers[size_t(i)].mixer = LayerKind::LinearAttention;
   } else {
     const int interval = gguf_positive_or(f, p + "full_attention_interval", 4, kMaxLayers);
     for (int i = 0; i < c.n_layers; ++i)
-      if ((i + 1) % interval != 0) c.layer_kinds[size_t(i)] = LayerKind::LinearAttention;
+      if ((i + 1) % interval != 0) c.layers[size_t(i)].mixer = LayerKind::LinearAttention;
   }
 }
 
@@ -111,10 +111,10 @@ namespace {
 int full_attention_interval(const ModelConfig& c) {
   int interval = 0;
   for (int l = 0; l < c.n_layers && interval == 0; ++l)
-    if (c.layer_kinds[size_t(l)] == LayerKind::FullAttention) interval = l + 1;
+    if (c.layers[size_t(l)].mixer == LayerKind::FullAttention) interval = l + 1;
   for (int l = 0; l < c.n_layers; ++l)
     if (interval == 0 ||
-        (c.layer_kinds[size_t(l)] == LayerKind::FullAttention) != ((l + 1) % interval == 0))
+        (c.layers[size_t(l)].mixer == LayerKind::FullAttention) != ((l + 1) % interval == 0))
       fail(
           "GGUF export: llama.cpp's Qwen3.5 files describe the layer pattern by "
           "full_attention_interval; this model's layer_types do not follow one");

@@ -85,7 +85,7 @@ void read_moe_hf(const nlohmann::json& j, ModelConfig& c, const std::string& lab
     }
   }
   for (int l = 0; l < c.n_layers; ++l)
-    c.ffn_kinds[size_t(l)] =
+    c.layers[size_t(l)].ffn =
         !dense_only[size_t(l)] && (l + 1) % step == 0 ? FfnKind::Moe : FfnKind::Dense;
 }
 
@@ -106,7 +106,7 @@ void read_moe_gguf(const GgufFile& f, const std::string& p, ModelConfig& c) {
     bool sparse = false;
     for (const char* t : {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
       sparse |= f.tensor(b + t + ".weight") != nullptr;
-    c.ffn_kinds[size_t(l)] = sparse ? FfnKind::Moe : FfnKind::Dense;
+    c.layers[size_t(l)].ffn = sparse ? FfnKind::Moe : FfnKind::Dense;
   }
 }
 

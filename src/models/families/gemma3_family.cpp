@@ -85,14 +85,12 @@ class Gemma3Family final : public Family {
     require_number(std::isfinite(c.rope_local_theta) && c.rope_local_theta > 0, label,
                    "rope_local_base_freq", "finite and > 0", c.rope_local_theta);
     // Older configs give only the pattern: every pattern-th layer is global.
-    if (c.layer_window.empty()) {
+    if (!c.has_windows()) {
       const int window = json_int_or(j, "sliding_window", 0, kMaxSeqLen, label);
       const int pattern = json_int_or(j, "sliding_window_pattern", 6, kMaxLayers, label);
-      if (window > 0) {
-        c.layer_window.assign(size_t(c.n_layers), 0);
+      if (window > 0)
         for (int l = 0; l < c.n_layers; ++l)
-          if ((l + 1) % pattern != 0) c.layer_window[size_t(l)] = window;
-      }
+          if ((l + 1) % pattern != 0) c.layers[size_t(l)].window = window;
     }
   }
 
@@ -109,19 +107,16 @@ class Gemma3Family final : public Family {
     c.attn_scale = float(1.0 / std::sqrt(scalar));
     const int window = gguf_positive_or(f, p + "attention.sliding_window", 0, kMaxSeqLen);
     const int pattern = gguf_positive_or(f, p + "attention.sliding_window_pattern", 6, kMaxLayers);
-    if (window > 0) {
-      c.layer_window.assign(size_t(c.n_layers), 0);
+    if (window > 0)
       for (int l = 0; l < c.n_layers; ++l)
-        if ((l + 1) % pattern != 0) c.layer_window[size_t(l)] = window;
-    }
+        if ((l + 1) % pattern != 0) c.layers[size_t(l)].window = window;
   }
 
   void write_gguf(GgufWriter& w, const std::string& p, const ModelConfig& c) const override {
     w.set_u32(p + "attention.key_length", uint32_t(c.head_dim));
     w.set_u32(p + "attention.value_length", uint32_t(c.head_dim));
-    int window = 0;
-    for (int v : c.layer_window) window = std::max(window, v);
-    if (window > 0) w.set_u32(p + "attention.sliding_window", uint32_t(window));
+    if (const int window = c.max_window(); window > 0)
+      w.set_u32(p + "attention.sliding_window", uint32_t(window));
     if (c.rope_local_theta > 0) w.set_f32(p + "rope.freq_base_swa", float(c.rope_local_theta));
   }
 

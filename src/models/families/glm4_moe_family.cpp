@@ -36,7 +36,7 @@ void check_groups(const ModelConfig& c, const std::string& label) {
 
 void dense_first(ModelConfig& c, int n_dense) {
   for (int l = 0; l < c.n_layers; ++l)
-    c.ffn_kinds[size_t(l)] = l < n_dense ? FfnKind::Dense : FfnKind::Moe;
+    c.layers[size_t(l)].ffn = l < n_dense ? FfnKind::Dense : FfnKind::Moe;
 }
 
 class Glm4MoeFamily final : public Family {
@@ -109,7 +109,7 @@ class Glm4MoeFamily final : public Family {
         p + "expert_shared_count",
         uint32_t(c.expert_hidden_dim > 0 ? c.shared_expert_hidden_dim / c.expert_hidden_dim : 0));
     int n_dense = 0;
-    while (n_dense < c.n_layers && c.ffn_kinds[size_t(n_dense)] == FfnKind::Dense) ++n_dense;
+    while (n_dense < c.n_layers && c.layers[size_t(n_dense)].ffn == FfnKind::Dense) ++n_dense;
     w.set_u32(p + "leading_dense_block_count", uint32_t(n_dense));
     w.set_u32(p + "expert_gating_func", 2);
     w.set_f32(p + "expert_weights_scale", c.routed_scaling);

@@ -28,7 +28,7 @@ void gpt_oss_common(ModelConfig& c) {
   c.moe_bias = true;
   c.expert_act = Activation::ClampedSwiglu;
   c.swiglu_alpha = 1.702f;  // fixed in transformers and llama.cpp alike
-  c.ffn_kinds.assign(size_t(c.n_layers), FfnKind::Moe);
+  for (LayerSlot& s : c.layers) s.ffn = FfnKind::Moe;
 }
 
 // The experts' table entries in transformers' layout (router.weight / router.bias,
@@ -85,7 +85,7 @@ class GptOssFamily final : public Family {
       fail(label + ": num_experts_per_tok " + std::to_string(c.n_experts_used) +
            " exceeds num_local_experts " + std::to_string(c.n_experts));
     // Older configs give no layer_types: sliding and full alternate, the first sliding.
-    if (c.layer_window.empty()) {
+    if (!c.has_windows()) {
       const int window = json_int_or(j, "sliding_window", 0, kMaxSeqLen, label);
       if (window > 0) alternate_windows(c, window);
     }
@@ -101,11 +101,9 @@ class GptOssFamily final : public Family {
     // llama.cpp: every second layer windowed, the first one too (a pattern of 2 unless said).
     const int window = gguf_positive_or(f, p + "attention.sliding_window", 0, kMaxSeqLen);
     const int pattern = gguf_positive_or(f, p + "attention.sliding_window_pattern", 2, kMaxLayers);
-    if (window > 0) {
-      c.layer_window.assign(size_t(c.n_layers), 0);
+    if (window > 0)
       for (int l = 0; l < c.n_layers; ++l)
-        if (l % pattern < pattern - 1) c.layer_window[size_t(l)] = window;
-    }
+        if (l % pattern < pattern - 1) c.layers[size_t(l)].window = window;
   }
 
   void write_gguf(GgufWriter& w, const std::string& p, const ModelConfig& c) const override {
@@ -114,9 +112,8 @@ class GptOssFamily final : public Family {
     w.set_u32(p + "expert_count", uint32_t(c.n_experts));
     w.set_u32(p + "expert_used_count", uint32_t(c.n_experts_used));
     w.set_u32(p + "expert_feed_forward_length", uint32_t(c.expert_hidden_dim));
-    int window = 0;
-    for (int v : c.layer_window) window = std::max(window, v);
-    if (window > 0) w.set_u32(p + "attention.sliding_window", uint32_t(window));
+    if (const int window = c.max_window(); window > 0)
+      w.set_u32(p + "attention.sliding_window", uint32_t(window));
   }
 
   void tensors(const ModelConfig& c, ModelWeights& w, int layer,
@@ -131,8 +128,7 @@ class GptOssFamily final : public Family {
 
  private:
   static void alternate_windows(ModelConfig& c, int window) {
-    c.layer_window.assign(size_t(c.n_layers), 0);
-    for (int l = 0; l < c.n_layers; l += 2) c.layer_window[size_t(l)] = window;
+    for (int l = 0; l < c.n_layers; l += 2) c.layers[size_t(l)].window = window;
   }
 };
 

@@ -8,7 +8,7 @@
 // block in order. matmul_quant_test checks it over awkward row and token counts.
 #include "ops/quant/gemm_avx2.h"
 
-#include "ops/quant/quant_blocks.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::kernels {
 

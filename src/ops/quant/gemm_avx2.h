@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ops/matmul_kernels.h"
-#include "ops/quant/avx2_common.h"
+#include "quant/avx2_common.h"
 
 namespace fak::kernels {
 inline namespace FAK_ISA_NS {

@@ -2,7 +2,8 @@
 // q4_K, q5_K, q6_K (against Q8_K): the AVX2 panel scheme (gemm_avx2.h) widened to 16 weight rows in
 // the 16 int32 lanes, with vpdpbusd doing 4 code x activation products per lane and adding them
 // into the lane in one instruction (AVX2 needs sign, maddubs, madd and add for the same work on 8
-// rows).
+// rows). Over 600 lines on purpose: eight block types' panel kernels share one scheme and its
+// helpers, and one file keeps them one ISA translation unit.
 //
 // vpdpbusd multiplies unsigned by signed bytes, so codes are stored unsigned: q4_0 / q5_0 / K-quant
 // codes already are, q8_0 codes get +128, and the offset comes off once per block from the
@@ -19,11 +20,11 @@
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/gemm_avx2.h"
-#include "ops/quant/packed_blocks.h"
 #include "ops/quant/panels_avx512.h"
-#include "ops/quant/quant_blocks.h"
 #include "ops/quant/rows_panels16_avx512.h"
 #include "ops/scratch.h"
+#include "quant/packed_blocks.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::kernels {
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 
 #include "ops/quant/gemm_avx2.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::kernels {
 

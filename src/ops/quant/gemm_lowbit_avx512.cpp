@@ -17,10 +17,10 @@
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/gemm_avx2.h"
-#include "ops/quant/lowbit_avx2.h"
 #include "ops/quant/panels_avx512.h"
-#include "ops/quant/quant_blocks.h"
 #include "ops/quant/rows_panels16_avx512.h"
+#include "quant/lowbit_avx2.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::kernels {
 

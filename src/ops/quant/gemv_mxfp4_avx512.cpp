@@ -21,7 +21,7 @@
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/panels_avx512.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::kernels {
 
@@ -150,15 +150,14 @@ void rows_gemv_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
 // give, so the same bits. Rows [r0, r1) are whole groups.
 inline namespace FAK_ISA_NS {
 void gemv_packed_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
-  each_group(q, r0, r1,
-             [](const uint8_t* panel, int64_t b, const BlockQ8_0& a, int32_t sum, __m512 acc) {
-               const uint8_t* p = panel + size_t(b) * quant::kPackedMxfp4BlockBytes;
-               const uint8_t* codes = p + quant::kPackedMxfp4CodesOffset;
-               const __m512i T[4] = {_mm512_loadu_si512(codes), _mm512_loadu_si512(codes + 64),
-                                     _mm512_loadu_si512(codes + 128),
-                                     _mm512_loadu_si512(codes + 192)};
-               return mxfp4_codes_block(T, e8m0_half_x16(p), a, sum, acc);
-             });
+  each_group(
+      q, r0, r1, [](const uint8_t* panel, int64_t b, const BlockQ8_0& a, int32_t sum, __m512 acc) {
+        const uint8_t* p = panel + size_t(b) * quant::kPackedMxfp4BlockBytes;
+        const uint8_t* codes = p + quant::kPackedMxfp4CodesOffset;
+        const __m512i T[4] = {_mm512_loadu_si512(codes), _mm512_loadu_si512(codes + 64),
+                              _mm512_loadu_si512(codes + 128), _mm512_loadu_si512(codes + 192)};
+        return mxfp4_codes_block(T, e8m0_half_x16(p), a, sum, acc);
+      });
 }
 }  // namespace FAK_ISA_NS
 

@@ -23,7 +23,7 @@
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/panels_avx512.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::kernels {
 inline namespace FAK_ISA_NS {

@@ -7,9 +7,9 @@
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/matmul_kernels.h"
-#include "ops/quant/packed_blocks.h"
 #include "ops/quant/panels_avx512.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/packed_blocks.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::kernels {
 

@@ -9,8 +9,8 @@
 
 #include "core/isa_namespace.h"
 #include "ops/matmul_kernels.h"
-#include "ops/quant/avx2_common.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/avx2_common.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::kernels {
 inline namespace FAK_ISA_NS {

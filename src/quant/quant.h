@@ -16,7 +16,7 @@
 #include <span>
 #include <string_view>
 
-#include "ops/quant/quant_type.h"
+#include "quant/quant_type.h"
 
 namespace fak {
 

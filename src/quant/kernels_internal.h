@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 
 namespace fak::quant {
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ops/quant/avx2_common.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/avx2_common.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::quant {
 inline namespace FAK_ISA_NS {

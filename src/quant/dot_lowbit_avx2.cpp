@@ -5,10 +5,10 @@
 
 #include <cmath>
 
-#include "ops/quant/avx2_common.h"
-#include "ops/quant/kernels_internal.h"
-#include "ops/quant/lowbit_avx2.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/avx2_common.h"
+#include "quant/kernels_internal.h"
+#include "quant/lowbit_avx2.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::quant {
 

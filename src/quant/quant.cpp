@@ -1,11 +1,11 @@
 // Row quantize / dequantize by type, and the one-time choice of dot-product kernels by CPU.
-#include "ops/quant/quant.h"
+#include "quant/quant.h"
 
 #include <string>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "ops/quant/kernels_internal.h"
+#include "quant/kernels_internal.h"
 
 namespace fak {
 

@@ -16,8 +16,8 @@
 #include <cstring>
 
 #include "core/dtype.h"
-#include "ops/quant/kernels_internal.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/kernels_internal.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::quant {
 

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "ops/quant/kernels_internal.h"
+#include "quant/kernels_internal.h"
 
 namespace fak::quant {
 

@@ -1,4 +1,4 @@
-#include "server/session_store.h"
+#include "server/session_table.h"
 
 #include <sys/stat.h>
 
@@ -53,7 +53,7 @@ SessionQuota default_session_quota(int64_t kv_capacity_tokens, int ctx) {
   return q;
 }
 
-SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+SessionTable::SessionTable(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
                            const chat::ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
                            SessionQuota quota)
     : model_(std::move(model)),
@@ -76,7 +76,7 @@ SessionStore::SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<K
       remove_stale_temp_files(entry.path());
 }
 
-SessionStore::Entry& SessionStore::get(const std::string& tenant, const std::string& id) {
+SessionTable::Entry& SessionTable::get(const std::string& tenant, const std::string& id) {
   auto it = sessions_.find({tenant, id});
   if (it == sessions_.end() || it->second.creating)
     throw ApiError(404, "no session '" + id + "'", "id", "session_not_found");
@@ -90,19 +90,19 @@ SessionStore::Entry& SessionStore::get(const std::string& tenant, const std::str
   return it->second;
 }
 
-const SessionStore::Entry& SessionStore::get(const std::string& tenant,
+const SessionTable::Entry& SessionTable::get(const std::string& tenant,
                                              const std::string& id) const {
-  return const_cast<SessionStore*>(this)->get(tenant, id);
+  return const_cast<SessionTable*>(this)->get(tenant, id);
 }
 
-int64_t SessionStore::tokens_of(const std::string& tenant) const {
+int64_t SessionTable::tokens_of(const std::string& tenant) const {
   int64_t n = 0;
   for (const auto& [key, e] : sessions_)
     if (tenant.empty() || key.first == tenant) n += std::max(e.session.size(), e.pending_size);
   return n;
 }
 
-void SessionStore::check_tokens(const std::string& tenant, int64_t more) {
+void SessionTable::check_tokens(const std::string& tenant, int64_t more) {
   if (more <= 0) return;
   make_room(tenant, more);
   const int64_t mine = tokens_of(tenant), all = tokens_of("");
@@ -121,7 +121,7 @@ void SessionStore::check_tokens(const std::string& tenant, int64_t more) {
                    "", "session_quota_exceeded");
 }
 
-void SessionStore::check_count(const std::string& tenant) {
+void SessionTable::check_count(const std::string& tenant) {
   make_room(tenant, 0);
   size_t mine = 0;
   for (const auto& [key, e] : sessions_) mine += key.first == tenant;
@@ -137,7 +137,7 @@ void SessionStore::check_count(const std::string& tenant) {
                    "", "too_many_sessions");
 }
 
-std::string SessionStore::new_id(const std::string& tenant, const std::string& wanted) {
+std::string SessionTable::new_id(const std::string& tenant, const std::string& wanted) {
   check_count(tenant);
   std::string id = wanted;
   if (id.empty() && spare_) {
@@ -162,19 +162,19 @@ std::string SessionStore::new_id(const std::string& tenant, const std::string& w
   return id;
 }
 
-void SessionStore::remove(const std::string& tenant, const std::string& id) {
+void SessionTable::remove(const std::string& tenant, const std::string& id) {
   get(tenant, id);
   sessions_.erase({tenant, id});
 }
 
-std::vector<std::string> SessionStore::list(const std::string& tenant) const {
+std::vector<std::string> SessionTable::list(const std::string& tenant) const {
   std::vector<std::string> out;
   for (const auto& [key, e] : sessions_)
     if (key.first == tenant && !e.creating) out.push_back(key.second);
   return out;
 }
 
-ojson SessionStore::describe(const std::string& tenant, const std::string& id) const {
+ojson SessionTable::describe(const std::string& tenant, const std::string& id) const {
   const Entry& e = get(tenant, id);
   ojson j;
   j["id"] = id;
@@ -197,7 +197,7 @@ ojson SessionStore::describe(const std::string& tenant, const std::string& id) c
   return j;
 }
 
-std::vector<SessionStore::Piece> SessionStore::pieces_of(const ojson& body) const {
+std::vector<SessionTable::Piece> SessionTable::pieces_of(const ojson& body) const {
   const Tokenizer* tok = model_->tokenizer();
   auto need_tok = [&] {
     if (!tok) bad_request("the model has no tokenizer: append `ids` instead");
@@ -246,7 +246,7 @@ std::vector<SessionStore::Piece> SessionStore::pieces_of(const ojson& body) cons
   return pieces;
 }
 
-SessionEdit SessionStore::lend(Entry& e, const std::string& id, std::vector<int32_t> target,
+SessionEdit SessionTable::lend(Entry& e, const std::string& id, std::vector<int32_t> target,
                                std::vector<Segment> segments, ojson reply) {
   e.busy = true;
   e.segments_after = std::move(segments);
@@ -260,7 +260,7 @@ SessionEdit SessionStore::lend(Entry& e, const std::string& id, std::vector<int3
   return edit;
 }
 
-SessionEdit SessionStore::begin_append(const std::string& tenant, const std::string& id,
+SessionEdit SessionTable::begin_append(const std::string& tenant, const std::string& id,
                                        const ojson& body) {
   Entry& e = get(tenant, id);
   const std::vector<Piece> pieces = pieces_of(body);
@@ -286,7 +286,7 @@ SessionEdit SessionStore::begin_append(const std::string& tenant, const std::str
   return lend(e, id, std::move(target), std::move(segments), std::move(reply));
 }
 
-SessionEdit SessionStore::begin_create(const std::string& tenant, const std::string& wanted,
+SessionEdit SessionTable::begin_create(const std::string& tenant, const std::string& wanted,
                                        const ojson& body) {
   // The content is read (and refused) before the session exists.
   const bool content = body.contains("text") || body.contains("ids") || body.contains("messages");
@@ -312,7 +312,7 @@ SessionEdit SessionStore::begin_create(const std::string& tenant, const std::str
   return lend(it->second, id, std::move(target), std::move(segments), std::move(reply));
 }
 
-ojson SessionStore::end_edit(const SessionEdit& edit, bool ok) {
+ojson SessionTable::end_edit(const SessionEdit& edit, bool ok) {
   auto it = sessions_.find({edit.tenant, edit.id});
   check(it != sessions_.end(), "end_edit: the session vanished while lent out");
   Entry& e = it->second;
@@ -336,7 +336,7 @@ ojson SessionStore::end_edit(const SessionEdit& edit, bool ok) {
   return edit.reply;
 }
 
-Session* SessionStore::begin_generate(const std::string& tenant, const std::string& id,
+Session* SessionTable::begin_generate(const std::string& tenant, const std::string& id,
                                       GenerateOptions& o, int* begin) {
   Entry& e = get(tenant, id);
   if (!e.session.has_logits()) bad_request("the session is empty: append something first");
@@ -353,7 +353,7 @@ Session* SessionStore::begin_generate(const std::string& tenant, const std::stri
   return &e.session;
 }
 
-int SessionStore::end_generate(const std::string& tenant, const std::string& id,
+int SessionTable::end_generate(const std::string& tenant, const std::string& id,
                                const std::string& reason, int32_t last, int begin) {
   auto it = sessions_.find({tenant, id});
   check(it != sessions_.end(), "end_generate: the session vanished while lent out");
@@ -364,7 +364,7 @@ int SessionStore::end_generate(const std::string& tenant, const std::string& id,
   return e.session.size();
 }
 
-std::string SessionStore::clone(const std::string& tenant, const std::string& id,
+std::string SessionTable::clone(const std::string& tenant, const std::string& id,
                                 const std::string& wanted) {
   const Entry& src = get(tenant, id);
   check_tokens(tenant, src.session.size());
@@ -378,7 +378,7 @@ std::string SessionStore::clone(const std::string& tenant, const std::string& id
   return nid;
 }
 
-SessionEdit SessionStore::begin_evict(const std::string& tenant, const std::string& id, int begin,
+SessionEdit SessionTable::begin_evict(const std::string& tenant, const std::string& id, int begin,
                                       int end, int segment, EvictMode mode) {
   Entry& e = get(tenant, id);
   if (segment >= 0) {
@@ -437,7 +437,7 @@ SessionEdit SessionStore::begin_evict(const std::string& tenant, const std::stri
 // made again if it was removed while the server runs.
 // note: errors name --session-dir, never its path: where the server keeps files is not the
 // client's business (the operator knows the flag's value).
-std::filesystem::path SessionStore::file_for(const std::string& tenant, const std::string& name,
+std::filesystem::path SessionTable::file_for(const std::string& tenant, const std::string& name,
                                              bool create_dir) const {
   if (dir_.empty())
     throw ApiError(403, "saving and loading sessions is off: start the server with --session-dir",
@@ -467,7 +467,7 @@ std::filesystem::path SessionStore::file_for(const std::string& tenant, const st
   return dir / (name + ".faksession");
 }
 
-void SessionStore::save(const std::string& tenant, const std::string& id,
+void SessionTable::save(const std::string& tenant, const std::string& id,
                         const std::string& name) const {
   const Entry& e = get(tenant, id);
   const auto path = file_for(tenant, name, /*create_dir=*/true);
@@ -484,7 +484,7 @@ void SessionStore::save(const std::string& tenant, const std::string& id,
   }
 }
 
-std::string SessionStore::load(const std::string& tenant, const std::string& name,
+std::string SessionTable::load(const std::string& tenant, const std::string& name,
                                const std::string& wanted) {
   const auto path = file_for(tenant, name, /*create_dir=*/false);
   struct stat st {};
@@ -510,24 +510,24 @@ std::string SessionStore::load(const std::string& tenant, const std::string& nam
   return id;
 }
 
-bool SessionStore::holds(const std::string& tenant, const std::string& id) const {
+bool SessionTable::holds(const std::string& tenant, const std::string& id) const {
   const auto it = sessions_.find({tenant, id});
   return it != sessions_.end() && !it->second.creating;
 }
 
-SessionStore::Copy SessionStore::copy(const std::string& tenant, const std::string& id) const {
+SessionTable::Copy SessionTable::copy(const std::string& tenant, const std::string& id) const {
   const auto it = sessions_.find({tenant, id});
-  check(it != sessions_.end(), "SessionStore::copy: no session '" + id + "'");
+  check(it != sessions_.end(), "SessionTable::copy: no session '" + id + "'");
   return {it->second.session.clone(), it->second.segments, it->second.canonical};
 }
 
-const Session& SessionStore::session_of(const std::string& tenant, const std::string& id) const {
+const Session& SessionTable::session_of(const std::string& tenant, const std::string& id) const {
   const auto it = sessions_.find({tenant, id});
-  check(it != sessions_.end(), "SessionStore::session_of: no session '" + id + "'");
+  check(it != sessions_.end(), "SessionTable::session_of: no session '" + id + "'");
   return it->second.session;
 }
 
-void SessionStore::put(const std::string& tenant, const std::string& id, Copy copy) {
+void SessionTable::put(const std::string& tenant, const std::string& id, Copy copy) {
   auto it = sessions_.find({tenant, id});
   if (it != sessions_.end()) {
     Entry& e = it->second;
@@ -547,11 +547,11 @@ void SessionStore::put(const std::string& tenant, const std::string& id, Copy co
   it->second.used = ++clock_;
 }
 
-void SessionStore::drop(const std::string& tenant, const std::string& id) {
+void SessionTable::drop(const std::string& tenant, const std::string& id) {
   sessions_.erase({tenant, id});
 }
 
-SessionEdit SessionStore::begin_install(const std::string& tenant, const std::string& id,
+SessionEdit SessionTable::begin_install(const std::string& tenant, const std::string& id,
                                         Session partial, std::vector<int32_t> target,
                                         std::vector<Segment> segments) {
   sessions_.erase({tenant, id});  // a stale copy
@@ -565,11 +565,11 @@ SessionEdit SessionStore::begin_install(const std::string& tenant, const std::st
   return lend(it->second, id, std::move(target), std::move(segments), std::move(reply));
 }
 
-void SessionStore::share(std::function<bool(const std::string&, const std::string&)> spare) {
+void SessionTable::share(std::function<bool(const std::string&, const std::string&)> spare) {
   spare_ = std::move(spare);
 }
 
-void SessionStore::make_room(const std::string& tenant, int64_t more) {
+void SessionTable::make_room(const std::string& tenant, int64_t more) {
   if (!spare_) return;
   for (;;) {
     size_t mine = 0;

@@ -11,8 +11,8 @@
 #include <cmath>
 
 #include "core/dtype.h"
-#include "ops/quant/kernels_internal.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/kernels_internal.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::quant {
 

@@ -1,7 +1,9 @@
-// Named sessions for the /v1/fak/ API: an agent keeps its context on the server and edits it —
-// append text, ids or messages, generate, clone, save/load under --session-dir, and quarantine
-// (evict) a token span or a whole segment. A segment is what one append (one per message) or one
-// generate added, so "forget message 3" is one call.
+// The table of named sessions a replica holds in memory, for the /v1/fak/ API (not to be confused
+// with the store: store/ is the Redis one replicas share, server/shared_sessions.h keeps this table
+// in step with it; saved sessions are files under --session-dir). Named sessions: an agent keeps
+// its context on the server and edits it — append text, ids or messages, generate, clone, save/load
+// under --session-dir, and quarantine (evict) a token span or a whole segment. A segment is what
+// one append (one per message) or one generate added, so "forget message 3" is one call.
 //
 // Not thread-safe: every call runs on the scheduler thread (Scheduler::run_job), which owns the KV
 // cache these sessions live in.
@@ -67,9 +69,9 @@ struct SessionEdit {
   ojson reply;
 };
 
-class SessionStore {
+class SessionTable {
  public:
-  SessionStore(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
+  SessionTable(std::shared_ptr<const Model> model, std::shared_ptr<KvCache> cache,
                const chat::ChatPrompt* chat, std::filesystem::path session_dir, int ctx,
                SessionQuota quota = {});
 

@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/quant/avx2_common.h"
-#include "ops/quant/kernels_internal.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/avx2_common.h"
+#include "quant/kernels_internal.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::quant {
 

@@ -1,12 +1,13 @@
 // Scalar quantize / dequantize of the 32-element block types (q4_0, q4_1, q5_0, q5_1, q8_0, mxfp4)
-// and of q8_K, the activation format of the K-quant dots. These are the spec the SIMD variants match.
+// and of q8_K, the activation format of the K-quant dots. These are the spec the SIMD variants
+// match.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
-#include "ops/quant/kernels_internal.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/kernels_internal.h"
+#include "quant/quant_blocks.h"
 
 namespace fak::quant {
 

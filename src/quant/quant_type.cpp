@@ -1,11 +1,11 @@
-#include "ops/quant/quant_type.h"
+#include "quant/quant_type.h"
 
 #include <array>
 #include <cctype>
 #include <string>
 
 #include "core/error.h"
-#include "ops/quant/quant_blocks.h"
+#include "quant/quant_blocks.h"
 
 namespace fak {
 

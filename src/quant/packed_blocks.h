@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ops/quant/quant_blocks.h"
-#include "ops/quant/quant_type.h"
+#include "quant/quant_blocks.h"
+#include "quant/quant_type.h"
 
 namespace fak::quant {
 

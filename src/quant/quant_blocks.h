@@ -65,7 +65,8 @@ struct [[gnu::packed]] BlockMxfp4 {
   uint8_t e;
   uint8_t qs[kQK / 2];
 };
-inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
 // 2^(e - 128) exactly (the scale of the doubled values), as ggml_e8m0_to_fp32_half: subnormal
 // bit patterns for e < 2.
 inline namespace FAK_ISA_NS {
