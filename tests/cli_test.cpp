@@ -289,6 +289,27 @@ TEST(Cli, BenchPrintsJsonTests) {
   EXPECT_GT(j["results"][1]["tok_s"].get<double>(), 0);
 }
 
+// --profile: each part of the model's time per generated token and the weight bytes it read,
+// which add up to the bytes the bench counts from the tensor table (the embedding row aside).
+TEST(Cli, BenchProfileSplitsADecodeStepByPart) {
+  auto r = test::run_fak("bench -p 0 -n 4 -r 2 --profile --no-membw -o json -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const nlohmann::json parts = j["results"][0]["profile"];
+  std::vector<std::string> names;
+  double share = 0, bytes = 0;
+  for (const auto& e : parts) {
+    names.push_back(e["part"].get<std::string>());
+    share += e["share"].get<double>();
+    if (e["part"] != "embed") bytes += e["weight_bytes_per_token"].get<double>();
+    EXPECT_GT(e["ms_per_token"].get<double>(), 0) << e.dump();
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"embed", "norms", "attn_proj", "attention", "mlp",
+                                             "head"}));
+  EXPECT_NEAR(share, 1.0, 1e-9);
+  EXPECT_EQ(bytes, j["decode_bytes_per_token"].get<double>());
+}
+
 // -d: the tests run again after that many context tokens, named as llama-bench names them; -b
 // decodes several sequences at once.
 TEST(Cli, BenchRunsTestsAtDepth) {

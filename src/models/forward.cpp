@@ -11,11 +11,15 @@
 // then the final norm and the logits. Matmuls see all tokens of all sequences at once, so each
 // weight is read once per call (each expert once per call, for the tokens routed to it).
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "backend/backend.h"
 #include "core/error.h"
 #include "memory/recurrent_state.h"
+#include "models/forward_profile.h"
 #include "models/model.h"
 #include "ops/deltanet.h"
 
@@ -94,6 +98,38 @@ DeltaNetParams deltanet_params(const ModelConfig& c, const DeltaNetWeights& D) {
           &D.dt_bias};
 }
 
+std::atomic<ForwardProfile*> g_profile{nullptr};
+
+// Times one part of the pass into the installed profile, if any (forward_profile.h).
+class PartTimer {
+ public:
+  explicit PartTimer(ForwardPart part, double bytes = 0)
+      : profile_(g_profile.load(std::memory_order_relaxed)), part_(part), bytes_(bytes) {
+    if (profile_) start_ = std::chrono::steady_clock::now();
+  }
+  ~PartTimer() {
+    if (!profile_) return;
+    ForwardPartStat& s = (*profile_)[size_t(part_)];
+    ++s.calls;
+    s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    s.bytes += bytes_;
+  }
+  PartTimer(const PartTimer&) = delete;
+  PartTimer& operator=(const PartTimer&) = delete;
+
+ private:
+  ForwardProfile* profile_;
+  ForwardPart part_;
+  double bytes_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+double matrix_bytes(std::initializer_list<const WeightMatrix*> ms) {
+  double b = 0;
+  for (const WeightMatrix* m : ms) b += double(m->bytes());
+  return b;
+}
+
 // One forward call: the blocks, each reading a normed input and writing its output to Proj.
 class Pass {
  public:
@@ -104,8 +140,11 @@ class Pass {
     float* x = b_.buf(Buf::X);    // [T][dim] the residual stream
     float* xn = b_.buf(Buf::XN);  // [T][dim] a block's normed input
     const size_t n = size_t(T_) * size_t(c_.dim);
-    b_.embed(w_.embed, x);
-    if (c_.embed_scale != 1.0f) b_.scale(x, n, c_.embed_scale);
+    {
+      PartTimer t(ForwardPart::Embed, double(T_) * double(w_.embed.row_bytes));
+      b_.embed(w_.embed, x);
+      if (c_.embed_scale != 1.0f) b_.scale(x, n, c_.embed_scale);
+    }
     if (hook) (*hook)(0, b_.host_view(x, n), T_);
     for (int l = 0; l < c_.n_layers; ++l) {
       const LayerSpec& s = m_.layer_spec(l);
@@ -113,6 +152,7 @@ class Pass {
                     s.mixer == LayerKind::FullAttention ? m_.attention_index(l) : -1, l);
       if (hook) (*hook)(l + 1, b_.host_view(x, n), T_);
     }
+    PartTimer t(ForwardPart::Head, matrix_bytes({&w_.lm_head}));
     const bool keep = std::any_of(batch.begin(), batch.end(),
                                   [](const BatchItem& it) { return it.hidden != nullptr; });
     if (hook || keep) {  // HF's last hidden state is after the final norm
@@ -158,22 +198,36 @@ class Pass {
     float* xn = b_.buf(Buf::XN);
     float* out = b_.buf(Buf::Proj);
     const size_t n = size_t(T_) * size_t(c_.dim);
-    b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
+    {
+      PartTimer t(ForwardPart::Norms);
+      b_.rmsnorm(x, L.attn_norm, T_, c_.dim, c_.rms_eps, xn);
+    }
     if (s.mixer == LayerKind::FullAttention) {
       attention_block(s.attention, L.attn, attention_layer, xn, out);
     } else {
       deltanet_block(L.delta, layer, xn, out);
     }
-    if (s.norms.sandwich) b_.rmsnorm(out, L.post_attn_norm, T_, c_.dim, c_.rms_eps, out);
-    b_.add(x, out, n);
-    b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
+    {
+      PartTimer t(ForwardPart::Norms);
+      if (s.norms.sandwich) b_.rmsnorm(out, L.post_attn_norm, T_, c_.dim, c_.rms_eps, out);
+      b_.add(x, out, n);
+      b_.rmsnorm(x, L.mlp_norm, T_, c_.dim, c_.rms_eps, xn);
+    }
     if (s.ffn.kind == FfnKind::Moe) {
       moe_block(s.ffn, L.moe, xn, out);
     } else {
+      PartTimer t(ForwardPart::Mlp, mlp_bytes(L.mlp));
       mlp_block(s.ffn.act, L.mlp, xn, out);
     }
+    PartTimer t(ForwardPart::Norms);
     if (s.norms.sandwich) b_.rmsnorm(out, L.post_mlp_norm, T_, c_.dim, c_.rms_eps, out);
     b_.add(x, out, n);
+  }
+
+  // The weight bytes one mlp_block call reads: each matrix once per kMlpCallTokens tokens.
+  double mlp_bytes(const MlpWeights& M) const {
+    return matrix_bytes({&M.gate, &M.up, &M.down}) *
+           double((T_ + kMlpCallTokens - 1) / kMlpCallTokens);
   }
 
   // Causal self-attention over the paged KV cache; with an output gate (Qwen3.5) q_proj also
@@ -186,6 +240,8 @@ class Pass {
     float* v = b_.buf(Buf::V);     // [T][n_kv_heads][head_dim]
     float* o = b_.buf(Buf::Attn);  // [T][n_heads][head_dim]
     // q, k and v in one call (one fork and join, xn quantised once).
+    std::optional<PartTimer> t;
+    t.emplace(ForwardPart::AttnProj, matrix_bytes({&A.wq, &A.wk, &A.wv}));
     if (s.output_gate) {
       float* q2 = b_.buf(Buf::Q2);  // [T][n_heads][query | gate]
       const MatmulJob qkv[3] = {{&A.wq, xn, T_, q2}, {&A.wk, xn, T_, k}, {&A.wv, xn, T_, v}};
@@ -203,6 +259,7 @@ class Pass {
       b_.rmsnorm(q, A.q_norm, T_ * c_.n_heads, hd, c_.rms_eps, q);
       b_.rmsnorm(k, A.k_norm, T_ * c_.n_kv_heads, hd, c_.rms_eps, k);
     }
+    t.emplace(ForwardPart::Attention);
     b_.kv_store(al, KvPlane::Kraw, k);  // pre-RoPE keys, for quarantine's shift mode
     b_.rope(q, c_.n_heads, hd, s.rope_table);
     b_.rope(k, c_.n_kv_heads, hd, s.rope_table);
@@ -213,6 +270,7 @@ class Pass {
     spec.window = s.window;
     spec.sinks = s.sinks ? &A.sinks : nullptr;
     b_.attention(al, q, c_.n_heads, c_.n_kv_heads, hd, spec, o);
+    t.emplace(ForwardPart::AttnProj, matrix_bytes({&A.wo}));
     if (s.output_gate) b_.sigmoid_mul(o, b_.buf(Buf::AttnGate), size_t(T_) * size_t(q_dim));
     b_.matmul(A.wo, o, T_, out);
     b_.add_bias(out, A.bo, T_);
@@ -221,6 +279,8 @@ class Pass {
   // Gated DeltaNet (ops/deltanet.h): projections, the conv + delta rule over each sequence's
   // recurrent state, a gated RMSNorm per value head, out_proj.
   void deltanet_block(const DeltaNetWeights& D, int layer, const float* xn, float* out) {
+    PartTimer t(ForwardPart::DeltaNet, matrix_bytes({&D.in_proj_qkv, &D.in_proj_z, &D.in_proj_b,
+                                                     &D.in_proj_a, &D.out_proj}));
     const DeltaNetParams p = deltanet_params(c_, D);
     float* qkv = b_.buf(Buf::DeltaQkv);    // [T][conv_dim] q | k | v
     float* z = b_.buf(Buf::DeltaZ);        // [T][value_dim] output gate
@@ -270,6 +330,8 @@ class Pass {
     const int k = s.k;
     float* logits = b_.buf(Buf::Router);     // [T][n_experts]
     float* weight = b_.buf(Buf::MoeWeight);  // [T][k]
+    std::optional<PartTimer> t;
+    t.emplace(ForwardPart::Router, matrix_bytes({&M.router}));
     b_.matmul(M.router, xn, T_, logits);
     b_.add_bias(logits, M.router_logit_bias, T_);
     MoeRouting routing;
@@ -291,8 +353,12 @@ class Pass {
     experts.act = s.expert_act;
     experts.alpha = s.clamp_alpha;
     experts.limit = s.clamp_limit;
+    // One token reads its k experts; more read at most min(n, T k) (the routing decides).
+    const double used = std::min(double(s.n_experts), double(T_) * double(k));
+    t.emplace(ForwardPart::Experts, used * matrix_bytes({&M.gate[0], &M.up[0], &M.down[0]}));
     b_.moe_experts(experts, xn, k, weight, out);
     if (s.shared_hidden > 0) {
+      t.emplace(ForwardPart::SharedExpert, mlp_bytes(M.shared) + matrix_bytes({&M.shared_gate}));
       float* shared = b_.buf(Buf::Shared);  // [T][dim]
       mlp_block(s.act, M.shared, xn, shared);
       if (s.shared_gated) {
@@ -418,6 +484,18 @@ void Model::mtp_forward(std::span<const BatchItem> batch, KvCache& cache, const 
   }
   Pass(*this, *call, T).run_mtp(hidden, hidden_out, head, logit_rows(batch, int(head.rows)));
   call->finish();
+}
+
+void set_forward_profile(ForwardProfile* profile) {
+  g_profile.store(profile, std::memory_order_relaxed);
+}
+
+const char* forward_part_name(ForwardPart p) {
+  static constexpr const char* kNames[] = {"embed",         "norms", "attn_proj", "attention",
+                                           "deltanet",      "mlp",   "router",    "experts",
+                                           "shared_expert", "head"};
+  static_assert(std::size(kNames) == size_t(ForwardPart::kCount));
+  return kNames[size_t(p)];
 }
 
 }  // namespace fak

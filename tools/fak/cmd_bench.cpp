@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/memory_bandwidth.h"
 #include "core/memory_info.h"
+#include "models/forward_profile.h"
 #include "models/tensor_table.h"
 #include "ops/matmul.h"
 #include "runtime/session.h"
@@ -59,7 +60,7 @@ namespace {
 struct BenchArgs {
   std::string model, prompts = "16,64,256", gens = "32", depths = "0", batches = "1", output = "md";
   int threads = 0, reps = 3;
-  bool membw = true;
+  bool membw = true, profile = false;
   KvFlags kv;
 };
 
@@ -211,7 +212,8 @@ void bench(const BenchArgs& a) {
   nlohmann::json results = nlohmann::json::array();
   // rep_membw: the probe before each repetition (tg tests; empty for pp).
   auto record = [&](const std::string& test, int n_prompt, int n_gen, int n_depth, int n_batch,
-                    const std::vector<double>& tok_s, const std::vector<double>& rep_membw = {}) {
+                    const std::vector<double>& tok_s, const std::vector<double>& rep_membw = {},
+                    const ForwardProfile* profile = nullptr) {
     Stat st = stats(tok_s);
     nlohmann::json r{{"test", test},         {"n_prompt", n_prompt}, {"n_gen", n_gen},
                      {"n_depth", n_depth},   {"n_batch", n_batch},   {"tok_s", st.mean},
@@ -240,6 +242,28 @@ void bench(const BenchArgs& a) {
         r["membw_samples"] = rep_membw;
       }
     }
+    // Per part of the model: seconds per generated token, its share of the forward's time, the
+    // weight bytes it read per second, and that against the probe (the part's own roof share).
+    const double membw_median = rep_membw.empty() ? 0.0 : stats(rep_membw).median;
+    nlohmann::json parts = nlohmann::json::array();
+    if (profile) {
+      double total = 0;
+      for (const ForwardPartStat& p : *profile) total += p.seconds;
+      const double tokens = double(n_gen) * double(n_batch) * double(tok_s.size());
+      for (size_t i = 0; i < profile->size(); ++i) {
+        const ForwardPartStat& p = (*profile)[i];
+        if (p.calls == 0) continue;
+        const double gb_s = p.seconds > 0 ? p.bytes / p.seconds / 1e9 : 0.0;
+        nlohmann::json e{{"part", forward_part_name(ForwardPart(i))},
+                         {"ms_per_token", 1e3 * p.seconds / tokens},
+                         {"share", total > 0 ? p.seconds / total : 0.0},
+                         {"weight_bytes_per_token", p.bytes / tokens},
+                         {"gb_s", gb_s}};
+        if (membw_median > 0 && p.bytes > 0) e["roofline_fraction"] = gb_s / membw_median;
+        parts.push_back(e);
+      }
+      r["profile"] = parts;
+    }
     results.push_back(r);
     if (a.output == "md") {
       std::printf("| %-18s | %10.2f ± %7.2f |", test.c_str(), st.mean, st.stddev);
@@ -250,6 +274,14 @@ void bench(const BenchArgs& a) {
         std::printf(" %6.1f |        |\n", st.mean / n_batch * weight_gb);
       else
         std::printf("        |        |\n");
+      for (const nlohmann::json& e : parts)
+        std::printf(
+            "|   %-16s | %7.3f ms/tok %5.1f%% | %6.1f | %s |\n",
+            e["part"].get<std::string>().c_str(), e["ms_per_token"].get<double>(),
+            100 * e["share"].get<double>(), e["gb_s"].get<double>(),
+            e.contains("roofline_fraction")
+                ? (std::to_string(int(100 * e["roofline_fraction"].get<double>())) + "%").c_str()
+                : "");
       std::fflush(stdout);
     }
   };
@@ -317,6 +349,7 @@ void bench(const BenchArgs& a) {
       if (n == 0) continue;
       for (int b : batches) {
         std::vector<double> v, rep_membw;
+        ForwardProfile profile{};
         for (int r = 0; r < a.reps; ++r) {
           if (membw) rep_membw.push_back(probe_before_rep());
           std::vector<Session> seqs;
@@ -325,6 +358,7 @@ void bench(const BenchArgs& a) {
           for (Session& x : seqs) ptrs.push_back(&x);
           std::vector<int32_t> toks = random_tokens(b);
           // As llama-bench: one token per forward (per sequence), after the depth's context.
+          if (a.profile) set_forward_profile(&profile);
           auto t0 = std::chrono::steady_clock::now();
           for (int i = 0; i < n; ++i) {
             if (b == 1)
@@ -334,9 +368,10 @@ void bench(const BenchArgs& a) {
             toks = random_tokens(b);
           }
           v.push_back(double(n) * double(b) / seconds_since(t0));
+          set_forward_profile(nullptr);
         }
         record("tg" + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : "") + at, 0, n, d, b,
-               v, rep_membw);
+               v, rep_membw, a.profile ? &profile : nullptr);
       }
     }
   }
@@ -381,6 +416,9 @@ void register_bench(CLI::App& app) {
                 "context tokens already in the KV before each test, comma-separated (default 0)");
   c->add_flag("!--no-membw", a->membw,
               "skip measuring the memory read bandwidth (the roof column and roofline_fraction)");
+  c->add_flag("--profile", a->profile,
+              "tg tests: the time and weight bandwidth of each part of the model (attention, "
+              "experts, head, ...) per generated token, against the probe");
   c->add_option("-b,--batch", a->batches,
                 "sequences decoded in lockstep by the tg tests, comma-separated (default 1)");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
