@@ -95,8 +95,8 @@ uint32_t GgufWriter::alignment() const {
   return kDefaultAlignment;
 }
 
-void GgufWriter::add_tensor(std::string name, uint32_t ggml_type, std::vector<int64_t> dims,
-                            std::span<const uint8_t> data) {
+size_t GgufWriter::check_tensor(const std::string& name, uint32_t ggml_type,
+                                const std::vector<int64_t>& dims) const {
   const std::string what = "gguf writer: tensor '" + name + "': ";
   const GgmlTypeInfo* info = ggml_type_info(ggml_type);
   check(info != nullptr, what + "unknown ggml type id " + std::to_string(ggml_type));
@@ -110,12 +110,24 @@ void GgufWriter::add_tensor(std::string name, uint32_t ggml_type, std::vector<in
   check(ne0 % info->block_size == 0, what + "first dimension " + std::to_string(ne0) +
                                          " is not a multiple of the block size " +
                                          std::to_string(info->block_size));
-  const size_t expect = size_t(n / info->block_size) * info->block_bytes;
-  check(data.size() == expect, what + std::to_string(data.size()) + " bytes given, " +
-                                   std::string(info->name) + " of these dims needs " +
-                                   std::to_string(expect));
   for (const Tensor& t : tensors_) check(t.name != name, what + "duplicate name");
-  tensors_.push_back({std::move(name), ggml_type, std::move(dims), data});
+  return size_t(n / info->block_size) * info->block_bytes;
+}
+
+void GgufWriter::add_tensor(std::string name, uint32_t ggml_type, std::vector<int64_t> dims,
+                            std::span<const uint8_t> data) {
+  const size_t expect = check_tensor(name, ggml_type, dims);
+  check(data.size() == expect, "gguf writer: tensor '" + name +
+                                   "': " + std::to_string(data.size()) + " bytes given, " +
+                                   std::string(ggml_type_info(ggml_type)->name) +
+                                   " of these dims needs " + std::to_string(expect));
+  tensors_.push_back({std::move(name), ggml_type, std::move(dims), data, data.size(), {}});
+}
+
+void GgufWriter::add_tensor_made(std::string name, uint32_t ggml_type, std::vector<int64_t> dims,
+                                 TensorMaker make) {
+  const size_t expect = check_tensor(name, ggml_type, dims);
+  tensors_.push_back({std::move(name), ggml_type, std::move(dims), {}, expect, std::move(make)});
 }
 
 void GgufWriter::write(const std::filesystem::path& path) const {
@@ -137,7 +149,7 @@ void GgufWriter::write(const std::filesystem::path& path) const {
     for (int64_t d : t.dims) out.put<int64_t>(d);
     out.put<uint32_t>(t.ggml_type);
     out.put<uint64_t>(offset);
-    offset += (t.data.size() + align - 1) / align * align;
+    offset += (t.nbytes + align - 1) / align * align;
   }
   out.pad_to(align);
 
@@ -145,8 +157,21 @@ void GgufWriter::write(const std::filesystem::path& path) const {
   file.write_all(out.bytes.data(), out.bytes.size());
   static const char kZeros[256] = {};
   for (const Tensor& t : tensors_) {
-    file.write_all(t.data.data(), t.data.size());
-    const size_t pad = (align - t.data.size() % align) % align;
+    if (t.make) {
+      size_t made = 0;
+      t.make([&](std::span<const uint8_t> piece) {
+        check(made + piece.size() <= t.nbytes, "gguf writer: tensor '" + t.name +
+                                                   "': made more than its " +
+                                                   std::to_string(t.nbytes) + " bytes");
+        file.write_all(piece.data(), piece.size());
+        made += piece.size();
+      });
+      check(made == t.nbytes, "gguf writer: tensor '" + t.name + "': made " + std::to_string(made) +
+                                  " of its " + std::to_string(t.nbytes) + " bytes");
+    } else {
+      file.write_all(t.data.data(), t.data.size());
+    }
+    const size_t pad = (align - t.nbytes % align) % align;
     for (size_t left = pad; left > 0;) {
       const size_t n = std::min(left, sizeof kZeros);
       file.write_all(kZeros, n);

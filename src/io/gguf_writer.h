@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +32,14 @@ class GgufWriter {
   void add_tensor(std::string name, uint32_t ggml_type, std::vector<int64_t> dims,
                   std::span<const uint8_t> data);
 
+  // Adds a tensor whose bytes `make` hands to its sink, in order and in any number of pieces, when
+  // write() reaches it: a file of many GB is written without holding its tensors (fak synth
+  // --gguf). write() fails naming the tensor if they do not add up to what its type and dims need.
+  using TensorSink = std::function<void(std::span<const uint8_t>)>;
+  using TensorMaker = std::function<void(const TensorSink&)>;
+  void add_tensor_made(std::string name, uint32_t ggml_type, std::vector<int64_t> dims,
+                       TensorMaker make);
+
   // Alignment of the data section: general.alignment when set (a u32 power of two), else 32.
   uint32_t alignment() const;
 
@@ -44,7 +53,12 @@ class GgufWriter {
     uint32_t ggml_type;
     std::vector<int64_t> dims;
     std::span<const uint8_t> data;
+    size_t nbytes = 0;  // data.size(), or what `make` must hand over
+    TensorMaker make;
   };
+  // Checks name, type and dims; the bytes they need.
+  size_t check_tensor(const std::string& name, uint32_t ggml_type,
+                      const std::vector<int64_t>& dims) const;
   std::vector<GgufKv> kvs_;
   std::vector<Tensor> tensors_;
 };

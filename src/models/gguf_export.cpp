@@ -58,48 +58,6 @@ bool yarn_near_default_attention(const ModelConfig& c) {
   return std::fabs(c.rope_attention_factor - d) <= 1e-6 * d;
 }
 
-// The common keys of every llama.cpp architecture; the family adds its own (family.h).
-void write_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::string& name) {
-  const std::string arch(c.family->gguf_arch());
-  const std::string p = arch + ".";
-  w.set_string("general.architecture", arch);
-  w.set_string("general.type", "model");
-  w.set_string("general.name", name);
-  w.set_u32("general.file_type", uint32_t(ft));
-  w.set_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, written by the converter
-  // As llama.cpp's converter: the MTP head is one more block, after the decoder's.
-  w.set_u32(p + "block_count", uint32_t(c.n_layers + std::min(c.mtp_layers, 1)));
-  if (c.mtp_layers > 0) w.set_u32(p + "nextn_predict_layers", 1);
-  w.set_u32(p + "context_length", uint32_t(c.max_seq_len));
-  w.set_u32(p + "embedding_length", uint32_t(c.dim));
-  if (c.hidden_dim > 0) w.set_u32(p + "feed_forward_length", uint32_t(c.hidden_dim));
-  w.set_u32(p + "attention.head_count", uint32_t(c.n_heads));
-  w.set_u32(p + "attention.head_count_kv", uint32_t(c.n_kv_heads));
-  w.set_f32(p + "rope.freq_base", float(c.rope_theta));
-  w.set_f32(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
-  if (c.head_dim != c.dim / c.n_heads) {
-    w.set_u32(p + "attention.key_length", uint32_t(c.head_dim));
-    w.set_u32(p + "attention.value_length", uint32_t(c.head_dim));
-  }
-  if (c.rope_scaling == RopeScaling::Linear) {
-    w.set_string(p + "rope.scaling.type", "linear");
-    w.set_f32(p + "rope.scaling.factor", float(c.rope_factor));
-  } else if (c.rope_scaling == RopeScaling::Yarn) {
-    // The keys convert_hf_to_gguf.py writes for rope_type yarn.
-    w.set_string(p + "rope.scaling.type", "yarn");
-    w.set_f32(p + "rope.scaling.factor", float(c.rope_factor));
-    w.set_u32(p + "rope.scaling.original_context_length", uint32_t(c.rope_original_max_pos));
-    w.set_f32(p + "rope.scaling.yarn_beta_fast", float(c.rope_yarn_beta_fast));
-    w.set_f32(p + "rope.scaling.yarn_beta_slow", float(c.rope_yarn_beta_slow));
-    // Only an attention factor other than the default needs saying (HF's attention_factor, or
-    // the mscale / mscale_all_dim ratio resolved at parse time); float32 is what Rope uses.
-    if (!yarn_default_attention(c))
-      w.set_f32(p + "rope.scaling.yarn_attn_factor", float(c.rope_attention_factor));
-    if (!c.rope_yarn_truncate) w.set_bool(p + "rope.scaling.yarn_truncate", false);
-  }
-  c.family->write_gguf(w, p, c);
-}
-
 // f32 values as the bytes of a GGUF tensor.
 std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
   std::vector<uint8_t> bytes(4 * v.size());
@@ -156,6 +114,54 @@ WeightMatrix gguf_ordered(const ModelConfig& c, const TensorDef& d, WeightMatrix
 
 }  // namespace
 
+void write_gguf_config(GgufWriter& w, const ModelConfig& c, FileType ft, const std::string& name) {
+  const std::string arch(c.family->gguf_arch());
+  const std::string p = arch + ".";
+  w.set_string("general.architecture", arch);
+  w.set_string("general.type", "model");
+  w.set_string("general.name", name);
+  w.set_u32("general.file_type", uint32_t(ft));
+  w.set_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, written by the converter
+  // As llama.cpp's converter: the MTP head is one more block, after the decoder's.
+  w.set_u32(p + "block_count", uint32_t(c.n_layers + std::min(c.mtp_layers, 1)));
+  if (c.mtp_layers > 0) w.set_u32(p + "nextn_predict_layers", 1);
+  w.set_u32(p + "context_length", uint32_t(c.max_seq_len));
+  w.set_u32(p + "embedding_length", uint32_t(c.dim));
+  if (c.hidden_dim > 0) w.set_u32(p + "feed_forward_length", uint32_t(c.hidden_dim));
+  w.set_u32(p + "attention.head_count", uint32_t(c.n_heads));
+  w.set_u32(p + "attention.head_count_kv", uint32_t(c.n_kv_heads));
+  w.set_f32(p + "rope.freq_base", float(c.rope_theta));
+  w.set_f32(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.head_dim != c.dim / c.n_heads) {
+    w.set_u32(p + "attention.key_length", uint32_t(c.head_dim));
+    w.set_u32(p + "attention.value_length", uint32_t(c.head_dim));
+  }
+  if (c.rope_scaling == RopeScaling::Linear) {
+    w.set_string(p + "rope.scaling.type", "linear");
+    w.set_f32(p + "rope.scaling.factor", float(c.rope_factor));
+  } else if (c.rope_scaling == RopeScaling::Yarn) {
+    // The keys convert_hf_to_gguf.py writes for rope_type yarn.
+    w.set_string(p + "rope.scaling.type", "yarn");
+    w.set_f32(p + "rope.scaling.factor", float(c.rope_factor));
+    w.set_u32(p + "rope.scaling.original_context_length", uint32_t(c.rope_original_max_pos));
+    w.set_f32(p + "rope.scaling.yarn_beta_fast", float(c.rope_yarn_beta_fast));
+    w.set_f32(p + "rope.scaling.yarn_beta_slow", float(c.rope_yarn_beta_slow));
+    // Only an attention factor other than the default needs saying (HF's attention_factor, or
+    // the mscale / mscale_all_dim ratio resolved at parse time); float32 is what Rope uses.
+    if (!yarn_default_attention(c))
+      w.set_f32(p + "rope.scaling.yarn_attn_factor", float(c.rope_attention_factor));
+    if (!c.rope_yarn_truncate) w.set_bool(p + "rope.scaling.yarn_truncate", false);
+  }
+  c.family->write_gguf(w, p, c);
+}
+
+WType gguf_tensor_type(const ModelConfig& c, FileType ft, const TensorDef& d, int64_t cols) {
+  // The router and the shared expert's gate stay f32 as llama.cpp's converter writes them.
+  if (d.keep_float) return WType::F32;
+  return choose_wtype(ft, d.role, std::max(d.layer, 0), c.n_layers, cols, c.tie_embeddings,
+                      c.n_experts, c.n_kv_heads > 0 ? c.n_heads / c.n_kv_heads : 1);
+}
+
 ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::path& out) {
   const ModelConfig& c = model.config();
   if (c.rope_scaling == RopeScaling::Llama3)
@@ -165,7 +171,7 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
   if (!model.tokenizer())
     fail(model.path().string() + ": no tokenizer.json; a GGUF needs the vocabulary");
   Collector col;
-  write_config(col.w, c, ft, model.path().filename().string());
+  write_gguf_config(col.w, c, ft, model.path().filename().string());
   write_gguf_tokenizer(col.w, model.tokenizer()->spec(), c.vocab);
   if (c.is_moe() && !c.norm_topk_prob)
     col.stats.warnings.push_back(
@@ -203,10 +209,7 @@ ExportStats export_gguf(const Model& model, FileType ft, const std::filesystem::
         "): fak reads the file back, but llama.cpp assumes they are equal and refuses it");
 
   auto type_of = [&](const TensorDef& d, const WeightMatrix& m) {
-    // The router and the shared expert's gate stay f32 as llama.cpp's converter writes them.
-    if (d.keep_float) return WType::F32;
-    return choose_wtype(ft, d.role, std::max(d.layer, 0), c.n_layers, m.cols, c.tie_embeddings,
-                        c.n_experts, c.n_kv_heads > 0 ? c.n_heads / c.n_kv_heads : 1);
+    return gguf_tensor_type(c, ft, d, m.cols);
   };
   // note: the walk binds entries into the model's own weights; it only reads through them.
   ModelWeights& w = const_cast<ModelWeights&>(model.weights());

@@ -12,8 +12,11 @@
 
 #include "models/model.h"
 #include "models/quant_policy.h"
+#include "models/tensor_table.h"
 
 namespace fak {
+
+class GgufWriter;
 
 struct ExportStats {
   size_t tensors = 0;
@@ -27,6 +30,12 @@ struct ExportStats {
 
 // `model` must have been loaded from a Hugging Face directory (its weights are read from there).
 ExportStats export_gguf(const Model& model, FileType type, const std::filesystem::path& out);
+
+// The keys every llama.cpp architecture has (general.*, sizes, RoPE, norms) and the family's own.
+void write_gguf_config(GgufWriter& w, const ModelConfig& c, FileType type, const std::string& name);
+// The type a tensor is stored as in a `type` file: llama-quantize's rules (quant_policy.h), F32 for
+// the tensors llama.cpp's converter keeps in float.
+WType gguf_tensor_type(const ModelConfig& c, FileType type, const TensorDef& d, int64_t cols);
 
 ExportStats requantize_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
                             FileType type);

@@ -18,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "models/config.h"
+#include "models/gguf_synth.h"
 #include "models/tensor_table.h"
 
 namespace fak::cli {
@@ -25,7 +26,7 @@ namespace fak::cli {
 namespace {
 
 struct SynthArgs {
-  std::string config, out, dtype = "bf16", tokenizer;
+  std::string config, out, dtype = "bf16", tokenizer, gguf_type;
   uint64_t seed = 0;
   float std = 0.02f;
   int threads = 0;
@@ -97,7 +98,8 @@ std::vector<Tensor> tensor_list(const ModelConfig& c, const std::string& prefix)
     switch (d.hf_layout) {
       case HfLayout::Plain:
         if (d.kind == TensorKind::Vector) {
-          add(name, d.cols > 1 ? std::vector<int64_t>{d.rows, d.cols} : std::vector<int64_t>{d.rows},
+          add(name,
+              d.cols > 1 ? std::vector<int64_t>{d.rows, d.cols} : std::vector<int64_t>{d.rows},
               fill);
         } else {
           add(name, {d.rows, d.cols}, fill);
@@ -184,6 +186,18 @@ void synth(const SynthArgs& a) {
     override_layers(text, c, *a.layers, a.config);
     c = parse_hf_config(j, a.config);
   }
+  std::filesystem::path tok = a.tokenizer;
+  if (tok.empty() && c.vocab >= 151643 && c.vocab < 200000)  // the Qwen2/2.5/3 vocabulary
+    tok = std::filesystem::path(FAK_DEFAULT_MODEL_DIR) / "../../tests/data/tokenizer/qwen";
+  if (!a.gguf_type.empty()) {
+    // Straight into a GGUF of that type, tensor by tensor: no HF directory, no F16 file.
+    if (tok.empty()) fail("fak synth --gguf-type: a GGUF needs a vocabulary: give --tokenizer DIR");
+    const FileType ft = parse_file_type(a.gguf_type);
+    const Tokenizer t = Tokenizer::from_dir(tok);
+    const ExportStats st = synth_gguf(c, t.spec(), ft, a.seed, a.std, a.out);
+    std::printf("wrote %s: %s, %d layers\n", a.out.c_str(), st.summary().c_str(), c.n_layers);
+    return;
+  }
   std::vector<Tensor> ts = tensor_list(c, nested ? "model.language_model." : "model.");
 
   const size_t es = dtype_size(dtype);
@@ -226,9 +240,6 @@ void synth(const SynthArgs& a) {
   j["dtype"] = a.dtype == "bf16" ? "bfloat16" : a.dtype == "f16" ? "float16" : "float32";
   write_file_atomic(dir / "config.json", j.dump(2));
 
-  std::filesystem::path tok = a.tokenizer;
-  if (tok.empty() && c.vocab >= 151643 && c.vocab < 200000)  // the Qwen2/2.5/3 vocabulary
-    tok = std::filesystem::path(FAK_DEFAULT_MODEL_DIR) / "../../tests/data/tokenizer/qwen";
   if (!tok.empty()) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       if (std::filesystem::exists(tok / f))
@@ -247,7 +258,12 @@ void register_synth(CLI::App& app) {
   CLI::App* c =
       app.add_subcommand("synth", "write a random-weight HF model directory from a config");
   c->add_option("--config", a->config, "config.json (e.g. tests/data/configs/*.json)")->required();
-  c->add_option("-o,--out", a->out, "output directory")->required();
+  c->add_option("-o,--out", a->out, "output directory (with --gguf-type: the GGUF file)")
+      ->required();
+  c->add_option("--gguf-type", a->gguf_type,
+                "write a GGUF of this type (f16, q8_0, q4_k_m, ...: llama-quantize's per-tensor "
+                "types, as fak convert writes them) straight from the random weights, tensor by "
+                "tensor: a full-size model without an HF directory or an F16 file");
   c->add_option("--dtype", a->dtype, "bf16 (default), f16 or f32")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
   c->add_option("--seed", a->seed, "random seed");
