@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Side-by-side pp/tg of fak and llama.cpp on the same GGUFs, interleaved pass by pass so both see the
-# same machine state; prints one markdown row per model with the median of the passes and the ratio
-# fak / llama.cpp. llama.cpp is llama-bench built from source when LLAMA_BENCH names it (the
+# Side-by-side pp/tg of fak, ik_llama.cpp and llama.cpp on the same GGUFs, interleaved pass by pass
+# so all see the same machine state; prints one markdown row per model and test with the medians of
+# the passes and fak's ratios (the median of each pass's ratio, and their range). ik_llama.cpp is
+# its llama-bench when IK_BENCH names it, run at its recommended CPU settings (-fa 1 -rtr 1 -fmoe
+# 1); ../shared/peers/build.sh builds both peers. llama.cpp is llama-bench built from source when
+# LLAMA_BENCH names it (the
 # comparison issue 32 asks for: `cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF && cmake --build
 # build --target llama-bench`), else the prebuilt library of the npm package node-llama-cpp
 # (bench/llamacpp; run `npm ci` there once; -b needs this one; -d needs a llama-bench that has it).
 #
 #   bench/compare.sh [-p 256] [-n 32] [-d 0] [-b 1] [-F] [-k TYPE] [-t 2] [-r 3] [-P passes] [-o DIR] MODEL.gguf ...
+#
+#   IK_BENCH=.../ik_llama.cpp/build/bin/llama-bench LLAMA_BENCH=.../llama.cpp/build/bin/llama-bench \
+#     bench/compare.sh -p 512 -n 32 -t 2 -r 2 -P 2 MODEL.gguf ...
 #
 # -d D: both engines run the tests after D context tokens ("pp256 @ d4096"); -F: llama.cpp with
 # flash attention (off by default, as llama-bench's -fa 0); -b B: the tg test decodes B sequences at
@@ -36,9 +42,13 @@ else
 fi
 # llama-bench's JSON (one record per test) as bench.mjs's: {tests: [{test, tok_s}], peak_rss_mib,
 # load_s}. Its peak RSS comes from GNU time; it reports no load time (0).
-llama_source() {  # MODEL OUT
-  /usr/bin/time -f "%M" -o "$2.rss" "$LLAMA_BENCH" -m "$1" -p "$p" -n "$n" -d "$d" -t "$t" -r "$r" \
-    -fa "$([ -n "$fa" ] && echo 1 || echo 0)" ${kv:+-ctk "$kv" -ctv "$kv"} -o json >"$2.raw"
+llama_source() {  # MODEL OUT [BENCH EXTRA...]: llama-bench of LLAMA_BENCH, or BENCH with EXTRA flags
+  local bench="${3:-$LLAMA_BENCH}" extra=(-fa "$([ -n "$fa" ] && echo 1 || echo 0)")
+  [ $# -gt 3 ] && extra=("${@:4}")
+  # -d only where asked: ik_llama.cpp's llama-bench has no depth flag.
+  local depth=(); [ "$d" = 0 ] || depth=(-d "$d")
+  /usr/bin/time -f "%M" -o "$2.rss" "$bench" -m "$1" -p "$p" -n "$n" "${depth[@]}" -t "$t" -r "$r" \
+    "${extra[@]}" ${kv:+-ctk "$kv" -ctv "$kv"} -o json >"$2.raw"
   python3 - "$2.raw" "$2.rss" >"$2" <<'PY'
 import json, sys
 recs = json.load(open(sys.argv[1]))
@@ -59,6 +69,10 @@ for m in "$@"; do
     cat "$m" >/dev/null
     "$fak" bench -m "$m" -p "$p" -n "$n" -d "$d" -b "$b" -t "$t" -r "$r" ${kv:+--kv-type "$kv"} -o json \
       >"$work/$name.fak.$pass.json"
+    if [ -n "${IK_BENCH:-}" ]; then
+      cat "$m" >/dev/null
+      llama_source "$m" "$work/$name.ik.$pass.json" "$IK_BENCH" -fa 1 -rtr 1 -fmoe 1
+    fi
     cat "$m" >/dev/null
     if [ -n "${LLAMA_BENCH:-}" ]; then
       llama_source "$m" "$work/$name.llama.$pass.json"
@@ -67,9 +81,9 @@ for m in "$@"; do
     fi
   done
 done
-python3 - "$work" "$passes" "$@" <<'EOF'
+python3 - "$work" "$passes" "${IK_BENCH:+ik}" "$@" <<'EOF'
 import json, statistics, sys, os
-work, passes, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+work, passes, with_ik, models = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "ik", sys.argv[4:]
 def tests(path, key):
     d = json.load(open(path))
     return {x["test"]: x["tok_s"] for x in d[key]}, d
@@ -81,12 +95,17 @@ def tests(path, key):
 def roof(d, test):
     r = next((x for x in d["results"] if x["test"] == test), {})
     return r.get("roofline_fraction"), r.get("membw_gb_s")
-print("| model | test | fak tok/s | llama.cpp tok/s | ratio (median of passes) | passes' ratios | fak roof (probe GB/s) | fak RSS MiB | llama.cpp RSS MiB | load s fak / llama.cpp |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+def ratio(f, o, test):
+    r = sorted(x[0][test] / y[0][test] for x, y in zip(f, o))
+    return statistics.median(r), (f"{r[0]:.2f}-{r[-1]:.2f}" if len(r) > 1 else "-")
+ikcols = "ik_llama.cpp tok/s | fak / ik (median, range) | " if with_ik else ""
+print(f"| model | test | fak tok/s | {ikcols}llama.cpp tok/s | fak / llama.cpp (median of passes) | passes' ratios | fak roof (probe GB/s) | fak RSS MiB | llama.cpp RSS MiB | load s fak / llama.cpp |")
+print("|---|---|---|" + ("---|---|" if with_ik else "") + "---|---|---|---|---|---|---|")
 for m in models:
     name = os.path.basename(m).removesuffix(".gguf")
     f = [tests(f"{work}/{name}.fak.{i}.json", "results") for i in range(1, passes + 1)]
     l = [tests(f"{work}/{name}.llama.{i}.json", "tests") for i in range(1, passes + 1)]
+    k = [tests(f"{work}/{name}.ik.{i}.json", "tests") for i in range(1, passes + 1)] if with_ik else []
     for test in f[0][0]:
         fv = statistics.median(x[0][test] for x in f)
         lv = statistics.median(x[0][test] for x in l)
@@ -100,7 +119,11 @@ for m in models:
         roofs = [r for r in roofs if r[0] is not None]
         rooftxt = (f"{100 * statistics.median(r[0] for r in roofs):.0f}% "
                    f"({statistics.median(r[1] for r in roofs):.1f})" if roofs else "")
-        print(f"| {name} | {test} | {fv:.1f} | {lv:.1f} | {statistics.median(ratios):.2f} | "
+        ikt = ""
+        if with_ik:
+            kr, ks = ratio(f, k, test)
+            ikt = f"{statistics.median(x[0][test] for x in k):.1f} | **{kr:.2f}** ({ks}) | "
+        print(f"| {name} | {test} | {fv:.1f} | {ikt}{lv:.1f} | {statistics.median(ratios):.2f} | "
               f"{spread} | {rooftxt} | {frss:.0f} | {lrss:.0f} | {fload:.2f} / {lload:.2f} |")
 EOF
 echo "raw JSON: $work" >&2
