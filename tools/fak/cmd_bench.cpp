@@ -249,7 +249,8 @@ void bench(const BenchArgs& a) {
     if (profile) {
       double total = 0;
       for (const ForwardPartStat& p : *profile) total += p.seconds;
-      const double tokens = double(n_gen) * double(n_batch) * double(tok_s.size());
+      const double tokens =
+          double(n_gen > 0 ? n_gen : n_prompt) * double(n_batch) * double(tok_s.size());
       for (size_t i = 0; i < profile->size(); ++i) {
         const ForwardPartStat& p = (*profile)[i];
         if (p.calls == 0) continue;
@@ -336,14 +337,17 @@ void bench(const BenchArgs& a) {
     for (int p : prompts) {
       if (p == 0) continue;
       std::vector<double> v;
+      ForwardProfile profile{};
       for (int r = 0; r < a.reps; ++r) {
         auto toks = random_tokens(p);
         Session s = fresh();
+        if (a.profile) set_forward_profile(&profile);
         auto t0 = std::chrono::steady_clock::now();
         s.append(toks);
         v.push_back(double(p) / seconds_since(t0));
+        set_forward_profile(nullptr);
       }
-      record("pp" + std::to_string(p) + at, p, 0, d, 1, v);
+      record("pp" + std::to_string(p) + at, p, 0, d, 1, v, {}, a.profile ? &profile : nullptr);
     }
     for (int n : gens) {
       if (n == 0) continue;
@@ -417,8 +421,8 @@ void register_bench(CLI::App& app) {
   c->add_flag("!--no-membw", a->membw,
               "skip measuring the memory read bandwidth (the roof column and roofline_fraction)");
   c->add_flag("--profile", a->profile,
-              "tg tests: the time and weight bandwidth of each part of the model (attention, "
-              "experts, head, ...) per generated token, against the probe");
+              "each test split by part of the model (attention, experts, head, ...): time per "
+              "token, and for tg the weight bandwidth against the probe");
   c->add_option("-b,--batch", a->batches,
                 "sequences decoded in lockstep by the tg tests, comma-separated (default 1)");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
