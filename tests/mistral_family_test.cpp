@@ -44,14 +44,7 @@ std::filesystem::path mistral_copy(const json& window, bool drop_window = false)
   return dir;
 }
 
-std::vector<float> last_logits(const std::shared_ptr<const Model>& m,
-                               const std::vector<int32_t>& ids) {
-  auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
-                                         m->config().head_dim);
-  Session s(m, cache);
-  s.append(ids);
-  return s.logits();
-}
+using test::last_logits;
 
 TEST(MistralFamily, WithoutAWindowItMatchesTransformersReference) {
   const auto dir = mistral_copy(nullptr);

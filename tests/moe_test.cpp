@@ -257,14 +257,7 @@ std::vector<int32_t> reference_prompt(const std::string& name) {
   return ids;
 }
 
-std::vector<float> prompt_logits(const std::shared_ptr<const Model>& m,
-                                 const std::vector<int32_t>& ids) {
-  auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
-                                         m->config().head_dim);
-  Session s(m, cache);
-  s.append(ids);
-  return s.logits();
-}
+using test::last_logits;
 
 double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   double ab = 0, aa = 0, bb = 0;
@@ -280,7 +273,7 @@ TEST(MoeModel, NormTopkProbFalseLoadsConvertsAndReadsBack) {
   const auto off = Model::load(off_dir);
   EXPECT_TRUE(on->config().norm_topk_prob);
   EXPECT_FALSE(off->config().norm_topk_prob);
-  const std::vector<float> a = prompt_logits(on, ids), b = prompt_logits(off, ids);
+  const std::vector<float> a = last_logits(on, ids), b = last_logits(off, ids);
   EXPECT_FALSE(bit_equal(a, b));  // unnormalised weights: another model
   // Qwen3MoeConfig's default is false: a config without the key is that model.
   const auto missing =
@@ -296,7 +289,7 @@ TEST(MoeModel, NormTopkProbFalseLoadsConvertsAndReadsBack) {
   EXPECT_FALSE(f.get_bool("qwen3moe.expert_weights_norm"));
   const auto back = Model::load(off_dir / "off.gguf", {.load_tokenizer = false});
   EXPECT_FALSE(back->config().norm_topk_prob);
-  EXPECT_TRUE(bit_equal(prompt_logits(back, ids), b));
+  EXPECT_TRUE(bit_equal(last_logits(back, ids), b));
 }
 
 // Bad MoE configs are refused at load, each with one message naming the field.
@@ -440,7 +433,7 @@ TEST(MoeModel, HybridWithValueHeadsWiderThanKeyHeads) {
   const auto g = Model::load(dir / "f32.gguf", {.load_tokenizer = false});
   EXPECT_EQ(g->config().linear_value_head_dim, 24);
   const auto ids = random_ids(40, hf->config().vocab, 5);
-  EXPECT_TRUE(bit_equal(prompt_logits(hf, ids), prompt_logits(g, ids)));
+  EXPECT_TRUE(bit_equal(last_logits(hf, ids), last_logits(g, ids)));
 }
 
 TEST(MoeModel, DenseLayersBetweenSparseOnesInHfAndGguf) {
@@ -458,7 +451,7 @@ TEST(MoeModel, DenseLayersBetweenSparseOnesInHfAndGguf) {
   const auto g = Model::load(dir / "f32.gguf", {.load_tokenizer = false});
   EXPECT_EQ(g->config().layers, c.layers);
   const auto ids = random_ids(40, c.vocab, 3);
-  EXPECT_TRUE(bit_equal(prompt_logits(hf, ids), prompt_logits(g, ids)));
+  EXPECT_TRUE(bit_equal(last_logits(hf, ids), last_logits(g, ids)));
 }
 
 // Quantised experts are computed as stored (never widened), and a token's output does not depend
@@ -507,11 +500,11 @@ TEST_P(MoeQuant, ExpertsStayQuantisedAndAreBatchInvariant) {
   // give the same logits up to the activations' own 8-bit quantisation.
   export_gguf(*q, FileType::F32, path.string() + ".f32.gguf");
   const auto widened = Model::load(path.string() + ".f32.gguf", {.load_tokenizer = false});
-  const double cos = cosine(whole.logits(), prompt_logits(widened, ids));
+  const double cos = cosine(whole.logits(), last_logits(widened, ids));
   EXPECT_GT(cos, 0.999) << GetParam();
   // And near the f32 original (a random model of 4 layers amplifies 4-bit noise; not a bound on
   // real checkpoints).
-  EXPECT_GT(cosine(whole.logits(), prompt_logits(hf, ids)), 0.9) << GetParam();
+  EXPECT_GT(cosine(whole.logits(), last_logits(hf, ids)), 0.9) << GetParam();
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MoeQuant,
@@ -556,7 +549,7 @@ TEST(MoeModel, MultimodalCheckpointLoadsTheLanguageModelAndSaysWhatItSkips) {
   EXPECT_NE(m->load_note().find("vision tower"), std::string::npos) << m->load_note();
   const auto ids = reference_prompt(name);
   const auto plain = Model::load(test::data_path("oracle/" + name));
-  EXPECT_TRUE(bit_equal(prompt_logits(m, ids), prompt_logits(plain, ids)));
+  EXPECT_TRUE(bit_equal(last_logits(m, ids), last_logits(plain, ids)));
   // The CLI says it in one line.
   const auto r = test::run_fak("run -m " + dir.string() + " --ids 1,2,3 -n 1");
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -19,6 +19,8 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "memory/kv_cache.h"
+#include "models/model.h"
 #include "runtime/session.h"
 
 namespace fak::test {
@@ -204,6 +206,15 @@ std::string kv_bytes(const Session& s, size_t n_blocks) {
         out.append(reinterpret_cast<const char*>(rows.data()), rows.size());
       }
   return out;
+}
+
+std::vector<float> last_logits(const std::shared_ptr<const Model>& model,
+                               const std::vector<int32_t>& ids) {
+  auto cache = std::make_shared<KvCache>(model->n_attention_layers(), model->config().n_kv_heads,
+                                         model->config().head_dim);
+  Session s(model, cache);
+  s.append(ids);
+  return s.logits();
 }
 
 }  // namespace fak::test

@@ -5,10 +5,15 @@
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/json.h"
+
+namespace fak {
+class Model;
+}
 
 namespace fak {
 class Session;
@@ -61,7 +66,8 @@ std::filesystem::path thinking_model();
 std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed);
 
 // A fixture directory's name as a test name: gtest allows no '-' ("gemma3-tiny" -> "gemma3_tiny").
-// For INSTANTIATE_TEST_SUITE_P over fixture names: [](const auto& i) { return fixture_name(i.param); }
+// For INSTANTIATE_TEST_SUITE_P over fixture names: [](const auto& i) { return
+// fixture_name(i.param); }
 inline std::string fixture_name(std::string name) {
   for (char& c : name)
     if (c == '-') c = '_';
@@ -72,6 +78,9 @@ inline std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
+// The last token's logits after a fresh session of `model` (f32 KV) appends `ids`.
+std::vector<float> last_logits(const std::shared_ptr<const Model>& model,
+                               const std::vector<int32_t>& ids);
 // Same length and the same bits (what the reuse stack promises).
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b);
 
