@@ -563,6 +563,22 @@ TEST(GgufCli, ConvertQuantizeSynthAndRun) {
   EXPECT_NE(r.out.find("q5_0"), std::string::npos);  // 896 columns: llama.cpp's fallback
   r = test::run_fak("run -m " + (dir / "syn.gguf").string() + " -p hello -n 2 -t 1");
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // The same config straight into a GGUF (--gguf-type): the same per-tensor types, and it runs.
+  r = test::run_fak("synth --config " + (dir / "cfg.json").string() + " -o " +
+                    (dir / "direct.gguf").string() + " --gguf-type q4_k_m --seed 3 -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("q5_0"), std::string::npos) << r.out;
+  const GgufFile converted = GgufFile::open(dir / "syn.gguf"),
+                 direct = GgufFile::open(dir / "direct.gguf");
+  ASSERT_EQ(direct.tensors().size(), converted.tensors().size());
+  for (const GgufTensor& t : converted.tensors()) {
+    const GgufTensor* d = direct.tensor(t.name);
+    ASSERT_NE(d, nullptr) << t.name;
+    EXPECT_EQ(d->ggml_type, t.ggml_type) << t.name;
+    EXPECT_EQ(d->dims, t.dims) << t.name;
+  }
+  r = test::run_fak("run -m " + (dir / "direct.gguf").string() + " -p hello -n 2 -t 1");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 }  // namespace
