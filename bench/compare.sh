@@ -34,6 +34,11 @@ while getopts "p:n:d:b:Fk:t:r:P:o:" opt; do
 done
 shift $((OPTIND - 1))
 [ $# -gt 0 ] || { echo "usage: $0 [-p N] [-n N] [-d D] [-b B] [-F] [-t T] [-r R] [-P passes] [-o DIR] MODEL.gguf ..." >&2; exit 2; }
+if [ -n "${IK_BENCH:-}" ]; then
+  [ -x "$IK_BENCH" ] || { echo "IK_BENCH=$IK_BENCH is not an executable" >&2; exit 2; }
+  # Its llama-bench has no -d (only -gp, a tg after a prompt), nor -b here.
+  [ "$d" = 0 ] && [ "$b" = 1 ] || { echo "-d and -b: unset IK_BENCH (ik_llama.cpp's llama-bench has neither)" >&2; exit 2; }
+fi
 if [ -n "${LLAMA_BENCH:-}" ]; then
   [ -x "$LLAMA_BENCH" ] || { echo "LLAMA_BENCH=$LLAMA_BENCH is not an executable" >&2; exit 2; }
   [ "$b" = 1 ] || { echo "-b needs node-llama-cpp (unset LLAMA_BENCH)" >&2; exit 2; }
@@ -45,7 +50,6 @@ fi
 llama_source() {  # MODEL OUT [BENCH EXTRA...]: llama-bench of LLAMA_BENCH, or BENCH with EXTRA flags
   local bench="${3:-$LLAMA_BENCH}" extra=(-fa "$([ -n "$fa" ] && echo 1 || echo 0)")
   [ $# -gt 3 ] && extra=("${@:4}")
-  # -d only where asked: ik_llama.cpp's llama-bench has no depth flag.
   local depth=(); [ "$d" = 0 ] || depth=(-d "$d")
   /usr/bin/time -f "%M" -o "$2.rss" "$bench" -m "$1" -p "$p" -n "$n" "${depth[@]}" -t "$t" -r "$r" \
     "${extra[@]}" ${kv:+-ctk "$kv" -ctv "$kv"} -o json >"$2.raw"
