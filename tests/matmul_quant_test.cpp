@@ -152,6 +152,32 @@ TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
   }
 }
 
+// AMX (tiles of 16 tokens whose integer sums come from the tile unit) against the VPDPBUSD tiles:
+// the same bits, for token counts that leave VNNI remainders after whole AMX tiles and column
+// counts whose blocks do not fill the tile's chunks of 8, on rows as stored and packed at load.
+TEST_P(MatmulQuant, AmxTilesBitIdenticalToVnni) {
+  if (!kernels::cpu_has_amx_int8()) GTEST_SKIP() << "this CPU (or OS) grants no AMX-INT8";
+  const WType type = GetParam();
+  if (kernels::amx_sum_factor(*wtype_quant(type)) == 0)
+    GTEST_SKIP() << wtype_name(type) << " has no AMX tiles (the 32-element block types do)";
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 32}, {67, 896}, {48, 160}}) {
+    for (bool packed : {false, true}) {
+      Quantised m = make_matrix(type, rows, cols, 13);
+      if (packed && !pack_weight_panels(m.w, m.bytes.data())) continue;
+      for (int n_tokens : {16, 17, 31, 32, 47, 64, 600}) {
+        std::vector<float> x = activations(n_tokens, cols, uint32_t(7 * n_tokens + 3));
+        kernels::set_amx_enabled(false);
+        std::vector<float> vnni = run(m.w, x, n_tokens);
+        kernels::set_amx_enabled(true);
+        std::vector<float> amx = run(m.w, x, n_tokens);
+        ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), 4 * amx.size()))
+            << wtype_name(type) << (packed ? " packed" : "") << " rows " << rows << " cols " << cols
+            << " n_tokens " << n_tokens;
+      }
+    }
+  }
+}
+
 TEST_P(MatmulQuant, DequantizeRowMatchesBlockDequantize) {
   const WType type = GetParam();
   Quantised m = make_matrix(type, 3, 512, 5);

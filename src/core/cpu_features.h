@@ -1,13 +1,17 @@
-// What the CPU can run, read once. Kernel families are chosen from this at start-up, never per call.
+// What the CPU can run, read once. Kernel families are chosen from this at start-up, never per
+// call.
 #pragma once
 
 namespace fak {
 
 struct CpuFeatures {
-  bool avx2 = false;  // AVX2 + FMA + F16C (the "avx2" kernel family needs all three)
+  bool avx2 = false;    // AVX2 + FMA + F16C (the "avx2" kernel family needs all three)
   bool avx512 = false;  // F, BW, DQ, VL
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
+  // AMX-TILE + AMX-INT8, with the OS saving tile state and this process granted its use
+  // (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM)): Sapphire Rapids and later Xeons.
+  bool amx_int8 = false;
 };
 
 const CpuFeatures& cpu_features();

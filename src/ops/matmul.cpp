@@ -27,9 +27,21 @@ bool cpu_has_bf16_dot() {
   return cpu_has_avx512() && cpu_features().avx512_bf16;
 }
 
+bool cpu_has_amx_int8() {
+  return cpu_has_avx512() && cpu_features().amx_int8;
+}
+
 namespace {
 bool g_avx512_enabled = true;
+bool g_amx_enabled = true;
 }  // namespace
+
+void set_amx_enabled(bool enabled) {
+  g_amx_enabled = enabled;
+}
+bool amx_enabled() {
+  return g_amx_enabled && avx512_enabled() && cpu_has_amx_int8();
+}
 
 void set_avx512_enabled(bool enabled) {
   g_avx512_enabled = enabled;
@@ -184,6 +196,7 @@ bool bf16_activations() {
 }
 
 std::string_view matmul_isa() {
+  if (kernels::amx_enabled()) return "avx512+amx";
   if (kernels::avx512_enabled()) return "avx512";
   return kernels::cpu_has_avx2() ? "avx2" : "scalar";
 }

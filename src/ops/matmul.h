@@ -86,8 +86,8 @@ void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
 // owns, not a read-only mapping). Results stay the same bits. Returns w.panels.
 bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes);
 
-// Which kernel family runs ("avx512", "avx2", "scalar"): chosen once at start-up from the CPU's
-// features (FAK_ISA=avx2 or scalar caps it).
+// Which kernel family runs ("avx512+amx", "avx512", "avx2", "scalar"): chosen once at start-up
+// from the CPU's features (FAK_ISA=avx512, avx2 or scalar caps it).
 std::string_view matmul_isa();
 
 // BF16 weights: round the activations to bf16 and multiply with the CPU's bf16 dot product

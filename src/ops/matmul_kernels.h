@@ -39,6 +39,12 @@ bool cpu_has_avx512();
 // Test hook: false makes every call take the AVX2 kernels (to compare the two bit for bit).
 void set_avx512_enabled(bool enabled);
 bool avx512_enabled();
+// AMX-INT8 on top of AVX-512 VNNI: the prefill tiles of 16 tokens take their integer block sums
+// from the tile unit (amx_sums_amx.cpp); the sums are exact, so the outputs are the same bits.
+bool cpu_has_amx_int8();
+// Test hook: false makes the avx512 tiles make every sum with vpdpbusd (to compare the two).
+void set_amx_enabled(bool enabled);
+bool amx_enabled();
 
 // A share of a product's rows that one thread computes: rows [r0, r1) of job `job`.
 struct RowChunk {
@@ -73,7 +79,20 @@ struct QuantTask {
   const int32_t* act_sums = nullptr;
   float* y = nullptr;  // [n_tokens][w->rows]
   VecDotFn dot = nullptr;
+  // The AMX tiles' activations, or null: every whole tile of 16 tokens, [tile][block] of
+  // kAmxActBlockBytes, their quant sums times amx_sum_factor.
+  const uint8_t* amx_acts = nullptr;
+  int amx_sum_factor = 0;
 };
+// One block of 16 tokens' Q8_0 activations as the AMX tiles read them: the 16 rows of 32 quants
+// (token m's at 32 m: the tile unit's A operand, contiguous), then their 16 scales (float) and
+// their 16 quant sums (int32) times the weight type's code offset (amx_sum_factor), which the
+// tile takes off each sum with one broadcast subtract (the q4_1 / q5_1 tiles, with no offset,
+// take the plain sum for their mins term).
+inline constexpr size_t kAmxActBlockBytes = 16 * 32 + 16 * 4 + 16 * 4;
+// What the AMX tiles of weight type t multiply the activation sums by (their codes' offset, or 1
+// for q4_1 / q5_1), or 0 where t's tiles do not take AMX on this CPU (q.amx_acts is then not made).
+int amx_sum_factor(QuantType t);
 void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 
 // Computes outputs of rows [r0, r1) for every token of q, bit-identical to q.dot per output.
@@ -88,6 +107,7 @@ struct QuantPrepared {
   std::vector<uint8_t> act;
   std::vector<float> scales;
   std::vector<int32_t> sums;
+  std::vector<uint8_t> amx_acts;  // 64 bytes more than the tiles: q.amx_acts is aligned in it
 };
 // `reuse`: a prepared product over the same x (same activation type and width) whose quantised
 // activations are taken instead of quantising x again; may be null.

@@ -146,6 +146,49 @@ QuantTileFn quant_gemv_kernel(QuantType t) {
   return quant_gemv_avx2(t);
 }
 
+int amx_sum_factor(QuantType t) {
+  if (!amx_enabled()) return 0;
+  switch (t) {  // the 32-element block types (gemm_avx512.cpp's Block32) and their code offsets
+    case QuantType::Q8_0:
+    case QuantType::IQ4_NL:
+      return 128;
+    case QuantType::Q4_0:
+      return 8;
+    case QuantType::Q5_0:
+      return 16;
+    case QuantType::MXFP4:
+      return 12;
+    case QuantType::Q4_1:
+    case QuantType::Q5_1:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+namespace {
+
+// q.amx_acts from q's activations, scales and sums (times q.amx_sum_factor): every whole tile of
+// 16 tokens, block by block (kAmxActBlockBytes). A copy of what the tiles would otherwise gather
+// from 16 token rows per block, made once per call instead of once per 16 weight rows.
+void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
+  const int tiles = q.n_tokens / 16;
+  buffer.resize(size_t(tiles) * size_t(nb) * kAmxActBlockBytes + 64);
+  uint8_t* out = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  q.amx_acts = out;
+  for (int tile = 0; tile < tiles; ++tile)
+    for (int64_t b = 0; b < nb; ++b, out += kAmxActBlockBytes)
+      for (int m = 0; m < 16; ++m) {
+        const size_t t = size_t(tile) * 16 + size_t(m), tb = t * size_t(nb) + size_t(b);
+        std::memcpy(out + 32 * m, q.act + t * q.act_row_bytes + size_t(b) * 34 + 2, 32);
+        std::memcpy(out + 512 + 4 * m, q.act_scales + tb, 4);
+        const int32_t sum = q.act_sums[tb] * q.amx_sum_factor;
+        std::memcpy(out + 576 + 4 * m, &sum, 4);
+      }
+}
+
+}  // namespace
+
 void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y, QuantPrepared& p,
                    const QuantPrepared* reuse) {
   const QuantType qt = *wtype_quant(w.type);
@@ -170,6 +213,8 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   // The unsigned-code kernels subtract their code offset through the sums (q4_0 / q5_0 on AVX2,
   // q8_0 too with VNNI).
   const bool want_sums = want_scales;
+  const int amx_factor = want_scales && n_tokens >= 16 ? amx_sum_factor(qt) : 0;
+  const bool want_amx = amx_factor != 0;
   // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
   // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
   // directly, each 8-row group staying in L1 while every token passes over it. Weights packed at
@@ -183,6 +228,11 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
     q.act = reuse->q.act;
     q.act_scales = want_scales ? reuse->q.act_scales : nullptr;
     q.act_sums = want_sums ? reuse->q.act_sums : nullptr;
+    if (want_amx) {
+      q.amx_sum_factor = amx_factor;
+      q.amx_acts = reuse->q.amx_sum_factor == amx_factor ? reuse->q.amx_acts : nullptr;
+      if (!q.amx_acts) amx_act_tiles(q, nb, p.amx_acts);
+    }
     return;
   }
   p.act.resize(q.act_row_bytes * size_t(n_tokens));
@@ -219,6 +269,10 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
         sums[size_t(t) * size_t(nb) + size_t(b)] = s;
       }
     }
+  }
+  if (want_amx) {
+    q.amx_sum_factor = amx_factor;
+    amx_act_tiles(q, nb, p.amx_acts);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
+#include "ops/quant/block_sums_amx.h"
 #include "ops/quant/gemm_avx2.h"
 #include "ops/quant/panels_avx512.h"
 #include "ops/quant/rows_panels16_avx512.h"
@@ -173,6 +174,37 @@ struct Block32 {
     }
   }
 
+  // The float steps of block b (at p) for TT tokens from their integer sums isum(j) (codes x
+  // activations, the codes' offset not yet off): the VNNI and the AMX sums go through the same.
+  template <int TT, bool kPacked, class Sums>
+  [[gnu::always_inline]] static void add_block(__m512 acc[TT], Sums isum, const uint8_t* p,
+                                               const TileArgs<TT>& args, int64_t b) {
+    // The fp16 (E8M0) scales widen exactly: the same floats as a panel that stores them widened.
+    __m512 dw;
+    if constexpr (kPacked && kMx)
+      dw = e8m0_half_x16(p);
+    else if constexpr (kPacked)
+      dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    else
+      dw = load_ps(p);
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (kMin)
+      mw = kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                         reinterpret_cast<const __m256i*>(p + quant::kPacked32MinsOffset)))
+                   : load_ps(p + 64);
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) {
+      const __m512 da = _mm512_set1_ps(args.scales[j][b]);
+      __m512i s = isum(j);
+      if constexpr (kOffset != 0)
+        s = _mm512_sub_epi32(s, _mm512_set1_epi32(kOffset * args.sums[j][b]));
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);
+      if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
+        acc[j] =
+            _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_set1_ps(float(args.sums[j][b])), acc[j]);
+    }
+  }
+
   // kPacked: a prepacked panel (Packed32 below) instead of this call's own.
   template <int TT, bool kPacked = false>
   static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
@@ -195,32 +227,73 @@ struct Block32 {
         for (int j = 0; j < TT; ++j)
           isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(args.acts[j] + ab + 4 * g));
       }
-      // The fp16 (E8M0) scales widen exactly: the same floats as a panel that stores them widened.
-      __m512 dw;
-      if constexpr (kPacked && kMx)
-        dw = e8m0_half_x16(p);
-      else if constexpr (kPacked)
-        dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      else
-        dw = load_ps(p);
-      __m512 mw = _mm512_setzero_ps();
-      if constexpr (kMin)
-        mw = kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(
-                           reinterpret_cast<const __m256i*>(p + quant::kPacked32MinsOffset)))
-                     : load_ps(p + 64);
-#pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) {
-        const __m512 da = _mm512_set1_ps(args.scales[j][b]);
-        if constexpr (kOffset != 0)
-          isum[j] = _mm512_sub_epi32(isum[j], _mm512_set1_epi32(kOffset * args.sums[j][b]));
-        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
-        if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
-          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_set1_ps(float(args.sums[j][b])),
-                                   acc[j]);
-      }
+      add_block<TT, kPacked>(
+          acc, [&](int j) { return isum[j]; }, p, args, b);
     }
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+
+  // AMX: a tile of 16 tokens whose integer sums come from the tile unit (block_sums_amx.h), a
+  // chunk of blocks at a time, then per block the tile's float steps. The codes must be in memory
+  // as a VNNI panel: this call's own, or q8_0's packed one (the other packed types widen theirs in
+  // the tile). acts: the 16 tokens' blocks as QuantTask::amx_acts lays them out; token j's 16
+  // outputs go to y + j * y_stride.
+  static constexpr bool kAmx = true;
+  template <bool kPacked>
+  static void tile_amx16(const uint8_t* panel, int64_t nb, const uint8_t* acts, float* y,
+                         size_t y_stride) {
+    static_assert(!kPacked || T == WType::Q8_0, "packed codes other than q8_0's widen in the tile");
+    constexpr size_t kStride = kPacked ? size_t(kPackedBytes) : size_t(kPanelBytes);
+    constexpr size_t kCodes = kPacked ? size_t(kPackedCodes) : size_t(kCodesAt);
+    // Blocks a chunk: 8 KB of sums, read back from L1. The tile unit makes chunk c + 1's sums while
+    // the vector units do chunk c's float steps (issued in that order, so both are in flight).
+    constexpr int kChunk = 8;
+    alignas(64) int32_t sums[2][kChunk * 256];
+    const int64_t chunks = (nb + kChunk - 1) / kChunk;
+    const auto sums_of = [&](int64_t c) {
+      const int64_t b0 = c * kChunk;
+      amx_block_sums16(acts + size_t(b0) * kAmxActBlockBytes, kAmxActBlockBytes,
+                       panel + size_t(b0) * kStride + kCodes, kStride,
+                       int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
+    };
+    amx_configure_tiles();
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+    sums_of(0);
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (c + 1 < chunks) sums_of(c + 1);
+      const int64_t b0 = c * kChunk;
+      const int n = int(nb - b0 < kChunk ? nb - b0 : kChunk);
+      for (int i = 0; i < n; ++i) {
+        const uint8_t* p = panel + size_t(b0 + i) * kStride;
+        const uint8_t* a = acts + size_t(b0 + i) * kAmxActBlockBytes;
+        const auto* da = reinterpret_cast<const float*>(a + 512);
+        const auto* asum = reinterpret_cast<const int32_t*>(a + 576);
+        const int32_t* s = sums[c & 1] + i * 256;
+        __m512 dw;
+        if constexpr (kPacked)
+          dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        else
+          dw = load_ps(p);
+        __m512 mw = _mm512_setzero_ps();
+        if constexpr (kMin) mw = load_ps(p + 64);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) {
+          __m512i isum = _mm512_load_si512(s + 16 * j);
+          // The call stored kOffset * Σ a (amx_act_tiles), so this is one broadcast subtract.
+          if constexpr (kOffset != 0) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(asum[j]));
+          const __m512 daj = _mm512_set1_ps(da[j]);
+          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, daj), _mm512_cvtepi32_ps(isum), acc[j]);
+          if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
+            acc[j] =
+                _mm512_fmadd_ps(_mm512_mul_ps(mw, daj), _mm512_set1_ps(float(asum[j])), acc[j]);
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(y + size_t(j) * y_stride, acc[j]);
   }
 };
 
@@ -625,6 +698,7 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / P::kBlock;
   const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   constexpr int kOwnPanelsFrom = 3 * P::kTT;  // tokens
+  const bool amx = amx_enabled();
   if constexpr (P::kWidensInTile)
     if (q.n_tokens >= kOwnPanelsFrom) {
       using F = typename P::F;
@@ -638,7 +712,7 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
           NextRows next;
           if (r + kRows < q.w->rows) next = {packed + group_bytes, group_bytes, 0};
           F::prep_packed(packed, nb, panel, next);
-          int t = ts;
+          int t = amx_tiles16<F>(q, panel, nb, r, ts, ts_end, amx);
           for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
           if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
         }
@@ -652,6 +726,8 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
       const uint8_t* panel = q.w->row(r);
       NextRows next{panel + kPrefetchAhead, group_bytes, 0};
       int t = ts;
+      if constexpr (!P::kWidensInTile)
+        t = amx_tiles16<typename P::F, true>(q, panel, nb, r, ts, ts_end, amx);
       for (; t + P::kTT <= ts_end; t += P::kTT)
         packed_tile_at<P, P::kTT>(q, panel, nb, r, t, t == ts ? &next : nullptr);
       if (t < ts_end)

@@ -23,6 +23,22 @@ void tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_
   }
 }
 
+// Tokens from t on of the group at row r, in whole tiles of 16 by AMX where F has them
+// (F::tile_amx16) and the CPU does (`amx`: kernels::amx_enabled(), and the call made
+// q.amx_acts); returns the first token left to the VNNI tiles (t stays a multiple of 16 until
+// then). kPacked: the panel is q8_0's packed one, not this call's own.
+template <class F, bool kPacked = false>
+int amx_tiles16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t, int ts_end,
+                bool amx) {
+  if constexpr (requires { F::kAmx; })
+    if (amx && q.amx_acts)
+      for (; t + 16 <= ts_end; t += 16)
+        F::template tile_amx16<kPacked>(
+            panel, nb, q.amx_acts + size_t(t / 16) * size_t(nb) * kAmxActBlockBytes,
+            q.y + size_t(t) * size_t(q.w->rows) + size_t(r), size_t(q.w->rows));
+  return t;
+}
+
 // Rows [r0, r1) for every token: whole panels of 16 rows here, the rows left over by the AVX2
 // kernel (8-row panels, then vec_dot), which gives the same bits.
 template <class F>
@@ -31,6 +47,7 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
   auto* panel = static_cast<uint8_t*>(
       thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
   const int64_t r_end = r0 + (r1 - r0) / kRows * kRows;
+  const bool amx = amx_enabled();
   // Long prompts: a few hundred tokens' activations at a time stay in cache while every panel of
   // this chunk passes over them; panels are repacked again per super-block.
   // (pp2048 of Qwen2.5-0.5B Q8_0: 710-726 -> 742-768 tok/s with blocks of 512.)
@@ -43,7 +60,7 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
       NextRows next;
       if (r + 2 * kRows <= q.w->rows) next = {q.w->row(r + kRows), kRows * q.w->row_bytes, 0};
       F::prep(rows, nb, panel, next);
-      int t = ts;
+      int t = amx_tiles16<F>(q, panel, nb, r, ts, ts_end, amx);
       for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
       if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
     }

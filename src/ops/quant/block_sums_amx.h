@@ -1,0 +1,76 @@
+// Integer block sums of 16 tokens against 16 weight rows by the AMX tile unit, for the AVX-512
+// prefill tiles (gemm_avx512.cpp, compiled with -mamx-tile -mamx-int8) on CPUs with AMX-INT8
+// (kernels::amx_enabled()).
+//
+// One TDPBSUD multiplies a 16 x 32 tile of signed activation bytes (A: a token per row) by a
+// 32 x 16 tile of unsigned codes (B: a VNNI panel as the VPDPBUSD tiles read it, 4 codes of a row
+// per dword) into 16 x 16 int32 sums: a block of 16 tokens x 16 rows in one instruction, where
+// VPDPBUSD needs 128. The products are exact and the sums cannot overflow (32 x 255 x 128 < 2^31),
+// so they are the VNNI tiles' sums bit for bit, and the float steps after them stay the tiles'.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/isa_namespace.h"
+
+namespace fak::kernels {
+inline namespace FAK_ISA_NS {
+
+// Palette 1's 64-byte tile configuration (Intel SDM, LDTILECFG). Two sets of tiles, so one block's
+// products run while the other's are stored: sums (C) in tiles 0 / 3, 16 x 16 int32; activations
+// (A) in 1 / 4, 16 x 32 bytes; codes (B) in 2 / 5, 8 lines of 64 bytes. (GCC's tile intrinsics
+// paste the tile number into the instruction's text, so the loop below names them as literals.)
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 32, 64, 64, 32, 64};
+  uint8_t rows[16] = {16, 16, 8, 16, 16, 8};
+};
+static_assert(sizeof(AmxTileConfig) == 64);
+
+// A thread's tiles keep their configuration (the OS saves it with the tile data), and nothing else
+// in fak configures them, so each thread loads it once.
+inline void amx_configure_tiles() {
+  thread_local bool configured = false;
+  if (configured) return;
+  static const AmxTileConfig config;
+  _tile_loadconfig(&config);
+  configured = true;
+}
+
+// For blocks i in [0, n_blocks): out[256 i + 16 m + k] = Σ_e a_m[e] * c_k[e], the exact dot
+// product of token m's 32 signed activation bytes (acts + i * act_block_bytes + 32 m) and row k's
+// 32 unsigned codes (the VNNI panel at codes + i * code_block_bytes: line g holds codes 4g..4g+3
+// of row k at bytes 4k..4k+3). out: 64-byte aligned; token m's 16 sums are then one line, one row
+// per lane, where the VPDPBUSD tile has them.
+[[gnu::always_inline]] inline void amx_block_sums16(const uint8_t* acts, size_t act_block_bytes,
+                                                    const uint8_t* codes, size_t code_block_bytes,
+                                                    int n_blocks, int32_t* out) {
+  int i = 0;
+  for (; i + 2 <= n_blocks; i += 2) {
+    _tile_loadd(1, acts + size_t(i) * act_block_bytes, 32);
+    _tile_loadd(2, codes + size_t(i) * code_block_bytes, 64);
+    _tile_zero(0);
+    _tile_dpbsud(0, 1, 2);
+    _tile_loadd(4, acts + size_t(i + 1) * act_block_bytes, 32);
+    _tile_loadd(5, codes + size_t(i + 1) * code_block_bytes, 64);
+    _tile_zero(3);
+    _tile_dpbsud(3, 4, 5);
+    _tile_stored(0, out + size_t(i) * 256, 64);
+    _tile_stored(3, out + size_t(i + 1) * 256, 64);
+  }
+  if (i < n_blocks) {
+    _tile_loadd(1, acts + size_t(i) * act_block_bytes, 32);
+    _tile_loadd(2, codes + size_t(i) * code_block_bytes, 64);
+    _tile_zero(0);
+    _tile_dpbsud(0, 1, 2);
+    _tile_stored(0, out + size_t(i) * 256, 64);
+  }
+}
+
+}  // namespace FAK_ISA_NS
+}  // namespace fak::kernels
