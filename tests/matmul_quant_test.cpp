@@ -154,13 +154,19 @@ TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
 
 // AMX (tiles of 16 tokens whose integer sums come from the tile unit) against the VPDPBUSD tiles:
 // the same bits, for token counts that leave VNNI remainders after whole AMX tiles and column
-// counts whose blocks do not fill the tile's chunks of 8, on rows as stored and packed at load.
+// counts whose blocks do not fill the tile's chunks of 8, on rows as stored and packed at load
+// (the 32-element types and q4_K / q5_K; q6_K's 16-element scales and the low-bit types stay on
+// VNNI).
 TEST_P(MatmulQuant, AmxTilesBitIdenticalToVnni) {
   if (!kernels::cpu_has_amx_int8()) GTEST_SKIP() << "this CPU (or OS) grants no AMX-INT8";
   const WType type = GetParam();
-  if (kernels::amx_sum_factor(*wtype_quant(type)) == 0)
-    GTEST_SKIP() << wtype_name(type) << " has no AMX tiles (the 32-element block types do)";
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 32}, {67, 896}, {48, 160}}) {
+  const bool k_quant = wtype_block(type) == 256;
+  if (kernels::amx_sum_factor(*wtype_quant(type)) == 0 && type != WType::Q4_K &&
+      type != WType::Q5_K)
+    GTEST_SKIP() << wtype_name(type) << " has no AMX tiles";
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, k_quant ? 256 : 32},
+                            {67, k_quant ? 1280 : 896},
+                            {48, k_quant ? 512 : 160}}) {
     for (bool packed : {false, true}) {
       Quantised m = make_matrix(type, rows, cols, 13);
       if (packed && !pack_weight_panels(m.w, m.bytes.data())) continue;

@@ -237,13 +237,16 @@ struct Block32 {
   // AMX: a tile of 16 tokens whose integer sums come from the tile unit (block_sums_amx.h), a
   // chunk of blocks at a time, then per block the tile's float steps. The codes must be in memory
   // as a VNNI panel: this call's own, or q8_0's packed one (the other packed types widen theirs in
-  // the tile). acts: the 16 tokens' blocks as QuantTask::amx_acts lays them out; token j's 16
-  // outputs go to y + j * y_stride.
-  static constexpr bool kAmx = true;
+  // the tile). Tokens [t, t + 16) (t a multiple of 16: their blocks in q.amx_acts), rows from r.
+  static bool amx_ready(const QuantTask& q) {
+    return q.amx_acts != nullptr;
+  }
   template <bool kPacked>
-  static void tile_amx16(const uint8_t* panel, int64_t nb, const uint8_t* acts, float* y,
-                         size_t y_stride) {
+  static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
     static_assert(!kPacked || T == WType::Q8_0, "packed codes other than q8_0's widen in the tile");
+    const uint8_t* acts = q.amx_acts + size_t(t / 16) * size_t(nb) * kAmxActBlockBytes;
+    float* y = q.y + size_t(t) * size_t(q.w->rows) + size_t(r);
+    const size_t y_stride = size_t(q.w->rows);
     constexpr size_t kStride = kPacked ? size_t(kPackedBytes) : size_t(kPanelBytes);
     constexpr size_t kCodes = kPacked ? size_t(kPackedCodes) : size_t(kCodesAt);
     // Blocks a chunk: 8 KB of sums, read back from L1. The tile unit makes chunk c + 1's sums while
@@ -253,7 +256,7 @@ struct Block32 {
     const int64_t chunks = (nb + kChunk - 1) / kChunk;
     const auto sums_of = [&](int64_t c) {
       const int64_t b0 = c * kChunk;
-      amx_block_sums16(acts + size_t(b0) * kAmxActBlockBytes, kAmxActBlockBytes,
+      amx_block_sums16(acts + size_t(b0) * kAmxActBlockBytes, 32, kAmxActBlockBytes,
                        panel + size_t(b0) * kStride + kCodes, kStride,
                        int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
     };
@@ -463,27 +466,76 @@ struct K4 {
           kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)))
                   : load_ps(p + 64);
 #pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) {
-        // Σ_k m_k (bsum_2k + bsum_2k+1): the 32-element sums of this token, paired per madd.
-        int16_t s32[8];
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) {
-          int16_t b0, b1;
-          std::memcpy(&b0, &a[j]->bsums[2 * k], 2);
-          std::memcpy(&b1, &a[j]->bsums[2 * k + 1], 2);
-          s32[k] = int16_t(b0 + b1);
-        }
-        __m512i imin = _mm512_madd_epi16(mp[0], bcast4_512(&s32[0]));
-#pragma GCC unroll 4
-        for (int k = 1; k < 4; ++k)
-          imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp[k], bcast4_512(&s32[2 * k])));
-        const __m512 da = _mm512_set1_ps(a[j]->d);
-        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
-        acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmw, da), _mm512_cvtepi32_ps(imin), acc[j]);
-      }
+      for (int j = 0; j < TT; ++j) acc[j] = add_token(acc[j], isum[j], *a[j], mp, dw, dmw);
     }
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+
+  // One token's float steps for a block from its integer sum Σ_s sc_s t_s (isum): the mins term
+  // Σ_k m_k (bsum_2k + bsum_2k+1) from the activation block's 16-element sums, paired per madd,
+  // then acc + (d_w d_a) isum - (dmin_w d_a) imin.
+  [[gnu::always_inline]] static __m512 add_token(__m512 acc, __m512i isum, const BlockQ8K& a,
+                                                 const __m512i mp[4], __m512 dw, __m512 dmw) {
+    int16_t s32[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      int16_t b0, b1;
+      std::memcpy(&b0, &a.bsums[2 * k], 2);
+      std::memcpy(&b1, &a.bsums[2 * k + 1], 2);
+      s32[k] = int16_t(b0 + b1);
+    }
+    __m512i imin = _mm512_madd_epi16(mp[0], bcast4_512(&s32[0]));
+#pragma GCC unroll 4
+    for (int k = 1; k < 4; ++k)
+      imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp[k], bcast4_512(&s32[2 * k])));
+    float d;
+    std::memcpy(&d, &a.d, 4);
+    const __m512 da = _mm512_set1_ps(d);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum), acc);
+    return _mm512_fnmadd_ps(_mm512_mul_ps(dmw, da), _mm512_cvtepi32_ps(imin), acc);
+  }
+
+  // AMX (as Block32::tile_amx16): tokens [t, t + 16) of this call's own panel, rows from r. Each
+  // sub-block's sums t_s for 16 tokens x 16 rows come from one tile instruction (A: the tokens'
+  // 32 quants of the sub-block, read in place from their Q8_K rows; B: the panel's sub-block
+  // codes); then per token the tile's integer steps Σ_s sc_s t_s and its float steps.
+  static bool amx_ready(const QuantTask& q) {
+    return q.n_tokens >= 16;
+  }
+  template <bool kPacked>
+  static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
+    static_assert(!kPacked, "packed q4_K / q5_K codes widen in the tile: AMX reads own panels");
+    const uint8_t* act0 = q.act + size_t(t) * q.act_row_bytes;
+    float* y = q.y + size_t(t) * size_t(q.w->rows) + size_t(r);
+    alignas(64) int32_t sums[8 * 256];  // sub-block s, token j: 16 rows at 256 s + 16 j
+    amx_configure_tiles();
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = panel + size_t(b) * kPanelBytes;
+      const uint8_t* ab = act0 + size_t(b) * sizeof(BlockQ8K);
+      amx_block_sums16(ab + offsetof(BlockQ8K, qs), q.act_row_bytes, 32, p + kOffCodes, 512, 8,
+                       sums);
+      __m512i mp[4];
+      for (int k = 0; k < 4; ++k) mp[k] = load_si(p + kOffMp + 64 * k);
+      const __m512 dw = load_ps(p), dmw = load_ps(p + 64);
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        __m512i isum = _mm512_mullo_epi32(_mm512_load_si512(sums + 16 * j), load_si(p + kOffSc));
+#pragma GCC unroll 7
+        for (int sb = 1; sb < 8; ++sb)
+          isum =
+              _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(sums + 256 * sb + 16 * j),
+                                                        load_si(p + kOffSc + 64 * sb)));
+        acc[j] = add_token(acc[j], isum,
+                           *reinterpret_cast<const BlockQ8K*>(ab + size_t(j) * q.act_row_bytes), mp,
+                           dw, dmw);
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(y + size_t(j) * size_t(q.w->rows), acc[j]);
   }
 };
 

@@ -24,18 +24,15 @@ void tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_
 }
 
 // Tokens from t on of the group at row r, in whole tiles of 16 by AMX where F has them
-// (F::tile_amx16) and the CPU does (`amx`: kernels::amx_enabled(), and the call made
-// q.amx_acts); returns the first token left to the VNNI tiles (t stays a multiple of 16 until
-// then). kPacked: the panel is q8_0's packed one, not this call's own.
+// (F::tile_amx16, when F::amx_ready(q): the call made what they read) and the CPU does (`amx`:
+// kernels::amx_enabled()); returns the first token left to the VNNI tiles (t stays a multiple of
+// 16 until then). kPacked: the panel is q8_0's packed one, not this call's own.
 template <class F, bool kPacked = false>
 int amx_tiles16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t, int ts_end,
                 bool amx) {
-  if constexpr (requires { F::kAmx; })
-    if (amx && q.amx_acts)
-      for (; t + 16 <= ts_end; t += 16)
-        F::template tile_amx16<kPacked>(
-            panel, nb, q.amx_acts + size_t(t / 16) * size_t(nb) * kAmxActBlockBytes,
-            q.y + size_t(t) * size_t(q.w->rows) + size_t(r), size_t(q.w->rows));
+  if constexpr (requires { F::amx_ready(q); })
+    if (amx && F::amx_ready(q))
+      for (; t + 16 <= ts_end; t += 16) F::template tile_amx16<kPacked>(q, panel, nb, r, t);
   return t;
 }
 
