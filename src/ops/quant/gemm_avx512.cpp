@@ -791,27 +791,33 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
 
 // One token (or a few, one after another) against 16 packed rows at a time: the one-token tile's
 // integer block sums and float steps, so the same bits, in a loop of its own, and with no software
-// prefetch: each thread reads one contiguous stream, which the hardware prefetcher follows, and
-// fetching the next group ahead (34-49 KB on 2048-2880 columns, L1's size) cost more than it
-// gave. Two threads, tg32 tok/s, alternated runs of the Qwen3-30B-A3B 6-layer Q8_0 cut (88% of
-// its step in this kernel): through the tile 52.6 / 56.6 / 57.9, this loop prefetching the next
-// group 63.8 / 68.5 / 61.7 and 58.5 / 61.8 / 66.6, without 65.3 / 67.4 / 70.9 (prefetching 2-16 KB
-// ahead: between the two); the gpt-oss-20b 8-layer cut (Q8_0 attention and head, 2/3 of its
-// bytes) 33.3 / 34.2 / 35.4 -> 37.6 / 38.7 / 39.7 without. (The q4_K / q6_K decode kernels,
-// 2.3-3.4 KB a block, lose a third without theirs; MXFP4's is level either way.)
+// prefetch into L1: each thread reads one contiguous stream, which the hardware prefetcher
+// follows, and fetching the next group ahead (34-49 KB on 2048-2880 columns, L1's size) cost more
+// than it gave. Into L2, kPrefetchFar ahead, it pays (an Intel Xeon, two threads, tg32 tok/s,
+// alternated: the Qwen3-30B-A3B 6-layer Q8_0 cut 36.6 / 36.4 -> 40.0 / 39.9, 82-85% -> 92-94% of
+// the probe; Qwen2.5-0.5B Q8_0 46.6 / 46.4 -> 48.8 / 49.5). Two threads, tg32 tok/s, alternated
+// runs of the Qwen3-30B-A3B 6-layer Q8_0 cut (88% of its step in this kernel): through the
+// tile 52.6 / 56.6 / 57.9, this loop prefetching the next group 63.8 / 68.5 / 61.7 and 58.5 / 61.8
+// / 66.6, without 65.3 / 67.4 / 70.9 (prefetching 2-16 KB ahead: between the two); the gpt-oss-20b
+// 8-layer cut (Q8_0 attention and head, 2/3 of its bytes) 33.3 / 34.2 / 35.4 -> 37.6 / 38.7 / 39.7
+// without. (The q4_K / q6_K decode kernels, 2.3-3.4 KB a block, lose a third without theirs;
+// MXFP4's is level either way.)
 template <WType T>
 void gemv_packed32(const QuantTask& q, int64_t r0, int64_t r1) {
   using F = Block32<T>;
   static_assert(!F::kMx, "MXFP4 has a decode kernel of its own (gemv_mxfp4_avx512.cpp)");
   const int64_t nb = q.w->cols / kQK;
+  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   for (int64_t r = r0; r < r1; r += kRows) {
     const uint8_t* panel = q.w->row(r);
+    NextRows far{panel + kPrefetchFar, group_bytes, 0, true};
     for (int t = 0; t < q.n_tokens; ++t) {
       const uint8_t* act = q.act + size_t(t) * q.act_row_bytes;
       const float* scales = q.act_scales + size_t(t) * size_t(nb);
       const int32_t* sums = q.act_sums + size_t(t) * size_t(nb);
       __m512 acc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
+        if (t == 0) far.upto(b, nb);
         const uint8_t* p = panel + size_t(b) * F::kPackedBytes;
         const uint8_t* aq = act + size_t(b) * sizeof(BlockQ8_0) + 2;
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();

@@ -138,13 +138,18 @@ void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
   const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   for (int64_t r = r0; r < r1; r += kRows) {
     const uint8_t* panel = q.w->row(r);
-    // kPrefetchAhead ahead of the block being read (see NextRows).
+    // kPrefetchAhead ahead of the block being read into L1 and kPrefetchFar into L2 (see
+    // NextRows).
     NextRows next{panel + kPrefetchAhead, group_bytes, 0};
+    NextRows far{panel + kPrefetchFar, group_bytes, 0, true};
     for (int t = 0; t < q.n_tokens; ++t) {
       const auto* a = reinterpret_cast<const BlockQ8K*>(q.act + size_t(t) * q.act_row_bytes);
       __m512 acc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
-        if (t == 0) next.upto(b, nb);
+        if (t == 0) {
+          next.upto(b, nb);
+          far.upto(b, nb);
+        }
         acc = kBlock(panel + size_t(b) * kBlockBytes, a[b], acc);
       }
       _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
