@@ -810,7 +810,7 @@ void gemv_packed32(const QuantTask& q, int64_t r0, int64_t r1) {
   const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   for (int64_t r = r0; r < r1; r += kRows) {
     const uint8_t* panel = q.w->row(r);
-    NextRows far{panel + kPrefetchFar, group_bytes, 0, true};
+    FarRows far{panel + kPrefetchFar, group_bytes, 0};
     for (int t = 0; t < q.n_tokens; ++t) {
       const uint8_t* act = q.act + size_t(t) * q.act_row_bytes;
       const float* scales = q.act_scales + size_t(t) * size_t(nb);

@@ -141,7 +141,7 @@ void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
     // kPrefetchAhead ahead of the block being read into L1 and kPrefetchFar into L2 (see
     // NextRows).
     NextRows next{panel + kPrefetchAhead, group_bytes, 0};
-    NextRows far{panel + kPrefetchFar, group_bytes, 0, true};
+    FarRows far{panel + kPrefetchFar, group_bytes, 0};
     for (int t = 0; t < q.n_tokens; ++t) {
       const auto* a = reinterpret_cast<const BlockQ8K*>(q.act + size_t(t) * q.act_row_bytes);
       __m512 acc = _mm512_setzero_ps();
