@@ -175,10 +175,17 @@ struct Block32 {
   }
 
   // The float steps of block b (at p) for TT tokens from their integer sums isum(j) (codes x
-  // activations, the codes' offset not yet off): the VNNI and the AMX sums go through the same.
-  template <int TT, bool kPacked, class Sums>
-  [[gnu::always_inline]] static void add_block(__m512 acc[TT], Sums isum, const uint8_t* p,
-                                               const TileArgs<TT>& args, int64_t b) {
+  // activations, the codes' offset not yet off) and their activation block's scale, code offset
+  // correction (kOffset Σ a) and quant sum (Σ a, for the mins term), act(j) = {d_a, kOffset Σ a,
+  // Σ a}: the VNNI and the AMX tiles go through the same steps, reading those from where each
+  // keeps them.
+  struct ActBlock {
+    float d;
+    int32_t offset_sum, sum;
+  };
+  template <int TT, bool kPacked, class Sums, class Act>
+  [[gnu::always_inline]] static void add_block(__m512 acc[TT], Sums isum, Act act,
+                                               const uint8_t* p) {
     // The fp16 (E8M0) scales widen exactly: the same floats as a panel that stores them widened.
     __m512 dw;
     if constexpr (kPacked && kMx)
@@ -194,14 +201,13 @@ struct Block32 {
                    : load_ps(p + 64);
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) {
-      const __m512 da = _mm512_set1_ps(args.scales[j][b]);
+      const ActBlock a = act(j);
+      const __m512 da = _mm512_set1_ps(a.d);
       __m512i s = isum(j);
-      if constexpr (kOffset != 0)
-        s = _mm512_sub_epi32(s, _mm512_set1_epi32(kOffset * args.sums[j][b]));
+      if constexpr (kOffset != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.offset_sum));
       acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);
       if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
-        acc[j] =
-            _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_set1_ps(float(args.sums[j][b])), acc[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_set1_ps(float(a.sum)), acc[j]);
     }
   }
 
@@ -228,7 +234,12 @@ struct Block32 {
           isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(args.acts[j] + ab + 4 * g));
       }
       add_block<TT, kPacked>(
-          acc, [&](int j) { return isum[j]; }, p, args, b);
+          acc, [&](int j) { return isum[j]; },
+          [&](int j) {
+            const int32_t sum = args.sums[j][b];
+            return ActBlock{args.scales[j][b], kOffset * sum, sum};
+          },
+          p);
     }
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
@@ -270,29 +281,17 @@ struct Block32 {
       const int64_t b0 = c * kChunk;
       const int n = int(nb - b0 < kChunk ? nb - b0 : kChunk);
       for (int i = 0; i < n; ++i) {
-        const uint8_t* p = panel + size_t(b0 + i) * kStride;
         const uint8_t* a = acts + size_t(b0 + i) * kAmxActBlockBytes;
         const auto* da = reinterpret_cast<const float*>(a + 512);
+        // amx_act_tiles stored Σ a times kOffset (times 1 for the q4_1 / q5_1 mins).
         const auto* asum = reinterpret_cast<const int32_t*>(a + 576);
         const int32_t* s = sums[c & 1] + i * 256;
-        __m512 dw;
-        if constexpr (kPacked)
-          dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-        else
-          dw = load_ps(p);
-        __m512 mw = _mm512_setzero_ps();
-        if constexpr (kMin) mw = load_ps(p + 64);
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) {
-          __m512i isum = _mm512_load_si512(s + 16 * j);
-          // The call stored kOffset * Σ a (amx_act_tiles), so this is one broadcast subtract.
-          if constexpr (kOffset != 0) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(asum[j]));
-          const __m512 daj = _mm512_set1_ps(da[j]);
-          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, daj), _mm512_cvtepi32_ps(isum), acc[j]);
-          if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
-            acc[j] =
-                _mm512_fmadd_ps(_mm512_mul_ps(mw, daj), _mm512_set1_ps(float(asum[j])), acc[j]);
-        }
+        add_block<16, kPacked>(
+            acc, [&](int j) { return _mm512_load_si512(s + 16 * j); },
+            [&](int j) {
+              return ActBlock{da[j], asum[j], asum[j]};
+            },
+            panel + size_t(b0 + i) * kStride);
       }
     }
 #pragma GCC unroll 16
@@ -793,10 +792,10 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
 // integer block sums and float steps, so the same bits, in a loop of its own, and with no software
 // prefetch into L1: each thread reads one contiguous stream, which the hardware prefetcher
 // follows, and fetching the next group ahead (34-49 KB on 2048-2880 columns, L1's size) cost more
-// than it gave. Into L2, kPrefetchFar ahead, it pays (an Intel Xeon, two threads, tg32 tok/s,
-// alternated: the Qwen3-30B-A3B 6-layer Q8_0 cut 36.6 / 36.4 -> 40.0 / 39.9, 82-85% -> 92-94% of
-// the probe; Qwen2.5-0.5B Q8_0 46.6 / 46.4 -> 48.8 / 49.5). Two threads, tg32 tok/s, alternated
-// runs of the Qwen3-30B-A3B 6-layer Q8_0 cut (88% of its step in this kernel): through the
+// than it gave; into L2, kPrefetchFar ahead, it pays. Two threads, tg32 tok/s, alternated runs:
+// on an Intel Xeon, the Qwen3-30B-A3B 6-layer Q8_0 cut 36.6 / 36.4 -> 40.0 / 39.9 with the L2
+// stream (82-85% -> 92-94% of the probe), Qwen2.5-0.5B Q8_0 46.6 / 46.4 -> 48.8 / 49.5; earlier,
+// on the Zen 5 host, the 30B cut (88% of its step in this kernel): through the
 // tile 52.6 / 56.6 / 57.9, this loop prefetching the next group 63.8 / 68.5 / 61.7 and 58.5 / 61.8
 // / 66.6, without 65.3 / 67.4 / 70.9 (prefetching 2-16 KB ahead: between the two); the gpt-oss-20b
 // 8-layer cut (Q8_0 attention and head, 2/3 of its bytes) 33.3 / 34.2 / 35.4 -> 37.6 / 38.7 / 39.7
