@@ -56,6 +56,16 @@ std::vector<ModelCase> models() {
   // gpt-oss: attention sinks on every head, windows of 8 on every other layer, a biased router,
   // experts with biases; CPU only too.
   cases.push_back({"gpt_oss_tiny", test::data_path("oracle/gpt-oss-tiny")});
+  // F16 KV, the default of `fak run` and `fak serve`: on CPUs with AMX-BF16 its attention runs on
+  // the tile unit (ops/attention_kernels.h), whose own arithmetic must keep every guarantee too: a
+  // dense model, a windowed one, one with sinks and windows, the hybrid.
+  for (const char* m : {"qwen3-tiny", "gemma3-tiny", "gpt-oss-tiny", "qwen35-hybrid-tiny"}) {
+    std::string name = std::string(m) + "_f16kv";
+    for (char& ch : name)
+      if (ch == '-') ch = '_';
+    cases.push_back({name, test::data_path(std::string("oracle/") + m), {}, DType::F16});
+  }
+  cases.push_back({"pycoder_6m_f16kv", test::source_path("models/pycoder-6m"), {}, DType::F16});
   // Q8_0 KV (blocks of 32 with a scale): quantised the same way wherever a row is written, so
   // every guarantee holds on its bits too; a dense model, the hybrid, a windowed model and a MoE.
   for (const char* m : {"qwen3-tiny", "qwen35-hybrid-tiny", "gemma3-tiny", "gpt-oss-tiny"}) {

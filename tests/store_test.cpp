@@ -8,6 +8,8 @@
 #include <chrono>
 #include <thread>
 
+#include "ops/attention_kernels.h"
+#include "ops/matmul_kernels.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/prefix_record.h"
 #include "store/block_store.h"
@@ -247,6 +249,11 @@ TEST(StoreKeys, AddressTheLayoutThePartitionAndEveryTokenBefore) {
   auto cache = make_cache(*model);
   const std::string ns = store::store_namespace(*model, *cache);
   EXPECT_EQ(ns.rfind("fak:" + model->identity() + ".f32.b16.", 0), 0u) << ns;
+  // Servers whose attention rounds otherwise (AMX-BF16 tiles or not) never share records.
+  EXPECT_EQ(ns.find(".amxattn") != std::string::npos, kernels::amx_attention_enabled()) << ns;
+  kernels::set_amx_enabled(false);
+  EXPECT_EQ(store::store_namespace(*model, *cache).find(".amxattn"), std::string::npos);
+  kernels::set_amx_enabled(true);
   auto a = random_ids(64, 100, 1);
   auto k = store::block_keys(ns, "p", a, 16, 4);
   ASSERT_EQ(k.size(), 4u);

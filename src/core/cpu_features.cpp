@@ -45,11 +45,15 @@ CpuFeatures detect() {
     if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512_bf16 = (eax & (1u << 5)) != 0;
   }
   f.amx_int8 = f.avx512_vnni && detect_amx_int8();
+  // CPUID 7.0 EDX bit 22: AMX-BF16 (the tile state was granted with AMX-INT8's checks above).
+  f.amx_bf16 = f.amx_int8 && f.avx512_bf16 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+               (edx & (1u << 22)) != 0;
   // FAK_ISA=avx512, avx2 or scalar caps the kernel families (to compare them on one machine);
   // outputs of the amx, avx512 and avx2 families are the same bits, scalar ones differ in
-  // summation order.
+  // summation order; attention on AMX-BF16 differs from the others within rounding
+  // (ops/attention_kernels.h).
   if (const char* cap = std::getenv("FAK_ISA")) {
-    f.amx_int8 = false;
+    f.amx_int8 = f.amx_bf16 = false;
     if (std::strcmp(cap, "avx2") == 0 || std::strcmp(cap, "scalar") == 0)
       f.avx512 = f.avx512_vnni = f.avx512_bf16 = false;
     if (std::strcmp(cap, "scalar") == 0) f.avx2 = false;

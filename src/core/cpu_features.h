@@ -12,6 +12,8 @@ struct CpuFeatures {
   // AMX-TILE + AMX-INT8, with the OS saving tile state and this process granted its use
   // (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM)): Sapphire Rapids and later Xeons.
   bool amx_int8 = false;
+  // AMX-BF16 beside AMX-INT8 (the same OS and process checks): the attention tiles.
+  bool amx_bf16 = false;
 };
 
 const CpuFeatures& cpu_features();

@@ -92,4 +92,44 @@ struct DecodeGroup {
 // False when it has no specialisation (head size, group shape): the caller runs attend_tile.
 bool attend_decode_avx512(const DecodeGroup& group, int head_dim, float scale);
 
+// AMX-BF16 tiles (attention_amx_avx512.cpp), on CPUs with AMX-BF16 and f16 / bf16 KV rows.
+//
+// Each product goes through the tile unit in pieces exact in bf16: a query element or a
+// probability as the sum of two bf16 numbers (its leading 16 significant bits), a key or value
+// element (f16 or bf16) as the exact sum of two, and the dot products take hi*hi + hi*lo + lo*hi
+// with f32 sums: scores and outputs within about 2^-16 of the f32 products, well inside the f16
+// rounding of the stored KV. The softmax runs over blocks of kAmxKeyBlock keys counted from key 0
+// (flash attention's order): per block each query's max is updated once and, where it grew, its
+// sum and outputs are rescaled by exp(old - new), so a unit reads each key once for all its
+// queries and keeps no score row per key. The arithmetic differs from the AVX2 / AVX-512 tiles
+// (which agree with each other bit for bit), so one process uses one of them for every attention
+// call; within it the reuse guarantees hold as before: every step of a query's arithmetic is fixed
+// by its own query, its own keys and the block and chunk boundaries (all counted from key 0),
+// whatever unit, call, batch or thread computes it (keys it does not attend add exact zeros and
+// leave its max alone).
+inline constexpr int kAmxUnitQueries = 128;  // a unit: up to eight tiles of 16 query lanes
+inline constexpr int kAmxKeyChunk = 32;      // keys per product of probabilities and values
+inline constexpr int kAmxKeyBlock = 128;     // keys per softmax step
+
+// A unit of the AMX path: up to kAmxUnitQueries queries of one KV head, as AttentionTile's.
+struct AmxUnit {
+  int n = 0;
+  const float* q[kAmxUnitQueries];
+  float* out[kAmxUnitQueries];
+  int n_keys[kAmxUnitQueries];
+  int first_key[kAmxUnitQueries];
+  float sink[kAmxUnitQueries];
+};
+
+// On (AMX-BF16 present, not turned off by set_amx_enabled(false) or FAK_ISA) and the head size and
+// KV type have tiles: 32, 64, 128 or 256; F16 or BF16.
+bool amx_attention_enabled();
+bool amx_attention_supported(int head_dim, DType dtype);
+
+// One unit; rows (and the unit's n_keys and first_key) count from key 0, and rows before
+// first_stored are not there (a window dropped them; read as zeros, which no query's window
+// reaches).
+void attend_unit_amx(const AmxUnit& unit, const KvRows& rows, int first_stored, int head_dim,
+                     float scale);
+
 }  // namespace fak::kernels

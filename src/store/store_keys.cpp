@@ -6,6 +6,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "ops/attention_kernels.h"
 #include "ops/matmul.h"
 
 namespace fak::store {
@@ -17,8 +18,11 @@ namespace {
 std::string kernels(const Model& model) {
   if (model.device().kind != DeviceKind::Cpu) return model.device().name();
   const CpuFeatures& f = cpu_features();
-  // bf16 activations (ops/matmul.h) compute other KV rows from bf16 weights than the f32 path.
-  const std::string act = bf16_activations() ? ".bf16act" : "";
+  // bf16 activations (ops/matmul.h) compute other KV rows from bf16 weights than the f32 path;
+  // attention on AMX-BF16 (f16 / bf16 KV, ops/attention_kernels.h) rounds otherwise than the
+  // vector tiles, so later layers' rows differ from theirs.
+  std::string act = bf16_activations() ? ".bf16act" : "";
+  if (kernels::amx_attention_enabled()) act += ".amxattn";
   if (f.avx512)
     return std::string("avx512") + (f.avx512_vnni ? "vnni" : "") + (f.avx512_bf16 ? "bf16" : "") +
            act;

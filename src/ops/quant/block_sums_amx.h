@@ -15,31 +15,31 @@
 #include <cstdint>
 
 #include "core/isa_namespace.h"
+#include "ops/cpu/amx_tiles.h"
 
 namespace fak::kernels {
 inline namespace FAK_ISA_NS {
 
-// Palette 1's 64-byte tile configuration (Intel SDM, LDTILECFG). Two sets of tiles, so one block's
-// products run while the other's are stored: sums (C) in tiles 0 / 3, 16 x 16 int32; activations
-// (A) in 1 / 4, 16 x 32 bytes; codes (B) in 2 / 5, 8 lines of 64 bytes. (GCC's tile intrinsics
-// paste the tile number into the instruction's text, so the loop below names them as literals.)
-struct alignas(64) AmxTileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {64, 32, 64, 64, 32, 64};
-  uint8_t rows[16] = {16, 16, 8, 16, 16, 8};
-};
-static_assert(sizeof(AmxTileConfig) == 64);
+// The tiles' shapes: two sets, so one block's products run while the other's are stored: sums (C)
+// in tiles 0 / 3, 16 x 16 int32; activations (A) in 1 / 4, 16 x 32 bytes; codes (B) in 2 / 5, 8
+// lines of 64 bytes. (GCC's tile intrinsics paste the tile number into the instruction's text, so
+// the loop below names them as literals.)
+inline const AmxTileConfig& block_sums_tile_config() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    const uint16_t bytes[6] = {64, 32, 64, 64, 32, 64};
+    const uint8_t rows[6] = {16, 16, 8, 16, 16, 8};
+    for (int t = 0; t < 6; ++t) {
+      c.bytes_per_row[t] = bytes[t];
+      c.rows[t] = rows[t];
+    }
+    return c;
+  }();
+  return config;
+}
 
-// A thread's tiles keep their configuration (the OS saves it with the tile data), and nothing else
-// in fak configures them, so each thread loads it once.
 inline void amx_configure_tiles() {
-  thread_local bool configured = false;
-  if (configured) return;
-  static const AmxTileConfig config;
-  _tile_loadconfig(&config);
-  configured = true;
+  amx_use_config(block_sums_tile_config());
 }
 
 // For blocks i in [0, n_blocks): out[256 i + 16 m + k] = Σ_e a_m[e] * c_k[e], the exact dot
