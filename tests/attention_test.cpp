@@ -378,6 +378,50 @@ TEST(Attention, GroupedDecodeTasksBitIdenticalToSolo) {
   }
 }
 
+// On AMX-BF16 a batched decode step of sequences cloned from one prefix runs as one unit per KV
+// head (a q-tile per sequence, the shared blocks read once, each sequence's own blocks alone):
+// every output the bits of the sequence run alone, with shared prefixes ending inside a block of
+// 128 keys, at its edge, or not at all, and sequences shorter than the shared count.
+TEST(Attention, AmxGroupedDecodeBitIdenticalToSolo) {
+  if (!kernels::amx_attention_enabled()) GTEST_SKIP() << "this CPU has no AMX-BF16";
+  std::vector<AttnSetup> all;
+  for (const AttnSetup& s : setups())
+    if (kernels::amx_attention_supported(s.head_dim, s.dtype)) all.push_back(s);
+  all.push_back({14, 2, 64, 700, DType::F16});
+  all.push_back({16, 1, 64, 300, DType::BF16});  // 16 heads per KV head: a full q-tile each
+  for (const AttnSetup& setup : all) {
+    AttentionFixture f(setup);
+    const size_t qd = size_t(f.q_dim());
+    std::vector<int32_t> a = f.blocks(), b(a.rbegin(), a.rend()), c = a, d = a, e = a;
+    for (size_t i = c.size() / 2; i < c.size(); ++i) c[i] = b[i];
+    for (size_t i = 1; i < d.size(); ++i) d[i] = b[i];
+    for (size_t i = 8; i < e.size(); ++i) e[i] = b[i];  // 128 keys shared: a block's edge
+    const int n = setup.n_ctx;
+    struct Case {
+      const std::vector<int32_t>* blocks;
+      int pos;
+    };
+    const Case cases[] = {{&a, n - 1}, {&c, n - 2}, {&e, n - 1}, {&a, 3},     {&c, n - 1},
+                          {&e, n / 2}, {&b, n - 1}, {&d, n - 1}, {&c, n / 2}, {&a, n - 2},
+                          {&d, n / 3}, {&e, 130},   {&a, n - 1}, {&c, 1}};
+    std::vector<AttentionTask> tasks;
+    std::vector<float> out(std::size(cases) * qd, -1.0f);
+    for (size_t i = 0; i < std::size(cases); ++i)
+      tasks.push_back({f.q().data() + size_t(cases[i].pos) * qd, out.data() + i * qd,
+                       cases[i].blocks, 1, std::min(cases[i].pos, n - 1)});
+    attention(tasks, f.cache(), 0, f.shape());
+    for (size_t i = 0; i < std::size(cases); ++i) {
+      std::vector<float> solo(qd, -2.0f);
+      std::vector<AttentionTask> one{
+          {tasks[i].q, solo.data(), cases[i].blocks, 1, tasks[i].start_pos}};
+      attention(one, f.cache(), 0, f.shape());
+      ASSERT_EQ(0, std::memcmp(solo.data(), out.data() + i * qd, qd * sizeof(float)))
+          << setup.n_heads << "/" << setup.n_kv_heads << " heads of " << setup.head_dim << " "
+          << dtype_name(setup.dtype) << ", task " << i;
+    }
+  }
+}
+
 // The decode group kernel directly, against the AVX2 tile: groups of 1..6 sequences with every
 // split of shared and own keys, including none shared and a shared count past a sequence's end;
 // every other trial gives all sequences one length (agents decoding in lockstep), where the own

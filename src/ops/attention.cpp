@@ -71,6 +71,45 @@ RowPointers row_pointers(const std::vector<AttentionTask>& tasks, const KvCache&
   return rp;
 }
 
+// Decode steps of sequences whose first keys are the same rows (a prefix they were cloned from)
+// form groups of up to max_size: those rows are read once for all. Unrelated sequences stay alone:
+// a group whose rows differ costs the same work in fewer, longer units.
+struct DecodeGroup {
+  std::vector<int> tasks;
+  int shared = 1 << 30;  // keys [0, shared) are the same rows in every task of the group
+};
+
+std::vector<DecodeGroup> decode_groups(const std::vector<AttentionTask>& tasks,
+                                       const std::vector<int>& decode_tasks, int bs, int max_size) {
+  auto shared_keys = [&](int a, int b) {
+    const auto& ba = *tasks[size_t(a)].blocks;
+    const auto& bb = *tasks[size_t(b)].blocks;
+    size_t i = 0;
+    while (i < ba.size() && i < bb.size() && ba[i] == bb[i]) ++i;
+    return int(i) * bs;
+  };
+  std::vector<DecodeGroup> groups;
+  std::vector<bool> grouped(decode_tasks.size(), false);
+  for (size_t i = 0; i < decode_tasks.size(); ++i) {
+    if (grouped[i]) continue;
+    DecodeGroup g;
+    g.tasks.push_back(decode_tasks[i]);
+    const int na = tasks[size_t(decode_tasks[i])].start_pos + 1;
+    for (size_t j = i + 1; j < decode_tasks.size() && int(g.tasks.size()) < max_size; ++j) {
+      if (grouped[j]) continue;
+      const int nb = tasks[size_t(decode_tasks[j])].start_pos + 1;
+      const int sk = shared_keys(decode_tasks[i], decode_tasks[j]);
+      if (5 * sk >= 2 * std::max(na, nb)) {
+        grouped[j] = true;
+        g.tasks.push_back(decode_tasks[j]);
+        g.shared = std::min(g.shared, sk);
+      }
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
 // The most a call widens into f32 copies (K and V of every widened row, kept per thread). Past it
 // the tiles widen the rows they read themselves (block_rows): at depth that was as fast or faster
 // (0.5B shape, pp512 at depth 16384, q8_0 / f16 KV: 163-183 / 161-169 tok/s widening everything,
@@ -128,41 +167,8 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
          first -= tile_queries)
       for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
   }
-  // Decode steps of sequences whose first keys are the same rows (a prefix they were cloned from)
-  // form one group per KV head: those rows are read once, and each K element is one broadcast for
-  // every sequence's queries. Unrelated sequences stay alone: a group whose rows differ costs the
-  // same work in fewer, longer units.
-  auto shared_keys = [&](int a, int b) {
-    const auto& ba = *tasks[size_t(a)].blocks;
-    const auto& bb = *tasks[size_t(b)].blocks;
-    size_t i = 0;
-    while (i < ba.size() && i < bb.size() && ba[i] == bb[i]) ++i;
-    return int(i) * bs;
-  };
-  struct Group {
-    std::vector<int> tasks;
-    int shared = 1 << 30;
-  };
-  std::vector<Group> groups;
-  std::vector<bool> grouped(decode_tasks.size(), false);
-  for (size_t i = 0; i < decode_tasks.size(); ++i) {
-    if (grouped[i]) continue;
-    Group g;
-    g.tasks.push_back(decode_tasks[i]);
-    const int na = tasks[size_t(decode_tasks[i])].start_pos + 1;
-    for (size_t j = i + 1;
-         j < decode_tasks.size() && int(g.tasks.size()) < kernels::kMaxDecodeGroup; ++j) {
-      if (grouped[j]) continue;
-      const int nb = tasks[size_t(decode_tasks[j])].start_pos + 1;
-      const int sk = shared_keys(decode_tasks[i], decode_tasks[j]);
-      if (5 * sk >= 2 * std::max(na, nb)) {
-        grouped[j] = true;
-        g.tasks.push_back(decode_tasks[j]);
-        g.shared = std::min(g.shared, sk);
-      }
-    }
-    groups.push_back(std::move(g));
-  }
+  const std::vector<DecodeGroup> groups =
+      decode_groups(tasks, decode_tasks, bs, kernels::kMaxDecodeGroup);
   for (size_t gi = 0; gi < groups.size(); ++gi)
     for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
       for (int h0 = 0; h0 < group; h0 += kernels::kMaxDecodeHeads)
@@ -264,7 +270,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
         return key0;
       };
       if (un.group >= 0) {
-        const Group& gr = groups[size_t(un.group)];
+        const DecodeGroup& gr = groups[size_t(un.group)];
         kernels::DecodeGroup dg;
         dg.n = int(gr.tasks.size());
         dg.heads = std::min(kernels::kMaxDecodeHeads, group - un.head0);
@@ -306,35 +312,71 @@ void attention_amx(const std::vector<AttentionTask>& tasks, const KvCache& cache
   RowPointers rp = row_pointers(tasks, cache, layer, s);
   struct Unit {
     int task, kv_head, first;
+    int group = -1;  // a decode group's index
   };
   std::vector<Unit> units;
+  // One-token tasks cloned from one prefix decode as one unit per KV head, a q-tile per sequence
+  // (GQA groups of up to 16 heads, no window).
+  const bool grouping = s.window == 0 && group <= 16;
+  std::vector<int> decode_tasks;
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
+    if (grouping && tasks[ti].n_tokens == 1) {
+      decode_tasks.push_back(int(ti));
+      continue;
+    }
     const int n_queries = tasks[ti].n_tokens * group;
     // Later units see more keys: queue them first so dynamic scheduling ends evenly.
     for (int first = ((n_queries - 1) / kUnit) * kUnit; first >= 0; first -= kUnit)
       for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
   }
+  const std::vector<DecodeGroup> groups =
+      decode_groups(tasks, decode_tasks, cache.block_size(), kUnit / 16);
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+      units.push_back({groups[gi].tasks[0], kvh, 0, int(gi)});
+  auto rows_of = [&](int ti, int kv_head) {
+    return kernels::KvRows{rp.k[size_t(ti)].data(), rp.v[size_t(ti)].data(),
+                           size_t(kv_head) * cache.head_stride(), cache.dtype()};
+  };
 #pragma omp parallel if (query_key_pairs(tasks, s) * size_t(hd) > 64 * 1024)
   {
 #pragma omp for schedule(dynamic, 1)
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& un = units[u];
-      const AttentionTask& task = tasks[size_t(un.task)];
       kernels::AmxUnit unit;
-      unit.n = std::min(kUnit, task.n_tokens * group - un.first);
-      for (int i = 0; i < unit.n; ++i) {
-        const int token = (un.first + i) / group;
-        const int head = un.kv_head * group + (un.first + i) % group;
+      // Query `first + i` of task ti (token-major, head-minor) into lane `lane`.
+      auto place = [&](int ti, int first, int i, int lane) {
+        const AttentionTask& task = tasks[size_t(ti)];
+        const int token = (first + i) / group;
+        const int head = un.kv_head * group + (first + i) % group;
         const size_t off = size_t(token) * size_t(q_dim) + size_t(head) * size_t(hd);
-        unit.q[i] = task.q + off;
-        unit.out[i] = task.out + off;
-        unit.n_keys[i] = task.start_pos + token + 1;
-        unit.first_key[i] = first_key(s, task.start_pos + token);
-        unit.sink[i] = s.sinks ? s.sinks[head] : -INFINITY;
+        unit.q[lane] = task.q + off;
+        unit.out[lane] = task.out + off;
+        unit.n_keys[lane] = task.start_pos + token + 1;
+        unit.first_key[lane] = first_key(s, task.start_pos + token);
+        unit.sink[lane] = s.sinks ? s.sinks[head] : -INFINITY;
+      };
+      if (un.group >= 0) {
+        const DecodeGroup& g = groups[size_t(un.group)];
+        unit.n = 16 * int(g.tasks.size());
+        unit.n_tile_rows = int(g.tasks.size());
+        unit.shared_keys = g.shared;
+        for (size_t k = 0; k < g.tasks.size(); ++k) {
+          const int ti = g.tasks[k];
+          for (int i = 0; i < 16; ++i) {
+            const int lane = 16 * int(k) + i;
+            place(ti, 0, std::min(i, group - 1), lane);
+            if (i >= group) unit.q[lane] = unit.out[lane] = nullptr;  // unused
+          }
+          unit.tile_rows[k] = rows_of(ti, un.kv_head);
+        }
+      } else {
+        const AttentionTask& task = tasks[size_t(un.task)];
+        unit.n = std::min(kUnit, task.n_tokens * group - un.first);
+        for (int i = 0; i < unit.n; ++i) place(un.task, un.first, i, i);
       }
-      const kernels::KvRows rows{rp.k[size_t(un.task)].data(), rp.v[size_t(un.task)].data(),
-                                 size_t(un.kv_head) * cache.head_stride(), cache.dtype()};
-      kernels::attend_unit_amx(unit, rows, rp.first_row[size_t(un.task)], hd, s.scale);
+      kernels::attend_unit_amx(unit, rows_of(un.task, un.kv_head), rp.first_row[size_t(un.task)],
+                               hd, s.scale);
     }
   }
 }

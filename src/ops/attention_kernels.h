@@ -111,7 +111,8 @@ inline constexpr int kAmxUnitQueries = 128;  // a unit: up to eight tiles of 16 
 inline constexpr int kAmxKeyChunk = 32;      // keys per product of probabilities and values
 inline constexpr int kAmxKeyBlock = 128;     // keys per softmax step
 
-// A unit of the AMX path: up to kAmxUnitQueries queries of one KV head, as AttentionTile's.
+// A unit of the AMX path: up to kAmxUnitQueries queries of one KV head, as AttentionTile's (a
+// null q and out: an unused lane, whose n_keys and first_key must still be one of its q-tile's).
 struct AmxUnit {
   int n = 0;
   const float* q[kAmxUnitQueries];
@@ -119,6 +120,12 @@ struct AmxUnit {
   int n_keys[kAmxUnitQueries];
   int first_key[kAmxUnitQueries];
   float sink[kAmxUnitQueries];
+  // A batched decode step of sequences cloned from one prefix (n_tile_rows > 0): q-tile i holds
+  // sequence i's queries and reads tile_rows[i]; keys [0, shared_keys) are the same rows in every
+  // sequence, read once for all. Each lane's arithmetic is its sequence's alone.
+  int n_tile_rows = 0;
+  int shared_keys = 0;
+  KvRows tile_rows[kAmxUnitQueries / 16];
 };
 
 // On (AMX-BF16 present, not turned off by set_amx_enabled(false) or FAK_ISA) and the head size and

@@ -190,7 +190,8 @@ void query_tiles(const AmxUnit& t, int i, uint16_t* qb) {
   for (int n = 0; n < 16; ++n)
     for (int d = 0; d < HD; d += 16) {
       SplitBf16 sp{_mm512_setzero_si512(), _mm512_setzero_si512()};
-      if (16 * i + n < t.n) sp = split_bf16_rounded(_mm512_loadu_ps(t.q[16 * i + n] + d));
+      if (16 * i + n < t.n && t.q[16 * i + n])
+        sp = split_bf16_rounded(_mm512_loadu_ps(t.q[16 * i + n] + d));
       _mm256_store_si256(reinterpret_cast<__m256i*>(&qh[n][d]), bf16_row(sp.hi));
       _mm256_store_si256(reinterpret_cast<__m256i*>(&ql[n][d]), bf16_row(sp.lo));
     }
@@ -215,6 +216,8 @@ void query_tiles(const AmxUnit& t, int i, uint16_t* qb) {
 // probabilities, and the outputs' products, kept in memory between blocks. Tiles go two at a time
 // (two q-tiles, or for a lone q-tile two key or dimension tiles) so that one pair's products run
 // while the other's operands load: a tile register is reloaded only after the products reading it.
+// A grouped unit (AmxUnit::n_tile_rows) takes the blocks its sequences share as one and each
+// sequence's own blocks q-tile by q-tile; a lane's steps are those of its sequence alone.
 template <int HD>
 void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scale) {
   constexpr int CH = kAmxKeyChunk, KB = kAmxKeyBlock;
@@ -226,7 +229,15 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
     min_first = t.first_key[i] < min_first ? t.first_key[i] : min_first;
     max_first = t.first_key[i] > max_first ? t.first_key[i] : max_first;
   }
+  // Keys [0, shared) are the same rows for every q-tile; past it a grouped unit's q-tile i reads
+  // tile_rows[i] up to its own last key.
+  const bool grouped = t.n_tile_rows > 0;
+  const int shared = grouped ? t.shared_keys : 1 << 30;
   const int b0 = min_first / KB, b1 = (n_max + KB - 1) / KB;
+  // The end of block b's keys for queries attending to n keys: whole chunks.
+  auto block_end = [&](int b, int n) {
+    return b * KB + KB < n ? b * KB + KB : (n + CH - 1) / CH * CH;
+  };
   // Scratch: per q-tile the queries' B tiles, a block's scores (a row of 16 lanes per key), its
   // probabilities' A tiles (per chunk: hi, lo), the outputs [16][HD], the lanes' max and sum; then
   // two blocks of K rows and V pairs (one converted while the other is read).
@@ -245,52 +256,48 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
 
   for (int i = 0; i < QT; ++i) query_tiles<HD>(t, i, qb + size_t(i) * qb_elems);
   std::memset(ob, 0, 4 * size_t(QT) * ob_floats);
-  for (int i = 0; i < QT; ++i)
+  int tile_keys[kAmxUnitQueries / 16];  // per q-tile: its queries' most keys
+  for (int i = 0; i < QT; ++i) {
+    tile_keys[i] = 0;
     for (int n = 0; n < 16; ++n) {
+      const int q = 16 * i + n;
       // A lane's max starts at its sink and its sum at exp(sink - sink) = 1: -inf and 0 without.
-      const float sink = 16 * i + n < t.n ? t.sink[16 * i + n] : -INFINITY;
+      const bool present = q < t.n && t.q[q];
+      const float sink = present ? t.sink[q] : -INFINITY;
       ml[32 * i + n] = sink;
       ml[32 * i + 16 + n] = sink == -INFINITY ? 0.0f : 1.0f;
+      if (present && t.n_keys[q] > tile_keys[i]) tile_keys[i] = t.n_keys[q];
     }
+  }
   const __m512 sc = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(-INFINITY);
 
-  // Block b's K rows and V pairs at kvb + (b & 1) * kv_elems.
-  auto convert_block = [&](int b) {
-    const int j0 = b * KB;
-    const int j1 = j0 + KB < n_max ? j0 + KB : (n_max + CH - 1) / CH * CH;
-    uint16_t* kh = kvb + size_t(b & 1) * kv_elems;
-    convert_kv<HD>(rows, first_stored, n_max, j0, j1, kh, kh + size_t(KB) * HD,
-                   kh + 2 * size_t(KB) * HD, kh + 3 * size_t(KB) * HD);
+  // Keys [j0, j1) of `from` (stored up to key n) into buffer `slot`'s K rows and V pairs.
+  struct BlockRows {
+    const uint16_t *khi, *klo, *vhi, *vlo;  // key j0's K row, its V pair
   };
-  convert_block(b0);
-
-  amx_use_config(attention_tile_config());
+  auto convert = [&](const KvRows& from, int n, int j0, int j1, int slot) {
+    uint16_t* kh = kvb + size_t(slot) * kv_elems;
+    convert_kv<HD>(from, first_stored, n, j0, j1, kh, kh + size_t(KB) * HD,
+                   kh + 2 * size_t(KB) * HD, kh + 3 * size_t(KB) * HD);
+    return BlockRows{kh, kh + size_t(KB) * HD, kh + 2 * size_t(KB) * HD, kh + 3 * size_t(KB) * HD};
+  };
   const long k_stride = long(HD) * 2, v_stride = long(HD) * 4, o_stride = long(HD) * 4;
-  for (int b = b0; b < b1; ++b) {
-    const int j0 = b * KB;
-    const int j1 = j0 + KB < n_max ? j0 + KB : (n_max + CH - 1) / CH * CH;
-    const int nc = (j1 - j0) / CH;
-    // The next block converted now, its stores long done when its tiles load them (a tile load
-    // waits for stores to the same lines to retire); it asks for the one after from memory.
-    if (b + 1 < b1) convert_block(b + 1);
-    const uint16_t* khi = kvb + size_t(b & 1) * kv_elems;  // key j0's K row, its V pair
-    const uint16_t* klo = khi + size_t(KB) * HD;
-    const uint16_t* vhi = klo + size_t(KB) * HD;
-    const uint16_t* vlo = vhi + size_t(KB) * HD;
 
-    // Scores: two q-tiles x 16 keys, or a lone q-tile x 32 keys, at a time.
-    for (int i = 0; i < QT; i += 2) {
+  // Scores of q-tiles [i0, i1) over keys [j0, j1): two q-tiles x 16 keys, or a lone q-tile x 32
+  // keys, at a time.
+  auto scores = [&](int i0, int i1, const BlockRows& r, int n_keys) {
+    for (int i = i0; i < i1; i += 2) {
       const uint16_t* q0 = qb + size_t(i) * qb_elems;
       float* s0 = sb + size_t(i) * sb_floats;
-      if (i + 1 < QT) {
+      if (i + 1 < i1) {
         const uint16_t* q1 = q0 + qb_elems;
-        for (int k0 = 0; k0 < j1 - j0; k0 += 16) {
+        for (int k0 = 0; k0 < n_keys; k0 += 16) {
           _tile_zero(0);
           _tile_zero(1);
 #pragma GCC unroll 8
           for (int c = 0; c < HD / 32; ++c) {
-            _tile_loadd(4, khi + size_t(k0) * HD + 32 * c, k_stride);
-            _tile_loadd(5, klo + size_t(k0) * HD + 32 * c, k_stride);
+            _tile_loadd(4, r.khi + size_t(k0) * HD + 32 * c, k_stride);
+            _tile_loadd(5, r.klo + size_t(k0) * HD + 32 * c, k_stride);
             _tile_loadd(6, q0 + size_t(c) * 1024, 64);
             _tile_loadd(7, q0 + size_t(c) * 1024 + 512, 64);
             _tile_loadd(2, q1 + size_t(c) * 1024, 64);
@@ -302,17 +309,17 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
           _tile_stored(1, s0 + sb_floats + size_t(k0) * 16, 64);
         }
       } else {
-        for (int k0 = 0; k0 < j1 - j0; k0 += 32) {
+        for (int k0 = 0; k0 < n_keys; k0 += 32) {
           _tile_zero(0);
           _tile_zero(1);
 #pragma GCC unroll 8
           for (int c = 0; c < HD / 32; ++c) {
             _tile_loadd(6, q0 + size_t(c) * 1024, 64);
             _tile_loadd(7, q0 + size_t(c) * 1024 + 512, 64);
-            _tile_loadd(4, khi + size_t(k0) * HD + 32 * c, k_stride);
-            _tile_loadd(5, klo + size_t(k0) * HD + 32 * c, k_stride);
-            _tile_loadd(2, khi + size_t(k0 + 16) * HD + 32 * c, k_stride);
-            _tile_loadd(3, klo + size_t(k0 + 16) * HD + 32 * c, k_stride);
+            _tile_loadd(4, r.khi + size_t(k0) * HD + 32 * c, k_stride);
+            _tile_loadd(5, r.klo + size_t(k0) * HD + 32 * c, k_stride);
+            _tile_loadd(2, r.khi + size_t(k0 + 16) * HD + 32 * c, k_stride);
+            _tile_loadd(3, r.klo + size_t(k0 + 16) * HD + 32 * c, k_stride);
             FAK_AMX_DP3(0, 4, 5, 6, 7);
             FAK_AMX_DP3(1, 2, 3, 6, 7);
           }
@@ -321,84 +328,92 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
         }
       }
     }
+  };
 
-    // Per q-tile: mask and scale, the block's max, the rescale, the probabilities' A tiles.
-    for (int i = 0; i < QT; ++i) {
-      float* s = sb + size_t(i) * sb_floats;
-      alignas(64) int32_t keys[16], first[16];
-      for (int n = 0; n < 16; ++n) {
-        const int q = 16 * i + n;
-        keys[n] = q < t.n ? t.n_keys[q] : n_max;
-        first[n] = q < t.n ? t.first_key[q] : min_first;
-      }
-      const __m512i nk = _mm512_load_si512(keys), fk = _mm512_load_si512(first);
-      __m512 bm = neg_inf;
-      for (int k = 0; k < j1 - j0; ++k) {
-        __m512 x = _mm512_mul_ps(_mm512_load_ps(s + 16 * k), sc);
-        const int j = j0 + k;
+  // Q-tile i over keys [j0, j1): mask and scale, the block's max, the rescale, the
+  // probabilities' A tiles.
+  auto softmax = [&](int i, int j0, int j1) {
+    float* s = sb + size_t(i) * sb_floats;
+    alignas(64) int32_t keys[16], first[16];
+    for (int n = 0; n < 16; ++n) {
+      const int q = 16 * i + n;
+      keys[n] = q < t.n ? t.n_keys[q] : n_max;
+      first[n] = q < t.n ? t.first_key[q] : min_first;
+    }
+    const __m512i nk = _mm512_load_si512(keys), fk = _mm512_load_si512(first);
+    // The block's max in four running maxima (exact in any order): one chain waited on each
+    // row's max in turn.
+    __m512 bm[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
+    for (int k = 0; k < j1 - j0; k += 4)
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        __m512 x = _mm512_mul_ps(_mm512_load_ps(s + 16 * (k + u)), sc);
+        const int j = j0 + k + u;
         // Past a lane's keys or before its window: -inf there (an exact zero after exp).
         if (j >= min_keys || j < max_first) {
           const __m512i at = _mm512_set1_epi32(j);
           x = _mm512_mask_blend_ps(
               _mm512_cmpgt_epi32_mask(nk, at) & _mm512_cmple_epi32_mask(fk, at), neg_inf, x);
         }
-        bm = _mm512_max_ps(bm, x);
-        _mm512_store_ps(s + 16 * k, x);
+        bm[u] = _mm512_max_ps(bm[u], x);
+        _mm512_store_ps(s + 16 * (k + u), x);
       }
-      const __m512 m = _mm512_load_ps(ml + 32 * i);
-      __m512 l = _mm512_load_ps(ml + 32 * i + 16);
-      const __m512 mn = _mm512_max_ps(m, bm);
-      // Lanes with a finite max (the others have seen no key yet: nothing to rescale or add).
-      const __mmask16 live = _mm512_cmp_ps_mask(mn, neg_inf, _CMP_NEQ_OQ);
-      const __mmask16 grew = _mm512_cmp_ps_mask(mn, m, _CMP_GT_OQ) & live;
-      if (grew) {
-        const __m512 alpha =
-            _mm512_mask_blend_ps(grew, _mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(m, mn)));
-        l = _mm512_mul_ps(l, alpha);
-        alignas(64) float a[16];
-        _mm512_store_ps(a, alpha);
-        float* o = ob + size_t(i) * ob_floats;
-        for (int n = 0; n < 16; ++n) {
-          if (((grew >> n) & 1) == 0) continue;
-          const __m512 w = _mm512_set1_ps(a[n]);
-          float* on = o + size_t(n) * HD;
-          for (int d = 0; d < HD; d += 16)
-            _mm512_store_ps(on + d, _mm512_mul_ps(_mm512_load_ps(on + d), w));
-        }
+    const __m512 m = _mm512_load_ps(ml + 32 * i);
+    __m512 l = _mm512_load_ps(ml + 32 * i + 16);
+    const __m512 mn =
+        _mm512_max_ps(m, _mm512_max_ps(_mm512_max_ps(bm[0], bm[1]), _mm512_max_ps(bm[2], bm[3])));
+    // Lanes with a finite max (the others have seen no key yet: nothing to rescale or add).
+    const __mmask16 live = _mm512_cmp_ps_mask(mn, neg_inf, _CMP_NEQ_OQ);
+    const __mmask16 grew = _mm512_cmp_ps_mask(mn, m, _CMP_GT_OQ) & live;
+    if (grew) {
+      const __m512 alpha =
+          _mm512_mask_blend_ps(grew, _mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(m, mn)));
+      l = _mm512_mul_ps(l, alpha);
+      alignas(64) float a[16];
+      _mm512_store_ps(a, alpha);
+      float* o = ob + size_t(i) * ob_floats;
+      for (int n = 0; n < 16; ++n) {
+        if (((grew >> n) & 1) == 0) continue;
+        const __m512 w = _mm512_set1_ps(a[n]);
+        float* on = o + size_t(n) * HD;
+        for (int d = 0; d < HD; d += 16)
+          _mm512_store_ps(on + d, _mm512_mul_ps(_mm512_load_ps(on + d), w));
       }
-      uint16_t* p = pb + size_t(i) * pb_elems;
-      for (int cc = 0; cc < nc; ++cc) {
-        __m512i zh[16], zl[16];
-#pragma GCC unroll 4
-        for (int r = 0; r < 16; ++r) {
-          const float* sr = s + size_t(cc * CH + 2 * r) * 16;
-          const __m512 p0 =
-              _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(_mm512_load_ps(sr), mn)));
-          l = _mm512_add_ps(l, p0);
-          const __m512 p1 =
-              _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(_mm512_load_ps(sr + 16), mn)));
-          l = _mm512_add_ps(l, p1);
-          const SplitBf16 x0 = split_bf16_rounded(p0), x1 = split_bf16_rounded(p1);
-          zh[r] = bf16_pairs(x0.hi, x1.hi);
-          zl[r] = bf16_pairs(x0.lo, x1.lo);
-        }
-        transpose16(zh);
-        transpose16(zl);
-        uint16_t* pc = p + size_t(cc) * 1024;
-        for (int n = 0; n < 16; ++n) {
-          _mm512_store_si512(pc + 32 * n, zh[n]);
-          _mm512_store_si512(pc + 512 + 32 * n, zl[n]);
-        }
-      }
-      _mm512_store_ps(ml + 32 * i, mn);
-      _mm512_store_ps(ml + 32 * i + 16, l);
     }
+    uint16_t* p = pb + size_t(i) * pb_elems;
+    for (int cc = 0; cc < (j1 - j0) / CH; ++cc) {
+      __m512i zh[16], zl[16];
+#pragma GCC unroll 4
+      for (int r = 0; r < 16; ++r) {
+        const float* sr = s + size_t(cc * CH + 2 * r) * 16;
+        const __m512 p0 = _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(_mm512_load_ps(sr), mn)));
+        l = _mm512_add_ps(l, p0);
+        const __m512 p1 =
+            _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(_mm512_load_ps(sr + 16), mn)));
+        l = _mm512_add_ps(l, p1);
+        const SplitBf16 x0 = split_bf16_rounded(p0), x1 = split_bf16_rounded(p1);
+        zh[r] = bf16_pairs(x0.hi, x1.hi);
+        zl[r] = bf16_pairs(x0.lo, x1.lo);
+      }
+      transpose16(zh);
+      transpose16(zl);
+      uint16_t* pc = p + size_t(cc) * 1024;
+      for (int n = 0; n < 16; ++n) {
+        _mm512_store_si512(pc + 32 * n, zh[n]);
+        _mm512_store_si512(pc + 512 + 32 * n, zl[n]);
+      }
+    }
+    _mm512_store_ps(ml + 32 * i, mn);
+    _mm512_store_ps(ml + 32 * i + 16, l);
+  };
 
-    // Outputs += P V: two q-tiles x 16 dimensions, or a lone q-tile x 32 dimensions, at a time.
-    for (int i = 0; i < QT; i += 2) {
+  // Outputs of q-tiles [i0, i1) += P V over nc chunks: two q-tiles x 16 dimensions, or a lone
+  // q-tile x 32 dimensions, at a time.
+  auto outputs = [&](int i0, int i1, const BlockRows& r, int nc) {
+    for (int i = i0; i < i1; i += 2) {
       float* o0 = ob + size_t(i) * ob_floats;
       const uint16_t* p0 = pb + size_t(i) * pb_elems;
-      if (i + 1 < QT) {
+      if (i + 1 < i1) {
         float* o1 = o0 + ob_floats;
         const uint16_t* p1 = p0 + pb_elems;
         for (int d = 0; d < HD; d += 16) {
@@ -406,8 +421,8 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
           _tile_loadd(1, o1 + d, o_stride);
           for (int cc = 0; cc < nc; ++cc) {
             const size_t at = size_t(cc * CH / 2) * HD * 2 + size_t(d) * 2;
-            _tile_loadd(6, vhi + at, v_stride);
-            _tile_loadd(7, vlo + at, v_stride);
+            _tile_loadd(6, r.vhi + at, v_stride);
+            _tile_loadd(7, r.vlo + at, v_stride);
             _tile_loadd(4, p0 + size_t(cc) * 1024, 64);
             _tile_loadd(5, p0 + size_t(cc) * 1024 + 512, 64);
             _tile_loadd(2, p1 + size_t(cc) * 1024, 64);
@@ -426,10 +441,10 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
             const size_t at = size_t(cc * CH / 2) * HD * 2 + size_t(d) * 2;
             _tile_loadd(4, p0 + size_t(cc) * 1024, 64);
             _tile_loadd(5, p0 + size_t(cc) * 1024 + 512, 64);
-            _tile_loadd(6, vhi + at, v_stride);
-            _tile_loadd(7, vlo + at, v_stride);
-            _tile_loadd(2, vhi + at + 32, v_stride);
-            _tile_loadd(3, vlo + at + 32, v_stride);
+            _tile_loadd(6, r.vhi + at, v_stride);
+            _tile_loadd(7, r.vlo + at, v_stride);
+            _tile_loadd(2, r.vhi + at + 32, v_stride);
+            _tile_loadd(3, r.vlo + at + 32, v_stride);
             FAK_AMX_DP3(0, 4, 5, 6, 7);
             FAK_AMX_DP3(1, 4, 5, 2, 3);
           }
@@ -438,6 +453,38 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
         }
       }
     }
+  };
+
+  amx_use_config(attention_tile_config());
+  // A block all q-tiles read from the same rows is converted one block ahead of its use, so its
+  // stores are long done when its tiles load them (a tile load waits for stores to the same
+  // lines to retire); converting asks for the block after from memory.
+  auto common = [&](int b) { return block_end(b, n_max) <= shared; };
+  BlockRows next{};
+  if (common(b0)) next = convert(rows, n_max, b0 * KB, block_end(b0, n_max), b0 & 1);
+  for (int b = b0; b < b1; ++b) {
+    const int j0 = b * KB;
+    if (common(b)) {
+      const int j1 = block_end(b, n_max);
+      const BlockRows cur = next;
+      if (b + 1 < b1 && common(b + 1))
+        next = convert(rows, n_max, j0 + KB, block_end(b + 1, n_max), (b + 1) & 1);
+      scores(0, QT, cur, j1 - j0);
+      for (int i = 0; i < QT; ++i) softmax(i, j0, j1);
+      outputs(0, QT, cur, (j1 - j0) / CH);
+      continue;
+    }
+    // A grouped unit's own blocks: each sequence's q-tile over its own rows, as it would run
+    // alone (blocks past its keys change nothing for it and are skipped).
+    for (int i = 0; i < QT; ++i) {
+      const int n = tile_keys[i];
+      if (j0 >= n) continue;
+      const int j1 = block_end(b, n);
+      const BlockRows cur = convert(t.tile_rows[i], n, j0, j1, i & 1);
+      scores(i, i + 1, cur, j1 - j0);
+      softmax(i, j0, j1);
+      outputs(i, i + 1, cur, (j1 - j0) / CH);
+    }
   }
 
   for (int i = 0; i < QT; ++i) {
@@ -445,6 +492,7 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
     _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_load_ps(ml + 32 * i + 16)));
     const float* o = ob + size_t(i) * ob_floats;
     for (int n = 0; n < 16 && 16 * i + n < t.n; ++n) {
+      if (!t.out[16 * i + n]) continue;  // a grouped unit's unused lane
       const __m512 w = _mm512_set1_ps(inv[n]);
       for (int d = 0; d < HD; d += 16)
         _mm512_storeu_ps(t.out[16 * i + n] + d,
