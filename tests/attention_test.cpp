@@ -406,9 +406,11 @@ TEST(Attention, AmxGroupedDecodeBitIdenticalToSolo) {
                           {&d, n / 3}, {&e, 130},   {&a, n - 1}, {&c, 1}};
     std::vector<AttentionTask> tasks;
     std::vector<float> out(std::size(cases) * qd, -1.0f);
-    for (size_t i = 0; i < std::size(cases); ++i)
-      tasks.push_back({f.q().data() + size_t(cases[i].pos) * qd, out.data() + i * qd,
-                       cases[i].blocks, 1, std::min(cases[i].pos, n - 1)});
+    for (size_t i = 0; i < std::size(cases); ++i) {
+      const int pos = std::min(cases[i].pos, n - 1);
+      tasks.push_back(
+          {f.q().data() + size_t(pos) * qd, out.data() + i * qd, cases[i].blocks, 1, pos});
+    }
     attention(tasks, f.cache(), 0, f.shape());
     for (size_t i = 0; i < std::size(cases); ++i) {
       std::vector<float> solo(qd, -2.0f);
