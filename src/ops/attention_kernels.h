@@ -107,7 +107,7 @@ bool attend_decode_avx512(const DecodeGroup& group, int head_dim, float scale);
 // by its own query, its own keys and the block and chunk boundaries (all counted from key 0),
 // whatever unit, call, batch or thread computes it (keys it does not attend add exact zeros and
 // leave its max alone).
-inline constexpr int kAmxUnitQueries = 128;  // a unit: up to eight tiles of 16 query lanes
+inline constexpr int kAmxUnitQueries = 256;  // a unit: up to 16 tiles of 16 query lanes
 inline constexpr int kAmxKeyChunk = 32;      // keys per product of probabilities and values
 inline constexpr int kAmxKeyBlock = 128;     // keys per softmax step
 
