@@ -56,33 +56,26 @@ std::vector<ModelCase> models() {
   // gpt-oss: attention sinks on every head, windows of 8 on every other layer, a biased router,
   // experts with biases; CPU only too.
   cases.push_back({"gpt_oss_tiny", test::data_path("oracle/gpt-oss-tiny")});
+  // The oracle fixtures `models` and pycoder-6m again with another KV storage type.
+  auto with_kv = [&cases](std::initializer_list<const char*> models, DType kv, const char* tag) {
+    for (const char* m : models) {
+      std::string name = std::string(m) + "_" + tag;
+      for (char& ch : name)
+        if (ch == '-') ch = '_';
+      cases.push_back({name, test::data_path(std::string("oracle/") + m), {}, kv});
+    }
+    cases.push_back(
+        {std::string("pycoder_6m_") + tag, test::source_path("models/pycoder-6m"), {}, kv});
+  };
   // F16 KV, the default of `fak run` and `fak serve`: on CPUs with AMX-BF16 its attention runs on
   // the tile unit (ops/attention_kernels.h), whose own arithmetic must keep every guarantee too: a
   // dense model, a windowed one, one with sinks and windows, the hybrid.
-  for (const char* m : {"qwen3-tiny", "gemma3-tiny", "gpt-oss-tiny", "qwen35-hybrid-tiny"}) {
-    std::string name = std::string(m) + "_f16kv";
-    for (char& ch : name)
-      if (ch == '-') ch = '_';
-    cases.push_back({name, test::data_path(std::string("oracle/") + m), {}, DType::F16});
-  }
-  cases.push_back({"pycoder_6m_f16kv", test::source_path("models/pycoder-6m"), {}, DType::F16});
+  with_kv({"qwen3-tiny", "gemma3-tiny", "gpt-oss-tiny", "qwen35-hybrid-tiny"}, DType::F16, "f16kv");
   // Q8_0 KV (blocks of 32 with a scale): quantised the same way wherever a row is written, so
   // every guarantee holds on its bits too; a dense model, the hybrid, a windowed model and a MoE.
-  for (const char* m : {"qwen3-tiny", "qwen35-hybrid-tiny", "gemma3-tiny", "gpt-oss-tiny"}) {
-    std::string name = std::string(m) + "_q8kv";
-    for (char& ch : name)
-      if (ch == '-') ch = '_';
-    cases.push_back({name, test::data_path(std::string("oracle/") + m), {}, DType::Q8_0});
-  }
-  cases.push_back({"pycoder_6m_q8kv", test::source_path("models/pycoder-6m"), {}, DType::Q8_0});
+  with_kv({"qwen3-tiny", "qwen35-hybrid-tiny", "gemma3-tiny", "gpt-oss-tiny"}, DType::Q8_0, "q8kv");
   // Q4_0 KV (blocks of 32: an f16 scale, 4-bit codes), the long-context option: the same.
-  for (const char* m : {"qwen35-hybrid-tiny", "gemma3-tiny", "gpt-oss-tiny"}) {
-    std::string name = std::string(m) + "_q4kv";
-    for (char& ch : name)
-      if (ch == '-') ch = '_';
-    cases.push_back({name, test::data_path(std::string("oracle/") + m), {}, DType::Q4_0});
-  }
-  cases.push_back({"pycoder_6m_q4kv", test::source_path("models/pycoder-6m"), {}, DType::Q4_0});
+  with_kv({"qwen35-hybrid-tiny", "gemma3-tiny", "gpt-oss-tiny"}, DType::Q4_0, "q4kv");
   return cases;
 }
 

@@ -22,6 +22,7 @@
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/attention_kernels.h"
 #include "ops/cpu/amx_tiles.h"
+#include "ops/cpu/exp_avx512.h"
 #include "ops/scratch.h"
 
 namespace fak::kernels {
@@ -82,27 +83,6 @@ struct SplitBf16 {
   // 0xf8: A | (B & C), with A = a's number moved down, C the high-half mask.
   return _mm512_ternarylogic_epi32(_mm512_srli_epi32(a, 16), b, _mm512_set1_epi32(int(0xffff0000u)),
                                    0xf8);
-}
-
-// exp(x) for x <= 0 (a score minus its lane's max; -inf gives an exact 0): exp512's range
-// reduction and polynomial, the power of two applied by vscalefps in one step instead of four.
-// Its own rounding, used by every AMX path alike.
-[[gnu::always_inline]] inline __m512 exp_nonpositive(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  x = _mm512_max_ps(x, lo);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 // Elements d..d+15 of an f16 / bf16 row as f32.
@@ -386,8 +366,8 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
     const __mmask16 live = _mm512_cmp_ps_mask(mn, neg_inf, _CMP_NEQ_OQ);
     const __mmask16 grew = _mm512_cmp_ps_mask(mn, m, _CMP_GT_OQ) & live;
     if (grew) {
-      const __m512 alpha =
-          _mm512_mask_blend_ps(grew, _mm512_set1_ps(1.0f), exp_nonpositive(_mm512_sub_ps(m, mn)));
+      const __m512 alpha = _mm512_mask_blend_ps(grew, _mm512_set1_ps(1.0f),
+                                                exp512_nonpositive(_mm512_sub_ps(m, mn)));
       l = _mm512_mul_ps(l, alpha);
       alignas(64) float a[16];
       _mm512_store_ps(a, alpha);
@@ -407,10 +387,10 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
       for (int r = 0; r < 16; ++r) {
         const float* sr = s + size_t(cc * CH + 2 * r) * 16;
         const __m512 p0 =
-            _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(_mm512_load_ps(sr), mn)));
+            _mm512_maskz_mov_ps(live, exp512_nonpositive(_mm512_sub_ps(_mm512_load_ps(sr), mn)));
         l = _mm512_add_ps(l, p0);
-        const __m512 p1 =
-            _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(_mm512_load_ps(sr + 16), mn)));
+        const __m512 p1 = _mm512_maskz_mov_ps(
+            live, exp512_nonpositive(_mm512_sub_ps(_mm512_load_ps(sr + 16), mn)));
         l = _mm512_add_ps(l, p1);
         const SplitBf16 x0 = split_bf16_rounded(p0), x1 = split_bf16_rounded(p1);
         zh[r] = bf16_pairs(x0.hi, x1.hi);
