@@ -401,9 +401,11 @@ TEST(Attention, AmxGroupedDecodeBitIdenticalToSolo) {
       const std::vector<int32_t>* blocks;
       int pos;
     };
-    const Case cases[] = {{&a, n - 1}, {&c, n - 2}, {&e, n - 1}, {&a, 3},     {&c, n - 1},
-                          {&e, n / 2}, {&b, n - 1}, {&d, n - 1}, {&c, n / 2}, {&a, n - 2},
-                          {&d, n / 3}, {&e, 130},   {&a, n - 1}, {&c, 1}};
+    // The first case is shorter than the ones it is grouped with: the blocks they share reach
+    // past its last key.
+    const Case cases[] = {{&a, 2 * n / 3}, {&a, n - 1}, {&c, n - 2}, {&e, n - 1}, {&a, 3},
+                          {&c, n - 1},     {&e, n / 2}, {&b, n - 1}, {&d, n - 1}, {&c, n / 2},
+                          {&a, n - 2},     {&d, n / 3}, {&e, 130},   {&a, n - 1}, {&c, 1}};
     std::vector<AttentionTask> tasks;
     std::vector<float> out(std::size(cases) * qd, -1.0f);
     for (size_t i = 0; i < std::size(cases); ++i) {

@@ -331,9 +331,14 @@ void attention_amx(const std::vector<AttentionTask>& tasks, const KvCache& cache
   }
   const std::vector<DecodeGroup> groups =
       decode_groups(tasks, decode_tasks, cache.block_size(), kUnit / 16);
-  for (size_t gi = 0; gi < groups.size(); ++gi)
-    for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
-      units.push_back({groups[gi].tasks[0], kvh, 0, int(gi)});
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    // The blocks all sequences share are read through the longest one's rows: its row pointers
+    // reach every key a shared block holds (a shorter sequence's may end inside one).
+    int longest = groups[gi].tasks[0];
+    for (int ti : groups[gi].tasks)
+      if (tasks[size_t(ti)].start_pos > tasks[size_t(longest)].start_pos) longest = ti;
+    for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({longest, kvh, 0, int(gi)});
+  }
   auto rows_of = [&](int ti, int kv_head) {
     return kernels::KvRows{rp.k[size_t(ti)].data(), rp.v[size_t(ti)].data(),
                            size_t(kv_head) * cache.head_stride(), cache.dtype()};
