@@ -87,6 +87,9 @@ FAK_PACKED(Q4_K)
 FAK_PACKED(Q5_K)
 FAK_PACKED(Q6_K)
 FAK_PACKED(MXFP4)
+FAK_PACKED(Q2_K)
+FAK_PACKED(Q3_K)
+FAK_PACKED(IQ4_XS)
 
 // A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and
 // continuous batching's mixed steps (see gemv_max_tokens in ops/matmul_quant.cpp for which kernel).
@@ -97,8 +100,8 @@ FAK_FEW(Q4_0, 1)
 FAK_FEW(MXFP4, 1)
 FAK_FEW(Q8_0, 9)
 FAK_FEW(Q8_0, 16)
-// Decode of the low-bit types from memory, beside Q4_K's rows (not packed: they have no packed
-// panels) read by the same kind of kernel.
+// Decode of the low-bit types from memory, beside Q4_K's rows, as stored (a model mapped from its
+// file) and packed (loaded into memory).
 FAK_FEW(Q4_K, 1)
 FAK_FEW(Q2_K, 1)
 FAK_FEW(Q3_K, 1)
@@ -121,6 +124,16 @@ FAK_FEW_PACKED(Q8_0, 1)
 FAK_FEW_PACKED(Q4_K, 1)
 FAK_FEW_PACKED(Q6_K, 1)
 FAK_FEW_PACKED(MXFP4, 1)
+FAK_FEW_PACKED(Q2_K, 1)
+FAK_FEW_PACKED(Q3_K, 1)
+FAK_FEW_PACKED(IQ4_XS, 1)
+FAK_FEW_PACKED(Q3_K, 2)
+FAK_FEW_PACKED(Q3_K, 3)
+FAK_FEW_PACKED(Q3_K, 4)
+FAK_FEW_PACKED(Q2_K, 3)
+FAK_FEW_PACKED(Q2_K, 4)
+FAK_FEW_PACKED(IQ4_XS, 3)
+FAK_FEW_PACKED(IQ4_XS, 4)
 FAK_FEW_PACKED(Q4_K, 2)
 FAK_FEW_PACKED(Q6_K, 2)
 // One token through a MoE layer's chosen experts, as decode runs them: 8 of 128 experts' gate and
@@ -183,6 +196,9 @@ void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
 }
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_gate_up_8_of_128, WType::Q8_0)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_gate_up_8_of_128, WType::Q4_K)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, Q3_K_gate_up_8_of_128, WType::Q3_K)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, Q2_K_gate_up_8_of_128, WType::Q2_K)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, IQ4_XS_gate_up_8_of_128, WType::IQ4_XS)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x1536_4, WType::Q8_0, 1536, 4)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x3072_2, WType::Q8_0, 3072, 2)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x6144_1, WType::Q8_0, 6144, 1)->UseRealTime();

@@ -30,6 +30,12 @@ inline size_t packed_block_bytes(QuantType t) {
       return kPackedQ4KBlockBytes;
     case QuantType::Q5_K:
       return kPackedQ5KBlockBytes;
+    case QuantType::Q2_K:
+      return kPackedQ2KBlockBytes;
+    case QuantType::Q3_K:
+      return kPackedQ3KBlockBytes;
+    case QuantType::IQ4_XS:
+      return kPackedIq4XsBlockBytes;
     default:
       return kPackedQ6KBlockBytes;
   }
@@ -70,6 +76,30 @@ inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* o
       rest += 4;
     }
     dwords(rest, packed32_codes_offset(has_min, five_bit), 4);
+    return;
+  }
+  if (t == QuantType::Q2_K) {
+    auto& blk = *static_cast<BlockQ2K*>(out);
+    std::memcpy(&blk.d, p + 2 * i, 2);
+    std::memcpy(&blk.dmin, p + 32 + 2 * i, 2);
+    dwords(blk.scales, kPackedQ2KScalesOffset, 4);
+    dwords(blk.qs, kPackedQ2KCodesOffset, 16);
+    return;
+  }
+  if (t == QuantType::Q3_K) {
+    auto& blk = *static_cast<BlockQ3K*>(out);
+    std::memcpy(&blk.d, p + 2 * i, 2);
+    dwords(blk.scales, kPackedQ3KScalesOffset, 3);
+    dwords(blk.hmask, kPackedQ3KHighOffset, 8);
+    dwords(blk.qs, kPackedQ3KCodesOffset, 16);
+    return;
+  }
+  if (t == QuantType::IQ4_XS) {
+    auto& blk = *static_cast<BlockIq4Xs*>(out);
+    std::memcpy(&blk.d, p + 2 * i, 2);
+    std::memcpy(&blk.scales_h, p + kPackedIq4XsHighOffset + 2 * i, 2);
+    dwords(blk.scales_l, kPackedIq4XsLowOffset, 1);
+    dwords(blk.qs, kPackedIq4XsCodesOffset, 32);
     return;
   }
   if (t == QuantType::Q6_K) {

@@ -232,6 +232,29 @@ struct [[gnu::packed]] BlockIq4Xs {
   uint8_t qs[kQKK / 2];
 };
 
+// Prepacked q2_K, q3_K and iq4_xs (as the others: 16 rows' super-block in the 16 x 84 / 110 / 136
+// bytes they took; the decode kernels read them with row i in lane i, gemv_packed_avx512.cpp): the
+// fp16 numbers as 16 in a row, then each of the row's byte arrays transposed a dword per lane (the
+// 64 bytes at m of a part hold its bytes 4m..4m+3 of row i at 4i..4i+3), nothing unpacked.
+// q2_K: d[16], dmin[16], scales (4 dwords), qs (16).
+constexpr int kPackedQ2KScalesOffset = 64;
+constexpr int kPackedQ2KCodesOffset = kPackedQ2KScalesOffset + 4 * 64;
+constexpr int kPackedQ2KBlockBytes = kPackedQ2KCodesOffset + 16 * 64;
+static_assert(kPackedQ2KBlockBytes == 16 * sizeof(BlockQ2K), "panels replace the rows in place");
+// q3_K: d[16], scales (3 dwords), hmask (8), qs (16).
+constexpr int kPackedQ3KScalesOffset = 32;
+constexpr int kPackedQ3KHighOffset = kPackedQ3KScalesOffset + 3 * 64;
+constexpr int kPackedQ3KCodesOffset = kPackedQ3KHighOffset + 8 * 64;
+constexpr int kPackedQ3KBlockBytes = kPackedQ3KCodesOffset + 16 * 64;
+static_assert(kPackedQ3KBlockBytes == 16 * sizeof(BlockQ3K), "panels replace the rows in place");
+// iq4_xs: d[16], scales_h[16], scales_l (1 dword), qs (32).
+constexpr int kPackedIq4XsHighOffset = 32;
+constexpr int kPackedIq4XsLowOffset = 64;
+constexpr int kPackedIq4XsCodesOffset = kPackedIq4XsLowOffset + 64;
+constexpr int kPackedIq4XsBlockBytes = kPackedIq4XsCodesOffset + 32 * 64;
+static_assert(kPackedIq4XsBlockBytes == 16 * sizeof(BlockIq4Xs),
+              "panels replace the rows in place");
+
 // Activations for the K-quant dots: x = d * q with d a plain float, plus the sum of each group of
 // 16 quants so the dots can apply mins and offsets without touching the quants again.
 struct [[gnu::packed]] BlockQ8K {

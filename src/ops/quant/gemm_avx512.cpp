@@ -751,25 +751,11 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   constexpr int kOwnPanelsFrom = 3 * P::kTT;  // tokens
   const bool amx = amx_enabled();
   if constexpr (P::kWidensInTile)
-    if (q.n_tokens >= kOwnPanelsFrom) {
-      using F = typename P::F;
-      auto* panel = static_cast<uint8_t*>(
-          thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
-      constexpr int kTokenSuperBlock = 512;
-      for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
-        const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
-        for (int64_t r = r0; r < r1; r += kRows) {
-          const uint8_t* packed = q.w->row(r);
-          NextRows next;
-          if (r + kRows < q.w->rows) next = {packed + group_bytes, group_bytes, 0};
-          F::prep_packed(packed, nb, panel, next);
-          int t = amx_tiles16<F>(q, panel, nb, r, ts, ts_end, amx);
-          for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
-          if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
-        }
-      }
-      return;
-    }
+    if (q.n_tokens >= kOwnPanelsFrom)
+      return tiles_over_panels16<typename P::F>(q, r0, r1,
+                                                [&](int64_t r, uint8_t* panel, NextRows& next) {
+                                                  P::F::prep_packed(q.w->row(r), nb, panel, next);
+                                                });
   constexpr int kTokenSuperBlock = 512;
   for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
     const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
@@ -878,7 +864,7 @@ QuantTileFn quant_tile_packed_avx512(QuantType t) {
     case QuantType::Q6_K:
       return rows_packed16_gemv<PackedK<Q6K>, gemv_packed_q6_k>;
     default:
-      return nullptr;
+      return quant_tile_packed_lowbit_avx512(t);  // q2_K, q3_K, iq4_xs, or null
   }
 }
 

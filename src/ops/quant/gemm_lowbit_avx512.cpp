@@ -17,6 +17,7 @@
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/gemm_avx2.h"
+#include "ops/quant/packed_lowbit_avx512.h"
 #include "ops/quant/panels_avx512.h"
 #include "ops/quant/rows_panels16_avx512.h"
 #include "quant/lowbit_avx2.h"
@@ -30,6 +31,13 @@ using namespace fak::quant;
 
 inline __m512i load_si(const uint8_t* p) {
   return _mm512_load_si512(reinterpret_cast<const __m512i*>(p));
+}
+inline void store_si(uint8_t* p, __m512i v) {
+  _mm512_store_si512(reinterpret_cast<__m512i*>(p), v);
+}
+inline void store_f16x16_as_floats(uint8_t* out, const uint8_t* p) {
+  _mm512_store_ps(reinterpret_cast<float*>(out),
+                  _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
 }
 inline __m512 load_ps(const uint8_t* p) {
   return _mm512_load_ps(reinterpret_cast<const float*>(p));
@@ -89,36 +97,89 @@ struct Sub16 {
   static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
     for (int64_t b = 0; b < nb; ++b) {
       next.upto(b, nb);
-      uint8_t* p = panel + size_t(b) * kPanelBytes;
-      const Block* blk[kRows];
-      for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const Block*>(rows[i]) + b;
-      const size_t at = size_t(b) * sizeof(Block);
-      store_scales16(rows, at + offsetof(Block, d), p);
-      auto* pr32 = reinterpret_cast<uint32_t*>(p + kOffPairs);
-      if constexpr (kQ2) {
-        store_scales16(rows, at + offsetof(BlockQ2K, dmin), p + 64);
+      prep_block(rows, b, panel + size_t(b) * kPanelBytes);
+    }
+  }
+
+  // Block b of the 16 rows as its panel block at p.
+  static void prep_block(const uint8_t* const* rows, int64_t b, uint8_t* p) {
+    const Block* blk[kRows];
+    for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const Block*>(rows[i]) + b;
+    const size_t at = size_t(b) * sizeof(Block);
+    store_scales16(rows, at + offsetof(Block, d), p);
+    auto* pr32 = reinterpret_cast<uint32_t*>(p + kOffPairs);
+    if constexpr (kQ2) {
+      store_scales16(rows, at + offsetof(BlockQ2K, dmin), p + 64);
+      for (int k = 0; k < 8; ++k)
+        for (int i = 0; i < kRows; ++i)
+          pr32[kRows * k + i] =
+              uint32_t(blk[i]->scales[2 * k] >> 4) | uint32_t(blk[i]->scales[2 * k + 1] >> 4) << 16;
+    } else {
+      auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
+      for (int i = 0; i < kRows; ++i) {
+        int8_t sc[16];
+        unpack_scales_q3_k(blk[i]->scales, sc);
+        for (int k = 0; k < 16; ++k) sc32[kRows * k + i] = sc[k];
         for (int k = 0; k < 8; ++k)
-          for (int i = 0; i < kRows; ++i)
-            pr32[kRows * k + i] = uint32_t(blk[i]->scales[2 * k] >> 4) |
-                                  uint32_t(blk[i]->scales[2 * k + 1] >> 4) << 16;
+          pr32[kRows * k + i] = uint16_t(sc[2 * k]) | uint32_t(uint16_t(sc[2 * k + 1])) << 16;
+      }
+    }
+    for (int g = 0; g < 8; ++g) {
+      __m256i lo[8], hi[8];
+      for (int i = 0; i < 8; ++i) {
+        lo[i] = codes(*blk[i], g);
+        hi[i] = codes(*blk[8 + i], g);
+      }
+      store_transposed16(lo, hi, p + kOffCodes + 512 * g);
+    }
+  }
+
+  // The same panel from packed blocks (quant_blocks.h's kPackedQ2K* / kPackedQ3K*): the rows'
+  // dwords are in lanes already, so each code register is one packed register's codes
+  // (packed_lowbit_avx512.h), and the scales are widened on all 16 rows at once.
+  static void prep_packed(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next) {
+    constexpr size_t kPackedBytes = kQ2 ? kPackedQ2KBlockBytes : kPackedQ3KBlockBytes;
+    constexpr size_t kCodes = kQ2 ? kPackedQ2KCodesOffset : kPackedQ3KCodesOffset;
+    for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
+      const uint8_t* p = packed + size_t(b) * kPackedBytes;
+      uint8_t* out = panel + size_t(b) * kPanelBytes;
+      store_f16x16_as_floats(out, p);
+      __m512i sc_bytes[4];  // byte c of register d: the scale of sub-block 4d + c (q3_K: + 32)
+      if constexpr (kQ2) {
+        store_f16x16_as_floats(out + 64, p + 32);
+        for (int d = 0; d < 4; ++d) {
+          const __m512i raw = _mm512_loadu_si512(p + kPackedQ2KScalesOffset + 64 * d);
+          sc_bytes[d] = _mm512_and_si512(raw, _mm512_set1_epi32(0x0f0f0f0f));
+          const __m512i m =
+              _mm512_and_si512(_mm512_srli_epi32(raw, 4), _mm512_set1_epi32(0x0f0f0f0f));
+          store_si(out + kOffPairs + 64 * (2 * d), byte_pair_i16(m, 0));
+          store_si(out + kOffPairs + 64 * (2 * d + 1), byte_pair_i16(m, 1));
+        }
       } else {
-        auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
-        for (int i = 0; i < kRows; ++i) {
-          int8_t sc[16];
-          unpack_scales_q3_k(blk[i]->scales, sc);
-          for (int k = 0; k < 16; ++k) sc32[kRows * k + i] = sc[k];
-          for (int k = 0; k < 8; ++k)
-            pr32[kRows * k + i] = uint16_t(sc[2 * k]) | uint32_t(uint16_t(sc[2 * k + 1])) << 16;
-        }
+        const Q3KScales sc = q3_k_scales_512(p);
+        for (int k = 0; k < 16; ++k)
+          store_si(out + kOffSc + 64 * k,
+                   _mm512_sub_epi32(dword_byte(sc.bytes[k / 4], k % 4), _mm512_set1_epi32(32)));
+        for (int k = 0; k < 8; ++k)
+          store_si(out + kOffPairs + 64 * k,
+                   _mm512_sub_epi16(byte_pair_i16(sc.bytes[k / 2], k % 2), _mm512_set1_epi16(32)));
       }
-      for (int g = 0; g < 8; ++g) {
-        __m256i lo[8], hi[8];
-        for (int i = 0; i < 8; ++i) {
-          lo[i] = codes(*blk[i], g);
-          hi[i] = codes(*blk[8 + i], g);
+      for (int n = 0; n < 2; ++n)
+        for (int G = 0; G < 8; ++G) {
+          const __m512i q = _mm512_loadu_si512(p + kCodes + 64 * (8 * n + G));
+          const __m512i h = kQ2 ? q : _mm512_loadu_si512(p + kPackedQ3KHighOffset + 64 * G);
+          for (int j = 0; j < 4; ++j) {
+            __m512i u = kQ2 ? low2_codes_512(q, j) : q3_k_codes_512(q, h, n, j);
+            if constexpr (kQ2) {
+              // Times the sub-block's scale as one 32-bit multiply: each byte's product (<= 45)
+              // stays in its byte.
+              const int k = 8 * n + 2 * j + G / 4;
+              u = _mm512_mullo_epi32(u, dword_byte(sc_bytes[k / 4], k % 4));
+            }
+            store_si(out + kOffCodes + 64 * (32 * n + 8 * j + G), u);
+          }
         }
-        store_transposed16(lo, hi, p + kOffCodes + 512 * g);
-      }
     }
   }
 
@@ -178,6 +239,7 @@ struct Sub16 {
 // pairs[8] (lane i: (sc_s, sc_s) as int16, for 128 Σ_s sc_s Σ a off the sum), then 64 code
 // registers of grid values + 128 (sub-block s: registers 8s..8s+7).
 struct Iq4Xs {
+  using Block = BlockIq4Xs;
   static constexpr QuantType kType = QuantType::IQ4_XS;
   static constexpr int kBlock = kQKK;
   static constexpr int kOffSc = 64, kOffPairs = kOffSc + 8 * 64, kOffCodes = kOffPairs + 8 * 64;
@@ -187,25 +249,57 @@ struct Iq4Xs {
   static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
     for (int64_t b = 0; b < nb; ++b) {
       next.upto(b, nb);
-      uint8_t* p = panel + size_t(b) * kPanelBytes;
-      const BlockIq4Xs* blk[kRows];
-      for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const BlockIq4Xs*>(rows[i]) + b;
-      store_scales16(rows, size_t(b) * sizeof(BlockIq4Xs), p);
-      auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
-      auto* pr32 = reinterpret_cast<uint32_t*>(p + kOffPairs);
-      for (int s = 0; s < 8; ++s)
-        for (int i = 0; i < kRows; ++i) {
-          const int ls = iq4_xs_scale(blk[i]->scales_l, blk[i]->scales_h, s);
-          sc32[kRows * s + i] = ls;
-          pr32[kRows * s + i] = uint16_t(int16_t(ls)) * 0x10001u;
-        }
+      prep_block(rows, b, panel + size_t(b) * kPanelBytes);
+    }
+  }
+
+  // Block b of the 16 rows as its panel block at p.
+  static void prep_block(const uint8_t* const* rows, int64_t b, uint8_t* p) {
+    const BlockIq4Xs* blk[kRows];
+    for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const BlockIq4Xs*>(rows[i]) + b;
+    store_scales16(rows, size_t(b) * sizeof(BlockIq4Xs), p);
+    auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
+    auto* pr32 = reinterpret_cast<uint32_t*>(p + kOffPairs);
+    for (int s = 0; s < 8; ++s)
+      for (int i = 0; i < kRows; ++i) {
+        const int ls = iq4_xs_scale(blk[i]->scales_l, blk[i]->scales_h, s);
+        sc32[kRows * s + i] = ls;
+        pr32[kRows * s + i] = uint16_t(int16_t(ls)) * 0x10001u;
+      }
+    for (int s = 0; s < 8; ++s) {
+      __m256i lo[8], hi[8];
+      for (int i = 0; i < 8; ++i) {
+        lo[i] = _mm256_xor_si256(codes_iq4(blk[i]->qs + 16 * s), _mm256_set1_epi8(-128));
+        hi[i] = _mm256_xor_si256(codes_iq4(blk[8 + i]->qs + 16 * s), _mm256_set1_epi8(-128));
+      }
+      store_transposed16(lo, hi, p + kOffCodes + 512 * s);
+    }
+  }
+
+  // The same panel from packed blocks (quant_blocks.h's kPackedIq4Xs*): packed register 4s + G's
+  // low nibbles are panel register 8s + G, its high ones 8s + 4 + G.
+  static void prep_packed(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next) {
+    const __m512i m0f = _mm512_set1_epi8(0x0F), grid = iq4_grid_unsigned_512();
+    for (int64_t b = 0; b < nb; ++b) {
+      next.upto(b, nb);
+      const uint8_t* p = packed + size_t(b) * kPackedIq4XsBlockBytes;
+      uint8_t* out = panel + size_t(b) * kPanelBytes;
+      store_f16x16_as_floats(out, p);
+      const __m512i low = _mm512_loadu_si512(p + kPackedIq4XsLowOffset);
+      const __m512i high = iq4_xs_scales_high_512(p);
       for (int s = 0; s < 8; ++s) {
-        __m256i lo[8], hi[8];
-        for (int i = 0; i < 8; ++i) {
-          lo[i] = _mm256_xor_si256(codes_iq4(blk[i]->qs + 16 * s), _mm256_set1_epi8(-128));
-          hi[i] = _mm256_xor_si256(codes_iq4(blk[8 + i]->qs + 16 * s), _mm256_set1_epi8(-128));
+        const __m512i ls = iq4_xs_scale_512(low, high, s);
+        store_si(out + kOffSc + 64 * s, ls);
+        store_si(out + kOffPairs + 64 * s,
+                 _mm512_or_si512(_mm512_and_si512(ls, _mm512_set1_epi32(0xffff)),
+                                 _mm512_slli_epi32(ls, 16)));
+        for (int G = 0; G < 4; ++G) {
+          const __m512i raw = _mm512_loadu_si512(p + kPackedIq4XsCodesOffset + 64 * (4 * s + G));
+          store_si(out + kOffCodes + 64 * (8 * s + G),
+                   _mm512_shuffle_epi8(grid, _mm512_and_si512(raw, m0f)));
+          store_si(out + kOffCodes + 64 * (8 * s + 4 + G),
+                   _mm512_shuffle_epi8(grid, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m0f)));
         }
-        store_transposed16(lo, hi, p + kOffCodes + 512 * s);
       }
     }
   }
@@ -256,7 +350,34 @@ struct Iq4Xs {
   }
 };
 
+// Up to this many tokens a call on packed weights takes the decode kernel
+// (gemv_packed_avx512.cpp), token after token over each group while it is in cache; more widen each
+// group once into a per-call panel for the tiles, which share each code register between tokens.
+constexpr int kLowbitPackedGemvTokens = 3;
+
+template <class F, QuantTileFn kGemv>
+void rows_packed_lowbit(const QuantTask& q, int64_t r0, int64_t r1) {
+  if (q.n_tokens <= kLowbitPackedGemvTokens) return kGemv(q, r0, r1);
+  const int64_t nb = q.w->cols / F::kBlock;
+  tiles_over_panels16<F>(q, r0, r1, [&](int64_t r, uint8_t* panel, NextRows& next) {
+    F::prep_packed(q.w->row(r), nb, panel, next);
+  });
+}
+
 }  // namespace
+
+QuantTileFn quant_tile_packed_lowbit_avx512(QuantType t) {
+  switch (t) {
+    case QuantType::Q2_K:
+      return rows_packed_lowbit<Sub16<true>, gemv_packed_q2_k>;
+    case QuantType::Q3_K:
+      return rows_packed_lowbit<Sub16<false>, gemv_packed_q3_k>;
+    case QuantType::IQ4_XS:
+      return rows_packed_lowbit<Iq4Xs, gemv_packed_iq4_xs>;
+    default:
+      return nullptr;
+  }
+}
 
 QuantTileFn quant_tile_lowbit_avx512(QuantType t) {
   switch (t) {

@@ -162,7 +162,7 @@ void gemv_packed_mxfp4(const QuantTask& q, int64_t r0, int64_t r1) {
 }  // namespace FAK_ISA_NS
 
 QuantTileFn quant_gemv_avx512(QuantType t) {
-  return t == QuantType::MXFP4 ? rows_gemv_mxfp4 : nullptr;
+  return t == QuantType::MXFP4 ? rows_gemv_mxfp4 : quant_gemv_lowbit_avx512(t);
 }
 
 }  // namespace fak::kernels

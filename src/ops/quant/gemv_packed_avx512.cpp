@@ -1,5 +1,6 @@
-// AVX-512 VNNI decode kernels for q4_K and q6_K weights packed at load (quant_blocks.h's
-// kPackedQ4K* / kPackedQ6K*): one activation row against 16 rows, lane i holding row i.
+// AVX-512 VNNI decode kernels for q4_K, q6_K, q2_K, q3_K and iq4_xs weights packed at load
+// (quant_blocks.h's kPackedQ4K* / kPackedQ6K* / kPackedQ2K* / kPackedQ3K* / kPackedIq4Xs*): one
+// activation row against 16 rows, lane i holding row i.
 //
 // A one-token tile of the prefill kernels (gemm_avx512.cpp) read these panels at 38 (q4_K) and
 // 29 (q6_K) GB/s on one core, below what memory gives two cores (62 GB/s): a Q4_K_M model's
@@ -13,15 +14,26 @@
 // host): q4_K 29-43 -> 36-45 GB/s, q6_K 17-29 -> 28-39 GB/s; Qwen3-30B-A3B 6 layers Q4_K_M, tg32 on
 // two threads 90-97 -> 101-107 tok/s.
 //
+// The low-bit types (Q3_K_M / Q2_K / IQ4_XS files) read their stored rows with a kernel that
+// multiplies each row on its own and reduces 16 rows' sums per block (gemv_lowbit_avx512.cpp);
+// packed, their codes too go straight into vpdpbusd with the rows in lanes, and the sub-block
+// scales come in by vpdpwssd on sums that fit an int16 (q2_K / q3_K) or one vpmulld (iq4_xs).
+// 131072 x 1024 rows, two threads (matmul_quant_bench *_streamed_1tok*): q2_K 1.92 -> 1.04 ms,
+// q3_K 2.54 -> 1.71 ms against the stored rows; the Qwen3-30B-A3B 6-layer Q3_K_M cut, tg32
+// alternated with the previous commit (AVX2 decode of the stored rows): 42.3-44.3 -> 47.4-50.2
+// tok/s, pp512 510 / 524 -> 571 / 551.
+//
 // note: bit-identical to the tiles and to vec_dot (dot_ref.cpp's block-serial rule): the integer
 // block sum is exact whatever order makes it (q6_K: Σ_k sc_k (Σ q a - 32 bsum_k) is the reference's
 // Σ_k sc_k Σ q a - 32 Σ_k sc_k bsum_k), and per block each lane does the same float steps,
-// acc = fma(d_w * d_a, float(isum), acc) (q4_K: then acc = fnma(dmin_w * d_a, float(imin), acc)).
+// acc = fma(d_w * d_a, float(isum), acc) (q4_K / q2_K: then acc = fnma(dmin_w * d_a, float(imin),
+// acc)).
 // matmul_quant_test compares them.
 #include <cstddef>
 #include <cstdint>
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
+#include "ops/quant/packed_lowbit_avx512.h"
 #include "ops/quant/panels_avx512.h"
 #include "quant/quant_blocks.h"
 
@@ -46,7 +58,7 @@ inline __m512i bit_select(__m512i a, __m512i b, __m512i c) {
 // One block of 16 q6_K rows against activation block a, into acc.
 // Element 128h + 32gg + 4G + (0..3) of a row: the low (gg < 2) or high nibble of ql dword
 // 16h + 8 (gg & 1) + G, bits 2gg of qh dword 8h + G; sub-block k = 8h + 2gg + (G >= 4).
-inline __m512 q6_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
+[[gnu::always_inline]] inline __m512 q6_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
   const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   alignas(64) int32_t off[16];  // 32 bsum_k: the -32 code offset, taken off each sub-block
   _mm512_store_si512(off, _mm512_slli_epi32(_mm512_cvtepi16_epi32(quant::load256(a.bsums)), 5));
@@ -92,7 +104,7 @@ inline __m512 q6_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
 // Codes dword 8c + G: its low nibbles are elements 64c + 4G + (0..3) (sub-block 2c), its high
 // ones 64c + 32 + 4G + (0..3) (sub-block 2c + 1). Scales and mins: scales_mins_k4's word steps on
 // the packed dwords, then each sub-block's byte shifted down in its lane.
-inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
+[[gnu::always_inline]] inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
   const __m512i m0f = _mm512_set1_epi8(0x0F);
   const K4ScaleBytes sm = k4_scale_bytes(p);
   const uint8_t* codes = p + quant::kPackedQ4KCodesOffset;
@@ -132,25 +144,153 @@ inline __m512 q4_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
   return _mm512_fnmadd_ps(_mm512_mul_ps(load_f16x16(p + 32), da), _mm512_cvtepi32_ps(imin), acc);
 }
 
+// Two activation bsums as the int16 pair (lo, hi) in all 16 lanes.
+inline __m512i bsum_pair(const BlockQ8K& a, int lo, int hi) {
+  return _mm512_set1_epi32(
+      int32_t(uint32_t(uint16_t(a.bsums[lo])) | (uint32_t(uint16_t(a.bsums[hi])) << 16)));
+}
+
+// q2_K / q3_K codes: qs dword 8n + G of a row holds elements 128n + 32j + 4G + (0..3) at bits 2j
+// (sub-block 8n + 2j + G / 4). A sub-block's sum t_k (16 codes <= 7 times activations, |t_k| <=
+// 14224 with q3_K's offset) fits an int16, so vpdpwssd applies its scale: the int32 t_k's low word
+// times the scale, its high word (t_k's sign) times 0.
+
+// The order the 8 qs dwords of a half are taken in: G and G + 4 feed different sub-blocks, so
+// alternating them keeps 8 vpdpbusd chains going, not 4 (a chain waits on its last product).
+constexpr int kChainOrder[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+// One block of 16 q2_K rows against activation block a, into acc.
+[[gnu::always_inline]] inline __m512 q2_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
+  const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
+  const uint8_t* codes = p + quant::kPackedQ2KCodesOffset;
+  __m512i isum = _mm512_setzero_si512(), imin = _mm512_setzero_si512();
+#pragma GCC unroll 2
+  for (int n = 0; n < 2; ++n) {
+    __m512i t[8];  // sub-block 8n + k
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) t[k] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const int G = kChainOrder[g];
+      const __m512i q = load_u(codes + 64 * (8 * n + G));
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        t[2 * j + G / 4] = _mm512_dpbusd_epi32(t[2 * j + G / 4], low2_codes_512(q, j),
+                                               bcast4_512(a.qs + 128 * n + 32 * j + 4 * G));
+      }
+    }
+#pragma GCC unroll 2
+    for (int d = 2 * n; d < 2 * n + 2; ++d) {  // scales dword d: sub-blocks 4d..4d+3
+      const __m512i raw = load_u(p + quant::kPackedQ2KScalesOffset + 64 * d);
+      const __m512i sc = _mm512_and_si512(raw, low4);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c)
+        isum = _mm512_dpwssd_epi32(isum, t[4 * d + c - 8 * n], dword_byte(sc, c));
+      // The mins as int16 pairs: (m_4d, m_4d+2) and (m_4d+1, m_4d+3).
+      const __m512i m = _mm512_and_si512(_mm512_srli_epi32(raw, 4), low4);
+      imin = _mm512_dpwssd_epi32(imin, _mm512_and_si512(m, _mm512_set1_epi32(0x00ff00ff)),
+                                 bsum_pair(a, 4 * d, 4 * d + 2));
+      imin = _mm512_dpwssd_epi32(imin, _mm512_srli_epi16(m, 8), bsum_pair(a, 4 * d + 1, 4 * d + 3));
+    }
+  }
+  const __m512 da = _mm512_set1_ps(a.d);
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(load_f16x16(p), da), _mm512_cvtepi32_ps(isum), acc);
+  return _mm512_fnmadd_ps(_mm512_mul_ps(load_f16x16(p + 32), da), _mm512_cvtepi32_ps(imin), acc);
+}
+
+// One block of 16 q3_K rows against activation block a, into acc. Codes u = q + 4 (the 2 low bits,
+// 4 where bit 4n + j of hmask byte 4G + (0..3) is set); each t_k starts at -4 bsum_k, so it ends
+// as Σ q a, and the scales sc_k - 32 come in as sc_k, with 32 Σ_k t_k taken off after.
+[[gnu::always_inline]] inline __m512 q3_k_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
+  const uint8_t* codes = p + quant::kPackedQ3KCodesOffset;
+  const uint8_t* high = p + quant::kPackedQ3KHighOffset;
+  const Q3KScales sc = q3_k_scales_512(p);
+  __m512i isum = _mm512_setzero_si512(), tsum = _mm512_setzero_si512();
+#pragma GCC unroll 2
+  for (int n = 0; n < 2; ++n) {
+    __m512i t[8];  // sub-block 8n + k
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) t[k] = _mm512_set1_epi32(-4 * a.bsums[8 * n + k]);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const int G = kChainOrder[g];
+      const __m512i q = load_u(codes + 64 * (8 * n + G));
+      const __m512i h = load_u(high + 64 * G);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j)
+        t[2 * j + G / 4] = _mm512_dpbusd_epi32(t[2 * j + G / 4], q3_k_codes_512(q, h, n, j),
+                                               bcast4_512(a.qs + 128 * n + 32 * j + 4 * G));
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const int sub = 8 * n + k;
+      isum = _mm512_dpwssd_epi32(isum, t[k], dword_byte(sc.bytes[sub / 4], sub % 4));
+      tsum = _mm512_add_epi32(tsum, t[k]);
+    }
+  }
+  isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(tsum, 5));
+  const __m512 dw = load_f16x16(p);
+  return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a.d)), _mm512_cvtepi32_ps(isum), acc);
+}
+
+// One block of 16 iq4_xs rows against activation block a, into acc. qs dword 4s + G holds
+// elements 32s + 4G + (0..3) in its low nibbles and 32s + 16 + 4G + (0..3) in its high ones; the
+// grid values go in + 128 (unsigned for vpdpbusd) and each sub-block's sum starts at -128 x its
+// activations' sum.
+[[gnu::always_inline]] inline __m512 iq4_xs_block(const uint8_t* p, const BlockQ8K& a, __m512 acc) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  const __m512i grid = iq4_grid_unsigned_512();
+  const uint8_t* codes = p + quant::kPackedIq4XsCodesOffset;
+  const __m512i low = load_u(p + quant::kPackedIq4XsLowOffset);
+  const __m512i high = iq4_xs_scales_high_512(p);
+  __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    // Two chains of vpdpbusd, the low nibbles' and the high ones'.
+    __m512i t = _mm512_set1_epi32(-128 * (a.bsums[2 * s] + a.bsums[2 * s + 1]));
+    __m512i t_hi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int G = 0; G < 4; ++G) {
+      const __m512i raw = load_u(codes + 64 * (4 * s + G));
+      const __m512i lo = _mm512_shuffle_epi8(grid, _mm512_and_si512(raw, m0f));
+      const __m512i hi =
+          _mm512_shuffle_epi8(grid, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m0f));
+      t = _mm512_dpbusd_epi32(t, lo, bcast4_512(a.qs + 32 * s + 4 * G));
+      t_hi = _mm512_dpbusd_epi32(t_hi, hi, bcast4_512(a.qs + 32 * s + 16 + 4 * G));
+    }
+    t = _mm512_add_epi32(t, t_hi);
+    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(t, iq4_xs_scale_512(low, high, s)));
+  }
+  const __m512 dw = load_f16x16(p);
+  return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a.d)), _mm512_cvtepi32_ps(isum), acc);
+}
+
+// The lines kPrefetchAhead past a block into L1 and kPrefetchFar past it into L2 (see NextRows and
+// kPrefetchFar): a packed group is one stream, its blocks one after another, so the bytes a block
+// reads are prefetched that far ahead of it, the next group's at the end of a group. Unrolled,
+// the offsets constants: through PrefetchRows' loop, whose counters the compiler kept on the stack
+// around a block kernel it did not inline, prefetching took a third of an L1-resident q6_K call.
+template <size_t kBlockBytes>
+[[gnu::always_inline]] inline void prefetch_block(const uint8_t* p) {
+#pragma GCC unroll 64
+  for (size_t o = 0; o < kBlockBytes; o += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + o), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchFar + o), _MM_HINT_T1);
+  }
+}
+
 template <size_t kBlockBytes, __m512 (*kBlock)(const uint8_t*, const BlockQ8K&, __m512)>
 void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / quant::kQKK;
-  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   for (int64_t r = r0; r < r1; r += kRows) {
     const uint8_t* panel = q.w->row(r);
-    // kPrefetchAhead ahead of the block being read into L1 and kPrefetchFar into L2 (see
-    // NextRows).
-    NextRows next{panel + kPrefetchAhead, group_bytes, 0};
-    FarRows far{panel + kPrefetchFar, group_bytes, 0};
     for (int t = 0; t < q.n_tokens; ++t) {
       const auto* a = reinterpret_cast<const BlockQ8K*>(q.act + size_t(t) * q.act_row_bytes);
       __m512 acc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
-        if (t == 0) {
-          next.upto(b, nb);
-          far.upto(b, nb);
-        }
-        acc = kBlock(panel + size_t(b) * kBlockBytes, a[b], acc);
+        const uint8_t* p = panel + size_t(b) * kBlockBytes;
+        if (t == 0) prefetch_block<kBlockBytes>(p);
+        acc = kBlock(p, a[b], acc);
       }
       _mm512_storeu_ps(q.y + size_t(t) * size_t(q.w->rows) + size_t(r), acc);
     }
@@ -165,6 +305,18 @@ void gemv_packed_q4_k(const QuantTask& q, int64_t r0, int64_t r1) {
 
 void gemv_packed_q6_k(const QuantTask& q, int64_t r0, int64_t r1) {
   gemv_packed<quant::kPackedQ6KBlockBytes, q6_k_block>(q, r0, r1);
+}
+
+void gemv_packed_q2_k(const QuantTask& q, int64_t r0, int64_t r1) {
+  gemv_packed<quant::kPackedQ2KBlockBytes, q2_k_block>(q, r0, r1);
+}
+
+void gemv_packed_q3_k(const QuantTask& q, int64_t r0, int64_t r1) {
+  gemv_packed<quant::kPackedQ3KBlockBytes, q3_k_block>(q, r0, r1);
+}
+
+void gemv_packed_iq4_xs(const QuantTask& q, int64_t r0, int64_t r1) {
+  gemv_packed<quant::kPackedIq4XsBlockBytes, iq4_xs_block>(q, r0, r1);
 }
 
 }  // namespace FAK_ISA_NS

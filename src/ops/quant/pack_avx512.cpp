@@ -31,6 +31,39 @@ void pack_block_q6_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
   }
 }
 
+// The same for q2_K / q3_K / iq4_xs: the fp16 numbers 16 in a row, the byte arrays a dword per
+// lane (quant_blocks.h's kPackedQ2K* / kPackedQ3K* / kPackedIq4Xs*).
+void pack_dwords(const uint8_t* src, int n, uint8_t* dst, int i) {
+  for (int m = 0; m < n; ++m) std::memcpy(dst + 64 * m + 4 * i, src + 4 * m, 4);
+}
+void pack_block_q2_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
+  for (int i = 0; i < kRows; ++i) {
+    const BlockQ2K& blk = reinterpret_cast<const BlockQ2K*>(src[i])[b];
+    std::memcpy(p + 2 * i, &blk.d, 2);
+    std::memcpy(p + 32 + 2 * i, &blk.dmin, 2);
+    pack_dwords(blk.scales, 4, p + quant::kPackedQ2KScalesOffset, i);
+    pack_dwords(blk.qs, 16, p + quant::kPackedQ2KCodesOffset, i);
+  }
+}
+void pack_block_q3_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
+  for (int i = 0; i < kRows; ++i) {
+    const BlockQ3K& blk = reinterpret_cast<const BlockQ3K*>(src[i])[b];
+    std::memcpy(p + 2 * i, &blk.d, 2);
+    pack_dwords(blk.scales, 3, p + quant::kPackedQ3KScalesOffset, i);
+    pack_dwords(blk.hmask, 8, p + quant::kPackedQ3KHighOffset, i);
+    pack_dwords(blk.qs, 16, p + quant::kPackedQ3KCodesOffset, i);
+  }
+}
+void pack_block_iq4_xs(const uint8_t* const* src, int64_t b, uint8_t* p) {
+  for (int i = 0; i < kRows; ++i) {
+    const BlockIq4Xs& blk = reinterpret_cast<const BlockIq4Xs*>(src[i])[b];
+    std::memcpy(p + 2 * i, &blk.d, 2);
+    std::memcpy(p + quant::kPackedIq4XsHighOffset + 2 * i, &blk.scales_h, 2);
+    pack_dwords(blk.scales_l, 1, p + quant::kPackedIq4XsLowOffset, i);
+    pack_dwords(blk.qs, 32, p + quant::kPackedIq4XsCodesOffset, i);
+  }
+}
+
 // 16 rows' block b of q8_0 (from a copy of the rows) as its packed panel at p.
 void pack_block_q8_0(const uint8_t* const* src, int64_t b, uint8_t* p) {
   for (int i = 0; i < kRows; ++i)
@@ -138,6 +171,15 @@ bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t co
       break;
     case QuantType::Q6_K:
       pack = pack_block_q6_k;
+      break;
+    case QuantType::Q2_K:
+      pack = pack_block_q2_k;
+      break;
+    case QuantType::Q3_K:
+      pack = pack_block_q3_k;
+      break;
+    case QuantType::IQ4_XS:
+      pack = pack_block_iq4_xs;
       break;
     default:
       return false;

@@ -162,6 +162,12 @@ inline __m512i byte_pair_i16(__m512i bytes, int half) {
 void gemv_packed_mxfp4(const QuantTask& q, int64_t r0, int64_t r1);
 void gemv_packed_q4_k(const QuantTask& q, int64_t r0, int64_t r1);
 void gemv_packed_q6_k(const QuantTask& q, int64_t r0, int64_t r1);
+void gemv_packed_q2_k(const QuantTask& q, int64_t r0, int64_t r1);
+void gemv_packed_q3_k(const QuantTask& q, int64_t r0, int64_t r1);
+void gemv_packed_iq4_xs(const QuantTask& q, int64_t r0, int64_t r1);
 
 }  // namespace FAK_ISA_NS
+
+// gemv_lowbit_avx512.cpp: the decode kernels of q2_K, q3_K and iq4_xs (null for other types).
+QuantTileFn quant_gemv_lowbit_avx512(QuantType t);
 }  // namespace fak::kernels

@@ -36,14 +36,13 @@ int amx_tiles16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
   return t;
 }
 
-// Rows [r0, r1) for every token: whole panels of 16 rows here, the rows left over by the AVX2
-// kernel (8-row panels, then vec_dot), which gives the same bits.
-template <class F>
-void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
+// Rows [r0, r_end) (whole groups of 16) for every token through F's tiles, each group's panel
+// made by prep(r, panel, next), which prefetches `next` (the next group) over its blocks.
+template <class F, class Prep>
+void tiles_over_panels16(const QuantTask& q, int64_t r0, int64_t r_end, Prep prep) {
   const int64_t nb = q.w->cols / F::kBlock;
   auto* panel = static_cast<uint8_t*>(
       thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * size_t(F::kPanelBytes)));
-  const int64_t r_end = r0 + (r1 - r0) / kRows * kRows;
   const bool amx = amx_enabled();
   // Long prompts: a few hundred tokens' activations at a time stay in cache while every panel of
   // this chunk passes over them; panels are repacked again per super-block.
@@ -52,16 +51,27 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
   for (int ts = 0; ts < q.n_tokens; ts += kTokenSuperBlock) {
     const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
     for (int64_t r = r0; r < r_end; r += kRows) {
-      const uint8_t* rows[kRows];
-      for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
       NextRows next;
       if (r + 2 * kRows <= q.w->rows) next = {q.w->row(r + kRows), kRows * q.w->row_bytes, 0};
-      F::prep(rows, nb, panel, next);
+      prep(r, panel, next);
       int t = amx_tiles16<F>(q, panel, nb, r, ts, ts_end, amx);
       for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
       if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
     }
   }
+}
+
+// Rows [r0, r1) for every token: whole panels of 16 rows here, the rows left over by the AVX2
+// kernel (8-row panels, then vec_dot), which gives the same bits.
+template <class F>
+void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
+  const int64_t nb = q.w->cols / F::kBlock;
+  const int64_t r_end = r0 + (r1 - r0) / kRows * kRows;
+  tiles_over_panels16<F>(q, r0, r_end, [&](int64_t r, uint8_t* panel, NextRows& next) {
+    const uint8_t* rows[kRows];
+    for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
+    F::prep(rows, nb, panel, next);
+  });
   if (r_end >= r1) return;
   if (QuantTileFn avx2 = quant_tile_avx2(F::kType)) return avx2(q, r_end, r1);
   for (int64_t r = r_end; r < r1; ++r)  // types without AVX2 panels (q4_1 / q5_1): the same bits
@@ -72,7 +82,9 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
 
 }  // namespace FAK_ISA_NS
 
-// gemm_lowbit_avx512.cpp: the VNNI tiles of q2_K, q3_K and iq4_xs (null for other types).
+// gemm_lowbit_avx512.cpp: the VNNI tiles of q2_K, q3_K and iq4_xs (null for other types), on
+// rows as stored and packed at load.
 QuantTileFn quant_tile_lowbit_avx512(QuantType t);
+QuantTileFn quant_tile_packed_lowbit_avx512(QuantType t);
 
 }  // namespace fak::kernels
