@@ -792,18 +792,16 @@ void gemv_packed32(const QuantTask& q, int64_t r0, int64_t r1) {
   using F = Block32<T>;
   static_assert(!F::kMx, "MXFP4 has a decode kernel of its own (gemv_mxfp4_avx512.cpp)");
   const int64_t nb = q.w->cols / kQK;
-  const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   for (int64_t r = r0; r < r1; r += kRows) {
     const uint8_t* panel = q.w->row(r);
-    FarRows far{panel + kPrefetchFar, group_bytes, 0};
     for (int t = 0; t < q.n_tokens; ++t) {
       const uint8_t* act = q.act + size_t(t) * q.act_row_bytes;
       const float* scales = q.act_scales + size_t(t) * size_t(nb);
       const int32_t* sums = q.act_sums + size_t(t) * size_t(nb);
       __m512 acc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
-        if (t == 0) far.upto(b, nb);
         const uint8_t* p = panel + size_t(b) * F::kPackedBytes;
+        if (t == 0) prefetch_block<F::kPackedBytes, false>(p);
         const uint8_t* aq = act + size_t(b) * sizeof(BlockQ8_0) + 2;
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4

@@ -265,20 +265,6 @@ constexpr int kChainOrder[8] = {0, 4, 1, 5, 2, 6, 3, 7};
   return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a.d)), _mm512_cvtepi32_ps(isum), acc);
 }
 
-// The lines kPrefetchAhead past a block into L1 and kPrefetchFar past it into L2 (see NextRows and
-// kPrefetchFar): a packed group is one stream, its blocks one after another, so the bytes a block
-// reads are prefetched that far ahead of it, the next group's at the end of a group. Unrolled,
-// the offsets constants: through PrefetchRows' loop, whose counters the compiler kept on the stack
-// around a block kernel it did not inline, prefetching took a third of an L1-resident q6_K call.
-template <size_t kBlockBytes>
-[[gnu::always_inline]] inline void prefetch_block(const uint8_t* p) {
-#pragma GCC unroll 64
-  for (size_t o = 0; o < kBlockBytes; o += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + o), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchFar + o), _MM_HINT_T1);
-  }
-}
-
 template <size_t kBlockBytes, __m512 (*kBlock)(const uint8_t*, const BlockQ8K&, __m512)>
 void gemv_packed(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / quant::kQKK;
