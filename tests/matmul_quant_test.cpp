@@ -237,7 +237,8 @@ TEST_P(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
 INSTANTIATE_TEST_SUITE_P(PackedTypes, MatmulQuantPacked,
                          ::testing::Values(WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0,
                                            WType::Q5_1, WType::Q4_K, WType::Q5_K, WType::Q6_K,
-                                           WType::MXFP4, WType::Q2_K, WType::Q3_K, WType::IQ4_XS),
+                                           WType::MXFP4, WType::Q2_K, WType::Q3_K, WType::IQ4_XS,
+                                           WType::IQ4_NL),
                          [](const auto& info) { return std::string(wtype_name(info.param)); });
 
 TEST(MatmulQuantPacking, LeavesWhatItCannotPack) {

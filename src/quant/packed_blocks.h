@@ -17,6 +17,7 @@ inline size_t packed_block_bytes(QuantType t) {
     case QuantType::Q8_0:
       return kPackedQ8BlockBytes;
     case QuantType::Q4_0:
+    case QuantType::IQ4_NL:
       return packed32_block_bytes(false, false);
     case QuantType::Q4_1:
       return packed32_block_bytes(true, false);
@@ -62,7 +63,7 @@ inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* o
   }
   const bool has_min = t == QuantType::Q4_1 || t == QuantType::Q5_1;
   const bool five_bit = t == QuantType::Q5_0 || t == QuantType::Q5_1;
-  if (t == QuantType::Q4_0 || has_min || five_bit) {
+  if (t == QuantType::Q4_0 || t == QuantType::IQ4_NL || has_min || five_bit) {
     // d, (q4_1 / q5_1) m, (q5_0 / q5_1) qh put back in element order, then the nibbles.
     uint8_t* base = static_cast<uint8_t*>(out);
     std::memcpy(base, p + 2 * i, 2);

@@ -78,12 +78,12 @@ inline float e8m0_half(uint8_t e) {
 }
 }  // namespace FAK_ISA_NS
 
-// Prepacked q4_0 / q4_1 / q5_0 / q5_1 (as q8_0: 16 rows' block in the 16 x 18 / 20 / 22 / 24 bytes
-// they took): the 16 fp16 d; (q4_1, q5_1) the 16 fp16 m; (q5_0, q5_1) 64 bytes of fifth bits, row
-// i's dword at 4i, reordered by q5_high_bits_packed so that the tile shifts each register's bits
-// into place; then 4 x 64 bytes of raw nibbles (the 64 bytes at k hold qs[4k..4k+3] of row i at
-// 4i..4i+3; the tile splits them: register g < 4 the low nibbles of k = g, g >= 4 the high ones of
-// k = g - 4).
+// Prepacked q4_0 / iq4_nl / q4_1 / q5_0 / q5_1 (as q8_0: 16 rows' block in the 16 x 18 / 18 / 20 /
+// 22 / 24 bytes they took): the 16 fp16 d; (q4_1, q5_1) the 16 fp16 m; (q5_0, q5_1) 64 bytes of
+// fifth bits, row i's dword at 4i, reordered by q5_high_bits_packed so that the tile shifts each
+// register's bits into place; then 4 x 64 bytes of raw nibbles (the 64 bytes at k hold qs[4k..4k+3]
+// of row i at 4i..4i+3; the tile splits them: register g < 4 the low nibbles of k = g, g >= 4 the
+// high ones of k = g - 4).
 constexpr int kPacked32MinsOffset = 32;
 constexpr int packed32_high_offset(bool has_min) {
   return has_min ? 64 : 32;

@@ -21,6 +21,7 @@
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/quant/block_sums_amx.h"
 #include "ops/quant/gemm_avx2.h"
+#include "ops/quant/packed_lowbit_avx512.h"
 #include "ops/quant/panels_avx512.h"
 #include "ops/quant/rows_panels16_avx512.h"
 #include "ops/scratch.h"
@@ -153,6 +154,7 @@ struct Block32 {
         w = _mm512_or_si512(w, _mm512_and_si512(at4, _mm512_set1_epi8(0x10)));
       }
       if constexpr (kMx) w = mxfp4_unsigned_512(w);
+      if constexpr (T == WType::IQ4_NL) w = _mm512_shuffle_epi8(iq4_grid_unsigned_512(), w);
       return w;
     }
   }
@@ -855,6 +857,8 @@ QuantTileFn quant_tile_packed_avx512(QuantType t) {
       return rows_packed16_gemv<Packed32<WType::Q5_1>, gemv_packed32<WType::Q5_1>>;
     case QuantType::MXFP4:
       return rows_packed16_gemv<Packed32<WType::MXFP4>, gemv_packed_mxfp4>;
+    case QuantType::IQ4_NL:
+      return rows_packed16_gemv<Packed32<WType::IQ4_NL>, gemv_packed32<WType::IQ4_NL>>;
     case QuantType::Q4_K:
       return rows_packed16_gemv<PackedK<K4<false>>, gemv_packed_q4_k>;
     case QuantType::Q5_K:

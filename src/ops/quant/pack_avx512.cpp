@@ -160,6 +160,9 @@ bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t co
     case QuantType::Q5_1:
       pack = pack_block_32<BlockQ5_1>;
       break;
+    case QuantType::IQ4_NL:  // q4_0's layout: d and the raw nibble bytes (the tile maps them)
+      pack = pack_block_32<BlockIq4Nl>;
+      break;
     case QuantType::MXFP4:
       pack = pack_block_mxfp4;
       break;
