@@ -90,6 +90,7 @@ FAK_PACKED(MXFP4)
 FAK_PACKED(Q2_K)
 FAK_PACKED(Q3_K)
 FAK_PACKED(IQ4_XS)
+FAK_PACKED(IQ4_NL)
 
 // A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and
 // continuous batching's mixed steps (see gemv_max_tokens in ops/matmul_quant.cpp for which kernel).
@@ -127,6 +128,7 @@ FAK_FEW_PACKED(MXFP4, 1)
 FAK_FEW_PACKED(Q2_K, 1)
 FAK_FEW_PACKED(Q3_K, 1)
 FAK_FEW_PACKED(IQ4_XS, 1)
+FAK_FEW_PACKED(IQ4_NL, 1)
 FAK_FEW_PACKED(Q3_K, 2)
 FAK_FEW_PACKED(Q3_K, 3)
 FAK_FEW_PACKED(Q3_K, 4)
