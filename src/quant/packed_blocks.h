@@ -49,7 +49,7 @@ inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* o
     auto& blk = *static_cast<BlockQ8_0*>(out);
     std::memcpy(&blk.d, p + 2 * i, 2);
     for (int k = 0; k < kQK; ++k)
-      blk.qs[k] = int8_t(p[kPackedQ8CodesOffset + 64 * (k / 4) + 4 * i + k % 4] ^ 0x80);
+      blk.qs[k] = int8_t(p[kPackedQ8CodesOffset + 64 * (k / 4) + 4 * i + k % 4]);
     return;
   }
   auto dwords = [&](uint8_t* dst, int offset, int n) {  // dword m of the part: lane i's at 4i

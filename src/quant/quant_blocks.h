@@ -23,9 +23,10 @@ struct [[gnu::packed]] BlockQ8_0 {
 
 // Prepacked q8_0 (pack_weight_panels, ops/matmul.h): each group of 16 rows becomes one panel per
 // block of 32 columns, in the 16 x 34 bytes that block of those rows took, and group g starts
-// where row 16g did. A panel: the 16 fp16 scales (row i at byte 2i), then 8 x 64 bytes of codes
-// q + 128 as unsigned bytes, where the 64 bytes at g hold codes 4g..4g+3 of row i at bytes 4i..4i+3
-// (the AVX-512 VNNI tile's register layout, gemm_avx512.cpp).
+// where row 16g did. A panel: the 16 fp16 scales (row i at byte 2i), then 8 x 64 bytes of the
+// signed codes, where the 64 bytes at g hold codes 4g..4g+3 of row i at bytes 4i..4i+3 (the
+// AVX-512 VNNI tile's register layout, gemm_avx512.cpp; its VPDPBUSD flips their sign bits, the
+// AMX tile multiplies them as they are).
 constexpr int kPackedQ8CodesOffset = 32;
 constexpr int kPackedQ8BlockBytes = kPackedQ8CodesOffset + 8 * 64;
 static_assert(kPackedQ8BlockBytes == 16 * sizeof(BlockQ8_0), "panels replace the rows in place");

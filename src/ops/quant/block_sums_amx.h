@@ -44,24 +44,32 @@ inline void amx_configure_tiles() {
 
 // For blocks i in [0, n_blocks): out[256 i + 16 m + k] = Σ_e a_m[e] * c_k[e], the exact dot
 // product of token m's 32 signed activation bytes (acts + i * act_block_bytes + m * act_stride)
-// and row k's 32 unsigned codes (the VNNI panel at codes + i * code_block_bytes: line g holds codes
-// 4g..4g+3 of row k at bytes 4k..4k+3). out: 64-byte aligned; token m's 16 sums are then one
+// and row k's 32 codes, unsigned (TDPBSUD) or kSignedCodes signed (TDPBSSD: q8_0's, which then
+// need no offset taken off), from the VNNI panel at codes + i * code_block_bytes: line g holds
+// codes 4g..4g+3 of row k at bytes 4k..4k+3. out: 64-byte aligned; token m's 16 sums are then one
 // line, one row per lane, where the VPDPBUSD tile has them.
+template <bool kSignedCodes = false>
 [[gnu::always_inline]] inline void amx_block_sums16(const uint8_t* acts, size_t act_stride,
                                                     size_t act_block_bytes, const uint8_t* codes,
                                                     size_t code_block_bytes, int n_blocks,
                                                     int32_t* out) {
+// The tile numbers are pasted into the instruction's text: literals, hence a macro.
+#define FAK_AMX_BLOCK_PRODUCT(c, a, b) \
+  if constexpr (kSignedCodes)          \
+    _tile_dpbssd(c, a, b);             \
+  else                                 \
+    _tile_dpbsud(c, a, b)
   const long stride = long(act_stride);
   int i = 0;
   for (; i + 2 <= n_blocks; i += 2) {
     _tile_loadd(1, acts + size_t(i) * act_block_bytes, stride);
     _tile_loadd(2, codes + size_t(i) * code_block_bytes, 64);
     _tile_zero(0);
-    _tile_dpbsud(0, 1, 2);
+    FAK_AMX_BLOCK_PRODUCT(0, 1, 2);
     _tile_loadd(4, acts + size_t(i + 1) * act_block_bytes, stride);
     _tile_loadd(5, codes + size_t(i + 1) * code_block_bytes, 64);
     _tile_zero(3);
-    _tile_dpbsud(3, 4, 5);
+    FAK_AMX_BLOCK_PRODUCT(3, 4, 5);
     _tile_stored(0, out + size_t(i) * 256, 64);
     _tile_stored(3, out + size_t(i + 1) * 256, 64);
   }
@@ -69,9 +77,10 @@ inline void amx_configure_tiles() {
     _tile_loadd(1, acts + size_t(i) * act_block_bytes, stride);
     _tile_loadd(2, codes + size_t(i) * code_block_bytes, 64);
     _tile_zero(0);
-    _tile_dpbsud(0, 1, 2);
+    FAK_AMX_BLOCK_PRODUCT(0, 1, 2);
     _tile_stored(0, out + size_t(i) * 256, 64);
   }
+#undef FAK_AMX_BLOCK_PRODUCT
 }
 
 }  // namespace FAK_ISA_NS

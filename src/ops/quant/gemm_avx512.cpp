@@ -98,10 +98,20 @@ struct Block32 {
                                                     std::conditional_t<T == WType::IQ4_NL,
                                                                        BlockIq4Nl, BlockQ5_1>>>>>>;
 
+  // q8_0's panels (a call's own and packed at load) hold its codes as signed bytes, as the file
+  // does: the AMX tile multiplies them signed by signed (TDPBSSD), so its sums need no offset taken
+  // off, and the VNNI tiles, whose VPDPBUSD wants unsigned codes, flip each register's sign bits
+  // (vnni_codes: q + 128, then 128 Σ a off as before).
+  static constexpr bool kSignedCodes = T == WType::Q8_0;
+  static __m512i vnni_codes(__m512i panel_codes) {
+    if constexpr (kSignedCodes) return _mm512_xor_si512(panel_codes, _mm512_set1_epi8(-128));
+    return panel_codes;
+  }
+
   static __m256i codes(const uint8_t* row, int64_t i) {
     const Block& b = reinterpret_cast<const Block*>(row)[i];
     if constexpr (T == WType::Q8_0) {
-      return q8_codes_unsigned(b);
+      return load256(b.qs);
     } else if constexpr (T == WType::IQ4_NL) {
       return _mm256_xor_si256(codes_iq4(b.qs), _mm256_set1_epi8(-128));  // grid value + 128
     } else if constexpr (kMx) {
@@ -185,7 +195,8 @@ struct Block32 {
     float d;
     int32_t offset_sum, sum;
   };
-  template <int TT, bool kPacked, class Sums, class Act>
+  // kNoOffset: the sums are the codes' own (the AMX tile's on signed codes).
+  template <int TT, bool kPacked, class Sums, class Act, bool kNoOffset = false>
   [[gnu::always_inline]] static void add_block(__m512 acc[TT], Sums isum, Act act,
                                                const uint8_t* p) {
     // The fp16 (E8M0) scales widen exactly: the same floats as a panel that stores them widened.
@@ -206,7 +217,8 @@ struct Block32 {
       const ActBlock a = act(j);
       const __m512 da = _mm512_set1_ps(a.d);
       __m512i s = isum(j);
-      if constexpr (kOffset != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.offset_sum));
+      if constexpr (kOffset != 0 && !kNoOffset)
+        s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.offset_sum));
       acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);
       if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
         acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_set1_ps(float(a.sum)), acc[j]);
@@ -230,7 +242,7 @@ struct Block32 {
       for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
-        const __m512i w = kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g);
+        const __m512i w = vnni_codes(kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g));
 #pragma GCC unroll 16
         for (int j = 0; j < TT; ++j)
           isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(args.acts[j] + ab + 4 * g));
@@ -269,9 +281,9 @@ struct Block32 {
     const int64_t chunks = (nb + kChunk - 1) / kChunk;
     const auto sums_of = [&](int64_t c) {
       const int64_t b0 = c * kChunk;
-      amx_block_sums16(acts + size_t(b0) * kAmxActBlockBytes, 32, kAmxActBlockBytes,
-                       panel + size_t(b0) * kStride + kCodes, kStride,
-                       int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
+      amx_block_sums16<kSignedCodes>(acts + size_t(b0) * kAmxActBlockBytes, 32, kAmxActBlockBytes,
+                                     panel + size_t(b0) * kStride + kCodes, kStride,
+                                     int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
     };
     amx_configure_tiles();
     __m512 acc[16];
@@ -288,12 +300,10 @@ struct Block32 {
         // amx_act_tiles stored Σ a times kOffset (times 1 for the q4_1 / q5_1 mins).
         const auto* asum = reinterpret_cast<const int32_t*>(a + 576);
         const int32_t* s = sums[c & 1] + i * 256;
-        add_block<16, kPacked>(
-            acc, [&](int j) { return _mm512_load_si512(s + 16 * j); },
-            [&](int j) {
-              return ActBlock{da[j], asum[j], asum[j]};
-            },
-            panel + size_t(b0 + i) * kStride);
+        const auto sums_j = [&](int j) { return _mm512_load_si512(s + 16 * j); };
+        const auto act_j = [&](int j) { return ActBlock{da[j], asum[j], asum[j]}; };
+        add_block<16, kPacked, decltype(sums_j), decltype(act_j), kSignedCodes>(
+            acc, sums_j, act_j, panel + size_t(b0 + i) * kStride);
       }
     }
 #pragma GCC unroll 16
@@ -808,8 +818,10 @@ void gemv_packed32(const QuantTask& q, int64_t r0, int64_t r1) {
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int g = 0; g < 8; g += 2) {
-          s0 = _mm512_dpbusd_epi32(s0, F::packed_codes(p, g), bcast4_512(aq + 4 * g));
-          s1 = _mm512_dpbusd_epi32(s1, F::packed_codes(p, g + 1), bcast4_512(aq + 4 * g + 4));
+          s0 =
+              _mm512_dpbusd_epi32(s0, F::vnni_codes(F::packed_codes(p, g)), bcast4_512(aq + 4 * g));
+          s1 = _mm512_dpbusd_epi32(s1, F::vnni_codes(F::packed_codes(p, g + 1)),
+                                   bcast4_512(aq + 4 * g + 4));
         }
         __m512i isum = _mm512_add_epi32(s0, s1);
         if constexpr (F::kOffset != 0)

@@ -70,8 +70,8 @@ void pack_block_q8_0(const uint8_t* const* src, int64_t b, uint8_t* p) {
     std::memcpy(p + 2 * i, &reinterpret_cast<const BlockQ8_0*>(src[i])[b].d, 2);
   __m256i lo[8], hi[8];
   for (int i = 0; i < 8; ++i) {
-    lo[i] = q8_codes_unsigned(reinterpret_cast<const BlockQ8_0*>(src[i])[b]);
-    hi[i] = q8_codes_unsigned(reinterpret_cast<const BlockQ8_0*>(src[8 + i])[b]);
+    lo[i] = load256(reinterpret_cast<const BlockQ8_0*>(src[i])[b].qs);
+    hi[i] = load256(reinterpret_cast<const BlockQ8_0*>(src[8 + i])[b].qs);
   }
   store_transposed16(lo, hi, p + quant::kPackedQ8CodesOffset);
 }

@@ -52,12 +52,6 @@ inline constexpr int kRows = 16;
   }
 }
 
-// A q8_0 block's codes as the unsigned bytes vpdpbusd takes: q + 128 (the tile takes 128 times the
-// activation sum back off).
-inline __m256i q8_codes_unsigned(const quant::BlockQ8_0& b) {
-  return _mm256_xor_si256(quant::load256(b.qs), _mm256_set1_epi8(-128));
-}
-
 // How far ahead of the block being read the decode loops prefetch (q4_K / q6_K:
 // gemv_packed_avx512.cpp; the packed tiles of a few tokens: gemm_avx512.cpp). It fetched the next
 // 16-row group, which is as far as a group is long: 18 KB on 2048 columns, 48 KB on Gemma 3 27B's
