@@ -239,7 +239,6 @@ struct Sub16 {
 // pairs[8] (lane i: (sc_s, sc_s) as int16, for 128 Σ_s sc_s Σ a off the sum), then 64 code
 // registers of grid values + 128 (sub-block s: registers 8s..8s+7).
 struct Iq4Xs {
-  using Block = BlockIq4Xs;
   static constexpr QuantType kType = QuantType::IQ4_XS;
   static constexpr int kBlock = kQKK;
   static constexpr int kOffSc = 64, kOffPairs = kOffSc + 8 * 64, kOffCodes = kOffPairs + 8 * 64;
