@@ -98,11 +98,12 @@ struct Block32 {
                                                     std::conditional_t<T == WType::IQ4_NL,
                                                                        BlockIq4Nl, BlockQ5_1>>>>>>;
 
-  // q8_0's panels (a call's own and packed at load) hold its codes as signed bytes, as the file
-  // does: the AMX tile multiplies them signed by signed (TDPBSSD), so its sums need no offset taken
-  // off, and the VNNI tiles, whose VPDPBUSD wants unsigned codes, flip each register's sign bits
-  // (vnni_codes: q + 128, then 128 Σ a off as before).
-  static constexpr bool kSignedCodes = T == WType::Q8_0;
+  // q8_0's and iq4_nl's panels (a call's own, and q8_0's packed at load) hold their codes as
+  // signed bytes (q8_0's as the file does, iq4_nl's grid values): the AMX tile multiplies them
+  // signed by signed (TDPBSSD), so its sums need no offset taken off, and the VNNI tiles, whose
+  // VPDPBUSD wants unsigned codes, flip each register's sign bits (vnni_codes: the code + 128,
+  // then 128 Σ a off as before).
+  static constexpr bool kSignedCodes = T == WType::Q8_0 || T == WType::IQ4_NL;
   static __m512i vnni_codes(__m512i panel_codes) {
     if constexpr (kSignedCodes) return _mm512_xor_si512(panel_codes, _mm512_set1_epi8(-128));
     return panel_codes;
@@ -113,7 +114,7 @@ struct Block32 {
     if constexpr (T == WType::Q8_0) {
       return load256(b.qs);
     } else if constexpr (T == WType::IQ4_NL) {
-      return _mm256_xor_si256(codes_iq4(b.qs), _mm256_set1_epi8(-128));  // grid value + 128
+      return codes_iq4(b.qs);  // the signed grid values
     } else if constexpr (kMx) {
       return codes_mxfp4_unsigned(b.qs);
     } else if constexpr (kFiveBit) {
@@ -164,7 +165,7 @@ struct Block32 {
         w = _mm512_or_si512(w, _mm512_and_si512(at4, _mm512_set1_epi8(0x10)));
       }
       if constexpr (kMx) w = mxfp4_unsigned_512(w);
-      if constexpr (T == WType::IQ4_NL) w = _mm512_shuffle_epi8(iq4_grid_unsigned_512(), w);
+      if constexpr (T == WType::IQ4_NL) w = _mm512_shuffle_epi8(iq4_grid_signed_512(), w);
       return w;
     }
   }

@@ -59,6 +59,12 @@ inline Q3KScales q3_k_scales_512(const uint8_t* packed_block) {
            six(_mm512_srli_epi32(u1, 4), _mm512_srli_epi32(u2, 6))}};
 }
 
+// IQ4_NL / iq4_xs: the grid values (quant::kIq4nlValues) as a vpshufb table.
+inline __m512i iq4_grid_signed_512() {
+  return _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues)));
+}
+
 // iq4_xs: the grid values + 128 (unsigned, for vpdpbusd) as a vpshufb table.
 inline __m512i iq4_grid_unsigned_512() {
   return _mm512_broadcast_i32x4(
