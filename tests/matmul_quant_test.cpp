@@ -245,7 +245,9 @@ TEST(MatmulQuantPacking, LeavesWhatItCannotPack) {
   for (auto [type, rows] : {std::pair<WType, int64_t>{WType::Q8_0, 40},
                             {WType::Q4_K, 24},
                             {WType::Q6_K, 24},
-                            {WType::Q5_0, 56}}) {
+                            {WType::Q5_0, 56},
+                            {WType::Q3_K, 24},
+                            {WType::IQ4_NL, 40}}) {
     Quantised m = make_matrix(type, rows, 256, 1);
     const std::vector<uint8_t> before = m.bytes;
     EXPECT_FALSE(pack_weight_panels(m.w, m.bytes.data())) << wtype_name(type) << " rows " << rows;
