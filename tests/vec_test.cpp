@@ -82,5 +82,29 @@ TEST(Vec, GeluMulVariantsAgreeAndMatchTheTanhFormula) {
   }
 }
 
+// RMSNorm's sum of squares: the same bits on every kernel (tails of every length past the 16
+// lanes), within a few ulps of a long double sum; and rmsnorm scales by it as HF's formula says.
+TEST(Vec, SumSquaresSameBitsOnEveryKernel) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int n : {1, 5, 15, 16, 17, 31, 64, 896, 2048 + 13, 5120}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = nd(rng);
+    x[0] = 3e5f;  // a large first element: its lane's sum rounds
+    const double ref = vec_kernels_ref().sum_squares(x.data(), n);
+    const double fast = vec_kernels().sum_squares(x.data(), n);
+    ASSERT_EQ(0, std::memcmp(&ref, &fast, sizeof ref)) << n;
+    long double want = 0;
+    for (float v : x) want += (long double)v * v;
+    EXPECT_NEAR(ref, double(want), 1e-14 * double(want)) << n;
+    std::vector<float> w(x.size(), 0.5f), out(x.size());
+    rmsnorm(x.data(), w.data(), n, 1e-6f, out.data());
+    const float scale = float(1.0 / std::sqrt(double(want) / n + 1e-6));
+    for (int i = 0; i < n; ++i)
+      EXPECT_NEAR(out[size_t(i)], x[size_t(i)] * scale * 0.5f, 1e-6f * std::fabs(x[size_t(i)]))
+          << i;
+  }
+}
+
 }  // namespace
 }  // namespace fak

@@ -22,6 +22,10 @@ struct VecKernels {
   // u = sqrt(2 / pi) (x + 0.044715 x^3): PyTorch's tanh GELU (1 + tanh(u) = 2 sigma(2u)) through
   // the same exp as SiLU; every variant gives the same bits.
   void (*gelu_mul)(const float* gate, const float* up, int n, float* out);
+  // Σ x[i]² in double (RMSNorm's sum), in kSquareLanes lanes, element i into lane i % 16 in order,
+  // then the lanes added as sum_square_lanes does; every variant gives the same bits. (One chain
+  // of double adds cost 4 cycles an element: 3% of a prefill.)
+  double (*sum_squares)(const float* x, int n);
   const char* isa;
 };
 
@@ -58,6 +62,16 @@ inline float gelu_mul_one(float x, float up) {
   const float x3k = kGeluKappa * x * x;
   const float u = kGeluBeta * std::fma(x3k, x, x);
   return x / (1.0f + exp_poly(-2.0f * u)) * up;
+}
+
+inline constexpr int kSquareLanes = 16;
+
+// The lanes of sum_squares as one number: lanes k, k + 4, k + 8, k + 12 as (a + b) + (c + d) (four
+// 4-wide accumulators added pairwise), then those four as (s0 + s2) + (s1 + s3).
+inline double sum_square_lanes(const double* lane) {
+  double s[4];
+  for (int k = 0; k < 4; ++k) s[k] = (lane[k] + lane[4 + k]) + (lane[8 + k] + lane[12 + k]);
+  return (s[0] + s[2]) + (s[1] + s[3]);
 }
 
 const VecKernels& vec_kernels();

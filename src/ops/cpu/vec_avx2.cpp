@@ -98,6 +98,23 @@ void gelu_mul_avx2(const float* gate, const float* up, int n, float* out) {
   for (; i < n; ++i) out[i] = gelu_mul_one(gate[i], up[i]);
 }
 
+// Four accumulators of 4 doubles: lanes 0-15. Each product is exact in double, so the fma rounds
+// once, as the scalar form's add does.
+double sum_squares_avx2(const float* x, int n) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+  int i = 0;
+  for (; i + kSquareLanes <= n; i += kSquareLanes)
+    for (int a = 0; a < 4; ++a) {
+      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * a));
+      acc[a] = _mm256_fmadd_pd(v, v, acc[a]);
+    }
+  alignas(32) double lane[kSquareLanes];
+  for (int a = 0; a < 4; ++a) _mm256_store_pd(lane + 4 * a, acc[a]);
+  for (; i < n; ++i) lane[i % kSquareLanes] += double(x[i]) * double(x[i]);
+  return sum_square_lanes(lane);
+}
+
 }  // namespace
 
 const VecKernels& vec_kernels_avx2() {
@@ -109,6 +126,7 @@ const VecKernels& vec_kernels_avx2() {
                             axpy_half_avx2<widen_bf16, bf16_to_f32>,
                             silu_mul_avx2,
                             gelu_mul_avx2,
+                            sum_squares_avx2,
                             "avx2"};
   return k;
 }

@@ -1,12 +1,12 @@
 #include <cmath>
 
 #include "ops/ops.h"
+#include "ops/vec.h"
 
 namespace fak {
 
 void rmsnorm(const float* x, const float* weight, int n, float eps, float* out) {
-  double ss = 0.0;
-  for (int i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+  const double ss = vec_kernels().sum_squares(x, n);
   const float scale = float(1.0 / std::sqrt(ss / n + double(eps)));
   if (weight) {
     for (int i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];

@@ -28,6 +28,11 @@ void silu_mul_ref(const float* gate, const float* up, int n, float* out) {
 void gelu_mul_ref(const float* gate, const float* up, int n, float* out) {
   for (int i = 0; i < n; ++i) out[i] = gelu_mul_one(gate[i], up[i]);
 }
+double sum_squares_ref(const float* x, int n) {
+  double lane[kSquareLanes] = {};
+  for (int i = 0; i < n; ++i) lane[i % kSquareLanes] += double(x[i]) * double(x[i]);
+  return sum_square_lanes(lane);
+}
 }  // namespace
 
 const VecKernels& vec_kernels_ref() {
@@ -39,6 +44,7 @@ const VecKernels& vec_kernels_ref() {
                             axpy_half_ref<bf16_to_f32>,
                             silu_mul_ref,
                             gelu_mul_ref,
+                            sum_squares_ref,
                             "scalar"};
   return k;
 }
