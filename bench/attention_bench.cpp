@@ -118,6 +118,10 @@ BENCHMARK_CAPTURE(bench_attention, prefill_5x64_3k_f16, 5, 2048, 950, 64, DType:
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bench_attention, prefill_1x2048, 1, 0, 2048, 2048, DType::F32)
     ->Unit(benchmark::kMillisecond);
+// A pp512 at depth 8192 (fak bench -d): 512 queries over 8.7k f16 rows, the work that makes a long
+// prompt's prefill slow.
+BENCHMARK_CAPTURE(bench_attention, prefill_512_at_8k_f16, 1, 8192, 512, 512, DType::F16)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace fak

@@ -1,15 +1,17 @@
 // AMX-BF16 attention (ops/attention_kernels.h says what the arithmetic is and why a query's bits
-// depend only on its own query and keys). A unit of up to 128 queries of one KV head, in q-tiles
-// of 16 query lanes, goes over the keys in blocks of 128 counted from key 0:
+// depend only on its own query and keys). A unit of up to 256 queries of one KV head, in q-tiles
+// of 16 queries, goes over the keys in blocks of 128 counted from key 0:
 //
-//  1. The block's rows are converted into the tile layouts (K rows, V rows in pairs of keys, each
-//     element as bf16 hi + lo), one block ahead of their use.
-//  2. Scores as keys x queries: C tiles (16 keys x 16 queries, f32) take K_hi Q_hi + K_hi Q_lo +
-//     K_lo Q_hi per 32 dimensions (A: 16 key rows; B: the queries' dimensions in pairs, made once
-//     per unit), then are scaled and masked: a row of 16 query lanes per key.
-//  3. Per q-tile: the block's max; where a lane's max grew, its sum and outputs are rescaled by
-//     exp(old - new); p = exp(s - max), the lanes' sums in key order, p as bf16 hi + lo
-//     transposed into A tiles (a query's 32 probabilities per line).
+//  1. The block's rows are converted into the tile layouts (K as B tiles: 16 keys' dimensions in
+//     pairs per line; V rows in pairs of keys; each element as bf16 hi + lo), one block ahead of
+//     their use.
+//  2. Scores as queries x keys: C tiles (16 queries x 16 keys, f32) take Q_hi K_hi + Q_hi K_lo +
+//     Q_lo K_hi per 32 dimensions (A: the queries' rows, made once per unit; B: the K tiles),
+//     stored a query per row.
+//  3. Per query: scale and mask, the block's max; where it grew, its sum and outputs are rescaled
+//     by exp(old - new); p = exp(s - max) and its sum; p as bf16 hi + lo, 32 keys a line of the
+//     A tiles. A query's row needs no transposing (in the keys x queries order it did, twice per
+//     block: a third of the softmax's instructions).
 //  4. Outputs: C tiles (16 queries x 16 dimensions) take P_hi V_hi + P_hi V_lo + P_lo V_hi per
 //     chunk of 32 keys (B: the chunk's V rows in pairs), loaded from and stored to memory around
 //     each block.
@@ -68,11 +70,6 @@ struct SplitBf16 {
   return {hi, _mm512_and_si512(up, top)};
 }
 
-// The bf16 numbers of 16 such values as a row of 16.
-[[gnu::always_inline]] inline __m256i bf16_row(__m512i x) {
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16));
-}
-
 // 32 such values as a row of 32 bf16 numbers, x's then y's (the conversion rounds nothing).
 [[gnu::always_inline]] inline __m512i bf16_join(__m512i x, __m512i y) {
   return __m512i(_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(y), _mm512_castsi512_ps(x)));
@@ -113,62 +110,93 @@ struct SplitBf16 {
   }
 }
 
-// Keys [j0, j1) (both even) into the tile layouts: K rows at k_hi / k_lo + (j - j0) * HD, V pairs
-// at v_hi / v_lo + (j - j0) / 2 * 2 HD (dimension d's two values at 2 d); keys outside
+// Keys [j0, j1) (j0 a multiple of 16, j1 - j0 of 32) into the tile layouts: K as B tiles, per
+// group of 16 keys g and 32 dimensions c a tile at k_hi / k_lo + (g * HD / 32 + c) * 512 whose
+// line r holds for key n of the group its dimensions 32c + 2r, 32c + 2r + 1 (the keys' rows
+// transposed in dwords), or kKeyRows as A tiles' rows, key j's at k_hi / k_lo + (j - j0) * HD;
+// V pairs at v_hi / v_lo + (j - j0) / 2 * 2 HD (dimension d's two values at 2 d). Keys outside
 // [first, n_stored) (rows a window dropped, rows past the last) are zeros.
-template <int HD, bool F16>
+template <int HD, bool F16, bool kKeyRows>
 void convert_kv(const KvRows& rows, int first, int n_stored, int j0, int j1, uint16_t* k_hi,
                 uint16_t* k_lo, uint16_t* v_hi, uint16_t* v_lo) {
   const SplitBf16 zero{_mm512_setzero_si512(), _mm512_setzero_si512()};
-  for (int j = j0; j < j1; j += 2) {
-    const bool has0 = j >= first && j < n_stored, has1 = j + 1 >= first && j + 1 < n_stored;
-    const uint8_t* k0 = has0 ? rows.k[j] + rows.head_offset : nullptr;
-    const uint8_t* k1 = has1 ? rows.k[j + 1] + rows.head_offset : nullptr;
-    const uint8_t* v0 = has0 ? rows.v[j] + rows.head_offset : nullptr;
-    const uint8_t* v1 = has1 ? rows.v[j + 1] + rows.head_offset : nullptr;
-    uint16_t* kh = k_hi + size_t(j - j0) * HD;
-    uint16_t* kl = k_lo + size_t(j - j0) * HD;
-    uint16_t* vh = v_hi + size_t(j - j0) * HD;  // pair (j - j0) / 2, 2 HD elements a pair
-    uint16_t* vl = v_lo + size_t(j - j0) * HD;
-    // The rows a block further on, asked for from memory one pair at a time: a decode step reads
-    // each row once, and a block's worth of requests at once stalled the core.
-    if (j + kAmxKeyBlock + 1 < n_stored)
-      for (int r = j + kAmxKeyBlock; r < j + kAmxKeyBlock + 2; ++r)
-        for (int e = 0; e < 2 * HD; e += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(rows.k[r] + rows.head_offset) + e,
-                       _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(rows.v[r] + rows.head_offset) + e,
-                       _MM_HINT_T0);
-        }
+  for (int jg = j0; jg < j1; jg += 16) {
+    const uint8_t* k[16];
+    const uint8_t* v[16];
+    for (int n = 0; n < 16; ++n) {
+      const int j = jg + n;
+      const bool has = j >= first && j < n_stored;
+      k[n] = has ? rows.k[j] + rows.head_offset : nullptr;
+      v[n] = has ? rows.v[j] + rows.head_offset : nullptr;
+    }
+    // K as B tiles: 32 dimensions of each key, hi and lo (exact: both are bf16), transposed.
+    const size_t g = size_t(jg - j0) / 16;
+    for (int c = 0; c < (kKeyRows ? 0 : HD / 32); ++c) {
+      __m512i zh[16], zl[16];
 #pragma GCC unroll 16
-    for (int d = 0; d < HD; d += 32) {
-      // K: 32 dimensions of each row, hi and lo, one conversion each (exact: both are bf16).
-      for (int r = 0; r < 2; ++r) {
-        const bool has = r == 0 ? has0 : has1;
-        const uint8_t* k = r == 0 ? k0 : k1;
-        const SplitBf16 x = has ? split_bf16(load16(k, d, F16)) : zero;
-        const SplitBf16 y = has ? split_bf16(load16(k, d + 16, F16)) : zero;
-        _mm512_storeu_si512(kh + size_t(r) * HD + d, bf16_join(x.hi, y.hi));
-        _mm512_storeu_si512(kl + size_t(r) * HD + d, bf16_join(x.lo, y.lo));
+      for (int n = 0; n < 16; ++n) {
+        const SplitBf16 x = k[n] ? split_bf16(load16(k[n], 32 * c, F16)) : zero;
+        const SplitBf16 y = k[n] ? split_bf16(load16(k[n], 32 * c + 16, F16)) : zero;
+        zh[n] = bf16_join(x.hi, y.hi);
+        zl[n] = bf16_join(x.lo, y.lo);
       }
-      // V: each dimension's two values side by side, hi and lo.
-      for (int h = 0; h < 32; h += 16) {
-        const SplitBf16 c = has0 ? split_bf16(load16(v0, d + h, F16)) : zero;
-        const SplitBf16 e = has1 ? split_bf16(load16(v1, d + h, F16)) : zero;
-        _mm512_storeu_si512(vh + 2 * (d + h), bf16_pairs(c.hi, e.hi));
-        _mm512_storeu_si512(vl + 2 * (d + h), bf16_pairs(c.lo, e.lo));
+      transpose16(zh);
+      transpose16(zl);
+      uint16_t* kh = k_hi + (g * (HD / 32) + size_t(c)) * 512;
+      uint16_t* kl = k_lo + (g * (HD / 32) + size_t(c)) * 512;
+      for (int r = 0; r < 16; ++r) {
+        _mm512_store_si512(kh + 32 * r, zh[r]);
+        _mm512_store_si512(kl + 32 * r, zl[r]);
+      }
+    }
+    // V: each dimension's two values side by side, hi and lo. With each pair, the pair a block
+    // further on asked for from memory: a decode step reads each row once, and a block's worth of
+    // requests at once stalled the core.
+    const bool ahead = jg + kAmxKeyBlock + 15 < n_stored;
+    for (int n = 0; n < 16; n += 2) {
+      if (ahead)
+        for (int r = jg + kAmxKeyBlock + n; r < jg + kAmxKeyBlock + n + 2; ++r)
+          for (int e = 0; e < 2 * HD; e += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows.k[r] + rows.head_offset) + e,
+                         _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(rows.v[r] + rows.head_offset) + e,
+                         _MM_HINT_T0);
+          }
+      // K as A tiles' rows, a pair at a time like V.
+      if constexpr (kKeyRows)
+        for (int e = n; e < n + 2; ++e)
+#pragma GCC unroll 8
+          for (int c = 0; c < HD / 32; ++c) {
+            const SplitBf16 x = k[e] ? split_bf16(load16(k[e], 32 * c, F16)) : zero;
+            const SplitBf16 y = k[e] ? split_bf16(load16(k[e], 32 * c + 16, F16)) : zero;
+            _mm512_store_si512(k_hi + size_t(jg - j0 + e) * HD + 32 * c, bf16_join(x.hi, y.hi));
+            _mm512_store_si512(k_lo + size_t(jg - j0 + e) * HD + 32 * c, bf16_join(x.lo, y.lo));
+          }
+      uint16_t* vh = v_hi + size_t(jg - j0 + n) * HD;  // pair (j - j0) / 2, 2 HD elements a pair
+      uint16_t* vl = v_lo + size_t(jg - j0 + n) * HD;
+#pragma GCC unroll 16
+      for (int d = 0; d < HD; d += 16) {
+        const SplitBf16 c0 = v[n] ? split_bf16(load16(v[n], d, F16)) : zero;
+        const SplitBf16 c1 = v[n + 1] ? split_bf16(load16(v[n + 1], d, F16)) : zero;
+        _mm512_storeu_si512(vh + 2 * d, bf16_pairs(c0.hi, c1.hi));
+        _mm512_storeu_si512(vl + 2 * d, bf16_pairs(c0.lo, c1.lo));
       }
     }
   }
 }
 
 template <int HD>
-void convert_kv(const KvRows& rows, int first, int n_stored, int j0, int j1, uint16_t* k_hi,
-                uint16_t* k_lo, uint16_t* v_hi, uint16_t* v_lo) {
-  if (rows.dtype == DType::F16)
-    convert_kv<HD, true>(rows, first, n_stored, j0, j1, k_hi, k_lo, v_hi, v_lo);
+void convert_kv(const KvRows& rows, int first, int n_stored, int j0, int j1, bool key_rows,
+                uint16_t* k_hi, uint16_t* k_lo, uint16_t* v_hi, uint16_t* v_lo) {
+  const bool f16 = rows.dtype == DType::F16;
+  if (f16 && key_rows)
+    convert_kv<HD, true, true>(rows, first, n_stored, j0, j1, k_hi, k_lo, v_hi, v_lo);
+  else if (f16)
+    convert_kv<HD, true, false>(rows, first, n_stored, j0, j1, k_hi, k_lo, v_hi, v_lo);
+  else if (key_rows)
+    convert_kv<HD, false, true>(rows, first, n_stored, j0, j1, k_hi, k_lo, v_hi, v_lo);
   else
-    convert_kv<HD, false>(rows, first, n_stored, j0, j1, k_hi, k_lo, v_hi, v_lo);
+    convert_kv<HD, false, false>(rows, first, n_stored, j0, j1, k_hi, k_lo, v_hi, v_lo);
 }
 
 // C tile T += A(AH) B(BH) + A(AH) B(BL) + A(AL) B(BH): the high parts' product and the two cross
@@ -181,32 +209,35 @@ void convert_kv(const KvRows& rows, int first, int n_stored, int j0, int j1, uin
     _tile_dpbf16ps(T, AL, BH);         \
   } while (0)
 
-// The queries of q-tile i (t.q[16 i ...], absent ones zeros) as B tiles: for each 32 dimensions c,
-// line r holds for query n its dimensions 32c + 2r and 32c + 2r + 1, hi parts in one tile (1 KB)
-// and lo parts in the next.
+// The queries of q-tile i (t.q[16 i ...], absent ones zeros) as A tiles: for each 32 dimensions c,
+// line n holds query n's dimensions 32c..32c + 31 as bf16, hi parts in one tile (1 KB) and lo
+// parts in the next.
 template <int HD>
 void query_tiles(const AmxUnit& t, int i, uint16_t* qb) {
-  alignas(64) uint16_t qh[16][HD], ql[16][HD];
-  for (int n = 0; n < 16; ++n)
-    for (int d = 0; d < HD; d += 16) {
-      SplitBf16 sp{_mm512_setzero_si512(), _mm512_setzero_si512()};
-      if (16 * i + n < t.n && t.q[16 * i + n])
-        sp = split_bf16_rounded(_mm512_loadu_ps(t.q[16 * i + n] + d));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(&qh[n][d]), bf16_row(sp.hi));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(&ql[n][d]), bf16_row(sp.lo));
+  for (int n = 0; n < 16; ++n) {
+    const bool present = 16 * i + n < t.n && t.q[16 * i + n];
+    for (int c = 0; c < HD / 32; ++c) {
+      SplitBf16 x{_mm512_setzero_si512(), _mm512_setzero_si512()}, y = x;
+      if (present) {
+        x = split_bf16_rounded(_mm512_loadu_ps(t.q[16 * i + n] + 32 * c));
+        y = split_bf16_rounded(_mm512_loadu_ps(t.q[16 * i + n] + 32 * c + 16));
+      }
+      _mm512_store_si512(qb + size_t(2 * c) * 512 + 32 * n, bf16_join(x.hi, y.hi));
+      _mm512_store_si512(qb + size_t(2 * c + 1) * 512 + 32 * n, bf16_join(x.lo, y.lo));
     }
-  for (int c = 0; c < HD / 32; ++c) {
-    __m512i zh[16], zl[16];
-    for (int n = 0; n < 16; ++n) {
-      zh[n] = _mm512_load_si512(&qh[n][32 * c]);
-      zl[n] = _mm512_load_si512(&ql[n][32 * c]);
-    }
-    transpose16(zh);
-    transpose16(zl);
-    for (int r = 0; r < 16; ++r) {
-      _mm512_store_si512(qb + size_t(2 * c) * 512 + 32 * r, zh[r]);
-      _mm512_store_si512(qb + size_t(2 * c + 1) * 512 + 32 * r, zl[r]);
-    }
+  }
+}
+
+// The same queries as B tiles, for blocks whose keys are A tiles' rows: for each 32 dimensions c,
+// line r holds for query n its dimensions 32c + 2r and 32c + 2r + 1 (hi tile, then lo): the A
+// tiles transposed in dwords.
+template <int HD>
+void query_tiles_transposed(const uint16_t* qa, uint16_t* qb) {
+  for (int t = 0; t < 2 * (HD / 32); ++t) {
+    __m512i z[16];
+    for (int n = 0; n < 16; ++n) z[n] = _mm512_load_si512(qa + size_t(t) * 512 + 32 * n);
+    transpose16(z);
+    for (int r = 0; r < 16; ++r) _mm512_store_si512(qb + size_t(t) * 512 + 32 * r, z[r]);
   }
 }
 
@@ -238,21 +269,24 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
   auto block_end = [&](int b, int n) {
     return b * KB + KB < n ? b * KB + KB : (n + CH - 1) / CH * CH;
   };
-  // Scratch: per q-tile the queries' B tiles, a block's scores (a row of 16 lanes per key), its
-  // probabilities' A tiles (per chunk: hi, lo), the outputs [16][HD], the lanes' max and sum; then
-  // two blocks of K rows and V pairs (one converted while the other is read).
+  // Scratch: per q-tile the queries' A tiles, the outputs [16][HD], the queries' max and sum; two
+  // slots (a pair of q-tiles at work) of a block's scores (a row of keys per query) and of its
+  // probabilities' A tiles (per chunk: hi, lo); then two blocks of K tiles and V pairs (one
+  // converted while the other is read).
   const size_t qb_elems = size_t(HD / 32) * 1024, pb_elems = size_t(KB / CH) * 1024;
   const size_t sb_floats = size_t(KB) * 16, ob_floats = size_t(16) * HD;
   const size_t kv_elems = size_t(KB) * HD * 4;
-  const size_t bytes =
-      size_t(QT) * (2 * qb_elems + 4 * sb_floats + 2 * pb_elems + 4 * ob_floats + 4 * 32) +
-      2 * 2 * kv_elems;
+  const size_t bytes = size_t(QT) * (4 * qb_elems + 4 * ob_floats + 4 * 32) +
+                       2 * (4 * sb_floats + 2 * pb_elems) + 4 * sb_floats + 2 * 2 * kv_elems;
   auto* qb = static_cast<uint16_t*>(thread_scratch(ScratchSlot::kAttention, bytes));
   auto* sb = reinterpret_cast<float*>(qb + size_t(QT) * qb_elems);
-  auto* pb = reinterpret_cast<uint16_t*>(sb + size_t(QT) * sb_floats);
-  auto* ob = reinterpret_cast<float*>(pb + size_t(QT) * pb_elems);
-  float* ml = ob + size_t(QT) * ob_floats;  // per q-tile: max[16], sum[16]
-  auto* kvb = reinterpret_cast<uint16_t*>(ml + size_t(QT) * 32);
+  auto* pb = reinterpret_cast<uint16_t*>(sb + 2 * sb_floats);
+  auto* ob = reinterpret_cast<float*>(pb + 2 * pb_elems);
+  float* ml = ob + size_t(QT) * ob_floats;                           // per q-tile: max[16], sum[16]
+  auto* qt = reinterpret_cast<uint16_t*>(ml + size_t(QT) * 32);      // B tiles, made where needed
+  float* kq = reinterpret_cast<float*>(qt + size_t(QT) * qb_elems);  // scores, a key per row
+  auto* kvb = reinterpret_cast<uint16_t*>(kq + sb_floats);
+  bool qt_made[kAmxUnitQueries / 16] = {};
 
   for (int i = 0; i < QT; ++i) query_tiles<HD>(t, i, qb + size_t(i) * qb_elems);
   std::memset(ob, 0, 4 * size_t(QT) * ob_floats);
@@ -271,141 +305,166 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
   }
   const __m512 sc = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(-INFINITY);
 
-  // Keys [j0, j1) of `from` (stored up to key n) into buffer `slot`'s K rows and V pairs.
+  // Keys [j0, j1) of `from` (stored up to key n) into buffer `slot`'s K tiles and V pairs, for
+  // `readers` q-tiles. K goes in as B tiles (the scores come a query per row) where enough q-tiles
+  // share the block to pay for transposing it (32 HD permutations a block); for fewer, as A
+  // tiles' rows, the scores a key per row, each q-tile's transposed instead (512 a block). The
+  // tile unit's products are the same either way round, and so are the scores' bits.
   struct BlockRows {
-    const uint16_t *khi, *klo, *vhi, *vlo;  // key j0's K row, its V pair
+    const uint16_t *khi, *klo, *vhi, *vlo;  // key j0's K tiles, its V pair
+    bool key_rows;
   };
-  auto convert = [&](const KvRows& from, int n, int j0, int j1, int slot) {
+  auto convert = [&](const KvRows& from, int n, int j0, int j1, int slot, int readers) {
+    const bool key_rows = readers * 16 < HD;
     uint16_t* kh = kvb + size_t(slot) * kv_elems;
-    convert_kv<HD>(from, first_stored, n, j0, j1, kh, kh + size_t(KB) * HD,
+    convert_kv<HD>(from, first_stored, n, j0, j1, key_rows, kh, kh + size_t(KB) * HD,
                    kh + 2 * size_t(KB) * HD, kh + 3 * size_t(KB) * HD);
-    return BlockRows{kh, kh + size_t(KB) * HD, kh + 2 * size_t(KB) * HD, kh + 3 * size_t(KB) * HD};
+    return BlockRows{kh, kh + size_t(KB) * HD, kh + 2 * size_t(KB) * HD, kh + 3 * size_t(KB) * HD,
+                     key_rows};
   };
-  const long k_stride = long(HD) * 2, v_stride = long(HD) * 4, o_stride = long(HD) * 4;
+  const long v_stride = long(HD) * 4, o_stride = long(HD) * 4, s_stride = long(KB) * 4;
 
-  // Scores of q-tiles [i0, i1) over keys [j0, j1): two q-tiles x 16 keys, or a lone q-tile x 32
-  // keys, at a time.
-  auto scores = [&](int i0, int i1, const BlockRows& r, int n_keys) {
-    for (int i = i0; i < i1; i += 2) {
-      const uint16_t* q0 = qb + size_t(i) * qb_elems;
-      float* s0 = sb + size_t(i) * sb_floats;
-      if (i + 1 < i1) {
-        const uint16_t* q1 = q0 + qb_elems;
-        for (int k0 = 0; k0 < n_keys; k0 += 16) {
-          _tile_zero(0);
-          _tile_zero(1);
+  // The same from K rows: per q-tile, 32 keys x 16 queries at a time (K rows as A, the queries'
+  // B tiles), the products in the order the other way round takes them, then each 16 x 16 block
+  // transposed into the query rows.
+  const long k_stride = long(HD) * 2;
+  auto scores_by_key = [&](int i0, int i1, const BlockRows& r, int n_keys) {
+    for (int i = i0; i < i1; ++i) {
+      uint16_t* qbt = qt + size_t(i) * qb_elems;
+      if (!qt_made[i]) {
+        query_tiles_transposed<HD>(qb + size_t(i) * qb_elems, qbt);
+        qt_made[i] = true;
+      }
+      for (int k0 = 0; k0 < n_keys; k0 += 32) {
+        _tile_zero(0);
+        _tile_zero(1);
 #pragma GCC unroll 8
-          for (int c = 0; c < HD / 32; ++c) {
-            _tile_loadd(4, r.khi + size_t(k0) * HD + 32 * c, k_stride);
-            _tile_loadd(5, r.klo + size_t(k0) * HD + 32 * c, k_stride);
-            _tile_loadd(6, q0 + size_t(c) * 1024, 64);
-            _tile_loadd(7, q0 + size_t(c) * 1024 + 512, 64);
-            _tile_loadd(2, q1 + size_t(c) * 1024, 64);
-            _tile_loadd(3, q1 + size_t(c) * 1024 + 512, 64);
-            FAK_AMX_DP3(0, 4, 5, 6, 7);
-            FAK_AMX_DP3(1, 4, 5, 2, 3);
-          }
-          _tile_stored(0, s0 + size_t(k0) * 16, 64);
-          _tile_stored(1, s0 + sb_floats + size_t(k0) * 16, 64);
+        for (int c = 0; c < HD / 32; ++c) {
+          _tile_loadd(6, qbt + size_t(c) * 1024, 64);
+          _tile_loadd(7, qbt + size_t(c) * 1024 + 512, 64);
+          _tile_loadd(4, r.khi + size_t(k0) * HD + 32 * c, k_stride);
+          _tile_loadd(5, r.klo + size_t(k0) * HD + 32 * c, k_stride);
+          _tile_loadd(2, r.khi + size_t(k0 + 16) * HD + 32 * c, k_stride);
+          _tile_loadd(3, r.klo + size_t(k0 + 16) * HD + 32 * c, k_stride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(0, 5, 6);
+          _tile_dpbf16ps(0, 4, 7);
+          _tile_dpbf16ps(1, 2, 6);
+          _tile_dpbf16ps(1, 3, 6);
+          _tile_dpbf16ps(1, 2, 7);
         }
-      } else {
-        for (int k0 = 0; k0 < n_keys; k0 += 32) {
-          _tile_zero(0);
-          _tile_zero(1);
-#pragma GCC unroll 8
-          for (int c = 0; c < HD / 32; ++c) {
-            _tile_loadd(6, q0 + size_t(c) * 1024, 64);
-            _tile_loadd(7, q0 + size_t(c) * 1024 + 512, 64);
-            _tile_loadd(4, r.khi + size_t(k0) * HD + 32 * c, k_stride);
-            _tile_loadd(5, r.klo + size_t(k0) * HD + 32 * c, k_stride);
-            _tile_loadd(2, r.khi + size_t(k0 + 16) * HD + 32 * c, k_stride);
-            _tile_loadd(3, r.klo + size_t(k0 + 16) * HD + 32 * c, k_stride);
-            FAK_AMX_DP3(0, 4, 5, 6, 7);
-            FAK_AMX_DP3(1, 2, 3, 6, 7);
-          }
-          _tile_stored(0, s0 + size_t(k0) * 16, 64);
-          _tile_stored(1, s0 + size_t(k0 + 16) * 16, 64);
-        }
+        _tile_stored(0, kq + size_t(k0) * 16, 64);
+        _tile_stored(1, kq + size_t(k0 + 16) * 16, 64);
+      }
+      float* s = sb + size_t(i & 1) * sb_floats;
+      for (int k0 = 0; k0 < n_keys; k0 += 16) {
+        __m512i z[16];
+        for (int n = 0; n < 16; ++n) z[n] = _mm512_load_si512(kq + size_t(k0 + n) * 16);
+        transpose16(z);
+        for (int n = 0; n < 16; ++n) _mm512_store_si512(s + size_t(n) * KB + k0, z[n]);
       }
     }
   };
 
-  // Q-tile i over keys [j0, j1): mask and scale, the block's max, the rescale, the
-  // probabilities' A tiles.
+  // Scores of q-tiles [i0, i1) over the block's n_keys keys, a query per line: per q-tile two
+  // groups of 16 keys at a time, Q tiles as A and K tiles as B.
+  auto scores = [&](int i0, int i1, const BlockRows& r, int n_keys) {
+    constexpr size_t kGroup = size_t(HD / 32) * 512;  // one K part (hi or lo) of 16 keys
+    if (r.key_rows) return scores_by_key(i0, i1, r, n_keys);
+    for (int i = i0; i < i1; ++i) {
+      const uint16_t* q = qb + size_t(i) * qb_elems;
+      float* s = sb + size_t(i & 1) * sb_floats;
+      for (int g = 0; g < n_keys / 16; g += 2) {
+        _tile_zero(0);
+        _tile_zero(1);
+#pragma GCC unroll 8
+        for (int c = 0; c < HD / 32; ++c) {
+          const size_t at = size_t(g) * kGroup + size_t(c) * 512;
+          _tile_loadd(2, q + size_t(c) * 1024, 64);
+          _tile_loadd(3, q + size_t(c) * 1024 + 512, 64);
+          _tile_loadd(4, r.khi + at, 64);
+          _tile_loadd(5, r.klo + at, 64);
+          _tile_loadd(6, r.khi + at + kGroup, 64);
+          _tile_loadd(7, r.klo + at + kGroup, 64);
+          FAK_AMX_DP3(0, 2, 3, 4, 5);
+          FAK_AMX_DP3(1, 2, 3, 6, 7);
+        }
+        _tile_stored(0, s + 16 * g, s_stride);
+        _tile_stored(1, s + 16 * (g + 1), s_stride);
+      }
+    }
+  };
+
+  // Q-tile i over keys [j0, j1), a query (a row of scores) at a time: scale and mask, the row's
+  // max, the rescale where it grew, then the probabilities into the A tiles (a query's 32 per
+  // line, as bf16 hi + lo) and their sum. Rows of absent queries, and rows with no key in the
+  // block, add exact zeros.
   auto softmax = [&](int i, int j0, int j1) {
-    float* s = sb + size_t(i) * sb_floats;
-    alignas(64) int32_t keys[16], first[16];
+    float* s = sb + size_t(i & 1) * sb_floats;
+    uint16_t* p = pb + size_t(i & 1) * pb_elems;
+    const int nc = (j1 - j0) / CH;
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i top = _mm512_set1_epi32(int(0xffff0000u));
     for (int n = 0; n < 16; ++n) {
       const int q = 16 * i + n;
-      keys[n] = q < t.n ? t.n_keys[q] : n_max;
-      first[n] = q < t.n ? t.first_key[q] : min_first;
-    }
-    const __m512i nk = _mm512_load_si512(keys), fk = _mm512_load_si512(first);
-    // The block's max in four running maxima (exact in any order): one chain waited on each
-    // row's max in turn.
-    __m512 bm[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
-    for (int k = 0; k < j1 - j0; k += 4)
-#pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) {
-        __m512 x = _mm512_mul_ps(_mm512_load_ps(s + 16 * (k + u)), sc);
-        const int j = j0 + k + u;
-        // Past a lane's keys or before its window: -inf there (an exact zero after exp).
-        if (j >= min_keys || j < max_first) {
-          const __m512i at = _mm512_set1_epi32(j);
-          x = _mm512_mask_blend_ps(
-              _mm512_cmpgt_epi32_mask(nk, at) & _mm512_cmple_epi32_mask(fk, at), neg_inf, x);
-        }
-        bm[u] = _mm512_max_ps(bm[u], x);
-        _mm512_store_ps(s + 16 * (k + u), x);
+      float* row = s + size_t(n) * KB;
+      float& m = ml[32 * i + n];
+      float& l = ml[32 * i + 16 + n];
+      // The block's max in two running maxima (exact in any order).
+      __m512 bm[2] = {neg_inf, neg_inf};
+      if (q < t.n && t.q[q]) {
+        const int nk = t.n_keys[q], fk = t.first_key[q];
+        const __m512i nkv = _mm512_set1_epi32(nk), fkv = _mm512_set1_epi32(fk);
+        for (int v = 0; v < 2 * nc; v += 2)
+#pragma GCC unroll 2
+          for (int u = 0; u < 2; ++u) {
+            const int j = j0 + 16 * (v + u);
+            __m512 x = _mm512_mul_ps(_mm512_load_ps(row + 16 * (v + u)), sc);
+            // Past the query's keys or before its window: -inf there (an exact zero after exp).
+            if (j < fk || j + 16 > nk) {
+              const __m512i at = _mm512_add_epi32(_mm512_set1_epi32(j), iota);
+              x = _mm512_mask_blend_ps(
+                  _mm512_cmpgt_epi32_mask(nkv, at) & _mm512_cmple_epi32_mask(fkv, at), neg_inf, x);
+            }
+            bm[u] = _mm512_max_ps(bm[u], x);
+            _mm512_store_ps(row + 16 * (v + u), x);
+          }
       }
-    const __m512 m = _mm512_load_ps(ml + 32 * i);
-    __m512 l = _mm512_load_ps(ml + 32 * i + 16);
-    const __m512 mn =
-        _mm512_max_ps(m, _mm512_max_ps(_mm512_max_ps(bm[0], bm[1]), _mm512_max_ps(bm[2], bm[3])));
-    // Lanes with a finite max (the others have seen no key yet: nothing to rescale or add).
-    const __mmask16 live = _mm512_cmp_ps_mask(mn, neg_inf, _CMP_NEQ_OQ);
-    const __mmask16 grew = _mm512_cmp_ps_mask(mn, m, _CMP_GT_OQ) & live;
-    if (grew) {
-      const __m512 alpha = _mm512_mask_blend_ps(grew, _mm512_set1_ps(1.0f),
-                                                exp512_nonpositive(_mm512_sub_ps(m, mn)));
-      l = _mm512_mul_ps(l, alpha);
-      alignas(64) float a[16];
-      _mm512_store_ps(a, alpha);
-      float* o = ob + size_t(i) * ob_floats;
-      for (int n = 0; n < 16; ++n) {
-        if (((grew >> n) & 1) == 0) continue;
-        const __m512 w = _mm512_set1_ps(a[n]);
-        float* on = o + size_t(n) * HD;
+      const float mb = _mm512_reduce_max_ps(_mm512_max_ps(bm[0], bm[1]));
+      if (mb == -INFINITY) {  // no key here: probabilities 0, max and sum as they were
+        for (int cc = 0; cc < nc; ++cc) {
+          _mm512_store_si512(p + size_t(cc) * 1024 + 32 * n, _mm512_setzero_si512());
+          _mm512_store_si512(p + size_t(cc) * 1024 + 512 + 32 * n, _mm512_setzero_si512());
+        }
+        continue;
+      }
+      if (mb > m) {
+        // exp(old - new) (0 where the old max was -inf: nothing seen yet, sum and outputs 0).
+        const float alpha = _mm512_cvtss_f32(exp512_nonpositive(_mm512_set1_ps(m - mb)));
+        l *= alpha;
+        const __m512 w = _mm512_set1_ps(alpha);
+        float* on = ob + size_t(i) * ob_floats + size_t(n) * HD;
         for (int d = 0; d < HD; d += 16)
           _mm512_store_ps(on + d, _mm512_mul_ps(_mm512_load_ps(on + d), w));
+        m = mb;
       }
+      const __m512 mv = _mm512_set1_ps(m);
+      __m512 sum = _mm512_setzero_ps();
+      for (int cc = 0; cc < nc; ++cc) {
+        const __m512 p0 = exp512_nonpositive(_mm512_sub_ps(_mm512_load_ps(row + 32 * cc), mv));
+        const __m512 p1 = exp512_nonpositive(_mm512_sub_ps(_mm512_load_ps(row + 32 * cc + 16), mv));
+        sum = _mm512_add_ps(_mm512_add_ps(sum, p0), p1);
+        // p as hi (cut to bf16) + lo (the rest, rounded to the nearest bf16 by the conversion).
+        const __m512i h0 = _mm512_and_si512(_mm512_castps_si512(p0), top);
+        const __m512i h1 = _mm512_and_si512(_mm512_castps_si512(p1), top);
+        const __m512 r0 = _mm512_sub_ps(p0, _mm512_castsi512_ps(h0));
+        const __m512 r1 = _mm512_sub_ps(p1, _mm512_castsi512_ps(h1));
+        _mm512_store_si512(p + size_t(cc) * 1024 + 32 * n, bf16_join(h0, h1));
+        _mm512_store_si512(p + size_t(cc) * 1024 + 512 + 32 * n,
+                           __m512i(_mm512_cvtne2ps_pbh(r1, r0)));
+      }
+      l += _mm512_reduce_add_ps(sum);
     }
-    uint16_t* p = pb + size_t(i) * pb_elems;
-    for (int cc = 0; cc < (j1 - j0) / CH; ++cc) {
-      __m512i zh[16], zl[16];
-#pragma GCC unroll 4
-      for (int r = 0; r < 16; ++r) {
-        const float* sr = s + size_t(cc * CH + 2 * r) * 16;
-        const __m512 p0 =
-            _mm512_maskz_mov_ps(live, exp512_nonpositive(_mm512_sub_ps(_mm512_load_ps(sr), mn)));
-        l = _mm512_add_ps(l, p0);
-        const __m512 p1 = _mm512_maskz_mov_ps(
-            live, exp512_nonpositive(_mm512_sub_ps(_mm512_load_ps(sr + 16), mn)));
-        l = _mm512_add_ps(l, p1);
-        const SplitBf16 x0 = split_bf16_rounded(p0), x1 = split_bf16_rounded(p1);
-        zh[r] = bf16_pairs(x0.hi, x1.hi);
-        zl[r] = bf16_pairs(x0.lo, x1.lo);
-      }
-      transpose16(zh);
-      transpose16(zl);
-      uint16_t* pc = p + size_t(cc) * 1024;
-      for (int n = 0; n < 16; ++n) {
-        _mm512_store_si512(pc + 32 * n, zh[n]);
-        _mm512_store_si512(pc + 512 + 32 * n, zl[n]);
-      }
-    }
-    _mm512_store_ps(ml + 32 * i, mn);
-    _mm512_store_ps(ml + 32 * i + 16, l);
   };
 
   // Outputs of q-tiles [i0, i1) += P V over nc chunks: two q-tiles x 16 dimensions, or a lone
@@ -413,7 +472,7 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
   auto outputs = [&](int i0, int i1, const BlockRows& r, int nc) {
     for (int i = i0; i < i1; i += 2) {
       float* o0 = ob + size_t(i) * ob_floats;
-      const uint16_t* p0 = pb + size_t(i) * pb_elems;
+      const uint16_t* p0 = pb + size_t(i & 1) * pb_elems;
       if (i + 1 < i1) {
         float* o1 = o0 + ob_floats;
         const uint16_t* p1 = p0 + pb_elems;
@@ -462,17 +521,22 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
   // lines to retire); converting asks for the block after from memory.
   auto common = [&](int b) { return block_end(b, n_max) <= shared; };
   BlockRows next{};
-  if (common(b0)) next = convert(rows, n_max, b0 * KB, block_end(b0, n_max), b0 & 1);
+  if (common(b0)) next = convert(rows, n_max, b0 * KB, block_end(b0, n_max), b0 & 1, QT);
   for (int b = b0; b < b1; ++b) {
     const int j0 = b * KB;
     if (common(b)) {
       const int j1 = block_end(b, n_max);
       const BlockRows cur = next;
       if (b + 1 < b1 && common(b + 1))
-        next = convert(rows, n_max, j0 + KB, block_end(b + 1, n_max), (b + 1) & 1);
-      scores(0, QT, cur, j1 - j0);
-      for (int i = 0; i < QT; ++i) softmax(i, j0, j1);
-      outputs(0, QT, cur, (j1 - j0) / CH);
+        next = convert(rows, n_max, j0 + KB, block_end(b + 1, n_max), (b + 1) & 1, QT);
+      // A pair of q-tiles at a time through scores, softmax and outputs: their scores and
+      // probabilities (two slots, 32 KB) stay in L1 from one step to the next.
+      for (int i = 0; i < QT; i += 2) {
+        const int i1 = i + 2 < QT ? i + 2 : QT;
+        scores(i, i1, cur, j1 - j0);
+        for (int k = i; k < i1; ++k) softmax(k, j0, j1);
+        outputs(i, i1, cur, (j1 - j0) / CH);
+      }
       continue;
     }
     // A grouped unit's own blocks: each sequence's q-tile over its own rows, as it would run
@@ -481,7 +545,7 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
       const int n = tile_keys[i];
       if (j0 >= n) continue;
       const int j1 = block_end(b, n);
-      const BlockRows cur = convert(t.tile_rows[i], n, j0, j1, i & 1);
+      const BlockRows cur = convert(t.tile_rows[i], n, j0, j1, i & 1, 1);
       scores(i, i + 1, cur, j1 - j0);
       softmax(i, j0, j1);
       outputs(i, i + 1, cur, (j1 - j0) / CH);
