@@ -92,6 +92,16 @@ FAK_PACKED(Q3_K)
 FAK_PACKED(IQ4_XS)
 FAK_PACKED(IQ4_NL)
 
+// A MoE expert's share of a prefill: 768 rows (Qwen3-30B-A3B's expert width) packed at load, 12
+// and 26 tokens (a 512-token prompt over 128 or 256 experts, 8 routed: 16-32 tokens each): the
+// tokens past whole tiles of 16 go to a padded AMX tile from kAmxFewestTokens, else to VNNI.
+#define FAK_EXPERT(type, n) \
+  BENCHMARK_CAPTURE(bench_matmul, type##_expert_##n##tok_packed, WType::type, n, true, 768, true);
+FAK_EXPERT(Q8_0, 12)
+FAK_EXPERT(Q8_0, 26)
+FAK_EXPERT(Q4_K, 12)
+FAK_EXPERT(Q4_K, 26)
+
 // A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and
 // continuous batching's mixed steps (see gemv_max_tokens in ops/matmul_quant.cpp for which kernel).
 #define FAK_FEW(type, n) \

@@ -170,7 +170,9 @@ TEST_P(MatmulQuant, AmxTilesBitIdenticalToVnni) {
     for (bool packed : {false, true}) {
       Quantised m = make_matrix(type, rows, cols, 13);
       if (packed && !pack_weight_panels(m.w, m.bytes.data())) continue;
-      for (int n_tokens : {16, 17, 31, 32, 47, 64, 600}) {
+      // Fewer than 16, and remainders past whole tiles: a padded last tile from
+      // kAmxFewestTokens tokens (10, 12, 15 left), the VNNI tiles below it (1, 8 left).
+      for (int n_tokens : {10, 12, 16, 17, 26, 31, 32, 47, 64, 600}) {
         std::vector<float> x = activations(n_tokens, cols, uint32_t(7 * n_tokens + 3));
         kernels::set_amx_enabled(false);
         std::vector<float> vnni = run(m.w, x, n_tokens);

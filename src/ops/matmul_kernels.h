@@ -79,8 +79,8 @@ struct QuantTask {
   const int32_t* act_sums = nullptr;
   float* y = nullptr;  // [n_tokens][w->rows]
   VecDotFn dot = nullptr;
-  // The AMX tiles' activations, or null: every whole tile of 16 tokens, [tile][block] of
-  // kAmxActBlockBytes, their quant sums times amx_sum_factor.
+  // The AMX tiles' activations, or null: every tile of 16 tokens (the last one padded with zero
+  // rows), [tile][block] of kAmxActBlockBytes, their quant sums times amx_sum_factor.
   const uint8_t* amx_acts = nullptr;
   int amx_sum_factor = 0;
 };
@@ -93,6 +93,11 @@ inline constexpr size_t kAmxActBlockBytes = 16 * 32 + 16 * 4 + 16 * 4;
 // What the AMX tiles of weight type t multiply the activation sums by (their codes' offset, or 1
 // for q4_1 / q5_1), or 0 where t's tiles do not take AMX on this CPU (q.amx_acts is then not made).
 int amx_sum_factor(QuantType t);
+// The fewest tokens the AMX tiles take as a tile of 16 (the rest zero rows, their sums not
+// stored): a tile of 16 costs the tile unit the same at any fill, and from about this many tokens
+// it is cheaper than the VNNI tiles for them. A MoE layer's experts see a few tens of tokens each
+// in a prefill, so a tile's worth left over is common (half the tokens of Qwen3.5's 256 experts).
+inline constexpr int kAmxFewestTokens = 10;
 void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 
 // Computes outputs of rows [r0, r1) for every token of q, bit-identical to q.dot per output.

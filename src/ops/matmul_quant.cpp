@@ -168,17 +168,18 @@ int amx_sum_factor(QuantType t) {
 
 namespace {
 
-// q.amx_acts from q's activations, scales and sums (times q.amx_sum_factor): every whole tile of
-// 16 tokens, block by block (kAmxActBlockBytes). A copy of what the tiles would otherwise gather
-// from 16 token rows per block, made once per call instead of once per 16 weight rows.
+// q.amx_acts from q's activations, scales and sums (times q.amx_sum_factor): every tile of 16
+// tokens, block by block (kAmxActBlockBytes), the last one's missing tokens zeros. A copy of what
+// the tiles would otherwise gather from 16 token rows per block, made once per call instead of
+// once per 16 weight rows.
 void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
-  const int tiles = q.n_tokens / 16;
-  buffer.resize(size_t(tiles) * size_t(nb) * kAmxActBlockBytes + 64);
+  const int tiles = (q.n_tokens + 15) / 16;
+  buffer.assign(size_t(tiles) * size_t(nb) * kAmxActBlockBytes + 64, 0);
   uint8_t* out = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
   q.amx_acts = out;
   for (int tile = 0; tile < tiles; ++tile)
     for (int64_t b = 0; b < nb; ++b, out += kAmxActBlockBytes)
-      for (int m = 0; m < 16; ++m) {
+      for (int m = 0; m < 16 && tile * 16 + m < q.n_tokens; ++m) {
         const size_t t = size_t(tile) * 16 + size_t(m), tb = t * size_t(nb) + size_t(b);
         std::memcpy(out + 32 * m, q.act + t * q.act_row_bytes + size_t(b) * 34 + 2, 32);
         std::memcpy(out + 512 + 4 * m, q.act_scales + tb, 4);
@@ -213,7 +214,7 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   // The unsigned-code kernels subtract their code offset through the sums (q4_0 / q5_0 on AVX2,
   // q8_0 too with VNNI).
   const bool want_sums = want_scales;
-  const int amx_factor = want_scales && n_tokens >= 16 ? amx_sum_factor(qt) : 0;
+  const int amx_factor = want_scales && n_tokens >= kAmxFewestTokens ? amx_sum_factor(qt) : 0;
   const bool want_amx = amx_factor != 0;
   // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
   // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
@@ -235,7 +236,9 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
     }
     return;
   }
-  p.act.resize(q.act_row_bytes * size_t(n_tokens));
+  // Rows up to a whole tile of 16, zeros: the q4_K / q5_K AMX tiles read a padded tile's 16
+  // activation rows in place.
+  p.act.assign(q.act_row_bytes * size_t((n_tokens + 15) / 16 * 16), 0);
   q.act = p.act.data();
   const QuantizeRowFn quantize = k.quantize_act(at);
   if (want_scales) {

@@ -263,12 +263,14 @@ struct Block32 {
   // AMX: a tile of 16 tokens whose integer sums come from the tile unit (block_sums_amx.h), a
   // chunk of blocks at a time, then per block the tile's float steps. The codes must be in memory
   // as a VNNI panel: this call's own, or q8_0's packed one (the other packed types widen theirs in
-  // the tile). Tokens [t, t + 16) (t a multiple of 16: their blocks in q.amx_acts), rows from r.
+  // the tile). Tokens [t, t + 16) (t a multiple of 16: their blocks in q.amx_acts), rows from r;
+  // only the first n_valid tokens' outputs are stored (the rest are the padding's).
   static bool amx_ready(const QuantTask& q) {
     return q.amx_acts != nullptr;
   }
   template <bool kPacked>
-  static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
+  static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
+                         int n_valid) {
     static_assert(!kPacked || T == WType::Q8_0, "packed codes other than q8_0's widen in the tile");
     const uint8_t* acts = q.amx_acts + size_t(t / 16) * size_t(nb) * kAmxActBlockBytes;
     float* y = q.y + size_t(t) * size_t(q.w->rows) + size_t(r);
@@ -308,7 +310,8 @@ struct Block32 {
       }
     }
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(y + size_t(j) * y_stride, acc[j]);
+    for (int j = 0; j < 16; ++j)
+      if (j < n_valid) _mm512_storeu_ps(y + size_t(j) * y_stride, acc[j]);
   }
 };
 
@@ -508,15 +511,17 @@ struct K4 {
     return _mm512_fnmadd_ps(_mm512_mul_ps(dmw, da), _mm512_cvtepi32_ps(imin), acc);
   }
 
-  // AMX (as Block32::tile_amx16): tokens [t, t + 16) of this call's own panel, rows from r. Each
+  // AMX (as Block32::tile_amx16): tokens [t, t + 16) of this call's own panel (the first n_valid
+  // stored), rows from r. Each
   // sub-block's sums t_s for 16 tokens x 16 rows come from one tile instruction (A: the tokens'
   // 32 quants of the sub-block, read in place from their Q8_K rows; B: the panel's sub-block
   // codes); then per token the tile's integer steps Σ_s sc_s t_s and its float steps.
   static bool amx_ready(const QuantTask& q) {
-    return q.n_tokens >= 16;
+    return q.n_tokens >= kAmxFewestTokens;
   }
   template <bool kPacked>
-  static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t) {
+  static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
+                         int n_valid) {
     static_assert(!kPacked, "packed q4_K / q5_K codes widen in the tile: AMX reads own panels");
     const uint8_t* act0 = q.act + size_t(t) * q.act_row_bytes;
     float* y = q.y + size_t(t) * size_t(q.w->rows) + size_t(r);
@@ -547,7 +552,8 @@ struct K4 {
       }
     }
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(y + size_t(j) * size_t(q.w->rows), acc[j]);
+    for (int j = 0; j < 16; ++j)
+      if (j < n_valid) _mm512_storeu_ps(y + size_t(j) * size_t(q.w->rows), acc[j]);
   }
 };
 

@@ -23,17 +23,19 @@ void tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_
   }
 }
 
-// Tokens from t on of the group at row r, in whole tiles of 16 by AMX where F has them
-// (F::tile_amx16, when F::amx_ready(q): the call made what they read) and the CPU does (`amx`:
-// kernels::amx_enabled()); returns the first token left to the VNNI tiles (t stays a multiple of
-// 16 until then). kPacked: the panel is q8_0's packed one, not this call's own.
+// Tokens from t on of the group at row r, in tiles of 16 by AMX where F has them (F::tile_amx16,
+// when F::amx_ready(q): the call made what they read) and the CPU does (`amx`:
+// kernels::amx_enabled()), the last one with as few as kAmxFewestTokens; returns the first token
+// left to the VNNI tiles (t stays a multiple of 16 until then). kPacked: the panel is q8_0's
+// packed one, not this call's own.
 template <class F, bool kPacked = false>
 int amx_tiles16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t, int ts_end,
                 bool amx) {
   if constexpr (requires { F::amx_ready(q); })
     if (amx && F::amx_ready(q))
-      for (; t + 16 <= ts_end; t += 16) F::template tile_amx16<kPacked>(q, panel, nb, r, t);
-  return t;
+      for (; t + kAmxFewestTokens <= ts_end; t += 16)
+        F::template tile_amx16<kPacked>(q, panel, nb, r, t, ts_end - t < 16 ? ts_end - t : 16);
+  return t < ts_end ? t : ts_end;
 }
 
 // Rows [r0, r_end) (whole groups of 16) for every token through F's tiles, each group's panel
