@@ -174,12 +174,18 @@ namespace {
 // once per 16 weight rows.
 void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
   const int tiles = (q.n_tokens + 15) / 16;
-  buffer.assign(size_t(tiles) * size_t(nb) * kAmxActBlockBytes + 64, 0);
+  buffer.resize(size_t(tiles) * size_t(nb) * kAmxActBlockBytes + 64);
   uint8_t* out = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
   q.amx_acts = out;
   for (int tile = 0; tile < tiles; ++tile)
     for (int64_t b = 0; b < nb; ++b, out += kAmxActBlockBytes)
-      for (int m = 0; m < 16 && tile * 16 + m < q.n_tokens; ++m) {
+      for (int m = 0; m < 16; ++m) {
+        if (tile * 16 + m >= q.n_tokens) {  // the padding: quants, scale and sum 0
+          std::memset(out + 32 * m, 0, 32);
+          std::memset(out + 512 + 4 * m, 0, 4);
+          std::memset(out + 576 + 4 * m, 0, 4);
+          continue;
+        }
         const size_t t = size_t(tile) * 16 + size_t(m), tb = t * size_t(nb) + size_t(b);
         std::memcpy(out + 32 * m, q.act + t * q.act_row_bytes + size_t(b) * 34 + 2, 32);
         std::memcpy(out + 512 + 4 * m, q.act_scales + tb, 4);
@@ -238,7 +244,8 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   }
   // Rows up to a whole tile of 16, zeros: the q4_K / q5_K AMX tiles read a padded tile's 16
   // activation rows in place.
-  p.act.assign(q.act_row_bytes * size_t((n_tokens + 15) / 16 * 16), 0);
+  p.act.resize(q.act_row_bytes * size_t((n_tokens + 15) / 16 * 16));
+  std::fill(p.act.begin() + ptrdiff_t(q.act_row_bytes * size_t(n_tokens)), p.act.end(), 0);
   q.act = p.act.data();
   const QuantizeRowFn quantize = k.quantize_act(at);
   if (want_scales) {

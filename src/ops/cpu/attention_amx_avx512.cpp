@@ -241,12 +241,13 @@ void query_tiles_transposed(const uint16_t* qa, uint16_t* qb) {
   }
 }
 
-// A unit of up to kAmxUnitQueries queries of one KV head (q-tiles of 16 lanes) over key blocks of
-// kAmxKeyBlock counted from key 0 (attention_kernels.h): per block the scores, each lane's running
-// max updated once (its sum and outputs rescaled by exp(old - new) where it grew), the
+// A unit of up to kAmxUnitQueries queries of one KV head (q-tiles of 16 queries) over key blocks
+// of kAmxKeyBlock counted from key 0 (attention_kernels.h): per block the scores, each query's
+// running max updated once (its sum and outputs rescaled by exp(old - new) where it grew), the
 // probabilities, and the outputs' products, kept in memory between blocks. Tiles go two at a time
-// (two q-tiles, or for a lone q-tile two key or dimension tiles) so that one pair's products run
-// while the other's operands load: a tile register is reloaded only after the products reading it.
+// (two key groups of a q-tile's scores, two q-tiles' outputs, or for a lone q-tile two dimension
+// tiles) so that one pair's products run while the other's operands load: a tile register is
+// reloaded only after the products reading it.
 // A grouped unit (AmxUnit::n_tile_rows) takes the blocks its sequences share as one and each
 // sequence's own blocks q-tile by q-tile; a lane's steps are those of its sequence alone.
 template <int HD>
@@ -308,8 +309,9 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
   // Keys [j0, j1) of `from` (stored up to key n) into buffer `slot`'s K tiles and V pairs, for
   // `readers` q-tiles. K goes in as B tiles (the scores come a query per row) where enough q-tiles
   // share the block to pay for transposing it (32 HD permutations a block); for fewer, as A
-  // tiles' rows, the scores a key per row, each q-tile's transposed instead (512 a block). The
-  // tile unit's products are the same either way round, and so are the scores' bits.
+  // tiles' rows, the scores a key per row, each q-tile's scores transposed instead (512
+  // permutations a block a q-tile). The tile unit's products are the same either way round, and
+  // so are the scores' bits.
   struct BlockRows {
     const uint16_t *khi, *klo, *vhi, *vlo;  // key j0's K tiles, its V pair
     bool key_rows;
@@ -324,9 +326,10 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
   };
   const long v_stride = long(HD) * 4, o_stride = long(HD) * 4, s_stride = long(KB) * 4;
 
-  // The same from K rows: per q-tile, 32 keys x 16 queries at a time (K rows as A, the queries'
-  // B tiles), the products in the order the other way round takes them, then each 16 x 16 block
-  // transposed into the query rows.
+  // Scores of q-tiles [i0, i1) (at most a pair: slots i & 1) from a block converted as K rows: per
+  // q-tile 32 keys x 16 queries at a time (K rows as A, the queries' B tiles), the three products
+  // in the order `scores` takes them the other way round, then each 16 x 16 block transposed into
+  // the query rows.
   const long k_stride = long(HD) * 2;
   auto scores_by_key = [&](int i0, int i1, const BlockRows& r, int n_keys) {
     for (int i = i0; i < i1; ++i) {
@@ -366,8 +369,8 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
     }
   };
 
-  // Scores of q-tiles [i0, i1) over the block's n_keys keys, a query per line: per q-tile two
-  // groups of 16 keys at a time, Q tiles as A and K tiles as B.
+  // Scores of q-tiles [i0, i1) (at most a pair: slots i & 1) over the block's n_keys keys, a query
+  // per line: per q-tile two groups of 16 keys at a time, Q tiles as A and K tiles as B.
   auto scores = [&](int i0, int i1, const BlockRows& r, int n_keys) {
     constexpr size_t kGroup = size_t(HD / 32) * 512;  // one K part (hi or lo) of 16 keys
     if (r.key_rows) return scores_by_key(i0, i1, r, n_keys);
