@@ -141,7 +141,9 @@ TEST(Attention, MatchesReferenceOverAllPositions) {
 }
 
 // Prefill of everything, then per-token decode, then ragged chunks: every query's output must be
-// the same bits whichever way it was batched.
+// the same bits whichever way it was batched. (On AMX-BF16 the whole prefill's units take the
+// scores as queries x keys and a decode step's as keys x queries: the tile products either way
+// round must agree bit for bit.)
 TEST(Attention, OutputOfAQueryDoesNotDependOnItsBatch) {
   for (const AttnSetup& s : setups()) {
     AttentionFixture f(s);
