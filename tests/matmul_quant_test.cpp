@@ -8,9 +8,11 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "quant/quant.h"
+#include "quant/quant_blocks.h"
 
 namespace fak {
 namespace {
@@ -271,6 +273,77 @@ TEST(MatmulQuantTypes, WTypeMirrorsQuantType) {
   }
   EXPECT_FALSE(wtype_quant(WType::BF16));
   EXPECT_FALSE(wtype_from_quant(QuantType::Q8_K));
+}
+
+}  // namespace
+}  // namespace fak
+
+namespace fak {
+namespace {
+
+// The fused AVX-512 activation quantiser against the scalar reference: the same blocks byte for
+// byte, each block's fp16 scale widened and the sum of its quants, for rows of 1-40 blocks (whole
+// groups of 16 and the partial group after them) and blocks whose scale is zero, a subnormal or an
+// infinite half, or ordinary.
+TEST(QuantizeActivations, FusedQ8_0MatchesTheReference) {
+  if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const float magnitudes[] = {0.0f, 1e-9f, 3e-6f, 1e-3f, 1.0f, 40.0f, 1e5f, 3e7f};
+  const QuantKernels& ref = quant::scalar_kernels();
+  for (int64_t nb : {1, 2, 7, 15, 16, 17, 24, 28, 32, 40}) {
+    const int64_t cols = 32 * nb;
+    for (int trial = 0; trial < 8; ++trial) {
+      std::vector<float> x(static_cast<size_t>(cols));
+      for (int64_t b = 0; b < nb; ++b) {
+        const float scale = magnitudes[size_t(rng() % std::size(magnitudes))];
+        for (int j = 0; j < 32; ++j) x[size_t(32 * b + j)] = scale * dist(rng);
+      }
+      std::vector<uint8_t> want(size_t(nb) * sizeof(quant::BlockQ8_0));
+      ref.quantize_q8_0(x.data(), want.data(), cols);
+      std::vector<uint8_t> got(want.size(), 0xAA);
+      std::vector<float> scales(size_t(nb) + 1, -1.0f);
+      std::vector<int32_t> sums(size_t(nb) + 1, -1);
+      kernels::quantize_q8_0_act_avx512(x.data(), cols, got.data(), scales.data(), sums.data());
+      ASSERT_EQ(got, want) << nb << " blocks, trial " << trial;
+      const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(want.data());
+      for (int64_t b = 0; b < nb; ++b) {
+        const float d = f16_to_f32(blocks[b].d);
+        EXPECT_EQ(std::memcmp(&scales[size_t(b)], &d, 4), 0) << "block " << b;
+        int32_t sum = 0;
+        for (int8_t v : blocks[b].qs) sum += v;
+        EXPECT_EQ(sums[size_t(b)], sum) << "block " << b;
+      }
+      EXPECT_EQ(scales[size_t(nb)], -1.0f) << "wrote past the last block's scale";
+      EXPECT_EQ(sums[size_t(nb)], -1) << "wrote past the last block's sum";
+    }
+  }
+}
+
+// The same for Q8_K (the K-quants' activations): d, quants and the 16 block sums, byte for byte.
+TEST(QuantizeActivations, FusedQ8_KMatchesTheReference) {
+  if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(12);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const float magnitudes[] = {0.0f, 1e-30f, 1e-9f, 1e-3f, 1.0f, 40.0f, 3e7f};
+  const QuantKernels& ref = quant::scalar_kernels();
+  for (int64_t nb : {1, 3, 8}) {
+    const int64_t cols = 256 * nb;
+    for (int trial = 0; trial < 16; ++trial) {
+      std::vector<float> x(static_cast<size_t>(cols));
+      for (int64_t b = 0; b < nb; ++b) {
+        const float scale = magnitudes[size_t(rng() % std::size(magnitudes))];
+        for (int j = 0; j < 256; ++j) x[size_t(256 * b + j)] = scale * dist(rng);
+      }
+      std::vector<uint8_t> want(size_t(nb) * sizeof(quant::BlockQ8K));
+      ref.quantize_q8_k(x.data(), want.data(), cols);
+      std::vector<uint8_t> got(want.size() + 1, 0xAA);
+      kernels::quantize_q8_k_act_avx512(x.data(), cols, got.data());
+      EXPECT_EQ(got.back(), 0xAA) << "wrote past the last block";
+      got.pop_back();
+      ASSERT_EQ(got, want) << nb << " blocks, trial " << trial;
+    }
+  }
 }
 
 }  // namespace

@@ -98,6 +98,13 @@ int amx_sum_factor(QuantType t);
 // it is cheaper than the VNNI tiles for them. A MoE layer's experts see a few tens of tokens each
 // in a prefill, so a tile's worth left over is common (half the tokens of Qwen3.5's 256 experts).
 inline constexpr int kAmxFewestTokens = 10;
+// quantize_act_avx512.cpp: x (cols a multiple of 32) quantised to Q8_0 blocks in act, the same
+// bytes as the quantiser's, with each block's fp16 scale widened into scales and the sum of its
+// quants into sums (cols / 32 of each). Only when avx512_enabled().
+void quantize_q8_0_act_avx512(const float* x, int64_t cols, uint8_t* act, float* scales,
+                              int32_t* sums);
+// The same for Q8_K (cols a multiple of 256): the quantiser's bytes, block sums included.
+void quantize_q8_k_act_avx512(const float* x, int64_t cols, uint8_t* act);
 void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 
 // Computes outputs of rows [r0, r1) for every token of q, bit-identical to q.dot per output.

@@ -262,9 +262,19 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   uint8_t* act = p.act.data();
   float* scales = p.scales.data();
   int32_t* sums = p.sums.data();
+  const bool fused = at == QuantType::Q8_0 && want_scales && want_sums && avx512_enabled();
 #pragma omp parallel for schedule(static) if (parallel && n_tokens >= 4 * threads)
   for (int t = 0; t < n_tokens; ++t) {
     uint8_t* a = act + size_t(t) * q.act_row_bytes;
+    if (fused) {
+      quantize_q8_0_act_avx512(x + size_t(t) * size_t(w.cols), w.cols, a,
+                               scales + size_t(t) * size_t(nb), sums + size_t(t) * size_t(nb));
+      continue;
+    }
+    if (at == QuantType::Q8_K && avx512_enabled()) {
+      quantize_q8_k_act_avx512(x + size_t(t) * size_t(w.cols), w.cols, a);
+      continue;
+    }
     quantize(x + size_t(t) * size_t(w.cols), a, w.cols);
     if (want_scales) {
       const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
