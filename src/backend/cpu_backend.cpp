@@ -461,6 +461,8 @@ void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const flo
         return first[size_t(e) + 1] - first[size_t(e)] == 1 ? x + size_t(pairs[base + r0] / k) * D
                                                             : xs + r0 * D;
       };
+      // (A prefill's group copies megabytes: the threads share it, as they share the sums below.)
+#pragma omp parallel for schedule(dynamic, 1) if (n_rows > 64)
       for (int e = e0; e < e1; ++e)
         if (first[size_t(e) + 1] - first[size_t(e)] > 1)
           for (int32_t r = first[size_t(e)]; r < first[size_t(e) + 1]; ++r)
@@ -490,13 +492,21 @@ void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const flo
       }
       matmul_many(jobs);
       add_expert_bias(ys, ex.b_down, D, e0, e1);
-      // Each token's experts come in ascending order, group after group.
-      for (size_t r = 0; r < n_rows; ++r) {
-        const int32_t pair = pairs[base + r];
-        float* o = out + size_t(pair / k) * D;
-        const float w = weights[size_t(pair)];
-        const float* y = ys + r * D;
-        for (size_t d = 0; d < D; ++d) o[d] += w * y[d];
+      // Each token's experts come in ascending order, group after group. The threads take slices
+      // of the hidden dimension, each over every row in that order, so no output is shared.
+      const int slices = n_rows > 64 ? 4 * omp_get_max_threads() : 1;
+#pragma omp parallel for schedule(static) if (slices > 1)
+      for (int slice = 0; slice < slices; ++slice) {
+        const size_t d0 = D * size_t(slice) / size_t(slices) / 16 * 16;
+        const size_t d1 =
+            slice + 1 == slices ? D : D * size_t(slice + 1) / size_t(slices) / 16 * 16;
+        for (size_t r = 0; r < n_rows; ++r) {
+          const int32_t pair = pairs[base + r];
+          float* o = out + size_t(pair / k) * D;
+          const float w = weights[size_t(pair)];
+          const float* y = ys + r * D;
+          for (size_t d = d0; d < d1; ++d) o[d] += w * y[d];
+        }
       }
     }
     e0 = e1;
