@@ -9,7 +9,6 @@
 #include <random>
 #include <vector>
 
-#include "core/dtype.h"
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
 
@@ -104,45 +103,6 @@ TEST(Vec, SumSquaresSameBitsOnEveryKernel) {
     for (int i = 0; i < n; ++i)
       EXPECT_NEAR(out[size_t(i)], x[size_t(i)] * scale * 0.5f, 1e-6f * std::fabs(x[size_t(i)]))
           << i;
-  }
-}
-
-// KV rows narrowed to f16 / bf16: the same bits on every kernel as the scalar conversions, over
-// ordinary values, ties, subnormal and overflowing halves, infinities and NaNs of either sign and
-// any payload; and the f16 ones equal to a round trip through the exact widening where finite.
-TEST(Vec, NarrowToHalvesSameBitsOnEveryKernel) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
-                               0xffc00000u, 0x7f800001u, 0x7fbfffffu, 0xff812345u, 0x477ff000u,
-                               0x477fefffu, 0x33000000u, 0x33000001u, 0x38800000u, 0x387fffffu,
-                               0x3f808000u, 0x3f818000u, 0x3f800fffu, 0x00000001u, 0x7f7fffffu};
-  for (int n : {1, 7, 8, 9, 64, 128, 300}) {
-    std::vector<float> x(static_cast<size_t>(n));
-    for (size_t i = 0; i < x.size(); ++i) {
-      const float scale = i % 3 == 0 ? 1e-6f : i % 3 == 1 ? 1.0f : 3e4f;
-      x[i] = scale * nd(rng);
-      if (i % 5 == 2) std::memcpy(&x[i], &specials[(i / 5) % std::size(specials)], 4);
-    }
-    for (bool bf : {false, true}) {
-      std::vector<uint16_t> want(x.size()), got(x.size());
-      (bf ? vec_kernels_ref().narrow_bf16 : vec_kernels_ref().narrow_f16)(x.data(), n, want.data());
-      (bf ? vec_kernels().narrow_bf16 : vec_kernels().narrow_f16)(x.data(), n, got.data());
-      ASSERT_EQ(want, got) << n << (bf ? " bf16" : " f16");
-    }
-  }
-  for (uint32_t bits : specials) {  // the scalar conversions themselves, on the specials
-    float v;
-    std::memcpy(&v, &bits, 4);
-    const uint16_t h = f32_to_f16(v);
-    if (std::isnan(v)) {
-      EXPECT_TRUE(std::isnan(f16_to_f32(h))) << std::hex << bits;
-    } else if (std::fabs(v) < 65520.0f) {
-      EXPECT_LE(std::fabs(f16_to_f32(h) - v), std::fabs(v) * 0x1p-11f + 0x1p-25f)
-          << std::hex << bits;
-    } else {
-      EXPECT_TRUE(std::isinf(f16_to_f32(h))) << std::hex << bits;
-    }
   }
 }
 

@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include "core/cpu_features.h"
+
 namespace fak {
 
 std::string_view dtype_name(DType t) {
@@ -111,6 +113,16 @@ uint16_t f32_to_f16(float f) {
   uint32_t rem = abs & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (result & 1u))) ++result;
   return uint16_t(sign | result);
+}
+
+void f32_to_f16_row(const float* x, int n, uint16_t* out) {
+  if (cpu_features().avx2) return f32_to_f16_row_avx2(x, n, out);
+  for (int i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
+}
+
+void f32_to_bf16_row(const float* x, int n, uint16_t* out) {
+  if (cpu_features().avx2) return f32_to_bf16_row_avx2(x, n, out);
+  for (int i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
 }
 
 }  // namespace fak

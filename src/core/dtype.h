@@ -42,4 +42,12 @@ inline bool dtype_blocked(DType t) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+// n elements narrowed as f32_to_f16 / f32_to_bf16 do, to the bit (NaNs included), eight at a time
+// where the CPU has AVX2 and F16C: KV cache rows as they are stored (one element at a time they
+// were 1.3% of a prefill).
+void f32_to_f16_row(const float* x, int n, uint16_t* out);
+void f32_to_bf16_row(const float* x, int n, uint16_t* out);
+void f32_to_f16_row_avx2(const float* x, int n, uint16_t* out);   // dtype_avx2.cpp
+void f32_to_bf16_row_avx2(const float* x, int n, uint16_t* out);  // (AVX2 + F16C only)
+
 }  // namespace fak

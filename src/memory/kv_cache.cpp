@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
-#include "ops/vec.h"
 #include "quant/quant.h"
 
 namespace fak {
@@ -203,11 +203,10 @@ void encode(DType dt, const float* x, int n, uint8_t* out) {
     return;
   }
   // The rows are head_dim long; their halves go out through a small aligned buffer.
-  const VecKernels& k = vec_kernels();
   uint16_t halves[256];
   for (int i = 0; i < n; i += 256) {
     const int m = n - i < 256 ? n - i : 256;
-    (dt == DType::F16 ? k.narrow_f16 : k.narrow_bf16)(x + i, m, halves);
+    (dt == DType::F16 ? f32_to_f16_row : f32_to_bf16_row)(x + i, m, halves);
     std::memcpy(out + 2 * size_t(i), halves, 2 * size_t(m));
   }
 }

@@ -26,10 +26,6 @@ struct VecKernels {
   // then the lanes added as sum_square_lanes does; every variant gives the same bits. (One chain
   // of double adds cost 4 cycles an element: 3% of a prefill.)
   double (*sum_squares)(const float* x, int n);
-  // out[i] = f32_to_f16(x[i]) / f32_to_bf16(x[i]) (KV cache rows as they are stored); every
-  // variant gives the same bits, NaNs included. (One element at a time: 1.3% of a prefill.)
-  void (*narrow_f16)(const float* x, int n, uint16_t* out);
-  void (*narrow_bf16)(const float* x, int n, uint16_t* out);
   const char* isa;
 };
 

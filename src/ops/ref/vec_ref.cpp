@@ -33,12 +33,6 @@ double sum_squares_ref(const float* x, int n) {
   for (int i = 0; i < n; ++i) lane[i % kSquareLanes] += double(x[i]) * double(x[i]);
   return sum_square_lanes(lane);
 }
-void narrow_f16_ref(const float* x, int n, uint16_t* out) {
-  for (int i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
-}
-void narrow_bf16_ref(const float* x, int n, uint16_t* out) {
-  for (int i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
-}
 }  // namespace
 
 const VecKernels& vec_kernels_ref() {
@@ -51,8 +45,6 @@ const VecKernels& vec_kernels_ref() {
                             silu_mul_ref,
                             gelu_mul_ref,
                             sum_squares_ref,
-                            narrow_f16_ref,
-                            narrow_bf16_ref,
                             "scalar"};
   return k;
 }
