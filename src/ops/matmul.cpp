@@ -275,24 +275,49 @@ void matmul_many(std::span<const MatmulJob> jobs) {
   for (size_t i = jobs.size(); i-- > 1;)
     later[i - 1] =
         later[i] + (jobs[i].n_tokens > 0 ? double(jobs[i].w->rows) * double(jobs[i].w->cols) : 0.0);
+  // Jobs that take their tokens by row: from their quantised rows (xq) where those fit the
+  // weights, else gathered here into rows of their own (float weights; xq for another type).
+  thread_local std::vector<std::vector<float>> tls_gathered;
+  std::vector<std::vector<float>>& gathered = tls_gathered;
+  if (gathered.size() < jobs.size()) gathered.resize(jobs.size());
+  thread_local std::vector<const float*> tls_x_of;
+  std::vector<const float*>& x_of = tls_x_of;
+  x_of.assign(jobs.size(), nullptr);
+  const auto takes_rows = [&](const MatmulJob& j) {
+    return j.x_rows && j.xq && j.xq->prepared() && kernels::quant_rows_fit(*j.w, *j.xq->prepared());
+  };
   double work = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatmulJob& j = jobs[i];
+    x_of[i] = j.x;
     if (j.n_tokens <= 0 || j.w->rows == 0) continue;
+    const bool by_rows = takes_rows(j);
+    if (j.x_rows && !by_rows) {
+      const size_t cols = size_t(j.w->cols);
+      std::vector<float>& g = gathered[i];
+      if (g.size() < cols * size_t(j.n_tokens)) g.resize(cols * size_t(j.n_tokens));
+      for (int t = 0; t < j.n_tokens; ++t)
+        std::memcpy(g.data() + size_t(t) * cols, j.x + size_t(j.x_rows[t]) * cols,
+                    sizeof(float) * cols);
+      x_of[i] = g.data();
+    }
+    // Jobs on the same tokens (the gate and up of one expert) quantise or round them once.
+    const auto same_tokens = [&](size_t k) {
+      return jobs[k].x == j.x && jobs[k].x_rows == j.x_rows && jobs[k].xq == j.xq &&
+             jobs[k].n_tokens == j.n_tokens && jobs[k].w->cols == j.w->cols;
+    };
     if (wtype_quant(j.w->type)) {
       const kernels::QuantPrepared* reuse = nullptr;
       for (size_t k = 0; k < i && !reuse; ++k)
-        if (jobs[k].x == j.x && jobs[k].n_tokens == j.n_tokens && wtype_quant(jobs[k].w->type) &&
-            jobs[k].w->cols == j.w->cols)
+        if (same_tokens(k) && wtype_quant(jobs[k].w->type) && jobs[k].w->rows > 0)
           reuse = &prepared[k];
-      kernels::prepare_quant(*j.w, j.x, j.n_tokens, j.y, prepared[i], reuse);
+      kernels::prepare_quant(*j.w, x_of[i], j.n_tokens, j.y, prepared[i], reuse,
+                             by_rows ? j.xq->prepared() : nullptr, by_rows ? j.x_rows : nullptr);
     }
     if (takes_bf16_dot(*j.w)) {
       for (size_t k = 0; k < i && !xb_of[i]; ++k)
-        if (xb_of[k] && jobs[k].x == j.x && jobs[k].n_tokens == j.n_tokens &&
-            jobs[k].w->cols == j.w->cols)
-          xb_of[i] = xb_of[k];
-      if (!xb_of[i]) xb_of[i] = round_bf16(j.x, j.n_tokens, j.w->cols, xbs[i]);
+        if (xb_of[k] && same_tokens(k)) xb_of[i] = xb_of[k];
+      if (!xb_of[i]) xb_of[i] = round_bf16(x_of[i], j.n_tokens, j.w->cols, xbs[i]);
     }
     work += double(j.w->rows) * double(j.w->cols) * double(j.n_tokens);
     // Whole 16-row groups (the tile kernels' unit; float kernels take 8).
@@ -308,7 +333,7 @@ void matmul_many(std::span<const MatmulJob> jobs) {
       kernels::bf16dot_rows_avx512(*j.w, xb_of[c.job], bf16_ldx(j.w->cols), j.n_tokens, j.y, c.r0,
                                    c.r1);
     else
-      fn(*j.w, j.x, j.n_tokens, j.y, c.r0, c.r1);
+      fn(*j.w, x_of[c.job], j.n_tokens, j.y, c.r0, c.r1);
   };
   const int64_t n = int64_t(chunks.size());
 #pragma omp parallel for schedule(dynamic, 1) if (threads > 1 && n > 1 && work >= 256.0 * 1024)

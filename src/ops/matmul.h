@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -68,11 +69,33 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 // writes (the same bits), but the jobs' row ranges are shared out together, so many small products
 // (a MoE layer's experts) pay for one fork and join, not one each, and no thread idles on a short
 // one. Jobs with the same x (the gate and up of one expert) quantise it once.
+namespace kernels {
+struct QuantPrepared;
+}
+// x's rows quantised once as products against weights of type w_type quantise their activations
+// (nothing for float types): a MoE layer's tokens, which each of their experts then takes by row
+// (MatmulJob::x_rows) instead of quantising its own copy of them again. The same bytes as the
+// products would make.
+class QuantizedRows {
+ public:
+  QuantizedRows(WType w_type, const float* x, int n_tokens, int64_t cols);
+  ~QuantizedRows();
+  QuantizedRows(const QuantizedRows&) = delete;
+  QuantizedRows& operator=(const QuantizedRows&) = delete;
+  const kernels::QuantPrepared* prepared() const { return prepared_.get(); }
+
+ private:
+  std::unique_ptr<kernels::QuantPrepared> prepared_;
+};
 struct MatmulJob {
   const WeightMatrix* w = nullptr;
   const float* x = nullptr;
   int n_tokens = 0;
   float* y = nullptr;
+  // Optional: token i is row x_rows[i] of x (not row i), taken from xq where it holds x quantised
+  // for w's type (x is then not read for them).
+  const int32_t* x_rows = nullptr;
+  const QuantizedRows* xq = nullptr;
 };
 void matmul_many(std::span<const MatmulJob> jobs);
 

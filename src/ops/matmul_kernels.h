@@ -122,9 +122,16 @@ struct QuantPrepared {
   std::vector<uint8_t> amx_acts;  // 64 bytes more than the tiles: q.amx_acts is aligned in it
 };
 // `reuse`: a prepared product over the same x (same activation type and width) whose quantised
-// activations are taken instead of quantising x again; may be null.
+// activations are taken instead of quantising x again; may be null. `source` (from quantize_rows,
+// fitting w: quant_rows_fit): token t's activations are row rows[t] of it, copied.
 void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y, QuantPrepared& p,
-                   const QuantPrepared* reuse = nullptr);
+                   const QuantPrepared* reuse = nullptr, const QuantPrepared* source = nullptr,
+                   const int32_t* rows = nullptr);
+// x's rows quantised as products against w_type (a quantised type) quantise them, Q8_0's block
+// scales and sums included, for prepare_quant's `source`.
+QuantPrepared quantize_rows(WType w_type, const float* x, int n_tokens, int64_t cols);
+// Whether source holds activations w's products can take.
+bool quant_rows_fit(const WeightMatrix& w, const QuantPrepared& source);
 void run_quant(const QuantPrepared& p, int64_t r0, int64_t r1);
 // The register-tiled prefill kernel for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_tile_kernel(QuantType t);

@@ -196,8 +196,77 @@ void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
 
 }  // namespace
 
+namespace {
+
+// n_tokens rows of x (cols long) quantised to `at` into p's act rows (padded with zero rows to a
+// whole tile of 16: the q4_K / q5_K AMX tiles read a padded tile's 16 rows in place), with Q8_0's
+// widened block scales and quant sums where with_scales. Rows of `source` (already quantised the
+// same way, scales and sums included) are copied instead where it is given: row t is its row
+// rows[t].
+void fill_activations(QuantType at, const float* x, int n_tokens, int64_t cols, bool with_scales,
+                      bool parallel, QuantPrepared& p, const QuantPrepared* source,
+                      const int32_t* rows) {
+  QuantTask& q = p.q;
+  const int64_t nb = cols / quant::kQK;
+  p.act.resize(q.act_row_bytes * size_t((n_tokens + 15) / 16 * 16));
+  std::fill(p.act.begin() + ptrdiff_t(q.act_row_bytes * size_t(n_tokens)), p.act.end(), 0);
+  q.act = p.act.data();
+  q.act_scales = nullptr;
+  q.act_sums = nullptr;
+  if (with_scales) {
+    p.scales.resize(size_t(nb) * size_t(n_tokens));
+    p.sums.resize(size_t(nb) * size_t(n_tokens));
+    q.act_scales = p.scales.data();
+    q.act_sums = p.sums.data();
+  }
+  uint8_t* act = p.act.data();
+  float* scales = p.scales.data();
+  int32_t* sums = p.sums.data();
+  if (source) {
+    for (int t = 0; t < n_tokens; ++t) {
+      const size_t from = size_t(rows[t]);
+      std::memcpy(act + size_t(t) * q.act_row_bytes, source->q.act + from * q.act_row_bytes,
+                  q.act_row_bytes);
+      if (!with_scales) continue;
+      std::memcpy(scales + size_t(t) * size_t(nb), source->q.act_scales + from * size_t(nb),
+                  sizeof(float) * size_t(nb));
+      std::memcpy(sums + size_t(t) * size_t(nb), source->q.act_sums + from * size_t(nb),
+                  sizeof(int32_t) * size_t(nb));
+    }
+    return;
+  }
+  const QuantizeRowFn quantize = quant_kernels().quantize_act(at);
+  const bool fused = at == QuantType::Q8_0 && with_scales && avx512_enabled();
+  const int threads = omp_get_max_threads();
+#pragma omp parallel for schedule(static) if (parallel && n_tokens >= 4 * threads)
+  for (int t = 0; t < n_tokens; ++t) {
+    uint8_t* a = act + size_t(t) * q.act_row_bytes;
+    const float* xt = x + size_t(t) * size_t(cols);
+    if (fused) {
+      quantize_q8_0_act_avx512(xt, cols, a, scales + size_t(t) * size_t(nb),
+                               sums + size_t(t) * size_t(nb));
+      continue;
+    }
+    if (at == QuantType::Q8_K && avx512_enabled()) {
+      quantize_q8_k_act_avx512(xt, cols, a);
+      continue;
+    }
+    quantize(xt, a, cols);
+    if (!with_scales) continue;
+    const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
+    for (int64_t b = 0; b < nb; ++b) {
+      scales[size_t(t) * size_t(nb) + size_t(b)] = f16_to_f32(blocks[b].d);
+      int32_t sum = 0;
+      for (int8_t v : blocks[b].qs) sum += v;
+      sums[size_t(t) * size_t(nb) + size_t(b)] = sum;
+    }
+  }
+}
+
+}  // namespace
+
 void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y, QuantPrepared& p,
-                   const QuantPrepared* reuse) {
+                   const QuantPrepared* reuse, const QuantPrepared* source, const int32_t* rows) {
   const QuantType qt = *wtype_quant(w.type);
   const QuantKernels& k = quant_kernels();
   const QuantType at = dot_activation_type(qt);
@@ -218,8 +287,7 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   const bool panels = w.panels || n_tokens > gemv_max_tokens(qt);
   const bool want_scales = at == QuantType::Q8_0 && panels;
   // The unsigned-code kernels subtract their code offset through the sums (q4_0 / q5_0 on AVX2,
-  // q8_0 too with VNNI).
-  const bool want_sums = want_scales;
+  // q8_0 too with VNNI): they come with the scales.
   const int amx_factor = want_scales && n_tokens >= kAmxFewestTokens ? amx_sum_factor(qt) : 0;
   const bool want_amx = amx_factor != 0;
   // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
@@ -234,7 +302,7 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
       reuse->q.n_tokens == n_tokens && (!want_scales || reuse->q.act_scales)) {
     q.act = reuse->q.act;
     q.act_scales = want_scales ? reuse->q.act_scales : nullptr;
-    q.act_sums = want_sums ? reuse->q.act_sums : nullptr;
+    q.act_sums = want_scales ? reuse->q.act_sums : nullptr;
     if (want_amx) {
       q.amx_sum_factor = amx_factor;
       q.amx_acts = reuse->q.amx_sum_factor == amx_factor ? reuse->q.amx_acts : nullptr;
@@ -242,58 +310,33 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
     }
     return;
   }
-  // Rows up to a whole tile of 16, zeros: the q4_K / q5_K AMX tiles read a padded tile's 16
-  // activation rows in place.
-  p.act.resize(q.act_row_bytes * size_t((n_tokens + 15) / 16 * 16));
-  std::fill(p.act.begin() + ptrdiff_t(q.act_row_bytes * size_t(n_tokens)), p.act.end(), 0);
-  q.act = p.act.data();
-  const QuantizeRowFn quantize = k.quantize_act(at);
-  if (want_scales) {
-    p.scales.resize(size_t(nb) * size_t(n_tokens));
-    q.act_scales = p.scales.data();
-  }
-  if (want_sums) {
-    p.sums.resize(size_t(nb) * size_t(n_tokens));
-    q.act_sums = p.sums.data();
-  }
-  const int threads = omp_get_max_threads();
+  check(!source || quant_rows_fit(w, *source), "matmul: activations quantised for another type");
   const double work = double(w.rows) * double(w.cols) * double(n_tokens);
-  const bool parallel = threads > 1 && work >= 256.0 * 1024;
-  uint8_t* act = p.act.data();
-  float* scales = p.scales.data();
-  int32_t* sums = p.sums.data();
-  const bool fused = at == QuantType::Q8_0 && want_scales && want_sums && avx512_enabled();
-#pragma omp parallel for schedule(static) if (parallel && n_tokens >= 4 * threads)
-  for (int t = 0; t < n_tokens; ++t) {
-    uint8_t* a = act + size_t(t) * q.act_row_bytes;
-    if (fused) {
-      quantize_q8_0_act_avx512(x + size_t(t) * size_t(w.cols), w.cols, a,
-                               scales + size_t(t) * size_t(nb), sums + size_t(t) * size_t(nb));
-      continue;
-    }
-    if (at == QuantType::Q8_K && avx512_enabled()) {
-      quantize_q8_k_act_avx512(x + size_t(t) * size_t(w.cols), w.cols, a);
-      continue;
-    }
-    quantize(x + size_t(t) * size_t(w.cols), a, w.cols);
-    if (want_scales) {
-      const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
-      for (int64_t b = 0; b < nb; ++b)
-        scales[size_t(t) * size_t(nb) + size_t(b)] = f16_to_f32(blocks[b].d);
-    }
-    if (want_sums) {
-      const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(a);
-      for (int64_t b = 0; b < nb; ++b) {
-        int32_t s = 0;
-        for (int8_t v : blocks[b].qs) s += v;
-        sums[size_t(t) * size_t(nb) + size_t(b)] = s;
-      }
-    }
-  }
+  const bool parallel = omp_get_max_threads() > 1 && work >= 256.0 * 1024;
+  fill_activations(at, x, n_tokens, w.cols, want_scales, parallel, p, source, rows);
   if (want_amx) {
     q.amx_sum_factor = amx_factor;
     amx_act_tiles(q, nb, p.amx_acts);
   }
+}
+
+bool quant_rows_fit(const WeightMatrix& w, const QuantPrepared& source) {
+  const std::optional<QuantType> qt = wtype_quant(w.type);
+  if (!qt) return false;
+  const QuantType at = dot_activation_type(*qt);
+  return source.act_type == at && source.q.act_row_bytes == row_bytes(at, w.cols) &&
+         (at != QuantType::Q8_0 || source.q.act_scales);
+}
+
+QuantPrepared quantize_rows(WType w_type, const float* x, int n_tokens, int64_t cols) {
+  QuantPrepared p;
+  const QuantType at = dot_activation_type(*wtype_quant(w_type));
+  p.act_type = at;
+  p.q.n_tokens = n_tokens;
+  p.q.act_row_bytes = row_bytes(at, cols);
+  fill_activations(at, x, n_tokens, cols, at == QuantType::Q8_0, omp_get_max_threads() > 1, p,
+                   nullptr, nullptr);
+  return p;
 }
 
 void run_quant(const QuantPrepared& p, int64_t r0, int64_t r1) {
@@ -327,6 +370,14 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
 }
 
 }  // namespace kernels
+
+QuantizedRows::QuantizedRows(WType w_type, const float* x, int n_tokens, int64_t cols) {
+  if (wtype_quant(w_type))
+    prepared_ =
+        std::make_unique<kernels::QuantPrepared>(kernels::quantize_rows(w_type, x, n_tokens, cols));
+}
+
+QuantizedRows::~QuantizedRows() = default;
 
 bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
   check(bytes == w.data, "pack_weight_panels: bytes must be the matrix's own");
