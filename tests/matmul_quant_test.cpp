@@ -289,7 +289,8 @@ TEST(QuantizeActivations, FusedQ8_0MatchesTheReference) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const float magnitudes[] = {0.0f, 1e-9f, 3e-6f, 1e-3f, 1.0f, 40.0f, 1e5f, 3e7f};
+  // 1e-38: 1 / d is infinite (the quants +-127, zeros 0); 1e-41: subnormal inputs.
+  const float magnitudes[] = {0.0f, 1e-41f, 1e-38f, 1e-9f, 3e-6f, 1e-3f, 1.0f, 40.0f, 1e5f, 3e7f};
   const QuantKernels& ref = quant::scalar_kernels();
   for (int64_t nb : {1, 2, 7, 15, 16, 17, 24, 28, 32, 40}) {
     const int64_t cols = 32 * nb;
@@ -297,14 +298,20 @@ TEST(QuantizeActivations, FusedQ8_0MatchesTheReference) {
       std::vector<float> x(static_cast<size_t>(cols));
       for (int64_t b = 0; b < nb; ++b) {
         const float scale = magnitudes[size_t(rng() % std::size(magnitudes))];
-        for (int j = 0; j < 32; ++j) x[size_t(32 * b + j)] = scale * dist(rng);
+        for (int j = 0; j < 32; ++j) x[size_t(32 * b + j)] = j % 7 == 3 ? 0.0f : scale * dist(rng);
+      }
+      if (trial == 0) {  // a block with d = 1 and ties: rint's nearest even (2.5 -> 2, -0.5 -> 0)
+        const float ties[] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 1.5f, 126.5f, -3.5f};
+        for (int j = 0; j < 32; ++j) x[size_t(j)] = ties[j % 8];
       }
       std::vector<uint8_t> want(size_t(nb) * sizeof(quant::BlockQ8_0));
       ref.quantize_q8_0(x.data(), want.data(), cols);
-      std::vector<uint8_t> got(want.size(), 0xAA);
+      std::vector<uint8_t> got(want.size() + 1, 0xAA);
       std::vector<float> scales(size_t(nb) + 1, -1.0f);
       std::vector<int32_t> sums(size_t(nb) + 1, -1);
       kernels::quantize_q8_0_act_avx512(x.data(), cols, got.data(), scales.data(), sums.data());
+      EXPECT_EQ(got.back(), 0xAA) << "wrote past the last block";
+      got.pop_back();
       ASSERT_EQ(got, want) << nb << " blocks, trial " << trial;
       const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(want.data());
       for (int64_t b = 0; b < nb; ++b) {
@@ -325,7 +332,7 @@ TEST(QuantizeActivations, FusedQ8_KMatchesTheReference) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
   std::mt19937 rng(12);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const float magnitudes[] = {0.0f, 1e-30f, 1e-9f, 1e-3f, 1.0f, 40.0f, 3e7f};
+  const float magnitudes[] = {0.0f, 1e-41f, 1e-38f, 1e-30f, 1e-9f, 1e-3f, 1.0f, 40.0f, 3e7f};
   const QuantKernels& ref = quant::scalar_kernels();
   for (int64_t nb : {1, 3, 8}) {
     const int64_t cols = 256 * nb;
@@ -333,7 +340,8 @@ TEST(QuantizeActivations, FusedQ8_KMatchesTheReference) {
       std::vector<float> x(static_cast<size_t>(cols));
       for (int64_t b = 0; b < nb; ++b) {
         const float scale = magnitudes[size_t(rng() % std::size(magnitudes))];
-        for (int j = 0; j < 256; ++j) x[size_t(256 * b + j)] = scale * dist(rng);
+        for (int j = 0; j < 256; ++j)
+          x[size_t(256 * b + j)] = j % 7 == 3 ? 0.0f : scale * dist(rng);
       }
       std::vector<uint8_t> want(size_t(nb) * sizeof(quant::BlockQ8K));
       ref.quantize_q8_k(x.data(), want.data(), cols);
@@ -344,6 +352,57 @@ TEST(QuantizeActivations, FusedQ8_KMatchesTheReference) {
       ASSERT_EQ(got, want) << nb << " blocks, trial " << trial;
     }
   }
+}
+
+// A MoE layer's experts take their tokens by row (MatmulJob::x_rows) from the layer's tokens
+// quantised once (QuantizedRows): each job's outputs are the bits matmul gives on those rows
+// gathered, whether its weights take the quantised rows (q8_0, stored and packed), were quantised
+// for another activation type (q4_K's Q8_K: it quantises its own), or are float (f32); and two
+// jobs on different rows of the same x never share activations.
+TEST(MatmulMany, TokensTakenByRowGiveTheBitsOfTheirRowsGathered) {
+  const int64_t cols = 256;
+  const int n_x = 40;
+  const std::vector<float> x = activations(n_x, cols, 21);
+  const std::vector<int32_t> rows_a = {3,  17, 3,  39, 0, 8,  22, 5,  31, 12, 9,
+                                       30, 11, 27, 2,  6, 38, 14, 19, 25, 1};
+  const std::vector<int32_t> rows_b = {4, 10, 33, 36, 7, 16, 20, 23, 26, 29, 35, 37};
+  Quantised q8 = make_matrix(WType::Q8_0, 48, cols, 1);
+  Quantised q8_packed = make_matrix(WType::Q8_0, 48, cols, 1);
+  const bool packed = pack_weight_panels(q8_packed.w, q8_packed.bytes.data());
+  Quantised q4k = make_matrix(WType::Q4_K, 48, cols, 2);
+  std::vector<float> f32(48 * size_t(cols));
+  for (size_t i = 0; i < f32.size(); ++i) f32[i] = 0.01f * float(int(i % 97) - 48);
+  const WeightMatrix wf{WType::F32, f32.data(), 48, cols, 4 * size_t(cols)};
+  const QuantizedRows xq(WType::Q8_0, x.data(), n_x, cols);
+  ASSERT_NE(xq.prepared(), nullptr);
+  struct Case {
+    const WeightMatrix* w;
+    const std::vector<int32_t>* rows;
+  };
+  const Case cases[] = {{&q8.w, &rows_a},        {&q4k.w, &rows_a}, {&wf, &rows_a},
+                        {&q8_packed.w, &rows_a}, {&q8.w, &rows_b},  {&q4k.w, &rows_b},
+                        {&wf, &rows_b}};
+  std::vector<std::vector<float>> got(std::size(cases));
+  std::vector<MatmulJob> jobs;
+  for (size_t c = 0; c < std::size(cases); ++c) {
+    const int n = int(cases[c].rows->size());
+    got[c].assign(size_t(n) * 48, -1.0f);
+    jobs.push_back({cases[c].w, x.data(), n, got[c].data(), cases[c].rows->data(), &xq});
+  }
+  matmul_many(jobs);
+  for (size_t c = 0; c < std::size(cases); ++c) {
+    const std::vector<int32_t>& rows = *cases[c].rows;
+    std::vector<float> gathered(rows.size() * size_t(cols));
+    for (size_t t = 0; t < rows.size(); ++t)
+      std::memcpy(&gathered[t * size_t(cols)], &x[size_t(rows[t]) * size_t(cols)],
+                  4 * size_t(cols));
+    const std::vector<float> want = run(*cases[c].w, gathered, int(rows.size()));
+    ASSERT_EQ(want.size(), got[c].size());
+    EXPECT_EQ(std::memcmp(want.data(), got[c].data(), 4 * want.size()), 0)
+        << "case " << c << " (" << wtype_name(cases[c].w->type)
+        << (cases[c].w->panels ? ", packed" : "") << ")";
+  }
+  if (!packed) std::printf("(q8_0 not packed on this CPU: the packed case ran on stored rows)\n");
 }
 
 }  // namespace

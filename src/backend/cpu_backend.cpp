@@ -399,15 +399,16 @@ class CpuCall final : public BackendCall {
   std::vector<int32_t> tokens_, block_, slot_;
 };
 
-// Each expert's tokens gathered into one matrix, so an expert's weights are read once per call
-// (one GEMM over its tokens when prefilling, a GEMV of its rows alone when decoding), then each
-// token's outputs added up in expert order. note: a row's result depends on that row alone (see
-// ops/matmul.h), and a token's sum on its own experts alone, so grouping changes no bit.
+// Each expert's tokens taken as one matrix (their rows, quantised once for all experts), so an
+// expert's weights are read once per call (one GEMM over its tokens when prefilling, a GEMV of its
+// rows alone when decoding), then each token's outputs added up in expert order. note: a row's
+// result depends on that row alone (see ops/matmul.h), and a token's sum on its own experts alone,
+// so grouping changes no bit.
 //
 // The experts go in groups of whole experts, about kMoeGroupPairs (token, expert) pairs each, so
-// the inputs, gates and ups of a prefill call's pairs are never all held at once (a 512-token call
-// of GLM-4.5-Air's 8 of 128 experts: 108 MiB; in groups, 14). The forward's MoeRows / MoeGate /
-// MoeUp buffers are the CUDA backend's; these are the CPU's own.
+// the gates, ups and outputs of a prefill call's pairs are never all held at once (a 512-token call
+// of GLM-4.5-Air's 8 of 128 experts: 108 MiB with the inputs, as once held; in groups, 14). The
+// forward's MoeRows / MoeGate / MoeUp buffers are the CUDA backend's; these are the CPU's own.
 void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const float* weights,
                           float* out) {
   constexpr size_t kMoeGroupPairs = 512;

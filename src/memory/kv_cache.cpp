@@ -202,7 +202,7 @@ void encode(DType dt, const float* x, int n, uint8_t* out) {
     std::memcpy(out, x, sizeof(float) * size_t(n));
     return;
   }
-  // The rows are head_dim long; their halves go out through a small aligned buffer.
+  // A head's row (a whole row where the storage is not the host's) through a small buffer.
   uint16_t halves[256];
   for (int i = 0; i < n; i += 256) {
     const int m = n - i < 256 ? n - i : 256;

@@ -291,21 +291,25 @@ void matmul_many(std::span<const MatmulJob> jobs) {
     const MatmulJob& j = jobs[i];
     x_of[i] = j.x;
     if (j.n_tokens <= 0 || j.w->rows == 0) continue;
-    const bool by_rows = takes_rows(j);
-    if (j.x_rows && !by_rows) {
-      const size_t cols = size_t(j.w->cols);
-      std::vector<float>& g = gathered[i];
-      if (g.size() < cols * size_t(j.n_tokens)) g.resize(cols * size_t(j.n_tokens));
-      for (int t = 0; t < j.n_tokens; ++t)
-        std::memcpy(g.data() + size_t(t) * cols, j.x + size_t(j.x_rows[t]) * cols,
-                    sizeof(float) * cols);
-      x_of[i] = g.data();
-    }
-    // Jobs on the same tokens (the gate and up of one expert) quantise or round them once.
+    // Jobs on the same tokens (the gate and up of one expert) gather, quantise or round them once.
     const auto same_tokens = [&](size_t k) {
       return jobs[k].x == j.x && jobs[k].x_rows == j.x_rows && jobs[k].xq == j.xq &&
              jobs[k].n_tokens == j.n_tokens && jobs[k].w->cols == j.w->cols;
     };
+    const bool by_rows = takes_rows(j);
+    if (j.x_rows && !by_rows) {
+      for (size_t k = 0; k < i && x_of[i] == j.x; ++k)
+        if (same_tokens(k) && x_of[k] != jobs[k].x) x_of[i] = x_of[k];
+      if (x_of[i] == j.x) {
+        const size_t cols = size_t(j.w->cols);
+        std::vector<float>& g = gathered[i];
+        if (g.size() < cols * size_t(j.n_tokens)) g.resize(cols * size_t(j.n_tokens));
+        for (int t = 0; t < j.n_tokens; ++t)
+          std::memcpy(g.data() + size_t(t) * cols, j.x + size_t(j.x_rows[t]) * cols,
+                      sizeof(float) * cols);
+        x_of[i] = g.data();
+      }
+    }
     if (wtype_quant(j.w->type)) {
       const kernels::QuantPrepared* reuse = nullptr;
       for (size_t k = 0; k < i && !reuse; ++k)

@@ -65,10 +65,6 @@ struct WeightMatrix {
 // are those of the integer dot products, not of the dequantised weights times x.
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 
-// Several products in one parallel region: each job's y is exactly what matmul(w, x, n_tokens, y)
-// writes (the same bits), but the jobs' row ranges are shared out together, so many small products
-// (a MoE layer's experts) pay for one fork and join, not one each, and no thread idles on a short
-// one. Jobs with the same x (the gate and up of one expert) quantise it once.
 namespace kernels {
 struct QuantPrepared;
 }
@@ -97,6 +93,11 @@ struct MatmulJob {
   const int32_t* x_rows = nullptr;
   const QuantizedRows* xq = nullptr;
 };
+// Several products in one parallel region: each job's y is exactly what matmul(w, x, n_tokens, y)
+// writes for the rows it takes (the same bits), but the jobs' row ranges are shared out together,
+// so many small products (a MoE layer's experts) pay for one fork and join, not one each, and no
+// thread idles on a short one. Jobs on the same tokens (the same x, x_rows and xq: the gate and up
+// of one expert) quantise them once.
 void matmul_many(std::span<const MatmulJob> jobs);
 
 // Widens (dequantises) row r of w into out[w.cols] (embedding lookup).

@@ -127,9 +127,10 @@ struct QuantPrepared {
 void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y, QuantPrepared& p,
                    const QuantPrepared* reuse = nullptr, const QuantPrepared* source = nullptr,
                    const int32_t* rows = nullptr);
-// x's rows quantised as products against w_type (a quantised type) quantise them, Q8_0's block
-// scales and sums included, for prepare_quant's `source`.
-QuantPrepared quantize_rows(WType w_type, const float* x, int n_tokens, int64_t cols);
+// x's rows quantised into p as products against w_type (a quantised type) quantise them, Q8_0's
+// block scales and sums included, for prepare_quant's `source`. (In place: p.q points into p's own
+// buffers.)
+void quantize_rows(WType w_type, const float* x, int n_tokens, int64_t cols, QuantPrepared& p);
 // Whether source holds activations w's products can take.
 bool quant_rows_fit(const WeightMatrix& w, const QuantPrepared& source);
 void run_quant(const QuantPrepared& p, int64_t r0, int64_t r1);

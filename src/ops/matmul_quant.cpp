@@ -224,6 +224,7 @@ void fill_activations(QuantType at, const float* x, int n_tokens, int64_t cols, 
   int32_t* sums = p.sums.data();
   if (source) {
     for (int t = 0; t < n_tokens; ++t) {
+      check(rows[t] >= 0 && rows[t] < source->q.n_tokens, "matmul: a token row past its source");
       const size_t from = size_t(rows[t]);
       std::memcpy(act + size_t(t) * q.act_row_bytes, source->q.act + from * q.act_row_bytes,
                   q.act_row_bytes);
@@ -328,15 +329,18 @@ bool quant_rows_fit(const WeightMatrix& w, const QuantPrepared& source) {
          (at != QuantType::Q8_0 || source.q.act_scales);
 }
 
-QuantPrepared quantize_rows(WType w_type, const float* x, int n_tokens, int64_t cols) {
-  QuantPrepared p;
-  const QuantType at = dot_activation_type(*wtype_quant(w_type));
+void quantize_rows(WType w_type, const float* x, int n_tokens, int64_t cols, QuantPrepared& p) {
+  const QuantType qt = *wtype_quant(w_type);
+  check(cols % quant_block_size(qt) == 0,
+        "matmul: " + std::string(wtype_name(w_type)) + " rows of " + std::to_string(cols) +
+            " columns (not a multiple of " + std::to_string(quant_block_size(qt)) + ")");
+  const QuantType at = dot_activation_type(qt);
+  p.q = QuantTask{};
   p.act_type = at;
   p.q.n_tokens = n_tokens;
   p.q.act_row_bytes = row_bytes(at, cols);
   fill_activations(at, x, n_tokens, cols, at == QuantType::Q8_0, omp_get_max_threads() > 1, p,
                    nullptr, nullptr);
-  return p;
 }
 
 void run_quant(const QuantPrepared& p, int64_t r0, int64_t r1) {
@@ -372,9 +376,9 @@ void matmul_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y)
 }  // namespace kernels
 
 QuantizedRows::QuantizedRows(WType w_type, const float* x, int n_tokens, int64_t cols) {
-  if (wtype_quant(w_type))
-    prepared_ =
-        std::make_unique<kernels::QuantPrepared>(kernels::quantize_rows(w_type, x, n_tokens, cols));
+  if (!wtype_quant(w_type)) return;
+  prepared_ = std::make_unique<kernels::QuantPrepared>();
+  kernels::quantize_rows(w_type, x, n_tokens, cols, *prepared_);
 }
 
 QuantizedRows::~QuantizedRows() = default;

@@ -38,8 +38,10 @@ void min_max(const float* x, int n, float* lo, float* hi) {
 // note: the q8 activation quantizers round ties to even (the default FP mode; rint, which compiles
 // inline where nearbyint is a libm call) and compute id = 1/d once per block so the AVX2 versions
 // (_mm256_round_ps nearest) give the exact same bytes; ggml's reference uses roundf, which only
-// differs on exact .5 ties.
+// differs on exact .5 ties. A block whose largest magnitude is under ~3.7e-37 has d subnormal and
+// id = 1/d infinite: its quants are then +-127, and 0 where x is 0 (0 * inf is NaN, taken as 0).
 inline int8_t round_q8(float v) {
+  if (std::isnan(v)) return 0;
   return int8_t(std::clamp(std::rint(v), -127.0f, 127.0f));
 }
 

@@ -12,8 +12,9 @@
 // note: the same bytes as quantize_q8_0_ref / quantize_q8_k_ref (for finite inputs). The max and
 // the integer sums are exact in any order; d = amax / 127 and 1 / d are IEEE divisions either way;
 // vcvtps2ph rounds to nearest even as f32_to_f16 does (subnormal and infinite halves included); q =
-// rint(x * id) is vcvtps2dq under the default rounding mode, and |x * id| <= 127 so the clamp to
-// [-127, 127] only guards.
+// rint(x * id) is vcvtps2dq under the default rounding mode after x * id is clamped to [-127, 127]
+// with NaN taken as 0, as round_q8 does (|x * id| <= 127 but where amax is under ~3.7e-37: 1 / d
+// is then infinite).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -51,6 +52,14 @@ template <class Op>
   return _mm512_permutexvar_epi32(order, r);
 }
 
+// rint(v * id), clamped to [-127, 127], NaN (0 * an infinite id) as 0: round_q8's rule.
+[[gnu::always_inline]] inline __m512i quant16(__m512 v, __m512 id) {
+  __m512 q = _mm512_mul_ps(v, id);
+  q = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(q, q, _CMP_ORD_Q), q);
+  q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+  return _mm512_cvtps_epi32(q);
+}
+
 // Blocks [0, count) (count <= 16) of x into out, their widened scales and quant sums.
 void quantize_group(const float* x, int count, quant::BlockQ8_0* out, float* scales,
                     int32_t* sums) {
@@ -78,14 +87,10 @@ void quantize_group(const float* x, int count, quant::BlockQ8_0* out, float* sca
   _mm256_store_si256(reinterpret_cast<__m256i*>(dhs), dh);
   const __mmask16 valid = __mmask16((1u << count) - 1);
   _mm512_mask_storeu_ps(scales, valid, _mm512_cvtph_ps(dh));
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   __m512i s[16];
   for (int b = 0; b < 16; ++b) {
     const __m512 idb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), id);
-    const __m512i q0 = _mm512_min_epi32(
-        hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(xs[b][0], idb))));
-    const __m512i q1 = _mm512_min_epi32(
-        hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(xs[b][1], idb))));
+    const __m512i q0 = quant16(xs[b][0], idb), q1 = quant16(xs[b][1], idb);
     s[b] = _mm512_add_epi32(q0, q1);
     if (b < count) {
       std::memcpy(&out[b].d, &dhs[b], 2);
@@ -102,7 +107,6 @@ void quantize_group(const float* x, int count, quant::BlockQ8_0* out, float* sca
 void quantize_q8_k_act_avx512(const float* x, int64_t cols, uint8_t* act) {
   auto* out = reinterpret_cast<quant::BlockQ8K*>(act);
   const __m512 sign = _mm512_set1_ps(-0.0f);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   for (int64_t i = 0; i < cols / 256; ++i, x += 256) {
     __m512 xs[16];
     __m512 m = _mm512_setzero_ps();
@@ -117,8 +121,7 @@ void quantize_q8_k_act_avx512(const float* x, int64_t cols, uint8_t* act) {
     const __m512 vid = _mm512_set1_ps(id);
     __m512i q[16];
     for (int g = 0; g < 16; ++g) {
-      q[g] =
-          _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(xs[g], vid))));
+      q[g] = quant16(xs[g], vid);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out[i].qs + 16 * g), _mm512_cvtepi32_epi8(q[g]));
     }
     // bsums[g]: the sum of quants 16 g .. 16 g + 15, exact as int16 (|sum| <= 16 * 127).
