@@ -270,7 +270,7 @@ struct Block32 {
   }
   template <bool kPacked>
   static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
-                         int n_valid) {
+                         int n_valid, bool stream) {
     static_assert(!kPacked || T == WType::Q8_0, "packed codes other than q8_0's widen in the tile");
     const uint8_t* acts = q.amx_acts + size_t(t / 16) * size_t(nb) * kAmxActBlockBytes;
     float* y = q.y + size_t(t) * size_t(q.w->rows) + size_t(r);
@@ -302,6 +302,11 @@ struct Block32 {
         const auto* da = reinterpret_cast<const float*>(a + 512);
         // amx_act_tiles stored Σ a times kOffset (times 1 for the q4_1 / q5_1 mins).
         const auto* asum = reinterpret_cast<const int32_t*>(a + 576);
+        // The first tile of a packed group reads it from memory: kPrefetchFar ahead into L2 (an
+        // expert sees ~32 tokens, two tiles, so its weights' latency showed: pp512 GLM-4.5-Air
+        // Q8_0 cut 341 / 326 / 289 -> 354 / 359 / 314 tok/s alternated; the whole next group
+        // over the first tile instead, a little less; the 30B-A3B Q8_0 cut level).
+        if (stream) prefetch_block<kStride, false>(panel + size_t(b0 + i) * kStride);
         const int32_t* s = sums[c & 1] + i * 256;
         const auto sums_j = [&](int j) { return _mm512_load_si512(s + 16 * j); };
         const auto act_j = [&](int j) { return ActBlock{da[j], asum[j], asum[j]}; };
@@ -521,7 +526,7 @@ struct K4 {
   }
   template <bool kPacked>
   static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
-                         int n_valid) {
+                         int n_valid, bool /*stream: own panels only*/) {
     static_assert(!kPacked, "packed q4_K / q5_K codes widen in the tile: AMX reads own panels");
     const uint8_t* act0 = q.act + size_t(t) * q.act_row_bytes;
     float* y = q.y + size_t(t) * size_t(q.w->rows) + size_t(r);

@@ -27,14 +27,16 @@ void tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_
 // when F::amx_ready(q): the call made what they read) and the CPU does (`amx`:
 // kernels::amx_enabled()), the last one with as few as kAmxFewestTokens; returns the first token
 // left to the VNNI tiles (t stays a multiple of 16 until then). kPacked: the panel is q8_0's
-// packed one, not this call's own.
+// packed one, not this call's own, read from memory: the group's first tile streams the weights
+// ahead of itself into L2 (`stream`), on into the next group.
 template <class F, bool kPacked = false>
 int amx_tiles16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t, int ts_end,
                 bool amx) {
   if constexpr (requires { F::amx_ready(q); })
     if (amx && F::amx_ready(q))
-      for (; t + kAmxFewestTokens <= ts_end; t += 16)
-        F::template tile_amx16<kPacked>(q, panel, nb, r, t, ts_end - t < 16 ? ts_end - t : 16);
+      for (const int first = t; t + kAmxFewestTokens <= ts_end; t += 16)
+        F::template tile_amx16<kPacked>(q, panel, nb, r, t, ts_end - t < 16 ? ts_end - t : 16,
+                                        kPacked && t == first);
   return t < ts_end ? t : ts_end;
 }
 
