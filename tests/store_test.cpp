@@ -244,6 +244,59 @@ TEST(SessionRecords, AWriteOnThePlaceholderOfItsOwnVersionCommits) {
   EXPECT_EQ(records.check("t", "s")->version, (store::SessionVersion{v1.seq + 1, w2}));
 }
 
+// A delete on a replica that does not know a session whose record was evicted while the tenant's
+// id set still names it (found by tests/fault under load: a 404 for a session that was made) is
+// told the session is listed, with nothing written, not that there is none; an id never made is
+// absent. The delete after the placeholder the replica then puts back (nobody filled it in) goes
+// above the newest commit the version witness names, so the replica holding that version finds
+// the session deleted, not behind it (which would mark an acknowledged delete lost).
+TEST(SessionRecords, ADeleteOfAnEvictedRecordItsIdSetNamesIsNoAbsence) {
+  using Outcome = store::SessionWrite::Outcome;
+  using State = store::SessionRecord::State;
+  auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
+  auto cache = make_cache(*model);
+  test::RedisProcess redis;
+  store::RedisPool pool(store::parse_redis_url(redis.url()), store::RedisPoolOptions{}, nullptr);
+  store::StoreMetrics metrics;
+  store::BlockStore blocks(pool, model, cache, metrics, nullptr);
+  store::SessionRecords records(blocks, blocks.ns(), /*grace_ms=*/0);
+  const std::string w1 = store::SessionRecords::new_wid(), w2 = store::SessionRecords::new_wid();
+  ASSERT_EQ(records.write("t", "s", {}, w1, R"({"v":1})", "", 0)->outcome, Outcome::Committed);
+  auto w = records.write("t", "s", {1, w1}, w2, R"({"v":2})", "", 0);
+  ASSERT_EQ(w->outcome, Outcome::Committed);
+  const store::SessionVersion v2{w->seq, w2};
+  const std::string key = redis.cli("--scan --pattern '*s:t:s'");  // evicted, as allkeys-lru would
+  ASSERT_NE(key.find("s:t:s"), std::string::npos) << key;
+  redis.cli("DEL " + key.substr(0, key.find('\n')));
+  w = records.remove("t", "s", /*known_seq=*/0, store::SessionRecords::new_wid());
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->outcome, Outcome::Listed);
+  auto rec = records.check("t", "s");
+  EXPECT_EQ(rec->state, State::Missing);
+  EXPECT_TRUE(rec->listed);
+  EXPECT_EQ(records.remove("t", "never", 0, store::SessionRecords::new_wid())->outcome,
+            Outcome::Absent);
+  // The placeholder of no version the deleting replica puts back; its window (0 ms here) passes
+  // with nobody filling it in.
+  w = records.restore("t", "s", {}, store::SessionRecords::RestoreKind::Ghost, "", "");
+  ASSERT_EQ(w->outcome, Outcome::Committed);
+  ASSERT_EQ(records.check("t", "s")->state, State::Pending);
+  const std::string tomb = store::SessionRecords::new_wid();
+  w = records.remove("t", "s", 0, tomb);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->outcome, Outcome::Committed);
+  EXPECT_GT(w->seq, v2.seq);
+  rec = records.check("t", "s");
+  EXPECT_EQ(rec->state, State::Deleted);
+  EXPECT_EQ(rec->version, (store::SessionVersion{w->seq, tomb}));
+  EXPECT_FALSE(rec->listed);
+  // The replica that held v2 puts it back: the tombstone is newer, nothing is marked lost.
+  EXPECT_EQ(
+      records.restore("t", "s", v2, store::SessionRecords::RestoreKind::Ghost, "", "")->outcome,
+      Outcome::Committed);
+  EXPECT_EQ(records.check("t", "s")->state, State::Deleted);
+}
+
 TEST(StoreKeys, AddressTheLayoutThePartitionAndEveryTokenBefore) {
   auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
   auto cache = make_cache(*model);

@@ -1,7 +1,7 @@
 // The calls the store's end-to-end tests make of replicas (server_store_test, server_store_faults_
-// test, server_sentinel_test): JSON posts and gets under an API key, one call on several replicas
-// with each status checked, a /metrics value, an error's code, and a call repeated while the
-// store is recovering or unavailable.
+// test, server_sentinel_test): JSON posts, gets and deletes under an API key, one call on several
+// replicas with each status checked, a /metrics value, an error's code, and a call repeated while
+// the store is recovering or unavailable.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,6 +24,14 @@ inline HttpReply post(int port, const std::string& path, const ojson& body,
 
 inline HttpReply get(int port, const std::string& path, const std::string& key = "key-a") {
   return get_json(port, path, bearer(key));
+}
+
+inline HttpReply http_delete(int port, const std::string& path, const std::string& key = "key-a") {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  auto r = c.Delete(path.c_str(), {{"Authorization", "Bearer " + key}});
+  if (!r) return {0, "connection failed"};
+  return {r->status, r->body};
 }
 
 // The error's code ("" when the body is not an error).

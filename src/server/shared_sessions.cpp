@@ -303,15 +303,6 @@ void SharedSessions::bring_current(const std::string& tenant, const std::string&
     if (depth > 1) throw unreachable("session '" + id + "' keeps changing in it");
     bring_current(tenant, id, prefill, depth + 1);
   };
-  const auto put_back_unknown = [&] {
-    const store::SessionWrite w = restore(key, Known{});
-    if (w.outcome == store::SessionWrite::Outcome::Lost) {
-      blocks_.metrics().add_session_lost();
-      throw lost(id);
-    }
-    blocks_.metrics().add_recovering();
-    throw recovering(id, std::max<int64_t>(w.recovering_ms, 1));
-  };
   switch (rec->state) {
     case State::Lost:
     case State::Pending:  // a version only remembered, never filled in: lost as well
@@ -320,10 +311,8 @@ void SharedSessions::bring_current(const std::string& tenant, const std::string&
       throw lost(id);
     case State::Missing:
       if (k) return put_back();
-      // Lost, not deleted (the tenant's list still names it), and this replica never held it:
-      // a placeholder opens a recovery window in which the replicas that know it put it back
-      // (it is reported lost if none does).
-      if (rec->listed) return put_back_unknown();
+      // Lost, not deleted (the tenant's list still names it), and this replica never held it.
+      if (rec->listed) put_back_unknown(key);
       throw not_found(id);
     case State::Deleted:
       if (k && k->version.seq > rec->version.seq) return put_back();
@@ -337,6 +326,16 @@ void SharedSessions::bring_current(const std::string& tenant, const std::string&
       if (k && !k->deleted && k->version == rec->version && holds(key)) return;
       return materialise(tenant, id, prefill, depth);
   }
+}
+
+void SharedSessions::put_back_unknown(const Key& key) {
+  const store::SessionWrite w = restore(key, Known{});
+  if (w.outcome == store::SessionWrite::Outcome::Lost) {
+    blocks_.metrics().add_session_lost();
+    throw lost(key.second);
+  }
+  blocks_.metrics().add_recovering();
+  throw recovering(key.second, std::max<int64_t>(w.recovering_ms, 1));
 }
 
 void SharedSessions::materialise(const std::string& tenant, const std::string& id,
@@ -528,6 +527,7 @@ void SharedSessions::publish(Call& call) {
         return undo(lost(call.id_));
       case Outcome::Conflict:
       case Outcome::Absent:
+      case Outcome::Listed:  // (a delete's answer only)
         blocks_.metrics().add_session_conflict();
         if (call.is_new_)
           return undo(ApiError(409, "session '" + call.id_ + "' exists (made on another replica)",
@@ -602,6 +602,10 @@ void SharedSessions::remove(const std::string& tenant, const std::string& id) {
     blocks_.metrics().add_recovering();
     throw recovering(id, w->recovering_ms);
   }
+  // Lost (its record evicted while the tenant's id set still names it) and unknown here: never a
+  // 404 for a session that was made, but the window in which the replicas that know it put it
+  // back, as a lookup gets; the retried delete then lands above what they put back.
+  if (w->outcome == Outcome::Listed) put_back_unknown(key);
   drop_copy(key);
   const bool existed = w->outcome == Outcome::Committed || known_seq > 0;
   if (w->outcome == Outcome::Committed || w->seq > 0) learn(key, {w->seq, wid}, true);

@@ -127,6 +127,11 @@ class SharedSessions {
   // Puts what this replica knows of the session back into the store (the key must be locked;
   // version_only: a placeholder of the version, for a session a call holds).
   store::SessionWrite restore(const Key& key, const Known& k, bool version_only = false);
+  // A session this replica does not know, whose record is missing while the tenant's id set still
+  // names it (lost, not deleted): a placeholder opens a recovery window in which the replicas that
+  // know it put it back (it is reported lost if none does). Throws 503 store_recovering, or 409
+  // session_lost (the key must be locked).
+  [[noreturn]] void put_back_unknown(const Key& key);
   Payload payload(const std::string& tenant, const std::string& id, bool blocks);  // scheduler
   void publish(Call& call);
   void rollback(Call& call);

@@ -127,13 +127,27 @@ return {'committed', seq + 1, 0}
 )lua";
 
 // ARGV[2]: the seq this replica knows (0: none), [3]: the tombstone's wid, [4]: the session id.
-// Returns {'committed' | 'absent' | 'recovering', seq, window ms left}.
+// Returns {'committed' | 'absent' | 'recovering' | 'listed', seq, window ms left}. 'listed': no
+// record, but the tenant's id set names the id: it was lost (evicted), not deleted (a delete
+// takes it out of the set in this script), and this replica does not know it. Nothing is written:
+// the caller puts a placeholder back (as a lookup does), in whose window the replicas that know it
+// restore it. A missing record the set may have lost (set_window) waits for the set's rebuild, as
+// a lookup does. The tombstone goes above the newest commit the version witness names too: a
+// replica that knows a version this one does not must find the session deleted, not behind.
 constexpr const char* kRemove = R"lua(
 if st == 'deleted' and wid == ARGV[3] then return {'committed', seq, 0} end
 if left > 0 then return {'recovering', seq, left} end
 local known = tonumber(ARGV[2])
-if (st == 'missing' or st == 'deleted') and known <= seq then return {'absent', seq, 0} end
-local nseq = math.max(seq, known) + 1
+if (st == 'missing' or st == 'deleted') and known <= seq then
+  if st == 'missing' then
+    if redis.call('SISMEMBER', KEYS[2], ARGV[4]) == 1 then return {'listed', seq, 0} end
+    local l = set_window()
+    if l > 0 then return {'recovering', seq, l} end
+  end
+  return {'absent', seq, 0}
+end
+local seen = redis.call('HGET', vkey, ARGV[4])
+local nseq = math.max(seq, known, tonumber(seen and string.match(seen, '^(%d+):') or '0')) + 1
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'seq', nseq, 'wid', ARGV[3], 'deleted', '1')
 redis.call('SREM', KEYS[2], ARGV[4])
@@ -279,6 +293,7 @@ SessionWrite parse_write(const RedisReply& r) {
               : o == "recovering" ? SessionWrite::Outcome::Recovering
               : o == "lost"       ? SessionWrite::Outcome::Lost
               : o == "absent"     ? SessionWrite::Outcome::Absent
+              : o == "listed"     ? SessionWrite::Outcome::Listed
                                   : SessionWrite::Outcome::Conflict;
   w.seq = to_int(e[1]);
   w.recovering_ms = to_int(e[2]);

@@ -65,6 +65,7 @@ struct SessionWrite {
     Recovering,  // in a recovery window: nothing written, retry after it
     Lost,        // the record is marked lost (or this restore marked it)
     Absent,      // delete: there was no session
+    Listed,      // delete: no record, but the tenant's id set names it (lost, not deleted)
   };
   Outcome outcome = Outcome::Conflict;
   int64_t seq = 0;  // the record's seq after the call
@@ -101,7 +102,9 @@ class SessionRecords {
                                     const SessionVersion& expected, const std::string& wid,
                                     const std::string& meta, const std::string& blob,
                                     int sync_replicas);
-  // A tombstone above the record and above `known_seq` (what this replica knows of it).
+  // A tombstone above the record, above `known_seq` (what this replica knows of it) and above the
+  // newest commit the version witness names. Listed (nothing written) when the record is missing
+  // but the tenant's id set names it: lost, not deleted, and unknown to this replica.
   std::optional<SessionWrite> remove(const std::string& tenant, const std::string& id,
                                      int64_t known_seq, const std::string& wid);
   enum class RestoreKind { Copy, Ghost, Tombstone };
