@@ -100,6 +100,8 @@ FAK_PACKED(IQ4_NL)
 FAK_EXPERT(Q8_0, 12)
 FAK_EXPERT(Q8_0, 26)
 FAK_EXPERT(Q4_K, 12)
+FAK_EXPERT(Q4_K, 16)
+FAK_EXPERT(Q4_K, 20)
 FAK_EXPERT(Q4_K, 26)
 
 // A few tokens against 131072 rows (119 MB of Q8_0) streamed from memory: batched decode and

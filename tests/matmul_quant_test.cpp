@@ -157,8 +157,8 @@ TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
 // AMX (tiles of 16 tokens whose integer sums come from the tile unit) against the VPDPBUSD tiles:
 // the same bits, for token counts that leave VNNI remainders after whole AMX tiles and column
 // counts whose blocks do not fill the tile's chunks of 8, on rows as stored and packed at load
-// (the 32-element types and q4_K / q5_K; q6_K's 16-element scales and the low-bit types stay on
-// VNNI).
+// (the 32-element types, and q4_K / q5_K / q6_K through their scale-digit planes; the low-bit types
+// stay on VNNI).
 TEST_P(MatmulQuant, AmxTilesBitIdenticalToVnni) {
   if (!kernels::cpu_has_amx_int8()) GTEST_SKIP() << "this CPU (or OS) grants no AMX-INT8";
   const WType type = GetParam();

@@ -80,7 +80,8 @@ struct QuantTask {
   float* y = nullptr;  // [n_tokens][w->rows]
   VecDotFn dot = nullptr;
   // The AMX tiles' activations, or null: every tile of 16 tokens (the last one padded with zero
-  // rows), [tile][block] of kAmxActBlockBytes, their quant sums times amx_sum_factor.
+  // rows), [tile][block] of kAmxActBlockBytes, their quant sums times amx_sum_factor (or, for
+  // amx_sum_factor kAmxQ8KFactor, of kAmxQ8KActBlockBytes).
   const uint8_t* amx_acts = nullptr;
   int amx_sum_factor = 0;
 };
@@ -90,6 +91,13 @@ struct QuantTask {
 // tile takes off each sum with one broadcast subtract (the q4_1 / q5_1 tiles, with no offset,
 // take the plain sum for their mins term).
 inline constexpr size_t kAmxActBlockBytes = 16 * 32 + 16 * 4 + 16 * 4;
+// The same for the q4_K / q5_K AMX tiles, whose activations are Q8_K (amx_sum_factor
+// kAmxQ8KFactor marks them): one 256-element block of 16 tokens is their 16 rows of 256 quants
+// (token m's at 256 m), then their 16 scales (float), then per token the four int32 words the
+// mins term takes (word k: the int16 pair of sub-block sums bsum_4k + bsum_4k+1 and
+// bsum_4k+2 + bsum_4k+3, 16 bytes a token).
+inline constexpr size_t kAmxQ8KActBlockBytes = 16 * 256 + 16 * 4 + 16 * 16;
+inline constexpr int kAmxQ8KFactor = -1;
 // What the AMX tiles of weight type t multiply the activation sums by (their codes' offset, or 1
 // for q4_1 / q5_1), or 0 where t's tiles do not take AMX on this CPU (q.amx_acts is then not made).
 int amx_sum_factor(QuantType t);

@@ -161,6 +161,10 @@ int amx_sum_factor(QuantType t) {
     case QuantType::Q4_1:
     case QuantType::Q5_1:
       return 1;
+    case QuantType::Q4_K:
+    case QuantType::Q5_K:
+    case QuantType::Q6_K:
+      return kAmxQ8KFactor;
     default:
       return 0;
   }
@@ -174,6 +178,26 @@ namespace {
 // once per 16 weight rows.
 void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
   const int tiles = (q.n_tokens + 15) / 16;
+  if (q.amx_sum_factor == kAmxQ8KFactor) {  // Q8_K: kAmxQ8KActBlockBytes
+    const int64_t nbk = nb / (quant::kQKK / quant::kQK);
+    buffer.assign(size_t(tiles) * size_t(nbk) * kAmxQ8KActBlockBytes + 64, 0);
+    uint8_t* out = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+    q.amx_acts = out;
+    for (int tile = 0; tile < tiles; ++tile)
+      for (int64_t b = 0; b < nbk; ++b, out += kAmxQ8KActBlockBytes)
+        for (int m = 0; m < 16 && tile * 16 + m < q.n_tokens; ++m) {  // the padding stays zeros
+          const size_t t = size_t(tile) * 16 + size_t(m);
+          const auto& a = reinterpret_cast<const quant::BlockQ8K*>(q.act + t * q.act_row_bytes)[b];
+          std::memcpy(out + 256 * m, a.qs, 256);
+          std::memcpy(out + 4096 + 4 * m, &a.d, 4);
+          for (int k = 0; k < 4; ++k) {
+            const auto pair = [&](int s) { return uint16_t(a.bsums[2 * s] + a.bsums[2 * s + 1]); };
+            const uint32_t word = pair(2 * k) | uint32_t(pair(2 * k + 1)) << 16;
+            std::memcpy(out + 4160 + 16 * m + 4 * k, &word, 4);
+          }
+        }
+    return;
+  }
   buffer.resize(size_t(tiles) * size_t(nb) * kAmxActBlockBytes + 64);
   uint8_t* out = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
   q.amx_acts = out;
@@ -199,7 +223,7 @@ void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
 namespace {
 
 // n_tokens rows of x (cols long) quantised to `at` into p's act rows (padded with zero rows to a
-// whole tile of 16: the q4_K / q5_K AMX tiles read a padded tile's 16 rows in place), with Q8_0's
+// whole tile of 16, which the AMX activation tiles copy), with Q8_0's
 // widened block scales and quant sums where with_scales. Rows of `source` (already quantised the
 // same way, scales and sums included) are copied instead where it is given: row t is its row
 // rows[t].
@@ -289,7 +313,10 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   const bool want_scales = at == QuantType::Q8_0 && panels;
   // The unsigned-code kernels subtract their code offset through the sums (q4_0 / q5_0 on AVX2,
   // q8_0 too with VNNI): they come with the scales.
-  const int amx_factor = want_scales && n_tokens >= kAmxFewestTokens ? amx_sum_factor(qt) : 0;
+  // The AMX tiles' activations: Q8_0 ones with their scales; Q8_K ones for q4_K / q5_K.
+  const bool amx_acts =
+      (want_scales || (at == QuantType::Q8_K && panels)) && n_tokens >= kAmxFewestTokens;
+  const int amx_factor = amx_acts ? amx_sum_factor(qt) : 0;
   const bool want_amx = amx_factor != 0;
   // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
   // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows

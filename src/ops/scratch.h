@@ -8,7 +8,14 @@
 namespace fak::kernels {
 
 // Scratch slots: a kernel uses its own so nested users never share a buffer.
-enum class ScratchSlot : int { kFloatPanel, kPaddedActivations, kQuantPanel, kAttention, kCount };
+enum class ScratchSlot : int {
+  kFloatPanel,
+  kPaddedActivations,
+  kQuantPanel,
+  kAttention,
+  kAmxAccumulators,
+  kCount
+};
 
 // At least `bytes` bytes, 64-byte aligned, owned by the calling thread; the pointer stays valid
 // until the same thread asks the same slot for more. Contents are unspecified.

@@ -83,5 +83,79 @@ template <bool kSignedCodes = false>
 #undef FAK_AMX_BLOCK_PRODUCT
 }
 
+// The K-quant AMX tiles' shapes (gemm_avx512.cpp, K4::tile_amx16): every tile 16 lines of 64
+// bytes. Sums (C) in tiles 0 / 1, activations (A: 16 tokens x 64 bytes) in 2 / 5, codes (B: 16
+// lines of 4 codes for each of 16 rows) in 3, 4 / 6, 7: the second set takes every other 64
+// elements, so a step's loads need not wait for the products before them.
+inline const AmxTileConfig& k64_tile_config() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    for (int t = 0; t < 8; ++t) {
+      c.bytes_per_row[t] = 64;
+      c.rows[t] = 16;
+    }
+    return c;
+  }();
+  return config;
+}
+
+// For one 256-element block: out0[16 m + k] = Σ_e a_m[e] * c0_k[e] and out1 the same over c1, the
+// exact dot products of token m's 256 signed activation bytes (acts + m * act_stride) with row k's
+// unsigned bytes in the two VNNI planes (TDPBSUD; plane line l: elements 4l..4l+3 of row k at bytes
+// 4k..4k+3, 64 lines). |sum| < 256 x 128 x 255 < 2^31. Needs k64_tile_config() loaded.
+[[gnu::always_inline]] inline void amx_block_sums256x2(const uint8_t* acts, size_t act_stride,
+                                                       const uint8_t* plane0, const uint8_t* plane1,
+                                                       int32_t* out0, int32_t* out1) {
+  const long stride = long(act_stride);
+  _tile_zero(0);
+  _tile_zero(1);
+#pragma GCC unroll 2
+  for (int k = 0; k < 4; k += 2) {
+    _tile_loadd(2, acts + 64 * k, stride);
+    _tile_loadd(3, plane0 + 1024 * k, 64);
+    _tile_loadd(4, plane1 + 1024 * k, 64);
+    _tile_dpbsud(0, 2, 3);
+    _tile_dpbsud(1, 2, 4);
+    _tile_loadd(5, acts + 64 * (k + 1), stride);
+    _tile_loadd(6, plane0 + 1024 * (k + 1), 64);
+    _tile_loadd(7, plane1 + 1024 * (k + 1), 64);
+    _tile_dpbsud(0, 5, 6);
+    _tile_dpbsud(1, 5, 7);
+  }
+  _tile_stored(0, out0, 64);
+  _tile_stored(1, out1, 64);
+}
+
+// The same with three planes of signed bytes (TDPBSSD; q6_K's, planes one after another
+// plane_bytes apart) into out[0..2]. |sum| < 256 x 128 x 128 < 2^31.
+[[gnu::always_inline]] inline void amx_block_sums256x3(const uint8_t* acts, size_t act_stride,
+                                                       const uint8_t* planes, size_t plane_bytes,
+                                                       int32_t (*out)[256]) {
+  const long stride = long(act_stride);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+#pragma GCC unroll 2
+  for (int k = 0; k < 4; k += 2) {
+    _tile_loadd(3, acts + 64 * k, stride);
+    _tile_loadd(4, planes + 1024 * k, 64);
+    _tile_loadd(5, planes + plane_bytes + 1024 * k, 64);
+    _tile_loadd(6, planes + 2 * plane_bytes + 1024 * k, 64);
+    _tile_dpbssd(0, 3, 4);
+    _tile_dpbssd(1, 3, 5);
+    _tile_dpbssd(2, 3, 6);
+    _tile_loadd(7, acts + 64 * (k + 1), stride);
+    _tile_loadd(4, planes + 1024 * (k + 1), 64);
+    _tile_loadd(5, planes + plane_bytes + 1024 * (k + 1), 64);
+    _tile_loadd(6, planes + 2 * plane_bytes + 1024 * (k + 1), 64);
+    _tile_dpbssd(0, 7, 4);
+    _tile_dpbssd(1, 7, 5);
+    _tile_dpbssd(2, 7, 6);
+  }
+  _tile_stored(0, out[0], 64);
+  _tile_stored(1, out[1], 64);
+  _tile_stored(2, out[2], 64);
+}
+
 }  // namespace FAK_ISA_NS
 }  // namespace fak::kernels

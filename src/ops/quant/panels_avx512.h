@@ -9,6 +9,7 @@
 
 #include "core/isa_namespace.h"
 #include "ops/matmul_kernels.h"
+#include "ops/quant/gemm_avx2.h"
 #include "quant/avx2_common.h"
 #include "quant/quant_blocks.h"
 
@@ -122,6 +123,25 @@ inline __m512 e8m0_half_x16(const uint8_t* p) {
   const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
   return _mm512_castsi512_ps(
       _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), subnormal, normal));
+}
+
+// The fp16 at rows[i] + offset for the 16 rows, as 16 floats stored at out.
+inline void store_scales16(const uint8_t* const* rows, size_t offset, uint8_t* out) {
+  _mm256_store_ps(reinterpret_cast<float*>(out), gather_f16x8(rows, offset));
+  _mm256_store_ps(reinterpret_cast<float*>(out + 32), gather_f16x8(rows + 8, offset));
+}
+
+inline __m512 load_ps(const uint8_t* p) {
+  return _mm512_load_ps(reinterpret_cast<const float*>(p));
+}
+inline __m512i load_si(const uint8_t* p) {
+  return _mm512_load_si512(reinterpret_cast<const __m512i*>(p));
+}
+// 16 fp16 values at src stored widened as 16 floats at dst (64-byte aligned): a packed block's
+// scales into a call's own panel.
+inline void store_f16x16(const uint8_t* src, uint8_t* dst) {
+  _mm512_store_ps(reinterpret_cast<float*>(dst),
+                  _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))));
 }
 
 // MXFP4 nibbles (0..15, one per byte) -> their doubled E2M1 values + 12 (0..24, unsigned), as

@@ -1,0 +1,71 @@
+// The AMX planes tiles' pass over a panel (gemm_k4_avx512.cpp's q4_K / q5_K, gemm_q6k_avx512.cpp's
+// q6_K): a family F whose AMX panel holds its codes times its sub-block scales in planes of one
+// scale digit each. Only for files compiled with AVX-512 and -mamx-tile -mamx-int8.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/isa_namespace.h"
+#include "ops/cpu/amx_tiles.h"
+#include "ops/matmul_kernels.h"
+#include "ops/quant/block_sums_amx.h"
+
+namespace fak::kernels {
+inline namespace FAK_ISA_NS {
+
+// The AMX planes tiles of F (K4, Q6K: kAmxPanelBytes, kPlanes, block_products, block_float_steps):
+// the tokens [ts, ts_end) of this call's AMX panel over its blocks [b0, b1), rows from r, in tiles
+// of 16 (the activation tiles q.amx_acts padded with zero tokens). Each tile's accumulators start
+// from zero at block 0, else from acc_rows (a tile's 16 x 16 floats at 256 i) where the previous
+// range left them, and are left there again, or stored to y after the last block: the same steps
+// in the same order per output as one pass over every block. A range of a few blocks keeps its
+// panel in L1 while every tile reads it (from L2, the planes' lines cost more than the tile
+// products). The products of the next (tile, block) are issued before the float steps of this
+// one, so the tile unit and the vector units work at once.
+template <class F>
+void amx_planes_pass_of(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int ts,
+                        int ts_end, int64_t b0, int64_t b1, float* acc_rows) {
+  const int tiles = (ts_end - ts + 15) / 16;
+  const int64_t nbc = b1 - b0;
+  const int64_t items = int64_t(tiles) * nbc;
+  const auto act_block = [&](int i, int64_t b) {
+    return q.amx_acts + (size_t(ts / 16 + i) * size_t(nb) + size_t(b)) * kAmxQ8KActBlockBytes;
+  };
+  alignas(64) int32_t sums[2][F::kPlanes][256];  // [item parity][plane]: token j's rows at 16 j
+  const auto products = [&](int64_t item) {
+    const int64_t b = b0 + item % nbc;
+    F::block_products(act_block(int(item / nbc), b), panel + size_t(b) * F::kAmxPanelBytes,
+                      sums[item & 1]);
+  };
+  amx_use_config(k64_tile_config());
+  products(0);
+  for (int i = 0; i < tiles; ++i) {
+    float* ar = acc_rows + size_t(i) * 256;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j)
+      acc[j] = b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(ar + 16 * j);
+    for (int64_t bb = 0; bb < nbc; ++bb) {
+      const int64_t item = int64_t(i) * nbc + bb;
+      if (item + 1 < items) products(item + 1);
+      F::block_float_steps(acc, sums[item & 1], panel + size_t(b0 + bb) * F::kAmxPanelBytes,
+                           act_block(i, b0 + bb));
+    }
+    if (b1 < nb) {
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) _mm512_store_ps(ar + 16 * j, acc[j]);
+      continue;
+    }
+    const int t = ts + 16 * i, n_valid = ts_end - t < 16 ? ts_end - t : 16;
+    float* y = q.y + size_t(t) * size_t(q.w->rows) + size_t(r);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j)
+      if (j < n_valid) _mm512_storeu_ps(y + size_t(j) * size_t(q.w->rows), acc[j]);
+  }
+}
+
+}  // namespace FAK_ISA_NS
+}  // namespace fak::kernels
