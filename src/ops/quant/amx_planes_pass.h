@@ -67,5 +67,40 @@ void amx_planes_pass_of(const QuantTask& q, const uint8_t* panel, int64_t nb, in
   }
 }
 
+// One tile of tokens [ts, ts_end) (at most 16) with the panel made as it goes: prep_block(b) makes
+// block b of the AMX panel, block b + 1's while the tile unit makes block b's products, so the
+// vector units' repack and float steps and the tile unit's products overlap (a call of one tile
+// otherwise repacked the whole group first, the tile unit idle). Same steps in the same order per
+// output as amx_planes_pass_of.
+template <class F, class PrepBlock>
+void amx_planes_fused_of(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
+                         int ts_end, PrepBlock prep_block) {
+  const uint8_t* acts = q.amx_acts + size_t(ts / 16) * size_t(nb) * kAmxQ8KActBlockBytes;
+  alignas(64) int32_t sums[2][F::kPlanes][256];
+  const auto products = [&](int64_t b) {
+    F::block_products(acts + size_t(b) * kAmxQ8KActBlockBytes,
+                      panel + size_t(b) * F::kAmxPanelBytes, sums[b & 1]);
+  };
+  amx_use_config(k64_tile_config());
+  prep_block(0);
+  products(0);
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b + 1 < nb) {
+      prep_block(b + 1);
+      products(b + 1);
+    }
+    F::block_float_steps(acc, sums[b & 1], panel + size_t(b) * F::kAmxPanelBytes,
+                         acts + size_t(b) * kAmxQ8KActBlockBytes);
+  }
+  const int n_valid = ts_end - ts < 16 ? ts_end - ts : 16;
+  float* y = q.y + size_t(ts) * size_t(q.w->rows) + size_t(r);
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j)
+    if (j < n_valid) _mm512_storeu_ps(y + size_t(j) * size_t(q.w->rows), acc[j]);
+}
+
 }  // namespace FAK_ISA_NS
 }  // namespace fak::kernels

@@ -201,10 +201,12 @@ struct K4 {
     }
   }
 
+  // Blocks [b0, b1) of the AMX panel (of nb).
   [[gnu::target("avx512vbmi")]] static void prep_amx(const uint8_t* const* rows, int64_t nb,
-                                                     uint8_t* panel, NextRows& next) {
+                                                     uint8_t* panel, NextRows& next, int64_t b0,
+                                                     int64_t b1) {
     alignas(64) uint8_t block[kPanelBytes];
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       next.upto(b, nb);
       prep_block(rows, b, block);
       uint8_t* a = panel + size_t(b) * kAmxPanelBytes;
@@ -220,8 +222,9 @@ struct K4 {
 
   // From packed blocks straight into the planes (prep_packed_block's steps, codes never stored).
   [[gnu::target("avx512vbmi")]] static void prep_packed_amx(const uint8_t* packed, int64_t nb,
-                                                            uint8_t* panel, NextRows& next) {
-    for (int64_t b = 0; b < nb; ++b) {
+                                                            uint8_t* panel, NextRows& next,
+                                                            int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
       next.upto(b, nb);
       const uint8_t* pk = packed + size_t(b) * kPackedBytes;
       uint8_t* a = panel + size_t(b) * kAmxPanelBytes;
@@ -367,6 +370,11 @@ struct K4 {
   }
   static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
                               int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows);
+  template <class PrepBlock>
+  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
+                               int ts_end, PrepBlock prep_block) {
+    amx_planes_fused_of<K4>(q, panel, nb, r, ts, ts_end, prep_block);
+  }
 };
 
 template <bool kFiveBit>

@@ -358,9 +358,10 @@ template <class F, QuantTileFn kGemv>
 void rows_packed_lowbit(const QuantTask& q, int64_t r0, int64_t r1) {
   if (q.n_tokens <= kLowbitPackedGemvTokens) return kGemv(q, r0, r1);
   const int64_t nb = q.w->cols / F::kBlock;
-  tiles_over_panels16<F>(q, r0, r1, [&](int64_t r, uint8_t* panel, NextRows& next, bool) {
-    F::prep_packed(q.w->row(r), nb, panel, next);
-  });
+  tiles_over_panels16<F>(q, r0, r1,
+                         [&](int64_t r, uint8_t* panel, NextRows& next, bool, int64_t, int64_t) {
+                           F::prep_packed(q.w->row(r), nb, panel, next);
+                         });
 }
 
 }  // namespace

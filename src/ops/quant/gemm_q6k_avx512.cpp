@@ -170,9 +170,11 @@ struct Q6K {
     }
   }
 
-  static void prep_amx(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
+  // Blocks [b0, b1) of the AMX panel (of nb).
+  static void prep_amx(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next,
+                       int64_t b0, int64_t b1) {
     alignas(64) uint8_t block[kPanelBytes];
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       next.upto(b, nb);
       prep_block(rows, b, block);
       uint8_t* a = panel + size_t(b) * kAmxPanelBytes;
@@ -184,8 +186,9 @@ struct Q6K {
     }
   }
 
-  static void prep_packed_amx(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next) {
-    for (int64_t b = 0; b < nb; ++b) {
+  static void prep_packed_amx(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next,
+                              int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
       next.upto(b, nb);
       const uint8_t* pk = packed + size_t(b) * size_t(quant::kPackedQ6KBlockBytes);
       uint8_t* a = panel + size_t(b) * kAmxPanelBytes;
@@ -220,6 +223,11 @@ struct Q6K {
   }
   static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
                               int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows);
+  template <class PrepBlock>
+  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
+                               int ts_end, PrepBlock prep_block) {
+    amx_planes_fused_of<Q6K>(q, panel, nb, r, ts, ts_end, prep_block);
+  }
 
   // kPacked: a prepacked panel instead of this call's own, widened here per block.
   template <int TT, bool kPacked = false>

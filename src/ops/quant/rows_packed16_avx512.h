@@ -55,19 +55,20 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / P::kBlock;
   const size_t group_bytes = size_t(kRows) * q.w->row_bytes;
   constexpr int kOwnPanelsFrom = 3 * P::kTT;  // tokens
-  // The AMX planes (a call's own, made from the packed blocks) from a whole tile of tokens: below
-  // it the VNNI tiles on the packed blocks cost less than making the planes for one tile (one
-  // core, 768 x 1024 q4_K, matmul_quant_bench Q4_K_expert_*: 12 tokens 136 against 100 GMAC/s,
-  // 16 134 against 143, 26 159 against 173).
-  constexpr int kAmxPlanesFrom = 16;
+  // The AMX planes (a call's own, made from the packed blocks) from this many tokens: below it the
+  // VNNI tiles on the packed blocks cost less than making the planes for one tile (one core, 768 x
+  // 1024 q4_K, matmul_quant_bench Q4_K_expert_*: 12 tokens 142 GMAC/s through the VNNI tiles,
+  // about level with one AMX tile; 16 134 against 192).
+  constexpr int kAmxPlanesFrom = 12;
   const bool amx = amx_enabled();
   if constexpr (P::kWidensInTile)
     if (q.n_tokens >= kOwnPanelsFrom ||
         (q.n_tokens >= kAmxPlanesFrom && amx_planes<typename P::F>(q)))
       return tiles_over_panels16<typename P::F>(
-          q, r0, r1, [&](int64_t r, uint8_t* panel, NextRows& next, bool amx_layout) {
+          q, r0, r1,
+          [&](int64_t r, uint8_t* panel, NextRows& next, bool amx_layout, int64_t b0, int64_t b1) {
             if constexpr (requires { P::F::kAmxPanelBytes; })
-              if (amx_layout) return P::F::prep_packed_amx(q.w->row(r), nb, panel, next);
+              if (amx_layout) return P::F::prep_packed_amx(q.w->row(r), nb, panel, next, b0, b1);
             P::F::prep_packed(q.w->row(r), nb, panel, next);
           });
   constexpr int kTokenSuperBlock = 512;

@@ -40,11 +40,12 @@ int amx_tiles16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
   return t < ts_end ? t : ts_end;
 }
 
-// Blocks of an AMX planes panel every token tile passes over before the next ones, where a call
-// has more than two tiles (fewer: one pass over every block, the tiles' products and float steps
-// overlapping across more of them). One block's 9 KB stays in L1 while every tile reads it; one
-// core, 4864 x 1024 q4_K packed, 128 tokens (matmul_quant_bench Q4_K_prefill128_packed): 353 /
-// 323 / 314 / 291 GMAC/s passing over 1 / 2 / 4 / all 4 blocks.
+// Blocks of an AMX planes panel made at a time, every token tile then passing over them (calls of
+// more than one tile): one block's 9-12 KB stays in L1 while every tile reads it, and its repack
+// on the vector units overlaps the tile unit's products of the block before. One core, 4864 x
+// 1024 q4_K packed, 128 tokens (matmul_quant_bench Q4_K_prefill128_packed): tiles over 1 / 2 / 4 /
+// all 4 blocks of a panel made whole first 353 / 323 / 314 / 291 GMAC/s, made a block at a time
+// 383; 26 tokens on 768 rows 199 -> 232.
 inline constexpr int64_t kAmxPlanesBlocks = 1;
 
 // Whether F's AMX tiles read a panel of their own layout (F::kAmxPanelBytes, made by
@@ -57,9 +58,9 @@ bool amx_planes(const QuantTask& q) {
 }
 
 // Rows [r0, r_end) (whole groups of 16) for every token through F's tiles, each group's panel
-// made by prep(r, panel, next, amx_layout), which prefetches `next` (the next group) over its
-// blocks; amx_layout: the panel F's AMX planes tiles read (amx_planes), which then take every
-// token, the last tile padded.
+// made by prep(r, panel, next, amx_layout, b0, b1), which prefetches `next` (the next group) over
+// its blocks; amx_layout: the panel F's AMX planes tiles read (amx_planes), which then take every
+// token, the last tile padded, made blocks [b0, b1) at a time (the other layout: all at once).
 template <class F, class Prep>
 void tiles_over_panels16(const QuantTask& q, int64_t r0, int64_t r_end, Prep prep) {
   const int64_t nb = q.w->cols / F::kBlock;
@@ -79,18 +80,24 @@ void tiles_over_panels16(const QuantTask& q, int64_t r0, int64_t r_end, Prep pre
     for (int64_t r = r0; r < r_end; r += kRows) {
       NextRows next;
       if (r + 2 * kRows <= q.w->rows) next = {q.w->row(r + kRows), kRows * q.w->row_bytes, 0};
-      prep(r, panel, next, planes);
       if constexpr (requires { F::kAmxPanelBytes; })
         if (planes) {
+          if (ts_end - ts <= 16) {
+            F::amx_planes_fused(q, panel, nb, r, ts, ts_end,
+                                [&](int64_t b) { prep(r, panel, next, true, b, b + 1); });
+            continue;
+          }
           auto* acc = static_cast<float*>(
               thread_scratch(ScratchSlot::kAmxAccumulators,
                              size_t((ts_end - ts + 15) / 16) * 256 * sizeof(float)));
-          const int64_t chunk = ts_end - ts <= 32 ? nb : kAmxPlanesBlocks;
-          for (int64_t b0 = 0; b0 < nb; b0 += chunk)
-            F::amx_planes_pass(q, panel, nb, r, ts, ts_end, b0, nb - b0 < chunk ? nb : b0 + chunk,
-                               acc);
+          for (int64_t b0 = 0; b0 < nb; b0 += kAmxPlanesBlocks) {
+            const int64_t b1 = nb - b0 < kAmxPlanesBlocks ? nb : b0 + kAmxPlanesBlocks;
+            prep(r, panel, next, true, b0, b1);
+            F::amx_planes_pass(q, panel, nb, r, ts, ts_end, b0, b1, acc);
+          }
           continue;
         }
+      prep(r, panel, next, false, 0, nb);
       int t = amx_tiles16<F>(q, panel, nb, r, ts, ts_end, amx);
       for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
       if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
@@ -104,14 +111,15 @@ template <class F>
 void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
   const int64_t nb = q.w->cols / F::kBlock;
   const int64_t r_end = r0 + (r1 - r0) / kRows * kRows;
-  tiles_over_panels16<F>(q, r0, r_end,
-                         [&](int64_t r, uint8_t* panel, NextRows& next, bool amx_layout) {
-                           const uint8_t* rows[kRows];
-                           for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
-                           if constexpr (requires { F::kAmxPanelBytes; })
-                             if (amx_layout) return F::prep_amx(rows, nb, panel, next);
-                           F::prep(rows, nb, panel, next);
-                         });
+  tiles_over_panels16<F>(
+      q, r0, r_end,
+      [&](int64_t r, uint8_t* panel, NextRows& next, bool amx_layout, int64_t b0, int64_t b1) {
+        const uint8_t* rows[kRows];
+        for (int i = 0; i < kRows; ++i) rows[i] = q.w->row(r + i);
+        if constexpr (requires { F::kAmxPanelBytes; })
+          if (amx_layout) return F::prep_amx(rows, nb, panel, next, b0, b1);
+        F::prep(rows, nb, panel, next);
+      });
   if (r_end >= r1) return;
   if (QuantTileFn avx2 = quant_tile_avx2(F::kType)) return avx2(q, r_end, r1);
   for (int64_t r = r_end; r < r1; ++r)  // types without AVX2 panels (q4_1 / q5_1): the same bits
