@@ -43,6 +43,18 @@ std::string message_of(const std::function<void()>& fn) {
   return "";
 }
 
+// Session records on a real redis of their own, over the bundled model's block store.
+struct RecordsRig {
+  std::shared_ptr<const Model> model =
+      Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
+  std::shared_ptr<KvCache> cache = make_cache(*model);
+  test::RedisProcess redis;
+  store::RedisPool pool{store::parse_redis_url(redis.url()), store::RedisPoolOptions{}, nullptr};
+  store::StoreMetrics metrics;
+  store::BlockStore blocks{pool, model, cache, metrics, nullptr};
+  store::SessionRecords records{blocks, blocks.ns(), /*grace_ms=*/0};
+};
+
 }  // namespace
 
 TEST(RedisUrl, AcceptsTheFormsRedisCliDoes) {
@@ -201,13 +213,9 @@ TEST(RedisPool, AStalledStoreTimesOutQuickly) {
 TEST(SessionRecords, AWriteOnThePlaceholderOfItsOwnVersionCommits) {
   using Outcome = store::SessionWrite::Outcome;
   using State = store::SessionRecord::State;
-  auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
-  auto cache = make_cache(*model);
-  test::RedisProcess redis;
-  store::RedisPool pool(store::parse_redis_url(redis.url()), store::RedisPoolOptions{}, nullptr);
-  store::StoreMetrics metrics;
-  store::BlockStore blocks(pool, model, cache, metrics, nullptr);
-  store::SessionRecords records(blocks, blocks.ns(), /*grace_ms=*/0);
+  RecordsRig rig;
+  test::RedisProcess& redis = rig.redis;
+  store::SessionRecords& records = rig.records;
   const std::string meta = R"({"v":1})";
   const std::string w1 = store::SessionRecords::new_wid();
   auto w = records.write("t", "s", {}, w1, meta, "", 0);
@@ -253,13 +261,9 @@ TEST(SessionRecords, AWriteOnThePlaceholderOfItsOwnVersionCommits) {
 TEST(SessionRecords, ADeleteOfAnEvictedRecordItsIdSetNamesIsNoAbsence) {
   using Outcome = store::SessionWrite::Outcome;
   using State = store::SessionRecord::State;
-  auto model = Model::load(test::source_path("models/pycoder-6m"), {.load_tokenizer = false});
-  auto cache = make_cache(*model);
-  test::RedisProcess redis;
-  store::RedisPool pool(store::parse_redis_url(redis.url()), store::RedisPoolOptions{}, nullptr);
-  store::StoreMetrics metrics;
-  store::BlockStore blocks(pool, model, cache, metrics, nullptr);
-  store::SessionRecords records(blocks, blocks.ns(), /*grace_ms=*/0);
+  RecordsRig rig;
+  test::RedisProcess& redis = rig.redis;
+  store::SessionRecords& records = rig.records;
   const std::string w1 = store::SessionRecords::new_wid(), w2 = store::SessionRecords::new_wid();
   ASSERT_EQ(records.write("t", "s", {}, w1, R"({"v":1})", "", 0)->outcome, Outcome::Committed);
   auto w = records.write("t", "s", {1, w1}, w2, R"({"v":2})", "", 0);
