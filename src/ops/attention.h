@@ -2,7 +2,8 @@
 //
 // note: each query's result depends only on that query and the keys/values at positions
 // [0, its own position]: scores, softmax and the weighted V sum are computed in the same order in
-// prefill and in decode, so a cache hit, a replay or a batched step reproduce a cold run bit for bit.
+// prefill and in decode, so a cache hit, a replay or a batched step reproduce a cold run bit for
+// bit.
 #pragma once
 
 #include <cstdint>

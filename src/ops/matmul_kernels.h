@@ -91,12 +91,14 @@ struct QuantTask {
 // tile takes off each sum with one broadcast subtract (the q4_1 / q5_1 tiles, with no offset,
 // take the plain sum for their mins term).
 inline constexpr size_t kAmxActBlockBytes = 16 * 32 + 16 * 4 + 16 * 4;
-// The same for the q4_K / q5_K AMX tiles, whose activations are Q8_K (amx_sum_factor
-// kAmxQ8KFactor marks them): one 256-element block of 16 tokens is their 16 rows of 256 quants
-// (token m's at 256 m), then their 16 scales (float), then per token the four int32 words the
-// mins term takes (word k: the int16 pair of sub-block sums bsum_4k + bsum_4k+1 and
-// bsum_4k+2 + bsum_4k+3, 16 bytes a token).
-inline constexpr size_t kAmxQ8KActBlockBytes = 16 * 256 + 16 * 4 + 16 * 16;
+// The same for the K-quant AMX tiles (q2_K, q4_K, q5_K, q6_K), whose activations are Q8_K
+// (amx_sum_factor kAmxQ8KFactor marks them): one 256-element block of 16 tokens is their 16 rows of
+// 256 quants (token m's at 256 m), their 16 scales (float), per token the four int32 words the
+// q4_K / q5_K mins term takes (word k: the int16 pair of sub-block sums bsum_4k + bsum_4k+1 and
+// bsum_4k+2 + bsum_4k+3, 16 bytes a token), then per token its 16 bsums as stored (32 bytes).
+inline constexpr size_t kAmxQ8KActScalesAt = 16 * 256, kAmxQ8KActPairsAt = kAmxQ8KActScalesAt + 64,
+                        kAmxQ8KActBsumsAt = kAmxQ8KActPairsAt + 16 * 16;
+inline constexpr size_t kAmxQ8KActBlockBytes = kAmxQ8KActBsumsAt + 16 * 32;
 inline constexpr int kAmxQ8KFactor = -1;
 // What the AMX tiles of weight type t multiply the activation sums by (their codes' offset, or 1
 // for q4_1 / q5_1), or 0 where t's tiles do not take AMX on this CPU (q.amx_acts is then not made).

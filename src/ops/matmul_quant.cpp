@@ -161,6 +161,8 @@ int amx_sum_factor(QuantType t) {
     case QuantType::Q4_1:
     case QuantType::Q5_1:
       return 1;
+    case QuantType::Q2_K:
+    case QuantType::Q3_K:
     case QuantType::Q4_K:
     case QuantType::Q5_K:
     case QuantType::Q6_K:
@@ -189,12 +191,13 @@ void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
           const size_t t = size_t(tile) * 16 + size_t(m);
           const auto& a = reinterpret_cast<const quant::BlockQ8K*>(q.act + t * q.act_row_bytes)[b];
           std::memcpy(out + 256 * m, a.qs, 256);
-          std::memcpy(out + 4096 + 4 * m, &a.d, 4);
+          std::memcpy(out + kAmxQ8KActScalesAt + 4 * m, &a.d, 4);
           for (int k = 0; k < 4; ++k) {
             const auto pair = [&](int s) { return uint16_t(a.bsums[2 * s] + a.bsums[2 * s + 1]); };
             const uint32_t word = pair(2 * k) | uint32_t(pair(2 * k + 1)) << 16;
-            std::memcpy(out + 4160 + 16 * m + 4 * k, &word, 4);
+            std::memcpy(out + kAmxQ8KActPairsAt + 16 * m + 4 * k, &word, 4);
           }
+          std::memcpy(out + kAmxQ8KActBsumsAt + 32 * m, a.bsums, 32);
         }
     return;
   }

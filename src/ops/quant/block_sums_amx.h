@@ -103,10 +103,17 @@ inline const AmxTileConfig& k64_tile_config() {
 // exact dot products of token m's 256 signed activation bytes (acts + m * act_stride) with row k's
 // unsigned bytes in the two VNNI planes (TDPBSUD; plane line l: elements 4l..4l+3 of row k at bytes
 // 4k..4k+3, 64 lines). |sum| < 256 x 128 x 255 < 2^31. Needs k64_tile_config() loaded.
+// kSigned: both planes signed bytes (TDPBSSD), for q3_K's signed digits.
+template <bool kSigned = false>
 [[gnu::always_inline]] inline void amx_block_sums256x2(const uint8_t* acts, size_t act_stride,
                                                        const uint8_t* plane0, const uint8_t* plane1,
                                                        int32_t* out0, int32_t* out1) {
   const long stride = long(act_stride);
+#define FAK_AMX_PLANE_PRODUCT(c, a, b) \
+  if constexpr (kSigned)               \
+    _tile_dpbssd(c, a, b);             \
+  else                                 \
+    _tile_dpbsud(c, a, b)
   _tile_zero(0);
   _tile_zero(1);
 #pragma GCC unroll 2
@@ -114,16 +121,34 @@ inline const AmxTileConfig& k64_tile_config() {
     _tile_loadd(2, acts + 64 * k, stride);
     _tile_loadd(3, plane0 + 1024 * k, 64);
     _tile_loadd(4, plane1 + 1024 * k, 64);
-    _tile_dpbsud(0, 2, 3);
-    _tile_dpbsud(1, 2, 4);
+    FAK_AMX_PLANE_PRODUCT(0, 2, 3);
+    FAK_AMX_PLANE_PRODUCT(1, 2, 4);
     _tile_loadd(5, acts + 64 * (k + 1), stride);
     _tile_loadd(6, plane0 + 1024 * (k + 1), 64);
     _tile_loadd(7, plane1 + 1024 * (k + 1), 64);
-    _tile_dpbsud(0, 5, 6);
-    _tile_dpbsud(1, 5, 7);
+    FAK_AMX_PLANE_PRODUCT(0, 5, 6);
+    FAK_AMX_PLANE_PRODUCT(1, 5, 7);
   }
   _tile_stored(0, out0, 64);
   _tile_stored(1, out1, 64);
+#undef FAK_AMX_PLANE_PRODUCT
+}
+
+// The same with one plane of unsigned bytes into out (q2_K's codes times their scales).
+[[gnu::always_inline]] inline void amx_block_sums256x1(const uint8_t* acts, size_t act_stride,
+                                                       const uint8_t* plane, int32_t* out) {
+  const long stride = long(act_stride);
+  _tile_zero(0);
+#pragma GCC unroll 2
+  for (int k = 0; k < 4; k += 2) {
+    _tile_loadd(2, acts + 64 * k, stride);
+    _tile_loadd(3, plane + 1024 * k, 64);
+    _tile_dpbsud(0, 2, 3);
+    _tile_loadd(5, acts + 64 * (k + 1), stride);
+    _tile_loadd(6, plane + 1024 * (k + 1), 64);
+    _tile_dpbsud(0, 5, 6);
+  }
+  _tile_stored(0, out, 64);
 }
 
 // The same with three planes of signed bytes (TDPBSSD; q6_K's, planes one after another

@@ -358,8 +358,8 @@ struct K4 {
     __m512i mp[4];
     for (int k = 0; k < 4; ++k) mp[k] = load_si(p + kOffMp + 64 * k);
     const __m512 dw = load_ps(p), dmw = load_ps(p + 64);
-    const auto* da = reinterpret_cast<const float*>(act + 4096);
-    const auto* pairs = reinterpret_cast<const int32_t*>(act + 4160);
+    const auto* da = reinterpret_cast<const float*>(act + kAmxQ8KActScalesAt);
+    const auto* pairs = reinterpret_cast<const int32_t*>(act + kAmxQ8KActPairsAt);
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
       const __m512i isum =

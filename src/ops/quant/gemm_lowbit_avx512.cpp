@@ -2,7 +2,8 @@
 // panels widened to 16 rows in the 16 int32 lanes, vpdpbusd doing 4 code x activation products per
 // lane (codes unsigned, activations signed) into int32 with no intermediate rounding or saturation.
 //   q2_K    codes premultiplied by their sub-block scale (q * sc <= 45 fits a byte), so a block is
-//           64 vpdpbusd into one sum, and the mins come off as a second fma (as dot_q2_k)
+//           64 vpdpbusd into one sum (on AMX: four tile products), and the mins come off as a
+//           second fma (as dot_q2_k)
 //   q3_K    codes q + 4 in [0, 7]; per sub-block of 16, 4 vpdpbusd, times the signed scale, and
 //           4 Σ_k sc_k bsum_k off the block's sum
 //   iq4_xs  grid values + 128 in [1, 241]; per sub-block of 32, 8 vpdpbusd, less 128 Σ a, times
@@ -16,6 +17,8 @@
 #include <type_traits>
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
+#include "ops/quant/amx_planes_pass.h"
+#include "ops/quant/block_sums_amx.h"
 #include "ops/quant/gemm_avx2.h"
 #include "ops/quant/packed_lowbit_avx512.h"
 #include "ops/quant/panels_avx512.h"
@@ -138,12 +141,21 @@ struct Sub16 {
   // dwords are in lanes already, so each code register is one packed register's codes
   // (packed_lowbit_avx512.h), and the scales are widened on all 16 rows at once.
   static void prep_packed(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next) {
-    constexpr size_t kPackedBytes = kQ2 ? kPackedQ2KBlockBytes : kPackedQ3KBlockBytes;
-    constexpr size_t kCodes = kQ2 ? kPackedQ2KCodesOffset : kPackedQ3KCodesOffset;
-    for (int64_t b = 0; b < nb; ++b) {
+    prep_packed_range(packed, nb, panel, next, 0, nb);
+  }
+  // Blocks [b0, b1) of it.
+  static void prep_packed_range(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next,
+                                int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
       next.upto(b, nb);
-      const uint8_t* p = packed + size_t(b) * kPackedBytes;
-      uint8_t* out = panel + size_t(b) * kPanelBytes;
+      prep_packed_block(packed + size_t(b) * kPackedBytes, panel + size_t(b) * kPanelBytes);
+    }
+  }
+  static constexpr size_t kPackedBytes = kQ2 ? kPackedQ2KBlockBytes : kPackedQ3KBlockBytes;
+  // The packed block at p as its panel block at out.
+  static void prep_packed_block(const uint8_t* p, uint8_t* out) {
+    constexpr size_t kCodes = kQ2 ? kPackedQ2KCodesOffset : kPackedQ3KCodesOffset;
+    {
       store_f16x16_as_floats(out, p);
       __m512i sc_bytes[4];  // byte c of register d: the scale of sub-block 4d + c (q3_K: + 32)
       if constexpr (kQ2) {
@@ -232,6 +244,151 @@ struct Sub16 {
     }
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+};
+
+// q2_K on AMX: its panel's codes, already times their sub-block scale (<= 45), are one plane
+// (amx_planes_pass.h) the tile unit multiplies by the activations over the whole 256-element block
+// (TDPBSUD); then per token the VNNI tile's float steps, the mins term from the activation tile's
+// bsums. The same integers, the same steps: the same bits.
+struct Q2K : Sub16<true> {
+  static constexpr int kPlanes = 1, kOffPlanes = kOffCodes, kAmxPanelBytes = kPanelBytes;
+  static bool amx_planes_ready(const QuantTask& q) {
+    return q.amx_acts != nullptr && q.amx_sum_factor == kAmxQ8KFactor;
+  }
+  static void prep_amx(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next,
+                       int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      next.upto(b, nb);
+      prep_block(rows, b, panel + size_t(b) * kPanelBytes);
+    }
+  }
+  static void prep_packed_amx(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next,
+                              int64_t b0, int64_t b1) {
+    prep_packed_range(packed, nb, panel, next, b0, b1);
+  }
+  static void block_products(const uint8_t* act, const uint8_t* p, int32_t (*sums)[256]) {
+    amx_block_sums256x1(act, 256, p + kOffPlanes, sums[0]);
+  }
+  [[gnu::always_inline]] static void block_float_steps(__m512 acc[16], const int32_t (*sums)[256],
+                                                       const uint8_t* p, const uint8_t* act) {
+    const __m512 dw = load_ps(p), dmw = load_ps(p + 64);
+    const auto* da = reinterpret_cast<const float*>(act + kAmxQ8KActScalesAt);
+    const uint8_t* bsums = act + kAmxQ8KActBsumsAt;
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t* bs = bsums + 32 * j;
+      __m512i corr = _mm512_madd_epi16(load_si(p + kOffPairs), bcast4_512(bs));
+#pragma GCC unroll 8
+      for (int k = 1; k < 8; ++k)
+        corr = _mm512_add_epi32(
+            corr, _mm512_madd_epi16(load_si(p + kOffPairs + 64 * k), bcast4_512(bs + 4 * k)));
+      const __m512 dj = _mm512_set1_ps(da[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dj),
+                               _mm512_cvtepi32_ps(_mm512_load_si512(sums[0] + 16 * j)), acc[j]);
+      acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmw, dj), _mm512_cvtepi32_ps(corr), acc[j]);
+    }
+  }
+  static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
+                              int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows) {
+    amx_planes_pass_of<Q2K>(q, panel, nb, r, ts, ts_end, b0, b1, acc_rows);
+  }
+  template <class PrepBlock>
+  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
+                               int ts_end, PrepBlock prep_block) {
+    amx_planes_fused_of<Q2K>(q, panel, nb, r, ts, ts_end, prep_block);
+  }
+};
+
+// q3_K on AMX: the panel's codes (q + 4, 0..7) times the signed sub-block scale in two planes, one
+// digit each, sc = d0 + 8 d1 with d0 = sc & 7 in 0..7 and d1 = sc >> 3 in -4..3 (products -28..49,
+// signed bytes), made by one byte permute of a 64-entry product table per plane; two tile products
+// per 64 elements (TDPBSSD) give S0 + 8 S1 = Σ_k sc_k t_k, the VNNI tile's integer, and the same
+// float steps after them: the same bits.
+struct Q3K : Sub16<false> {
+  static constexpr int kPlanes = 2, kOffPlanes = kOffCodes, kPlaneBytes = 64 * 64;
+  static constexpr int kAmxPanelBytes = kOffPlanes + kPlanes * kPlaneBytes;
+  static bool amx_planes_ready(const QuantTask& q) {
+    return q.amx_acts != nullptr && q.amx_sum_factor == kAmxQ8KFactor;
+  }
+  // Byte 8 d + c of plane j's table: c x (d - 4 j) (plane 1's digit offset by 4 in the index).
+  static __m512i product_table(int j) {
+    alignas(64) int8_t t[64];
+    for (int i = 0; i < 64; ++i) t[i] = int8_t((i % 8) * (i / 8 - 4 * j));
+    return _mm512_load_si512(t);
+  }
+  // A panel block (prep's layout) at v into an AMX panel block at a.
+  [[gnu::target("avx512vbmi")]] static void to_planes(const uint8_t* v, uint8_t* a) {
+    for (int l = 0; l < kOffCodes / 64; ++l) store_si(a + 64 * l, load_si(v + 64 * l));
+    const __m512i t0 = product_table(0), t1 = product_table(1);
+    const __m512i spread =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+    for (int k = 0; k < 16; ++k) {
+      const __m512i sc = _mm512_shuffle_epi8(load_si(v + kOffSc + 64 * k), spread);
+      const __m512i hi0 = _mm512_slli_epi16(_mm512_and_si512(sc, _mm512_set1_epi8(7)), 3);
+      const __m512i hi1 =
+          _mm512_and_si512(_mm512_add_epi8(sc, _mm512_set1_epi8(32)), _mm512_set1_epi8(0x38));
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const __m512i c = load_si(v + kOffCodes + 64 * (4 * k + g));
+        store_si(a + kOffPlanes + 64 * (4 * k + g),
+                 _mm512_permutexvar_epi8(_mm512_or_si512(c, hi0), t0));
+        store_si(a + kOffPlanes + kPlaneBytes + 64 * (4 * k + g),
+                 _mm512_permutexvar_epi8(_mm512_or_si512(c, hi1), t1));
+      }
+    }
+  }
+  static void prep_amx(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next,
+                       int64_t b0, int64_t b1) {
+    alignas(64) uint8_t block[kPanelBytes];
+    for (int64_t b = b0; b < b1; ++b) {
+      next.upto(b, nb);
+      prep_block(rows, b, block);
+      to_planes(block, panel + size_t(b) * kAmxPanelBytes);
+    }
+  }
+  static void prep_packed_amx(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next,
+                              int64_t b0, int64_t b1) {
+    alignas(64) uint8_t block[kPanelBytes];
+    for (int64_t b = b0; b < b1; ++b) {
+      next.upto(b, nb);
+      prep_packed_block(packed + size_t(b) * kPackedBytes, block);
+      to_planes(block, panel + size_t(b) * kAmxPanelBytes);
+    }
+  }
+  static void block_products(const uint8_t* act, const uint8_t* p, int32_t (*sums)[256]) {
+    amx_block_sums256x2<true>(act, 256, p + kOffPlanes, p + kOffPlanes + kPlaneBytes, sums[0],
+                              sums[1]);
+  }
+  [[gnu::always_inline]] static void block_float_steps(__m512 acc[16], const int32_t (*sums)[256],
+                                                       const uint8_t* p, const uint8_t* act) {
+    const __m512 dw = load_ps(p);
+    const auto* da = reinterpret_cast<const float*>(act + kAmxQ8KActScalesAt);
+    const uint8_t* bsums = act + kAmxQ8KActBsumsAt;
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t* bs = bsums + 32 * j;
+      __m512i corr = _mm512_madd_epi16(load_si(p + kOffPairs), bcast4_512(bs));
+#pragma GCC unroll 8
+      for (int k = 1; k < 8; ++k)
+        corr = _mm512_add_epi32(
+            corr, _mm512_madd_epi16(load_si(p + kOffPairs + 64 * k), bcast4_512(bs + 4 * k)));
+      const __m512i isum =
+          _mm512_add_epi32(_mm512_load_si512(sums[0] + 16 * j),
+                           _mm512_slli_epi32(_mm512_load_si512(sums[1] + 16 * j), 3));
+      const __m512i s = _mm512_sub_epi32(isum, _mm512_slli_epi32(corr, 2));
+      acc[j] =
+          _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[j])), _mm512_cvtepi32_ps(s), acc[j]);
+    }
+  }
+  static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
+                              int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows) {
+    amx_planes_pass_of<Q3K>(q, panel, nb, r, ts, ts_end, b0, b1, acc_rows);
+  }
+  template <class PrepBlock>
+  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
+                               int ts_end, PrepBlock prep_block) {
+    amx_planes_fused_of<Q3K>(q, panel, nb, r, ts, ts_end, prep_block);
   }
 };
 
@@ -358,10 +515,13 @@ template <class F, QuantTileFn kGemv>
 void rows_packed_lowbit(const QuantTask& q, int64_t r0, int64_t r1) {
   if (q.n_tokens <= kLowbitPackedGemvTokens) return kGemv(q, r0, r1);
   const int64_t nb = q.w->cols / F::kBlock;
-  tiles_over_panels16<F>(q, r0, r1,
-                         [&](int64_t r, uint8_t* panel, NextRows& next, bool, int64_t, int64_t) {
-                           F::prep_packed(q.w->row(r), nb, panel, next);
-                         });
+  tiles_over_panels16<F>(
+      q, r0, r1,
+      [&](int64_t r, uint8_t* panel, NextRows& next, bool amx_layout, int64_t b0, int64_t b1) {
+        if constexpr (requires { F::kAmxPanelBytes; })
+          if (amx_layout) return F::prep_packed_amx(q.w->row(r), nb, panel, next, b0, b1);
+        F::prep_packed(q.w->row(r), nb, panel, next);
+      });
 }
 
 }  // namespace
@@ -369,9 +529,9 @@ void rows_packed_lowbit(const QuantTask& q, int64_t r0, int64_t r1) {
 QuantTileFn quant_tile_packed_lowbit_avx512(QuantType t) {
   switch (t) {
     case QuantType::Q2_K:
-      return rows_packed_lowbit<Sub16<true>, gemv_packed_q2_k>;
+      return rows_packed_lowbit<Q2K, gemv_packed_q2_k>;
     case QuantType::Q3_K:
-      return rows_packed_lowbit<Sub16<false>, gemv_packed_q3_k>;
+      return rows_packed_lowbit<Q3K, gemv_packed_q3_k>;
     case QuantType::IQ4_XS:
       return rows_packed_lowbit<Iq4Xs, gemv_packed_iq4_xs>;
     default:
@@ -382,9 +542,9 @@ QuantTileFn quant_tile_packed_lowbit_avx512(QuantType t) {
 QuantTileFn quant_tile_lowbit_avx512(QuantType t) {
   switch (t) {
     case QuantType::Q2_K:
-      return rows_panels16<Sub16<true>>;
+      return rows_panels16<Q2K>;
     case QuantType::Q3_K:
-      return rows_panels16<Sub16<false>>;
+      return rows_panels16<Q3K>;
     case QuantType::IQ4_XS:
       return rows_panels16<Iq4Xs>;
     default:

@@ -208,7 +208,7 @@ struct Q6K {
   [[gnu::always_inline]] static void block_float_steps(__m512 acc[16], const int32_t (*sums)[256],
                                                        const uint8_t* p, const uint8_t* act) {
     const __m512 dw = load_ps(p);
-    const auto* da = reinterpret_cast<const float*>(act + 4096);
+    const auto* da = reinterpret_cast<const float*>(act + kAmxQ8KActScalesAt);
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
       // S0 + 7 (S1 + 7 S2), by shifts: 7 x = 8 x - x.
