@@ -163,6 +163,7 @@ int amx_sum_factor(QuantType t) {
       return 1;
     case QuantType::Q2_K:
     case QuantType::Q3_K:
+    case QuantType::IQ4_XS:
     case QuantType::Q4_K:
     case QuantType::Q5_K:
     case QuantType::Q6_K:

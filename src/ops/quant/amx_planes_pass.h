@@ -12,6 +12,7 @@
 #include "ops/cpu/amx_tiles.h"
 #include "ops/matmul_kernels.h"
 #include "ops/quant/block_sums_amx.h"
+#include "ops/quant/panels_avx512.h"
 
 namespace fak::kernels {
 inline namespace FAK_ISA_NS {
@@ -101,6 +102,46 @@ void amx_planes_fused_of(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t
   for (int j = 0; j < 16; ++j)
     if (j < n_valid) _mm512_storeu_ps(y + size_t(j) * size_t(q.w->rows), acc[j]);
 }
+
+// The members tiles_over_panels16 (rows_panels16_avx512.h) calls on a family with AMX planes, for F
+// deriving from AmxPlanes<F>: F has kAmxPanelBytes, kPlanes, block_products and block_float_steps,
+// and to_planes (a panel block in prep's layout into an AMX panel block) with prep_block,
+// prep_packed_block, kPanelBytes and kPackedBytes, unless it makes its planes in prep_amx /
+// prep_packed_amx of its own (which hide these).
+template <class F>
+struct AmxPlanes {
+  static bool amx_planes_ready(const QuantTask& q) {
+    return q.amx_acts != nullptr && q.amx_sum_factor == kAmxQ8KFactor;
+  }
+  // Blocks [b0, b1) of the AMX panel (of nb), from rows as stored / packed at load.
+  static void prep_amx(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next,
+                       int64_t b0, int64_t b1) {
+    alignas(64) uint8_t block[F::kPanelBytes];
+    for (int64_t b = b0; b < b1; ++b) {
+      next.upto(b, nb);
+      F::prep_block(rows, b, block);
+      F::to_planes(block, panel + size_t(b) * F::kAmxPanelBytes);
+    }
+  }
+  static void prep_packed_amx(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next,
+                              int64_t b0, int64_t b1) {
+    alignas(64) uint8_t block[F::kPanelBytes];
+    for (int64_t b = b0; b < b1; ++b) {
+      next.upto(b, nb);
+      F::prep_packed_block(packed + size_t(b) * F::kPackedBytes, block);
+      F::to_planes(block, panel + size_t(b) * F::kAmxPanelBytes);
+    }
+  }
+  static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
+                              int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows) {
+    amx_planes_pass_of<F>(q, panel, nb, r, ts, ts_end, b0, b1, acc_rows);
+  }
+  template <class PrepBlock>
+  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
+                               int ts_end, PrepBlock prep_block) {
+    amx_planes_fused_of<F>(q, panel, nb, r, ts, ts_end, prep_block);
+  }
+};
 
 }  // namespace FAK_ISA_NS
 }  // namespace fak::kernels

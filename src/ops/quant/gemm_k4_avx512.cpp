@@ -29,7 +29,7 @@ using namespace fak::quant;
 // int32), mp[4] (lane i: the int16 pair (m_2k, m_2k+1) of row i), then 8 x 8 registers of codes
 // (sub-block s, group g: codes 4g..4g+3 of sub-block s of row i in lane i).
 template <bool kFiveBit>
-struct K4 {
+struct K4 : AmxPlanes<K4<kFiveBit>> {
   static constexpr QuantType kType = kFiveBit ? QuantType::Q5_K : QuantType::Q4_K;
   using Block = std::conditional_t<kFiveBit, BlockQ5K, BlockQ4K>;
   static constexpr int kBlock = kQKK;
@@ -201,23 +201,14 @@ struct K4 {
     }
   }
 
-  // Blocks [b0, b1) of the AMX panel (of nb).
-  [[gnu::target("avx512vbmi")]] static void prep_amx(const uint8_t* const* rows, int64_t nb,
-                                                     uint8_t* panel, NextRows& next, int64_t b0,
-                                                     int64_t b1) {
-    alignas(64) uint8_t block[kPanelBytes];
-    for (int64_t b = b0; b < b1; ++b) {
-      next.upto(b, nb);
-      prep_block(rows, b, block);
-      uint8_t* a = panel + size_t(b) * kAmxPanelBytes;
+  // A panel block (prep's layout) at v into an AMX panel block at a.
+  [[gnu::target("avx512vbmi")]] static void to_planes(const uint8_t* v, uint8_t* a) {
 #pragma GCC unroll 14
-      for (int l = 0; l < kOffCodes / 64; ++l)
-        _mm512_store_si512(a + 64 * l, load_si(block + 64 * l));
-      for (int sb = 0; sb < 8; ++sb)
-        store_planes(
-            load_si(block + kOffSc + 64 * sb), sb,
-            [&](int g) { return load_si(block + kOffCodes + 512 * sb + 64 * g); }, a);
-    }
+    for (int l = 0; l < kOffCodes / 64; ++l) _mm512_store_si512(a + 64 * l, load_si(v + 64 * l));
+    for (int sb = 0; sb < 8; ++sb)
+      store_planes(
+          load_si(v + kOffSc + 64 * sb), sb,
+          [&](int g) { return load_si(v + kOffCodes + 512 * sb + 64 * g); }, a);
   }
 
   // From packed blocks straight into the planes (prep_packed_block's steps, codes never stored).
@@ -347,9 +338,6 @@ struct K4 {
   // AMX (amx_planes_pass below): per block the planes' tile products, then per token
   // Σ_s sc_s t_s = sums0 + 8 sums1 and the float steps, as the VNNI tiles'.
   static constexpr int kPlanes = 2;
-  static bool amx_planes_ready(const QuantTask& q) {
-    return q.amx_acts != nullptr && q.amx_sum_factor == kAmxQ8KFactor;
-  }
   static void block_products(const uint8_t* act, const uint8_t* p, int32_t (*sums)[256]) {
     amx_block_sums256x2(act, 256, p + kOffPlanes, p + kOffPlanes + kPlaneBytes, sums[0], sums[1]);
   }
@@ -368,20 +356,7 @@ struct K4 {
       acc[j] = add_token_pairs(acc[j], isum, pairs + 4 * j, da[j], mp, dw, dmw);
     }
   }
-  static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
-                              int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows);
-  template <class PrepBlock>
-  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
-                               int ts_end, PrepBlock prep_block) {
-    amx_planes_fused_of<K4>(q, panel, nb, r, ts, ts_end, prep_block);
-  }
 };
-
-template <bool kFiveBit>
-void K4<kFiveBit>::amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
-                                   int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows) {
-  amx_planes_pass_of<K4<kFiveBit>>(q, panel, nb, r, ts, ts_end, b0, b1, acc_rows);
-}
 
 }  // namespace
 

@@ -1,4 +1,5 @@
-// AVX-512 VNNI prefill tiles for q2_K, q3_K and iq4_xs against Q8_K activations: gemm_lowbit_avx2's
+// AVX-512 VNNI prefill tiles for q2_K, q3_K (here) and iq4_xs (gemm_iq4xs_avx512.cpp) against Q8_K
+// activations: gemm_lowbit_avx2's
 // panels widened to 16 rows in the 16 int32 lanes, vpdpbusd doing 4 code x activation products per
 // lane (codes unsigned, activations signed) into int32 with no intermediate rounding or saturation.
 //   q2_K    codes premultiplied by their sub-block scale (q * sc <= 45 fits a byte), so a block is
@@ -8,6 +9,8 @@
 //           4 Σ_k sc_k bsum_k off the block's sum
 //   iq4_xs  grid values + 128 in [1, 241]; per sub-block of 32, 8 vpdpbusd, less 128 Σ a, times
 //           the scale
+// and, where the CPU has AMX-INT8, tiles over the codes times the sub-block scales in planes of one
+// scale digit each (amx_planes_pass.h): q2_K one plane, q3_K two, iq4_xs four.
 //
 // note: bit-identical to the AVX2 tiles and to vec_dot (dot_lowbit_ref.cpp's block-serial rule):
 // the integer block sums are exact whatever instructions make them, and per block each lane does
@@ -22,6 +25,7 @@
 #include "ops/quant/gemm_avx2.h"
 #include "ops/quant/packed_lowbit_avx512.h"
 #include "ops/quant/panels_avx512.h"
+#include "ops/quant/rows_packed16_avx512.h"
 #include "ops/quant/rows_panels16_avx512.h"
 #include "quant/lowbit_avx2.h"
 #include "quant/quant_blocks.h"
@@ -31,36 +35,6 @@ namespace fak::kernels {
 namespace {
 
 using namespace fak::quant;
-
-inline __m512i load_si(const uint8_t* p) {
-  return _mm512_load_si512(reinterpret_cast<const __m512i*>(p));
-}
-inline void store_si(uint8_t* p, __m512i v) {
-  _mm512_store_si512(reinterpret_cast<__m512i*>(p), v);
-}
-inline void store_f16x16_as_floats(uint8_t* out, const uint8_t* p) {
-  _mm512_store_ps(reinterpret_cast<float*>(out),
-                  _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
-}
-inline __m512 load_ps(const uint8_t* p) {
-  return _mm512_load_ps(reinterpret_cast<const float*>(p));
-}
-
-// The fp16 at rows[i] + offset for the 16 rows, as 16 floats stored at out.
-inline void store_scales16(const uint8_t* const* rows, size_t offset, uint8_t* out) {
-  _mm256_store_ps(reinterpret_cast<float*>(out), gather_f16x8(rows, offset));
-  _mm256_store_ps(reinterpret_cast<float*>(out + 32), gather_f16x8(rows + 8, offset));
-}
-
-// Σ_k t_k bsum_k (lane i: row i's t), t given as 8 registers of int16 pairs (t_2k, t_2k+1).
-inline __m512i pair_sums(const uint8_t* pairs, const BlockQ8K& a) {
-  __m512i s = _mm512_madd_epi16(load_si(pairs), bcast4_512(&a.bsums[0]));
-#pragma GCC unroll 8
-  for (int k = 1; k < 8; ++k)
-    s = _mm512_add_epi32(s,
-                         _mm512_madd_epi16(load_si(pairs + 64 * k), bcast4_512(&a.bsums[2 * k])));
-  return s;
-}
 
 // q2_K / q3_K panel block: d[16] (floats), q2_K's dmin[16], q3_K's sc[16] (lane i: row i's signed
 // scale of sub-block k, as int32), pairs[8] (lane i: (t_2k, t_2k+1) as int16, t the q2_K mins /
@@ -156,10 +130,10 @@ struct Sub16 {
   static void prep_packed_block(const uint8_t* p, uint8_t* out) {
     constexpr size_t kCodes = kQ2 ? kPackedQ2KCodesOffset : kPackedQ3KCodesOffset;
     {
-      store_f16x16_as_floats(out, p);
+      store_f16x16(p, out);
       __m512i sc_bytes[4];  // byte c of register d: the scale of sub-block 4d + c (q3_K: + 32)
       if constexpr (kQ2) {
-        store_f16x16_as_floats(out + 64, p + 32);
+        store_f16x16(p + 32, out + 64);
         for (int d = 0; d < 4; ++d) {
           const __m512i raw = _mm512_loadu_si512(p + kPackedQ2KScalesOffset + 64 * d);
           sc_bytes[d] = _mm512_and_si512(raw, _mm512_set1_epi32(0x0f0f0f0f));
@@ -230,7 +204,7 @@ struct Sub16 {
       const __m512 dw = load_ps(p);
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) {
-        const __m512i corr = pair_sums(p + kOffPairs, *a[j]);
+        const __m512i corr = pair_sums(p + kOffPairs, a[j]->bsums);
         const __m512 da = _mm512_set1_ps(a[j]->d);
         if constexpr (kQ2) {
           acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
@@ -251,11 +225,8 @@ struct Sub16 {
 // (amx_planes_pass.h) the tile unit multiplies by the activations over the whole 256-element block
 // (TDPBSUD); then per token the VNNI tile's float steps, the mins term from the activation tile's
 // bsums. The same integers, the same steps: the same bits.
-struct Q2K : Sub16<true> {
+struct Q2K : Sub16<true>, AmxPlanes<Q2K> {
   static constexpr int kPlanes = 1, kOffPlanes = kOffCodes, kAmxPanelBytes = kPanelBytes;
-  static bool amx_planes_ready(const QuantTask& q) {
-    return q.amx_acts != nullptr && q.amx_sum_factor == kAmxQ8KFactor;
-  }
   static void prep_amx(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next,
                        int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
@@ -277,26 +248,12 @@ struct Q2K : Sub16<true> {
     const uint8_t* bsums = act + kAmxQ8KActBsumsAt;
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
-      const uint8_t* bs = bsums + 32 * j;
-      __m512i corr = _mm512_madd_epi16(load_si(p + kOffPairs), bcast4_512(bs));
-#pragma GCC unroll 8
-      for (int k = 1; k < 8; ++k)
-        corr = _mm512_add_epi32(
-            corr, _mm512_madd_epi16(load_si(p + kOffPairs + 64 * k), bcast4_512(bs + 4 * k)));
+      const __m512i corr = pair_sums(p + kOffPairs, bsums + 32 * j);
       const __m512 dj = _mm512_set1_ps(da[j]);
       acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dj),
                                _mm512_cvtepi32_ps(_mm512_load_si512(sums[0] + 16 * j)), acc[j]);
       acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmw, dj), _mm512_cvtepi32_ps(corr), acc[j]);
     }
-  }
-  static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
-                              int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows) {
-    amx_planes_pass_of<Q2K>(q, panel, nb, r, ts, ts_end, b0, b1, acc_rows);
-  }
-  template <class PrepBlock>
-  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
-                               int ts_end, PrepBlock prep_block) {
-    amx_planes_fused_of<Q2K>(q, panel, nb, r, ts, ts_end, prep_block);
   }
 };
 
@@ -305,12 +262,9 @@ struct Q2K : Sub16<true> {
 // signed bytes), made by one byte permute of a 64-entry product table per plane; two tile products
 // per 64 elements (TDPBSSD) give S0 + 8 S1 = Σ_k sc_k t_k, the VNNI tile's integer, and the same
 // float steps after them: the same bits.
-struct Q3K : Sub16<false> {
+struct Q3K : Sub16<false>, AmxPlanes<Q3K> {
   static constexpr int kPlanes = 2, kOffPlanes = kOffCodes, kPlaneBytes = 64 * 64;
   static constexpr int kAmxPanelBytes = kOffPlanes + kPlanes * kPlaneBytes;
-  static bool amx_planes_ready(const QuantTask& q) {
-    return q.amx_acts != nullptr && q.amx_sum_factor == kAmxQ8KFactor;
-  }
   // Byte 8 d + c of plane j's table: c x (d - 4 j) (plane 1's digit offset by 4 in the index).
   static __m512i product_table(int j) {
     alignas(64) int8_t t[64];
@@ -338,24 +292,6 @@ struct Q3K : Sub16<false> {
       }
     }
   }
-  static void prep_amx(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next,
-                       int64_t b0, int64_t b1) {
-    alignas(64) uint8_t block[kPanelBytes];
-    for (int64_t b = b0; b < b1; ++b) {
-      next.upto(b, nb);
-      prep_block(rows, b, block);
-      to_planes(block, panel + size_t(b) * kAmxPanelBytes);
-    }
-  }
-  static void prep_packed_amx(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next,
-                              int64_t b0, int64_t b1) {
-    alignas(64) uint8_t block[kPanelBytes];
-    for (int64_t b = b0; b < b1; ++b) {
-      next.upto(b, nb);
-      prep_packed_block(packed + size_t(b) * kPackedBytes, block);
-      to_planes(block, panel + size_t(b) * kAmxPanelBytes);
-    }
-  }
   static void block_products(const uint8_t* act, const uint8_t* p, int32_t (*sums)[256]) {
     amx_block_sums256x2<true>(act, 256, p + kOffPlanes, p + kOffPlanes + kPlaneBytes, sums[0],
                               sums[1]);
@@ -367,12 +303,7 @@ struct Q3K : Sub16<false> {
     const uint8_t* bsums = act + kAmxQ8KActBsumsAt;
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
-      const uint8_t* bs = bsums + 32 * j;
-      __m512i corr = _mm512_madd_epi16(load_si(p + kOffPairs), bcast4_512(bs));
-#pragma GCC unroll 8
-      for (int k = 1; k < 8; ++k)
-        corr = _mm512_add_epi32(
-            corr, _mm512_madd_epi16(load_si(p + kOffPairs + 64 * k), bcast4_512(bs + 4 * k)));
+      const __m512i corr = pair_sums(p + kOffPairs, bsums + 32 * j);
       const __m512i isum =
           _mm512_add_epi32(_mm512_load_si512(sums[0] + 16 * j),
                            _mm512_slli_epi32(_mm512_load_si512(sums[1] + 16 * j), 3));
@@ -381,159 +312,18 @@ struct Q3K : Sub16<false> {
           _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[j])), _mm512_cvtepi32_ps(s), acc[j]);
     }
   }
-  static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
-                              int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows) {
-    amx_planes_pass_of<Q3K>(q, panel, nb, r, ts, ts_end, b0, b1, acc_rows);
-  }
-  template <class PrepBlock>
-  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
-                               int ts_end, PrepBlock prep_block) {
-    amx_planes_fused_of<Q3K>(q, panel, nb, r, ts, ts_end, prep_block);
-  }
 };
-
-// iq4_xs panel block: d[16] (floats), sc[8] (lane i: row i's scale of sub-block s as int32),
-// pairs[8] (lane i: (sc_s, sc_s) as int16, for 128 Σ_s sc_s Σ a off the sum), then 64 code
-// registers of grid values + 128 (sub-block s: registers 8s..8s+7).
-struct Iq4Xs {
-  static constexpr QuantType kType = QuantType::IQ4_XS;
-  static constexpr int kBlock = kQKK;
-  static constexpr int kOffSc = 64, kOffPairs = kOffSc + 8 * 64, kOffCodes = kOffPairs + 8 * 64;
-  static constexpr int kPanelBytes = kOffCodes + 64 * 64;
-  static constexpr int kTT = 6;
-
-  static void prep(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next) {
-    for (int64_t b = 0; b < nb; ++b) {
-      next.upto(b, nb);
-      prep_block(rows, b, panel + size_t(b) * kPanelBytes);
-    }
-  }
-
-  // Block b of the 16 rows as its panel block at p.
-  static void prep_block(const uint8_t* const* rows, int64_t b, uint8_t* p) {
-    const BlockIq4Xs* blk[kRows];
-    for (int i = 0; i < kRows; ++i) blk[i] = reinterpret_cast<const BlockIq4Xs*>(rows[i]) + b;
-    store_scales16(rows, size_t(b) * sizeof(BlockIq4Xs), p);
-    auto* sc32 = reinterpret_cast<int32_t*>(p + kOffSc);
-    auto* pr32 = reinterpret_cast<uint32_t*>(p + kOffPairs);
-    for (int s = 0; s < 8; ++s)
-      for (int i = 0; i < kRows; ++i) {
-        const int ls = iq4_xs_scale(blk[i]->scales_l, blk[i]->scales_h, s);
-        sc32[kRows * s + i] = ls;
-        pr32[kRows * s + i] = uint16_t(int16_t(ls)) * 0x10001u;
-      }
-    for (int s = 0; s < 8; ++s) {
-      __m256i lo[8], hi[8];
-      for (int i = 0; i < 8; ++i) {
-        lo[i] = _mm256_xor_si256(codes_iq4(blk[i]->qs + 16 * s), _mm256_set1_epi8(-128));
-        hi[i] = _mm256_xor_si256(codes_iq4(blk[8 + i]->qs + 16 * s), _mm256_set1_epi8(-128));
-      }
-      store_transposed16(lo, hi, p + kOffCodes + 512 * s);
-    }
-  }
-
-  // The same panel from packed blocks (quant_blocks.h's kPackedIq4Xs*): packed register 4s + G's
-  // low nibbles are panel register 8s + G, its high ones 8s + 4 + G.
-  static void prep_packed(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next) {
-    const __m512i m0f = _mm512_set1_epi8(0x0F), grid = iq4_grid_unsigned_512();
-    for (int64_t b = 0; b < nb; ++b) {
-      next.upto(b, nb);
-      const uint8_t* p = packed + size_t(b) * kPackedIq4XsBlockBytes;
-      uint8_t* out = panel + size_t(b) * kPanelBytes;
-      store_f16x16_as_floats(out, p);
-      const __m512i low = _mm512_loadu_si512(p + kPackedIq4XsLowOffset);
-      const __m512i high = iq4_xs_scales_high_512(p);
-      for (int s = 0; s < 8; ++s) {
-        const __m512i ls = iq4_xs_scale_512(low, high, s);
-        store_si(out + kOffSc + 64 * s, ls);
-        store_si(out + kOffPairs + 64 * s,
-                 _mm512_or_si512(_mm512_and_si512(ls, _mm512_set1_epi32(0xffff)),
-                                 _mm512_slli_epi32(ls, 16)));
-        for (int G = 0; G < 4; ++G) {
-          const __m512i raw = _mm512_loadu_si512(p + kPackedIq4XsCodesOffset + 64 * (4 * s + G));
-          store_si(out + kOffCodes + 64 * (8 * s + G),
-                   _mm512_shuffle_epi8(grid, _mm512_and_si512(raw, m0f)));
-          store_si(out + kOffCodes + 64 * (8 * s + 4 + G),
-                   _mm512_shuffle_epi8(grid, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m0f)));
-        }
-      }
-    }
-  }
-
-  template <int TT>
-  static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args) {
-    __m512 acc[TT];
-#pragma GCC unroll 16
-    for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* p = panel + size_t(b) * kPanelBytes;
-      const BlockQ8K* a[TT];
-#pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) a[j] = reinterpret_cast<const BlockQ8K*>(args.acts[j]) + b;
-      __m512i isum[TT];
-#pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
-#pragma GCC unroll 1
-      for (int s = 0; s < 8; ++s) {
-        const uint8_t* codes = p + kOffCodes + 512 * s;
-        __m512i t[TT];
-#pragma GCC unroll 16
-        for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g) {
-          const __m512i w = load_si(codes + 64 * g);
-#pragma GCC unroll 16
-          for (int j = 0; j < TT; ++j)
-            t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 32 * s + 4 * g));
-        }
-        const __m512i sc = load_si(p + kOffSc + 64 * s);
-#pragma GCC unroll 16
-        for (int j = 0; j < TT; ++j)
-          isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(t[j], sc));
-      }
-      const __m512 dw = load_ps(p);
-#pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) {
-        // Σ_s sc_s Σ (g + 128) a = Σ_s sc_s Σ g a + 128 Σ_s sc_s (bsum_2s + bsum_2s+1).
-        const __m512i s =
-            _mm512_sub_epi32(isum[j], _mm512_slli_epi32(pair_sums(p + kOffPairs, *a[j]), 7));
-        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[j]->d)), _mm512_cvtepi32_ps(s),
-                                 acc[j]);
-      }
-    }
-#pragma GCC unroll 16
-    for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
-  }
-};
-
-// Up to this many tokens a call on packed weights takes the decode kernel
-// (gemv_packed_avx512.cpp), token after token over each group while it is in cache; more widen each
-// group once into a per-call panel for the tiles, which share each code register between tokens.
-constexpr int kLowbitPackedGemvTokens = 3;
-
-template <class F, QuantTileFn kGemv>
-void rows_packed_lowbit(const QuantTask& q, int64_t r0, int64_t r1) {
-  if (q.n_tokens <= kLowbitPackedGemvTokens) return kGemv(q, r0, r1);
-  const int64_t nb = q.w->cols / F::kBlock;
-  tiles_over_panels16<F>(
-      q, r0, r1,
-      [&](int64_t r, uint8_t* panel, NextRows& next, bool amx_layout, int64_t b0, int64_t b1) {
-        if constexpr (requires { F::kAmxPanelBytes; })
-          if (amx_layout) return F::prep_packed_amx(q.w->row(r), nb, panel, next, b0, b1);
-        F::prep_packed(q.w->row(r), nb, panel, next);
-      });
-}
 
 }  // namespace
 
 QuantTileFn quant_tile_packed_lowbit_avx512(QuantType t) {
   switch (t) {
     case QuantType::Q2_K:
-      return rows_packed_lowbit<Q2K, gemv_packed_q2_k>;
+      return rows_packed_repacked<Q2K, gemv_packed_q2_k>;
     case QuantType::Q3_K:
-      return rows_packed_lowbit<Q3K, gemv_packed_q3_k>;
+      return rows_packed_repacked<Q3K, gemv_packed_q3_k>;
     case QuantType::IQ4_XS:
-      return rows_packed_lowbit<Iq4Xs, gemv_packed_iq4_xs>;
+      return quant_tile_iq4xs_avx512(true);
     default:
       return nullptr;
   }
@@ -546,7 +336,7 @@ QuantTileFn quant_tile_lowbit_avx512(QuantType t) {
     case QuantType::Q3_K:
       return rows_panels16<Q3K>;
     case QuantType::IQ4_XS:
-      return rows_panels16<Iq4Xs>;
+      return quant_tile_iq4xs_avx512(false);
     default:
       return nullptr;
   }

@@ -26,7 +26,7 @@ using namespace fak::quant;
 // q6_K panel block: d[16], sc[16 sub-blocks] (lane i: scale of row i as int32), scp[8] (lane i:
 // the int16 pair (sc_2k, sc_2k+1)), then 8 x 8 registers of codes in [0, 63] (32-element slice e,
 // group g: codes 32e + 4g .. +3 of row i in lane i).
-struct Q6K {
+struct Q6K : AmxPlanes<Q6K> {
   static constexpr QuantType kType = QuantType::Q6_K;
   static constexpr int kBlock = kQKK;
   static constexpr int kOffSc = 64, kOffScp = kOffSc + 16 * 64, kOffCodes = kOffScp + 8 * 64;
@@ -129,9 +129,6 @@ struct Q6K {
   // Σ_k sc_k (Σ c a - 32 bsum_k), the integer the VNNI tiles make (exact either way).
   static constexpr int kPlanes = 3, kOffPlanes = 64, kPlaneBytes = 64 * 64;
   static constexpr int kAmxPanelBytes = kOffPlanes + kPlanes * kPlaneBytes;
-  static bool amx_planes_ready(const QuantTask& q) {
-    return q.amx_acts != nullptr && q.amx_sum_factor == kAmxQ8KFactor;
-  }
 
   // Sub-block k's codes (codes(g), g = 0..3, the panel's registers, 0..63) into the planes at a
   // for the scales sc (each lane's as an int32): (code - 32) x digit by masked byte adds of it
@@ -170,20 +167,13 @@ struct Q6K {
     }
   }
 
-  // Blocks [b0, b1) of the AMX panel (of nb).
-  static void prep_amx(const uint8_t* const* rows, int64_t nb, uint8_t* panel, NextRows& next,
-                       int64_t b0, int64_t b1) {
-    alignas(64) uint8_t block[kPanelBytes];
-    for (int64_t b = b0; b < b1; ++b) {
-      next.upto(b, nb);
-      prep_block(rows, b, block);
-      uint8_t* a = panel + size_t(b) * kAmxPanelBytes;
-      _mm512_store_si512(a, load_si(block));
-      for (int k = 0; k < 16; ++k)
-        store_planes(
-            load_si(block + kOffSc + 64 * k), k,
-            [&](int g) { return load_si(block + kOffCodes + 256 * k + 64 * g); }, a);
-    }
+  // A panel block (prep's layout) at v into an AMX panel block at a.
+  static void to_planes(const uint8_t* v, uint8_t* a) {
+    _mm512_store_si512(a, load_si(v));
+    for (int k = 0; k < 16; ++k)
+      store_planes(
+          load_si(v + kOffSc + 64 * k), k,
+          [&](int g) { return load_si(v + kOffCodes + 256 * k + 64 * g); }, a);
   }
 
   static void prep_packed_amx(const uint8_t* packed, int64_t nb, uint8_t* panel, NextRows& next,
@@ -220,13 +210,6 @@ struct Q6K {
       acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[j])), _mm512_cvtepi32_ps(isum),
                                acc[j]);
     }
-  }
-  static void amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r,
-                              int ts, int ts_end, int64_t b0, int64_t b1, float* acc_rows);
-  template <class PrepBlock>
-  static void amx_planes_fused(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t r, int ts,
-                               int ts_end, PrepBlock prep_block) {
-    amx_planes_fused_of<Q6K>(q, panel, nb, r, ts, ts_end, prep_block);
   }
 
   // kPacked: a prepacked panel instead of this call's own, widened here per block.
@@ -291,11 +274,6 @@ struct Q6K {
     for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
   }
 };
-
-void Q6K::amx_planes_pass(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int ts,
-                          int ts_end, int64_t b0, int64_t b1, float* acc_rows) {
-  amx_planes_pass_of<Q6K>(q, panel, nb, r, ts, ts_end, b0, b1, acc_rows);
-}
 
 }  // namespace
 

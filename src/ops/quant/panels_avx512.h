@@ -137,6 +137,9 @@ inline __m512 load_ps(const uint8_t* p) {
 inline __m512i load_si(const uint8_t* p) {
   return _mm512_load_si512(reinterpret_cast<const __m512i*>(p));
 }
+inline void store_si(uint8_t* p, __m512i v) {
+  _mm512_store_si512(reinterpret_cast<__m512i*>(p), v);
+}
 // 16 fp16 values at src stored widened as 16 floats at dst (64-byte aligned): a packed block's
 // scales into a call's own panel.
 inline void store_f16x16(const uint8_t* src, uint8_t* dst) {
@@ -154,6 +157,17 @@ inline __m512i mxfp4_unsigned_512(__m512i nibbles) {
 
 inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(quant::load_i32(p));
+}
+
+// Σ_k t_k bsum_k (lane i: row i's t) over a Q8_K block's 16 bsums (int16, at bsums), t given as
+// 8 registers of int16 pairs (t_2k, t_2k+1) at pairs: the low-bit tiles' mins and offset terms.
+inline __m512i pair_sums(const uint8_t* pairs, const void* bsums) {
+  const auto* b = static_cast<const uint8_t*>(bsums);
+  __m512i s = _mm512_madd_epi16(load_si(pairs), bcast4_512(b));
+#pragma GCC unroll 8
+  for (int k = 1; k < 8; ++k)
+    s = _mm512_add_epi32(s, _mm512_madd_epi16(load_si(pairs + 64 * k), bcast4_512(b + 4 * k)));
+  return s;
 }
 
 // A packed q4_K / q5_K block's 6-bit scales and mins (quant::kPackedQ4KScalesOffset: each row's 12

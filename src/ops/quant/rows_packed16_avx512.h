@@ -102,5 +102,26 @@ void rows_packed16_gemv(const QuantTask& q, int64_t r0, int64_t r1) {
   rows_packed16<P>(q, r0, r1);
 }
 
+// The low-bit types' packed weights (q2_K, q3_K, iq4_xs: gemm_lowbit_avx512.cpp,
+// gemm_iq4xs_avx512.cpp), whose tiles read only a call's own panels: up to this many tokens a call
+// takes the decode kernel (gemv_packed_avx512.cpp), token after token over each group while it is
+// in cache; more repack each group once into a per-call panel (F::prep_packed, or
+// F::prep_packed_amx for F's AMX planes) for the tiles, which share each code register between
+// tokens.
+constexpr int kLowbitPackedGemvTokens = 3;
+
+template <class F, QuantTileFn kGemv>
+void rows_packed_repacked(const QuantTask& q, int64_t r0, int64_t r1) {
+  if (q.n_tokens <= kLowbitPackedGemvTokens) return kGemv(q, r0, r1);
+  const int64_t nb = q.w->cols / F::kBlock;
+  tiles_over_panels16<F>(
+      q, r0, r1,
+      [&](int64_t r, uint8_t* panel, NextRows& next, bool amx_layout, int64_t b0, int64_t b1) {
+        if constexpr (requires { F::kAmxPanelBytes; })
+          if (amx_layout) return F::prep_packed_amx(q.w->row(r), nb, panel, next, b0, b1);
+        F::prep_packed(q.w->row(r), nb, panel, next);
+      });
+}
+
 }  // namespace FAK_ISA_NS
 }  // namespace fak::kernels

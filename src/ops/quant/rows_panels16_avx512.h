@@ -135,6 +135,8 @@ void rows_panels16(const QuantTask& q, int64_t r0, int64_t r1) {
 QuantTileFn quant_tile_k4_avx512(QuantType t);
 QuantTileFn quant_tile_packed_k4_avx512(QuantType t);
 QuantTileFn quant_tile_q6k_avx512(bool packed);
+// gemm_iq4xs_avx512.cpp: iq4_xs's, on rows as stored and packed at load.
+QuantTileFn quant_tile_iq4xs_avx512(bool packed);
 // gemm_lowbit_avx512.cpp: the VNNI tiles of q2_K, q3_K and iq4_xs (null for other types), on
 // rows as stored and packed at load.
 QuantTileFn quant_tile_lowbit_avx512(QuantType t);
