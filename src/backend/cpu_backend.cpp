@@ -114,6 +114,7 @@ class CpuCall final : public BackendCall {
   float* buf(Buf b) override { return b_->at[size_t(b)]; }
 
   void embed(const WeightMatrix& table, float* x) override {
+#pragma omp parallel for schedule(static) if (T_ >= 16)
     for (int t = 0; t < T_; ++t)
       dequantize_row(table, tokens_[size_t(t)], x + size_t(t) * size_t(table.cols));
   }
