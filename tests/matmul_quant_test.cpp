@@ -157,8 +157,7 @@ TEST_P(MatmulQuant, Avx512TilesBitIdenticalToAvx2) {
 // AMX (tiles of 16 tokens whose integer sums come from the tile unit) against the VPDPBUSD tiles:
 // the same bits, for token counts that leave VNNI remainders after whole AMX tiles and column
 // counts whose blocks do not fill the tile's chunks of 8, on rows as stored and packed at load
-// (the 32-element types, and q4_K / q5_K / q6_K through their scale-digit planes; the low-bit types
-// stay on VNNI).
+// (the 32-element types, and the K-quants and iq4_xs through their scale-digit planes).
 TEST_P(MatmulQuant, AmxTilesBitIdenticalToVnni) {
   if (!kernels::cpu_has_amx_int8()) GTEST_SKIP() << "this CPU (or OS) grants no AMX-INT8";
   const WType type = GetParam();
@@ -186,6 +185,63 @@ TEST_P(MatmulQuant, AmxTilesBitIdenticalToVnni) {
       }
     }
   }
+}
+
+// The K-quant AMX planes on blocks of random bytes (every scale and code a block can hold, which
+// quantised smooth weights rarely reach: q6_K scales of +-127, q5_K codes of 31 under a scale of
+// 63), only their fp16 super-block scales set to small normal values: the VNNI tiles' bits, rows as
+// stored and packed.
+template <class Block>
+std::vector<uint8_t> raw_blocks(int64_t rows, int64_t cols, size_t row_bytes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(row_bytes * size_t(rows));
+  for (uint8_t& b : bytes) b = uint8_t(rng());
+  std::uniform_real_distribution<float> scale(0.001f, 0.01f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 256; ++b) {
+      auto& blk = *reinterpret_cast<Block*>(bytes.data() + size_t(r) * row_bytes +
+                                            size_t(b) * sizeof(Block));
+      if constexpr (requires { blk.dmin; }) blk.dmin = f32_to_f16(scale(rng));
+      blk.d = f32_to_f16(rng() & 1 ? scale(rng) : -scale(rng));
+    }
+  return bytes;
+}
+
+template <class Block>
+void expect_amx_planes_match_vnni(WType type) {
+  const int64_t cols = 768;
+  const QuantType qt = *wtype_quant(type);
+  const size_t rb = row_bytes(qt, cols);
+  for (int64_t rows : {48, 67}) {
+    std::vector<uint8_t> stored =
+        raw_blocks<Block>(rows, cols, rb, uint32_t(rows) * 31 + uint32_t(type));
+    std::vector<uint8_t> packed_bytes = stored;
+    const WeightMatrix w{type, stored.data(), rows, cols, rb};
+    WeightMatrix packed{type, packed_bytes.data(), rows, cols, rb};
+    const bool has_packed = pack_weight_panels(packed, packed_bytes.data());
+    for (int n_tokens : {10, 16, 17, 33}) {
+      const std::vector<float> x = activations(n_tokens, cols, uint32_t(n_tokens));
+      kernels::set_amx_enabled(false);
+      const std::vector<float> vnni = run(w, x, n_tokens);
+      kernels::set_amx_enabled(true);
+      EXPECT_EQ(0, std::memcmp(vnni.data(), run(w, x, n_tokens).data(), 4 * vnni.size()))
+          << wtype_name(type) << " rows " << rows << " n_tokens " << n_tokens;
+      if (has_packed) {
+        EXPECT_EQ(0, std::memcmp(vnni.data(), run(packed, x, n_tokens).data(), 4 * vnni.size()))
+            << wtype_name(type) << " packed, rows " << rows << " n_tokens " << n_tokens;
+      }
+    }
+  }
+}
+
+TEST(MatmulQuantAmx, PlanesOnRawBlocksGiveTheVnniBits) {
+  if (!kernels::cpu_has_amx_int8()) GTEST_SKIP() << "this CPU (or OS) grants no AMX-INT8";
+  expect_amx_planes_match_vnni<quant::BlockQ2K>(WType::Q2_K);
+  expect_amx_planes_match_vnni<quant::BlockQ3K>(WType::Q3_K);
+  expect_amx_planes_match_vnni<quant::BlockQ4K>(WType::Q4_K);
+  expect_amx_planes_match_vnni<quant::BlockQ5K>(WType::Q5_K);
+  expect_amx_planes_match_vnni<quant::BlockQ6K>(WType::Q6_K);
+  expect_amx_planes_match_vnni<quant::BlockIq4Xs>(WType::IQ4_XS);
 }
 
 TEST_P(MatmulQuant, DequantizeRowMatchesBlockDequantize) {

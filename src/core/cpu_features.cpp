@@ -40,11 +40,15 @@ CpuFeatures detect() {
   f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  bool vbmi = false;
   if (f.avx512 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
     f.avx512_vnni = (ecx & (1u << 11)) != 0;
+    vbmi = (ecx & (1u << 1)) != 0;
     if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512_bf16 = (eax & (1u << 5)) != 0;
   }
-  f.amx_int8 = f.avx512_vnni && detect_amx_int8();
+  // The K-quant AMX tiles make their planes with VBMI's byte permutes (ops/quant): every CPU with
+  // AMX has VBMI, but a VM could show one without the other.
+  f.amx_int8 = f.avx512_vnni && vbmi && detect_amx_int8();
   // CPUID 7.0 EDX bit 22: AMX-BF16 (the tile state was granted with AMX-INT8's checks above).
   f.amx_bf16 = f.amx_int8 && f.avx512_bf16 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
                (edx & (1u << 22)) != 0;

@@ -91,7 +91,7 @@ struct QuantTask {
 // tile takes off each sum with one broadcast subtract (the q4_1 / q5_1 tiles, with no offset,
 // take the plain sum for their mins term).
 inline constexpr size_t kAmxActBlockBytes = 16 * 32 + 16 * 4 + 16 * 4;
-// The same for the K-quant AMX tiles (q2_K, q4_K, q5_K, q6_K), whose activations are Q8_K
+// The same for the K-quant AMX tiles (q2_K ... q6_K, iq4_xs), whose activations are Q8_K
 // (amx_sum_factor kAmxQ8KFactor marks them): one 256-element block of 16 tokens is their 16 rows of
 // 256 quants (token m's at 256 m), their 16 scales (float), per token the four int32 words the
 // q4_K / q5_K mins term takes (word k: the int16 pair of sub-block sums bsum_4k + bsum_4k+1 and

@@ -317,7 +317,7 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   const bool want_scales = at == QuantType::Q8_0 && panels;
   // The unsigned-code kernels subtract their code offset through the sums (q4_0 / q5_0 on AVX2,
   // q8_0 too with VNNI): they come with the scales.
-  // The AMX tiles' activations: Q8_0 ones with their scales; Q8_K ones for q4_K / q5_K.
+  // The AMX tiles' activations: Q8_0 ones with their scales; Q8_K ones for the K-quants'.
   const bool amx_acts =
       (want_scales || (at == QuantType::Q8_K && panels)) && n_tokens >= kAmxFewestTokens;
   const int amx_factor = amx_acts ? amx_sum_factor(qt) : 0;

@@ -1,6 +1,7 @@
-// The AMX planes tiles' pass over a panel (gemm_k4_avx512.cpp's q4_K / q5_K, gemm_q6k_avx512.cpp's
-// q6_K): a family F whose AMX panel holds its codes times its sub-block scales in planes of one
-// scale digit each. Only for files compiled with AVX-512 and -mamx-tile -mamx-int8.
+// The AMX planes tiles' pass over a panel (q4_K / q5_K: gemm_k4_avx512.cpp, q6_K:
+// gemm_q6k_avx512.cpp, q2_K / q3_K: gemm_lowbit_avx512.cpp, iq4_xs: gemm_iq4xs_avx512.cpp): a
+// family F whose AMX panel holds its codes times its sub-block scales in planes of one scale digit
+// each. Only for files compiled with AVX-512 and -mamx-tile -mamx-int8.
 #pragma once
 
 #include <immintrin.h>

@@ -83,7 +83,7 @@ template <bool kSignedCodes = false>
 #undef FAK_AMX_BLOCK_PRODUCT
 }
 
-// The K-quant AMX tiles' shapes (gemm_avx512.cpp, K4::tile_amx16): every tile 16 lines of 64
+// The K-quant AMX tiles' shapes (amx_planes_pass.h's families): every tile 16 lines of 64
 // bytes. Sums (C) in tiles 0 / 1, activations (A: 16 tokens x 64 bytes) in 2 / 5, codes (B: 16
 // lines of 4 codes for each of 16 rows) in 3, 4 / 6, 7: the second set takes every other 64
 // elements, so a step's loads need not wait for the products before them.

@@ -165,7 +165,7 @@ struct Iq4XsAmx : Iq4Xs, AmxPlanes<Iq4XsAmx> {
 #pragma GCC unroll 4
       for (int j = 0; j < kPlanes; ++j) {
         const __m512i next = j + 1 < kPlanes
-                                 ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(q), third))
+                                 ? round_nearest(_mm512_mul_ps(_mm512_cvtepi32_ps(q), third))
                                  : _mm512_setzero_si512();
         const __m512i d =
             _mm512_shuffle_epi8(_mm512_sub_epi32(q, _mm512_mullo_epi32(next, three)), spread);

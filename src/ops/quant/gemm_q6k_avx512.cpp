@@ -138,8 +138,8 @@ struct Q6K : AmxPlanes<Q6K> {
     const __m512 seventh = _mm512_set1_ps(1.0f / 7.0f);
     const __m512i seven = _mm512_set1_epi32(7);
     // Rounded to nearest (sc / 7 is never half-way), so each remainder is in -3..3.
-    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(sc), seventh));
-    const __m512i q2 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(q1), seventh));
+    const __m512i q1 = round_nearest(_mm512_mul_ps(_mm512_cvtepi32_ps(sc), seventh));
+    const __m512i q2 = round_nearest(_mm512_mul_ps(_mm512_cvtepi32_ps(q1), seventh));
     const __m512i digit[kPlanes] = {_mm512_sub_epi32(sc, _mm512_mullo_epi32(q1, seven)),
                                     _mm512_sub_epi32(q1, _mm512_mullo_epi32(q2, seven)), q2};
     const __m512i spread =

@@ -155,6 +155,11 @@ inline __m512i mxfp4_unsigned_512(__m512i nibbles) {
   return _mm512_shuffle_epi8(table, nibbles);
 }
 
+// To the nearest integer whatever the thread's rounding mode (the digit planes depend on it).
+inline __m512i round_nearest(__m512 x) {
+  return _mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
 inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(quant::load_i32(p));
 }

@@ -64,7 +64,7 @@ bool amx_planes(const QuantTask& q) {
 template <class F, class Prep>
 void tiles_over_panels16(const QuantTask& q, int64_t r0, int64_t r_end, Prep prep) {
   const int64_t nb = q.w->cols / F::kBlock;
-  const bool planes = amx_planes<F>(q);
+  const bool planes = nb > 0 && amx_planes<F>(q);  // no columns: the VNNI tiles store zeros
   size_t panel_bytes = size_t(F::kPanelBytes);
   if constexpr (requires { F::kAmxPanelBytes; })
     if (planes) panel_bytes = size_t(F::kAmxPanelBytes);
