@@ -92,6 +92,14 @@ std::shared_ptr<AnonMemory> read_anonymous(const std::filesystem::path& path) {
   // compacting) the destination costs as much as the copy, and both scale with threads.
   constexpr size_t kChunk = size_t(32) << 20;
   const int64_t n_chunks = int64_t((copy->size() + kChunk - 1) / kChunk);
+  // A file over a third of the machine's memory: its page cache is dropped as it is copied, so the
+  // copy's huge pages come from free memory rather than from reclaiming a cache the copy itself
+  // would push out anyway (an 18.6 GB file on 24 GiB: 15.3 of 18.3 GB in huge pages, the rest on
+  // 4 KiB pages and their TLB misses, when the cache was kept). Smaller files keep it: a second
+  // load then reads memory, not the disk.
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+  const bool drop_cache =
+      pages > 0 && page_bytes > 0 && double(st.st_size) * 3.0 > double(pages) * double(page_bytes);
   uint8_t* dst = copy->data();
   std::string error;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -108,6 +116,9 @@ std::shared_ptr<AnonMemory> read_anonymous(const std::filesystem::path& path) {
       }
       done += size_t(n);
     }
+    if (drop_cache)
+      posix_fadvise(fd, off_t(size_t(c) * kChunk), off_t(end - size_t(c) * kChunk),
+                    POSIX_FADV_DONTNEED);
   }
   if (!error.empty()) {
     ::close(fd);
