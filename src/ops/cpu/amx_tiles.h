@@ -27,6 +27,20 @@ struct alignas(64) AmxTileConfig {
 };
 static_assert(sizeof(AmxTileConfig) == 64);
 
+// All eight tiles at their largest, 16 lines of 64 bytes (the bf16 attention tiles and the
+// K-quant planes tiles: each names what it keeps in which tile).
+inline const AmxTileConfig& full_tiles_config() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    for (int t = 0; t < 8; ++t) {
+      c.bytes_per_row[t] = 64;
+      c.rows[t] = 16;
+    }
+    return c;
+  }();
+  return config;
+}
+
 inline thread_local const AmxTileConfig* tls_amx_config = nullptr;
 
 inline void amx_use_config(const AmxTileConfig& config) {

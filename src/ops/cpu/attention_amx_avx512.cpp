@@ -31,18 +31,7 @@ namespace fak::kernels {
 
 namespace {
 
-// Eight tiles of 16 lines x 64 bytes: C in 0-3, A in 2-3 / 4-5 / 6-7 as each step names them.
-const AmxTileConfig& attention_tile_config() {
-  static const AmxTileConfig config = [] {
-    AmxTileConfig c;
-    for (int t = 0; t < 8; ++t) {
-      c.bytes_per_row[t] = 64;
-      c.rows[t] = 16;
-    }
-    return c;
-  }();
-  return config;
-}
+// The tiles: full_tiles_config(); C in 0-3, A in 2-3 / 4-5 / 6-7 as each step names them.
 
 // x as hi + lo, two bf16 numbers held as f32 whose low 16 bits are zero: hi is x cut to bf16, lo
 // the rest (x - hi, exact in f32) cut to bf16, exactly for an f16 or bf16 value (11 or 8
@@ -518,7 +507,7 @@ void unit_amx(const AmxUnit& t, const KvRows& rows, int first_stored, float scal
     }
   };
 
-  amx_use_config(attention_tile_config());
+  amx_use_config(full_tiles_config());
   // A block all q-tiles read from the same rows is converted one block ahead of its use, so its
   // stores are long done when its tiles load them (a tile load waits for stores to the same
   // lines to retire); converting asks for the block after from memory.

@@ -42,7 +42,7 @@ void amx_planes_pass_of(const QuantTask& q, const uint8_t* panel, int64_t nb, in
     F::block_products(act_block(int(item / nbc), b), panel + size_t(b) * F::kAmxPanelBytes,
                       sums[item & 1]);
   };
-  amx_use_config(k64_tile_config());
+  amx_use_config(full_tiles_config());
   products(0);
   for (int i = 0; i < tiles; ++i) {
     float* ar = acc_rows + size_t(i) * 256;
@@ -83,7 +83,7 @@ void amx_planes_fused_of(const QuantTask& q, uint8_t* panel, int64_t nb, int64_t
     F::block_products(acts + size_t(b) * kAmxQ8KActBlockBytes,
                       panel + size_t(b) * F::kAmxPanelBytes, sums[b & 1]);
   };
-  amx_use_config(k64_tile_config());
+  amx_use_config(full_tiles_config());
   prep_block(0);
   products(0);
   __m512 acc[16];

@@ -83,26 +83,16 @@ template <bool kSignedCodes = false>
 #undef FAK_AMX_BLOCK_PRODUCT
 }
 
-// The K-quant AMX tiles' shapes (amx_planes_pass.h's families): every tile 16 lines of 64
-// bytes. Sums (C) in tiles 0 / 1, activations (A: 16 tokens x 64 bytes) in 2 / 5, codes (B: 16
-// lines of 4 codes for each of 16 rows) in 3, 4 / 6, 7: the second set takes every other 64
-// elements, so a step's loads need not wait for the products before them.
-inline const AmxTileConfig& k64_tile_config() {
-  static const AmxTileConfig config = [] {
-    AmxTileConfig c;
-    for (int t = 0; t < 8; ++t) {
-      c.bytes_per_row[t] = 64;
-      c.rows[t] = 16;
-    }
-    return c;
-  }();
-  return config;
-}
+// The K-quant AMX tiles' shapes (amx_planes_pass.h's families): full_tiles_config(), every tile
+// 16 lines of 64 bytes. Sums (C) in tiles 0 / 1 (/ 2), activations (A: 16 tokens x 64 bytes) in
+// 2 / 5 (3 / 7), codes (B: 16 lines of 4 codes for each of 16 rows) in 3, 4 / 6, 7 (4-6): the
+// second set takes every other 64 elements, so a step's loads need not wait for the products
+// before them.
 
 // For one 256-element block: out0[16 m + k] = Σ_e a_m[e] * c0_k[e] and out1 the same over c1, the
 // exact dot products of token m's 256 signed activation bytes (acts + m * act_stride) with row k's
 // unsigned bytes in the two VNNI planes (TDPBSUD; plane line l: elements 4l..4l+3 of row k at bytes
-// 4k..4k+3, 64 lines). |sum| < 256 x 128 x 255 < 2^31. Needs k64_tile_config() loaded.
+// 4k..4k+3, 64 lines). |sum| < 256 x 128 x 255 < 2^31. Needs full_tiles_config() loaded.
 // kSigned: both planes signed bytes (TDPBSSD), for q3_K's signed digits.
 template <bool kSigned = false>
 [[gnu::always_inline]] inline void amx_block_sums256x2(const uint8_t* acts, size_t act_stride,
