@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <span>
@@ -220,6 +221,69 @@ BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x6144_1, WType::Q8_0, 6144, 1)->UseRea
 // against membw_bench's pool row, the share of the host's read rate each decode kernel reaches.
 BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_x6144_1, WType::Q4_K, 6144, 1)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q6_K_x6144_1, WType::Q6_K, 6144, 1)->UseRealTime();
+
+// A prefill's experts: 32 experts' gate and up (512 x 2048 each, Qwen3.5-35B-A3B's shape) in one
+// matmul_many call, each over the same `n` tokens (a 512-token prompt over 256 experts, 8 routed:
+// ~16 each), packed, from a pool of 768 MiB or more so every call streams its weights from memory:
+// against membw_bench's pool row, how much of the host's read rate a prefill's experts reach.
+// FAK_BENCH_POOL=N: N matrices instead (2: from the caches, the kernel's own rate). One Xeon, 2
+// threads, Q8_0 16 tokens: 16.5 GB/s from memory (the probe 24.6) against 35 from the caches;
+// software prefetch distances of 8-32 KB, prefetching into L1 as well, a page's first lines only,
+// or the weights copied by vector loads before the tile loads: level or worse.
+void bench_moe_prefill(benchmark::State& state, WType type, int n_tokens, int64_t kRows = 512,
+                       int64_t kCols = 2048) {
+  const int64_t kUsed = 32;
+  const QuantType qt = *wtype_quant(type);
+  const size_t rb = row_bytes(qt, kCols), matrix_bytes = rb * size_t(kRows);
+  const char* pool = std::getenv("FAK_BENCH_POOL");
+  const int64_t kMatrices = pool ? std::max(1, std::atoi(pool))
+                                 : int64_t((size_t(768) << 20) / matrix_bytes) + 1;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(size_t(kCols) * size_t(n_tokens)), row(static_cast<size_t>(kCols));
+  for (float& v : x) v = dist(rng);
+  WeightBytes storage(matrix_bytes * size_t(kMatrices) + 64);
+  uint8_t* base = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
+  std::vector<WeightMatrix> m;
+  for (int64_t e = 0; e < kMatrices; ++e) {
+    uint8_t* w = base + size_t(e) * matrix_bytes;
+    if (e >= 1) {  // copies of the first (see bench_moe_experts)
+      std::memcpy(w, m.front().data, matrix_bytes);
+      m.push_back(m.front());
+      m.back().data = w;
+      continue;
+    }
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (float& v : row) v = dist(rng);
+      quantize_row(qt, row.data(), w + size_t(r) * rb, kCols);
+    }
+    m.push_back({type, w, kRows, kCols, rb});
+    if (!pack_weight_panels(m.back(), w)) {
+      state.SkipWithError("this type or CPU has no packed panels");
+      return;
+    }
+  }
+  std::vector<float> y(size_t(2 * kUsed * kRows) * size_t(n_tokens));
+  std::vector<MatmulJob> jobs;
+  int64_t first = 0;
+  for (auto _ : state) {
+    jobs.clear();
+    for (int64_t i = 0; i < 2 * kUsed; ++i)
+      jobs.push_back({&m[size_t((first + i) % kMatrices)], x.data(), n_tokens,
+                      y.data() + size_t(i * kRows) * size_t(n_tokens)});
+    matmul_many(jobs);
+    benchmark::DoNotOptimize(y.data());
+    first = (first + 2 * kUsed) % kMatrices;
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * kUsed) * int64_t(matrix_bytes));
+  state.counters["GMAC/s"] = benchmark::Counter(
+      double(state.iterations()) * double(2 * kUsed * kRows * kCols) * n_tokens / 1e9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(bench_moe_prefill, Q8_0_16tok, WType::Q8_0, 16)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_prefill, Q8_0_32tok, WType::Q8_0, 32)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_prefill, Q4_K_16tok, WType::Q4_K, 16)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_prefill, Q8_0_16tok_down, WType::Q8_0, 16, 2048, 512)->UseRealTime();
 
 // 1-4 tokens of each type: where the decode kernel hands over to the panels.
 #define FAK_FEW4(type) FAK_FEW(type, 1) FAK_FEW(type, 2) FAK_FEW(type, 3) FAK_FEW(type, 4)

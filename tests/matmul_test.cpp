@@ -121,15 +121,31 @@ TEST(MatmulFloat, Avx512KernelBitIdenticalToAvx2) {
     }
 }
 
-// BF16 weights with bf16 activations (AVX512-BF16): every output the same bits whatever the batch,
-// the tile or the path (matmul, matmul_many); each one the exact product of the stored weights and
-// the activations rounded to bf16, summed in f32 (close to a double reference of that product);
-// and switched off, the f32 path's bits again.
+void bf16_activations_on_one_path();
+
+// BF16 weights with bf16 activations (AVX512-BF16's vdpbf16ps, and AMX-BF16's tile unit where the
+// CPU has one): every output the same bits whatever the batch, the tile or the path (matmul,
+// matmul_many); each one the exact product of the stored weights and the activations rounded to
+// bf16, summed in f32 (close to a double reference of that product); and switched off, the f32
+// path's bits again.
 TEST(MatmulFloat, Bf16ActivationsIndependentOfBatchAndCloseToReference) {
   if (!bf16_activations_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   struct Restore {
-    ~Restore() { set_bf16_activations(false); }
+    ~Restore() {
+      set_bf16_activations(false);
+      kernels::set_amx_enabled(true);
+    }
   } restore;
+  const bool has_amx = kernels::cpu_has_bf16_amx();
+  for (const bool amx : {false, true}) {
+    if (amx && !has_amx) break;  // the vdpbf16ps path alone is this CPU's
+    kernels::set_amx_enabled(amx);
+    ASSERT_EQ(amx, kernels::cpu_has_bf16_amx());
+    bf16_activations_on_one_path();
+  }
+}
+
+void bf16_activations_on_one_path() {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{67, 100},
                             {40, 256},
                             {9, 13},
@@ -138,7 +154,7 @@ TEST(MatmulFloat, Bf16ActivationsIndependentOfBatchAndCloseToReference) {
                             {17, 32},
                             {21, 4864}}) {
     const Stored s = make(WType::BF16, rows, cols, uint32_t(rows * 13 + cols));
-    for (int n_tokens : {1, 2, 5, 6, 7, 11, 48, 49, 100}) {
+    for (int n_tokens : {1, 2, 5, 6, 7, 11, 16, 17, 33, 48, 49, 100}) {
       std::mt19937 rng(static_cast<uint32_t>(n_tokens * 3 + cols));
       std::normal_distribution<float> nd(0.0f, 1.0f);
       std::vector<float> x(size_t(n_tokens) * size_t(cols));

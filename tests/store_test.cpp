@@ -311,6 +311,17 @@ TEST(StoreKeys, AddressTheLayoutThePartitionAndEveryTokenBefore) {
   kernels::set_amx_enabled(false);
   EXPECT_EQ(store::store_namespace(*model, *cache).find(".amxattn"), std::string::npos);
   kernels::set_amx_enabled(true);
+  // Nor do servers whose bf16 products are the tile unit's and vdpbf16ps' (ops/matmul.h).
+  if (bf16_activations_available()) {
+    set_bf16_activations(true);
+    const std::string bf16 = store::store_namespace(*model, *cache);
+    EXPECT_NE(bf16.find(".bf16act"), std::string::npos) << bf16;
+    EXPECT_EQ(bf16.find(".bf16act.amx") != std::string::npos, kernels::cpu_has_bf16_amx()) << bf16;
+    kernels::set_amx_enabled(false);
+    EXPECT_EQ(store::store_namespace(*model, *cache).find(".bf16act.amx"), std::string::npos);
+    kernels::set_amx_enabled(true);
+    set_bf16_activations(false);
+  }
   auto a = random_ids(64, 100, 1);
   auto k = store::block_keys(ns, "p", a, 16, 4);
   ASSERT_EQ(k.size(), 4u);

@@ -174,12 +174,34 @@ size_t bf16_ldx(int64_t cols) {
   return size_t((cols + 31) / 32 * 32);
 }
 
-// x rounded to bf16 for a bf16-dot product, in `buf` (grown as needed).
-const uint16_t* round_bf16(const float* x, int n_tokens, int64_t cols, std::vector<uint16_t>& buf) {
-  const size_t ldx = bf16_ldx(cols);
-  if (buf.size() < ldx * size_t(n_tokens)) buf.resize(ldx * size_t(n_tokens));
+// x rounded to bf16 for a bf16-dot product, in `buf` (grown as needed); where the tile unit takes
+// the product (more than one token), its pair layout after them in the same buffer (*xt).
+const uint16_t* round_bf16(const float* x, int n_tokens, int64_t cols, std::vector<uint16_t>& buf,
+                           const uint16_t** xt) {
+  const size_t ldx = bf16_ldx(cols), rounded = ldx * size_t(n_tokens);
+  const bool pairs = n_tokens > 1 && kernels::cpu_has_bf16_amx();
+  const size_t need = rounded + (pairs ? kernels::bf16amx_pairs_elems(n_tokens, ldx) : 0);
+  if (buf.size() < need) buf.resize(need);
   kernels::round_activations_bf16_avx512(x, n_tokens, cols, buf.data(), ldx);
+  *xt = nullptr;
+  if (pairs) {
+    const int tiles = (n_tokens + 15) / 16;
+    uint16_t* out = buf.data() + rounded;
+    // Both threads (a 512-token call's 896-wide rows: 0.9 MB of pairs).
+#pragma omp parallel for schedule(static) if (tiles > 4)
+    for (int j = 0; j < tiles; ++j)
+      kernels::bf16amx_pack_pairs(buf.data(), ldx, n_tokens, j, j + 1, out);
+    *xt = out;
+  }
   return buf.data();
+}
+
+// The bf16 product of rows [r0, r1): on the tile unit where the CPU has one, else vdpbf16ps.
+void bf16_rows(const WeightMatrix& w, const uint16_t* xb, const uint16_t* xt, int n_tokens,
+               float* y, int64_t r0, int64_t r1) {
+  if (kernels::cpu_has_bf16_amx())
+    return kernels::bf16amx_rows(w, xb, xt, bf16_ldx(w.cols), n_tokens, y, r0, r1);
+  kernels::bf16dot_rows_avx512(w, xb, bf16_ldx(w.cols), n_tokens, y, r0, r1);
 }
 }  // namespace
 
@@ -193,6 +215,10 @@ bool bf16_activations_available() {
 
 bool bf16_activations() {
   return g_bf16_activations.load(std::memory_order_relaxed) && bf16_activations_available();
+}
+
+bool bf16_activations_on_tiles() {
+  return bf16_activations() && kernels::cpu_has_bf16_amx();
 }
 
 std::string_view matmul_isa() {
@@ -222,22 +248,24 @@ void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
   if (n_tokens <= 0 || w.rows == 0) return;
   if (wtype_quant(w.type)) return kernels::matmul_quant(w, x, n_tokens, y);
   thread_local std::vector<uint16_t> tls_xb;
-  const uint16_t* xb = takes_bf16_dot(w) ? round_bf16(x, n_tokens, w.cols, tls_xb) : nullptr;
-  const size_t ldx = bf16_ldx(w.cols);
+  const uint16_t* xt = nullptr;
+  const uint16_t* xb = takes_bf16_dot(w) ? round_bf16(x, n_tokens, w.cols, tls_xb, &xt) : nullptr;
   const kernels::MatmulRowsFn float_fn = float_kernel();
   const auto fn = [&](const WeightMatrix& m, const float* xf, int nt, float* out, int64_t r0,
                       int64_t r1) {
     if (xb)
-      kernels::bf16dot_rows_avx512(m, xb, ldx, nt, out, r0, r1);
+      bf16_rows(m, xb, xt, nt, out, r0, r1);
     else
       float_fn(m, xf, nt, out, r0, r1);
   };
-  // Chunks of whole 8-row groups so tiles stay full, taken by whichever thread is free.
+  // Chunks of whole 8-row groups so tiles stay full (16 for the bf16 tile unit's), taken by
+  // whichever thread is free.
   const int threads = omp_get_max_threads();
   thread_local std::vector<kernels::RowChunk> tls_chunks;
   std::vector<kernels::RowChunk>& chunks = tls_chunks;
   chunks.clear();
-  kernels::append_row_chunks(chunks, 0, w.rows, 8, threads, n_tokens);
+  kernels::append_row_chunks(chunks, 0, w.rows, xb && kernels::cpu_has_bf16_amx() ? 16 : 8, threads,
+                             n_tokens);
   const int64_t n_chunks = int64_t(chunks.size());
   // Small products are not worth waking threads for (and on a loaded machine a spinning team
   // costs far more than the work).
@@ -265,8 +293,11 @@ void matmul_many(std::span<const MatmulJob> jobs) {
   thread_local std::vector<const uint16_t*> tls_xb_of;
   std::vector<std::vector<uint16_t>>& xbs = tls_xb;
   std::vector<const uint16_t*>& xb_of = tls_xb_of;
+  thread_local std::vector<const uint16_t*> tls_xt_of;
+  std::vector<const uint16_t*>& xt_of = tls_xt_of;
   if (xbs.size() < jobs.size()) xbs.resize(jobs.size());
   xb_of.assign(jobs.size(), nullptr);
+  xt_of.assign(jobs.size(), nullptr);
   const int threads = omp_get_max_threads();
   // One guided split over all the jobs (see append_row_chunks).
   thread_local std::vector<double> tls_later;
@@ -320,8 +351,11 @@ void matmul_many(std::span<const MatmulJob> jobs) {
     }
     if (takes_bf16_dot(*j.w)) {
       for (size_t k = 0; k < i && !xb_of[i]; ++k)
-        if (xb_of[k] && same_tokens(k)) xb_of[i] = xb_of[k];
-      if (!xb_of[i]) xb_of[i] = round_bf16(x_of[i], j.n_tokens, j.w->cols, xbs[i]);
+        if (xb_of[k] && same_tokens(k)) {
+          xb_of[i] = xb_of[k];
+          xt_of[i] = xt_of[k];
+        }
+      if (!xb_of[i]) xb_of[i] = round_bf16(x_of[i], j.n_tokens, j.w->cols, xbs[i], &xt_of[i]);
     }
     work += double(j.w->rows) * double(j.w->cols) * double(j.n_tokens);
     // Whole 16-row groups (the tile kernels' unit; float kernels take 8).
@@ -334,8 +368,7 @@ void matmul_many(std::span<const MatmulJob> jobs) {
     if (wtype_quant(j.w->type))
       kernels::run_quant(prepared[c.job], c.r0, c.r1);
     else if (xb_of[c.job])
-      kernels::bf16dot_rows_avx512(*j.w, xb_of[c.job], bf16_ldx(j.w->cols), j.n_tokens, j.y, c.r0,
-                                   c.r1);
+      bf16_rows(*j.w, xb_of[c.job], xt_of[c.job], j.n_tokens, j.y, c.r0, c.r1);
     else
       fn(*j.w, x_of[c.job], j.n_tokens, j.y, c.r0, c.r1);
   };

@@ -31,6 +31,17 @@ void round_activations_bf16_avx512(const float* x, int n_tokens, int64_t cols, u
 void bf16dot_rows_avx512(const WeightMatrix& w, const uint16_t* xb, size_t ldx, int n_tokens,
                          float* y, int64_t r0, int64_t r1);
 bool cpu_has_bf16_dot();
+// matmul_bf16amx_avx512.cpp (AMX-BF16, where amx_enabled()): the same product on the tile unit,
+// which sums differently from vdpbf16ps, so it takes every call where the CPU has it. xt: the
+// activations in the tile unit's pair layout (bf16amx_pack_pairs: per 16 tokens, the last
+// zero-padded, and 32 elements, 16 lines of the tokens' elements 2p, 2p + 1), tiles [tile0,
+// tile1) of bf16amx_pairs_elems(n_tokens, ldx); one token reads xb instead (xt may be null).
+bool cpu_has_bf16_amx();
+size_t bf16amx_pairs_elems(int n_tokens, size_t ldx);
+void bf16amx_pack_pairs(const uint16_t* xb, size_t ldx, int n_tokens, int tile0, int tile1,
+                        uint16_t* xt);
+void bf16amx_rows(const WeightMatrix& w, const uint16_t* xb, const uint16_t* xt, size_t ldx,
+                  int n_tokens, float* y, int64_t r0, int64_t r1);
 
 bool cpu_has_avx2();
 // AVX-512 F/BW/DQ/VL + VNNI: the avx512 kernels (float prefill, int8 prefill with vpdpbusd). They

@@ -21,7 +21,9 @@ std::string kernels(const Model& model) {
   // bf16 activations (ops/matmul.h) compute other KV rows from bf16 weights than the f32 path;
   // attention on AMX-BF16 (f16 / bf16 KV, ops/attention_kernels.h) rounds otherwise than the
   // vector tiles, so later layers' rows differ from theirs.
+  // The tile unit sums bf16 products otherwise than vdpbf16ps (ops/matmul.h).
   std::string act = bf16_activations() ? ".bf16act" : "";
+  if (bf16_activations_on_tiles()) act += ".amx";
   if (kernels::amx_attention_enabled()) act += ".amxattn";
   if (f.avx512)
     return std::string("avx512") + (f.avx512_vnni ? "vnni" : "") + (f.avx512_bf16 ? "bf16" : "") +

@@ -75,8 +75,9 @@ void add_load_flags(CLI::App* c, const char* activations) {
   c->add_option("--quant", g_quant, "HF directory: quantise the weights at load (e.g. q8_0)");
   c->add_option("--activations", g_activations,
                 "bf16 weights: bf16 (activations rounded to bf16 for the CPU's bf16 dot product, "
-                "where it has one: AVX512-BF16; +34% prefill, perplexity +0.006%) or f32 (weights "
-                "widened, the exact path: parity with f32/f64 references)")
+                "where it has one: AVX512-BF16, or AMX-BF16's tile unit, 3.4x the f32 path's "
+                "prefill; perplexity +0.006%) or f32 (weights widened, the exact path: parity "
+                "with f32/f64 references)")
       ->default_str(activations);
   c->add_option("--device", g_device,
                 "where the forward pass runs: cpu (default), cuda or cuda:N (a -DFAK_CUDA=ON build "
