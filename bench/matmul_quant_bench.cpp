@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
@@ -151,6 +152,44 @@ FAK_FEW_PACKED(IQ4_XS, 3)
 FAK_FEW_PACKED(IQ4_XS, 4)
 FAK_FEW_PACKED(Q4_K, 2)
 FAK_FEW_PACKED(Q6_K, 2)
+// n matrices of rows x cols in one 64-byte aligned allocation, packed at load as a model's are:
+// the first `distinct` quantised from random weights, the rest copies of them in turn (quantising
+// hundreds of MiB would take most of a benchmark's time, and memory reads the same bytes at the
+// same speed). Empty where the type or CPU has no packed panels.
+struct MatrixPool {
+  WeightBytes storage;
+  std::vector<WeightMatrix> m;
+};
+std::unique_ptr<MatrixPool> make_pool(WType type, int64_t rows, int64_t cols, int64_t n,
+                                      int64_t distinct) {
+  const QuantType qt = *wtype_quant(type);
+  const size_t rb = row_bytes(qt, cols), matrix_bytes = rb * size_t(rows);
+  auto pool =
+      std::make_unique<MatrixPool>(MatrixPool{WeightBytes(matrix_bytes * size_t(n) + 64), {}});
+  uint8_t* base =
+      pool->storage.data() + (64 - reinterpret_cast<uintptr_t>(pool->storage.data()) % 64);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t e = 0; e < n; ++e) {
+    uint8_t* w = base + size_t(e) * matrix_bytes;
+    if (e >= distinct) {
+      const WeightMatrix& from = pool->m[size_t(e % distinct)];
+      std::memcpy(w, from.data, matrix_bytes);
+      pool->m.push_back(from);
+      pool->m.back().data = w;
+      continue;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& v : row) v = dist(rng);
+      quantize_row(qt, row.data(), w + size_t(r) * rb, cols);
+    }
+    pool->m.push_back({type, w, rows, cols, rb});
+    if (!pack_weight_panels(pool->m.back(), w)) return nullptr;
+  }
+  return pool;
+}
+
 // One token through a MoE layer's chosen experts, as decode runs them: 8 of 128 experts' gate and
 // up projections (2048 columns, 768 rows each: Qwen3-30B-A3B's shape) in one matmul_many call,
 // packed, each call a different 8 so every call reads from memory (a pool of 768 MiB or more).
@@ -167,31 +206,14 @@ void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
       std::max<int64_t>(128 * 768 / kRows, int64_t((size_t(768) << 20) / (2 * matrix_bytes)) + 1);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(kCols)), row(static_cast<size_t>(kCols));
+  std::vector<float> x(static_cast<size_t>(kCols));
   for (float& v : x) v = dist(rng);
-  WeightBytes storage(matrix_bytes * size_t(2 * kExperts) + 64);
-  uint8_t* base = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
-  std::vector<WeightMatrix> m;
-  // One expert's gate and up quantised and packed, then copied: quantising hundreds of MiB would
-  // take most of the benchmark's time, and memory reads the same bytes at the same speed.
-  for (int64_t e = 0; e < 2 * kExperts; ++e) {
-    uint8_t* w = base + size_t(e) * matrix_bytes;
-    if (e >= 2) {
-      std::memcpy(w, m[size_t(e % 2)].data, matrix_bytes);
-      m.push_back(m[size_t(e % 2)]);
-      m.back().data = w;
-      continue;
-    }
-    for (int64_t r = 0; r < kRows; ++r) {
-      for (float& v : row) v = dist(rng);
-      quantize_row(qt, row.data(), w + size_t(r) * rb, kCols);
-    }
-    m.push_back({type, w, kRows, kCols, rb});
-    if (!pack_weight_panels(m.back(), w)) {
-      state.SkipWithError("this type or CPU has no packed panels");
-      return;
-    }
+  const auto pool = make_pool(type, kRows, kCols, 2 * kExperts, 2);
+  if (!pool) {
+    state.SkipWithError("this type or CPU has no packed panels");
+    return;
   }
+  const std::vector<WeightMatrix>& m = pool->m;
   std::vector<float> y(size_t(2 * kUsed * kRows));
   std::vector<MatmulJob> jobs;
   int64_t first = 0;
@@ -235,34 +257,19 @@ void bench_moe_prefill(benchmark::State& state, WType type, int n_tokens, int64_
   const int64_t kUsed = 32;
   const QuantType qt = *wtype_quant(type);
   const size_t rb = row_bytes(qt, kCols), matrix_bytes = rb * size_t(kRows);
-  const char* pool = std::getenv("FAK_BENCH_POOL");
-  const int64_t kMatrices = pool ? std::max(1, std::atoi(pool))
-                                 : int64_t((size_t(768) << 20) / matrix_bytes) + 1;
+  const char* pool_size = std::getenv("FAK_BENCH_POOL");
+  const int64_t kMatrices = pool_size ? std::max(1, std::atoi(pool_size))
+                                      : int64_t((size_t(768) << 20) / matrix_bytes) + 1;
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(size_t(kCols) * size_t(n_tokens)), row(static_cast<size_t>(kCols));
+  std::vector<float> x(size_t(kCols) * size_t(n_tokens));
   for (float& v : x) v = dist(rng);
-  WeightBytes storage(matrix_bytes * size_t(kMatrices) + 64);
-  uint8_t* base = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
-  std::vector<WeightMatrix> m;
-  for (int64_t e = 0; e < kMatrices; ++e) {
-    uint8_t* w = base + size_t(e) * matrix_bytes;
-    if (e >= 1) {  // copies of the first (see bench_moe_experts)
-      std::memcpy(w, m.front().data, matrix_bytes);
-      m.push_back(m.front());
-      m.back().data = w;
-      continue;
-    }
-    for (int64_t r = 0; r < kRows; ++r) {
-      for (float& v : row) v = dist(rng);
-      quantize_row(qt, row.data(), w + size_t(r) * rb, kCols);
-    }
-    m.push_back({type, w, kRows, kCols, rb});
-    if (!pack_weight_panels(m.back(), w)) {
-      state.SkipWithError("this type or CPU has no packed panels");
-      return;
-    }
+  const auto pool = make_pool(type, kRows, kCols, kMatrices, 1);
+  if (!pool) {
+    state.SkipWithError("this type or CPU has no packed panels");
+    return;
   }
+  const std::vector<WeightMatrix>& m = pool->m;
   std::vector<float> y(size_t(2 * kUsed * kRows) * size_t(n_tokens));
   std::vector<MatmulJob> jobs;
   int64_t first = 0;
