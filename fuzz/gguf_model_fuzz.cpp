@@ -19,17 +19,16 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/model.h"
 #include "memory/kv_cache.h"
+#include "models/model.h"
 #include "runtime/session.h"
+#include "scratch_path.h"
 
 namespace {
 
 const std::filesystem::path& scratch_file() {
-  static const std::filesystem::path p =
-      std::filesystem::temp_directory_path() /
-      ("fak_gguf_model_fuzz_" + std::to_string(getpid()) + ".gguf");
-  return p;
+  static const fuzz::ScratchPath p("fak_gguf_model_fuzz", ".gguf");
+  return p.path();
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "models/model.h"
+#include "scratch_path.h"
 #include "server/server.h"
 
 namespace {
@@ -38,9 +39,8 @@ fak::server::ServerApp& app() {
     o.ctx = 96;  // bounds the work any one input can ask for
     o.cache_mib = 16;
     o.draft = fak::DraftOptions{};  // speculative decoding on: its paths are fuzzed too
-    o.session_dir =
-        (std::filesystem::temp_directory_path() / ("fak_server_fuzz_" + std::to_string(getpid())))
-            .string();
+    static const fuzz::ScratchPath sessions("fak_server_fuzz", "");
+    o.session_dir = sessions.path().string();
     auto* a = new fak::server::ServerApp(std::move(model), o);
     a->handle_raw(
         "POST /v1/fak/sessions HTTP/1.1\r\nAuthorization: Bearer k1\r\nContent-Length: 44\r\n\r\n"

@@ -24,13 +24,13 @@
 #include "memory/kv_cache.h"
 #include "models/model.h"
 #include "runtime/session.h"
+#include "scratch_path.h"
 
 namespace {
 
 const std::filesystem::path& scratch_file() {
-  static const std::filesystem::path p = std::filesystem::temp_directory_path() /
-                                         ("fak_session_fuzz_" + std::to_string(getpid()) + ".fak");
-  return p;
+  static const fuzz::ScratchPath p("fak_session_fuzz", ".fak");
+  return p.path();
 }
 
 }  // namespace
