@@ -3,6 +3,7 @@
 #include "ops/matmul.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -195,6 +196,61 @@ void bf16_activations_on_one_path() {
       set_bf16_activations(false);
       const auto again = run(s.w, x, n_tokens);
       ASSERT_EQ(0, std::memcmp(again.data(), f32_path.data(), 4 * again.size()));
+    }
+  }
+}
+
+// On AMX-BF16 the bf16 products are the tile unit's own: other bits than vdpbf16ps' (so the tile
+// unit ran, and store keys must tell them apart), the same bits on one thread or four (chunks of
+// other sizes and starts), and the same from a view whose rows are further apart than their
+// length (the two row groups of a pair then read at different strides where one is padded), its
+// gaps NaN so a read past a row would show.
+TEST(MatmulFloat, Bf16TileUnitSumsOnAnyThreadsAndRowStride) {
+  if (!kernels::cpu_has_bf16_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16";
+  struct Restore {
+    ~Restore() {
+      set_bf16_activations(false);
+      kernels::set_amx_enabled(true);
+      omp_set_num_threads(omp_get_num_procs());
+    }
+  } restore;
+  set_bf16_activations(true);
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{67, 4864}, {40, 100}, {33, 896}, {16, 32}}) {
+    const Stored s = make(WType::BF16, rows, cols, uint32_t(rows + 5 * cols));
+    // The same rows 48 elements apart more than their length, the gaps NaN.
+    const size_t wide = size_t(cols + 48);
+    std::vector<uint16_t> spaced(size_t(rows) * wide, uint16_t(0x7fc0));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(&spaced[size_t(r) * wide], &s.bytes[size_t(r * cols) * 2], 2 * size_t(cols));
+    const WeightMatrix view{WType::BF16, reinterpret_cast<const uint8_t*>(spaced.data()), rows,
+                            cols, 2 * wide};
+    for (int n_tokens : {1, 3, 33}) {
+      std::mt19937 rng(static_cast<uint32_t>(n_tokens + rows));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(size_t(n_tokens) * size_t(cols));
+      for (auto& v : x) v = nd(rng);
+      kernels::set_amx_enabled(true);
+      const auto tiles = run(s.w, x, n_tokens);
+      for (int threads : {1, 4}) {
+        omp_set_num_threads(threads);
+        ASSERT_EQ(0, std::memcmp(run(s.w, x, n_tokens).data(), tiles.data(), 4 * tiles.size()))
+            << rows << "x" << cols << " threads " << threads;
+        ASSERT_EQ(0, std::memcmp(run(view, x, n_tokens).data(), tiles.data(), 4 * tiles.size()))
+            << rows << "x" << cols << " spaced rows, threads " << threads;
+      }
+      omp_set_num_threads(omp_get_num_procs());
+      kernels::set_amx_enabled(false);
+      const auto dot = run(s.w, x, n_tokens);
+      bool differs = false;
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        ASSERT_NEAR(tiles[i], dot[i], 1e-3 * (1 + std::fabs(dot[i]))) << rows << "x" << cols;
+        differs = differs || tiles[i] != dot[i];
+      }
+      // Thousands of terms a row: the two ways of summing part somewhere.
+      if (cols >= 896) {
+        EXPECT_TRUE(differs) << rows << "x" << cols << " n_tokens " << n_tokens;
+      }
     }
   }
 }

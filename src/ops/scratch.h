@@ -14,6 +14,7 @@ enum class ScratchSlot : int {
   kQuantPanel,
   kAttention,
   kAmxAccumulators,
+  kBf16Rows,
   kCount
 };
 

@@ -39,11 +39,11 @@ AmxTileConfig tiles_config(int tokens) {
   return c;
 }
 const AmxTileConfig& config_of(int tokens) {
-  static const AmxTileConfig wide = tiles_config(kTokens), one = tiles_config(1);
-  return tokens == 1 ? one : wide;
+  static const AmxTileConfig one = tiles_config(1);
+  return tokens == 1 ? one : full_tiles_config();  // 16 x 64 bytes each: the shared one
 }
 
-// 16 rows of 16 dwords (rows `stride` bytes apart) transposed: out line i = the rows' dword i.
+// 16 registers of 16 dwords transposed in place: register i = every register's dword i.
 [[gnu::always_inline]] inline void transpose16(__m512i r[16]) {
   __m512i t[16];
 #pragma GCC unroll 8
@@ -172,8 +172,8 @@ void bf16amx_rows(const WeightMatrix& w, const uint16_t* xb, const uint16_t* xt,
   const bool one = n_tokens == 1;
   amx_use_config(config_of(one ? 1 : kTokens));
   alignas(64) float c[4 * 256];
-  auto* pad =
-      static_cast<uint8_t*>(thread_scratch(ScratchSlot::kQuantPanel, 2 * size_t(kRows) * 2 * ldx));
+  auto* pad = static_cast<uint8_t*>(
+      thread_scratch(ScratchSlot::kBf16Rows, 2 * size_t(kRows) * 2 * ldx + 64));
   const int n_tiles = (n_tokens + kTokens - 1) / kTokens;
   for (int64_t r = r0; r < r1; r += 2 * kRows) {
     const bool two = r + kRows < r1;
