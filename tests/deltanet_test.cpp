@@ -2,6 +2,8 @@
 // scalar reference's bits over awkward sizes (tails of every width, strips of every count) and
 // token counts, and running n tokens in one call equals running them one call each: the property
 // the whole reuse stack rests on for hybrid models.
+#include "ops/deltanet.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "memory/recurrent_state.h"
 #include "ops/deltanet_step.h"
 #include "ops/matmul_kernels.h"
 #include "test_util.h"
@@ -124,6 +127,68 @@ TEST(DeltaStep, ComputesTheGatedDeltaRule) {
     }
   }
   for (size_t i = 0; i < S.size(); ++i) EXPECT_NEAR(got[i], S[i], 1e-5) << i;
+}
+
+// Value heads in llama.cpp's tiled order (DeltaNetParams::tiled_v_heads, a K-quant GGUF's layers):
+// every value-head input moved to that order gives the grouped order's outputs and states moved
+// the same way, bit for bit, over two calls: tiled head t is grouped head (t % nk) * group + t /
+// nk, and reads key head t % nk.
+TEST(DeltaNetCore, TiledValueHeadsAreTheGroupedHeadsMoved) {
+  const int nk = 2, nv = 6, dk = 8, dv = 4, kernel = 4, group = nv / nk;
+  const int key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
+  const auto grouped_at = [&](int t) { return (t % nk) * group + t / nk; };
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  // Rows of `width` floats: the value heads' runs of dv rows from `offset` (per token of `tokens`
+  // blocks of `block` rows) moved to the tiled order.
+  auto tiled = [&](const std::vector<float>& v, int tokens, int block, int offset, int per_head,
+                   int width) {
+    std::vector<float> out = v;
+    for (int tok = 0; tok < tokens; ++tok)
+      for (int t = 0; t < nv; ++t)
+        std::memcpy(&out[size_t((tok * block + offset + t * per_head) * width)],
+                    &v[size_t((tok * block + offset + grouped_at(t) * per_head) * width)],
+                    sizeof(float) * size_t(per_head * width));
+    return out;
+  };
+  const std::vector<float> conv = random(size_t(conv_dim * kernel)), dt_bias = random(nv);
+  std::vector<float> ssm_a = random(nv);
+  for (float& x : ssm_a) x = -std::fabs(x);
+  const std::vector<float> conv_t = tiled(conv, 1, conv_dim, 2 * key_dim, dv, kernel),
+                           ssm_a_t = tiled(ssm_a, 1, nv, 0, 1, 1),
+                           dt_t = tiled(dt_bias, 1, nv, 0, 1, 1);
+  const DeltaNetParams grouped{nk, nv, dk, dv, kernel, &conv, &ssm_a, &dt_bias};
+  const DeltaNetParams tiles{nk, nv, dk, dv, kernel, &conv_t, &ssm_a_t, &dt_t, true};
+  const RecurrentShape shape{{true}, size_t(conv_dim * (kernel - 1)), size_t(nv * dk * dv)};
+  RecurrentState sg(shape), st(shape);
+  for (int T : {5, 3}) {
+    const std::vector<float> qkv = random(size_t(T * conv_dim)), b = random(size_t(T * nv)),
+                             a = random(size_t(T * nv));
+    std::vector<float> sc(size_t(T * conv_dim)), sb(size_t(T * nv)), sg_(size_t(T * nv));
+    const DeltaNetScratch scratch{sc.data(), sb.data(), sg_.data()};
+    std::vector<float> core_g(size_t(T * value_dim)), core_t(core_g.size());
+    DeltaNetSequence qg{&sg, T}, qt{&st, T};
+    deltanet_core(grouped, 0, {&qg, 1}, qkv.data(), b.data(), a.data(), scratch, core_g.data());
+    const auto qkv_t = tiled(qkv, T, conv_dim, 2 * key_dim, dv, 1);
+    const auto b_t = tiled(b, T, nv, 0, 1, 1), a_t = tiled(a, T, nv, 0, 1, 1);
+    deltanet_core(tiles, 0, {&qt, 1}, qkv_t.data(), b_t.data(), a_t.data(), scratch, core_t.data());
+    ASSERT_EQ(0, std::memcmp(tiled(core_g, T, value_dim, 0, dv, 1).data(), core_t.data(),
+                             sizeof(float) * core_t.size()))
+        << "call of " << T;
+    const std::vector<float> ssm_g(sg.ssm(0), sg.ssm(0) + nv * dk * dv),
+        ssm_t(st.ssm(0), st.ssm(0) + nv * dk * dv);
+    ASSERT_EQ(0, std::memcmp(tiled(ssm_g, 1, nv, 0, 1, dk * dv).data(), ssm_t.data(),
+                             sizeof(float) * ssm_t.size()));
+    const std::vector<float> cs_g(sg.conv(0), sg.conv(0) + conv_dim * (kernel - 1)),
+        cs_t(st.conv(0), st.conv(0) + conv_dim * (kernel - 1));
+    ASSERT_EQ(0, std::memcmp(tiled(cs_g, 1, conv_dim, 2 * key_dim, dv, kernel - 1).data(),
+                             cs_t.data(), sizeof(float) * cs_t.size()));
+  }
 }
 
 }  // namespace

@@ -286,4 +286,76 @@ TEST(GgufHybrid, Q8_0AtTheRealHeadLayoutEqualsQuantisingAtLoad) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+// A K-quant out_proj at the real head layout (128-wide value heads; llama-quantize's Q4_K_M gives
+// ssm_out Q4_K, whose 256-element blocks straddle heads): the layer keeps the file's tiled head
+// order and computes with the file's own type (it was widened to Q8_0 and reordered), its identity
+// says so (state and KV saved by the other layout do not fit), its logits follow the f32 model's,
+// and exported again it writes the tiled layout as it holds it (read back: the same logits within
+// the rounding of the widened weights).
+TEST(GgufHybrid, KQuantOutProjKeepsTheFilesHeadOrder) {
+  auto cfg =
+      nlohmann::json::parse(test::read_file(test::data_path("configs/qwen3.6-27b-text.json")));
+  cfg["hidden_size"] = 64;
+  cfg["intermediate_size"] = 96;
+  cfg["vocab_size"] = 8192;
+  const auto tmp = test::temp_dir();
+  test::write_file(tmp / "config.json", cfg.dump());
+  auto r = test::run_fak("synth --config " + (tmp / "config.json").string() + " -o " +
+                         (tmp / "m").string() + " --layers 4 --dtype f32 --std 0.05 --tokenizer " +
+                         test::source_path("models/pycoder-6m").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto hf = Model::load(tmp / "m");
+  export_gguf(*hf, FileType::Q4_K_M, tmp / "q4.gguf");
+  auto g = Model::load(tmp / "q4.gguf");
+  int tiled_layers = 0;
+  for (const LayerWeights& l : g->weights().layers) {
+    if (l.kind == LayerKind::FullAttention) continue;
+    EXPECT_TRUE(l.delta.tiled_v_heads);
+    EXPECT_EQ(l.delta.out_proj.type, WType::Q4_K);
+    ++tiled_layers;
+  }
+  EXPECT_EQ(tiled_layers, 3);
+  EXPECT_NE(g->identity().find("-tiledv"), std::string::npos) << g->identity();
+  EXPECT_EQ(hf->identity().find("-tiledv"), std::string::npos) << hf->identity();
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 211 + 7) % 8192));
+  auto logits = [&](std::shared_ptr<const Model> m) {
+    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
+                                           m->config().head_dim);
+    Session s(m, cache);
+    std::vector<float> all;
+    s.append(ids, &all);
+    return all;
+  };
+  // The logits' correlation with the f32 model's: Q4_K's rounding moves them (on this small random
+  // model as much as quantising the HF weights to Q4_K at load does), a head read from the wrong
+  // place more.
+  const auto corr = [](const std::vector<float>& x, const std::vector<float>& y) {
+    double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      sx += x[i];
+      sy += y[i];
+      sxx += double(x[i]) * x[i];
+      syy += double(y[i]) * y[i];
+      sxy += double(x[i]) * y[i];
+    }
+    const double n = double(x.size());
+    return (sxy - sx * sy / n) / std::sqrt((sxx - sx * sx / n) * (syy - sy * sy / n));
+  };
+  const auto want = logits(hf), got = logits(g);
+  ASSERT_EQ(want.size(), got.size());
+  for (float v : got) ASSERT_TRUE(std::isfinite(v));
+  const auto at_load = logits(Model::load(tmp / "m", {.quant = QuantType::Q4_K}));
+  const double tiled_corr = corr(want, got), at_load_corr = corr(want, at_load);
+  EXPECT_GT(tiled_corr, at_load_corr - 0.03) << tiled_corr << " against " << at_load_corr;
+  EXPECT_GT(tiled_corr, 0.85) << tiled_corr;
+  // Exported again as f32 (the tiled heads written as held), read back (moved to HF's order, as
+  // an f32 file's are): the Q4_K_M model's logits but for its activations' 8-bit rounding.
+  export_gguf(*g, FileType::F32, tmp / "again.gguf");
+  auto again = Model::load(tmp / "again.gguf");
+  EXPECT_FALSE(again->weights().layers[0].delta.tiled_v_heads);
+  const double back_corr = corr(got, logits(again));
+  EXPECT_GT(back_corr, 0.99) << back_corr;
+}
+
 }  // namespace fak

@@ -373,8 +373,8 @@ void CudaCall::deltanet(const DeltaNetParams& p, int layer, const float* qkv, co
                         const float* a, float* core) {
   check(states_.states != nullptr,
         "forward: a hybrid model needs a RecurrentState for every batch item");
-  const cuda::DeltaNetShape shape{p.n_k_heads, p.n_v_heads, p.k_head_dim, p.v_head_dim,
-                                  p.conv_kernel};
+  const cuda::DeltaNetShape shape{p.n_k_heads,  p.n_v_heads,   p.k_head_dim,
+                                  p.v_head_dim, p.conv_kernel, p.tiled_v_heads};
   const RecurrentState& st = *batch_[0].state;
   cuda::DeltaNetStates states = states_;
   states.conv_offset = size_t(st.conv(layer) - st.data.data());

@@ -72,7 +72,7 @@ __global__ void recurrence_kernel(DeltaNetShape s, DeltaNetStates st, const floa
   extern __shared__ float qk[];  // [2][dk]: this token's q and k
   const int item = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
   const int dk = s.dk, dv = s.dv, cd = s.conv_dim(), vd = s.value_dim();
-  const int kh = h / (s.nv / s.nk);
+  const int kh = s.key_head(h);
   float* S = st.states + size_t(item) * st.state_stride + st.ssm_offset +
              size_t(h) * size_t(dk) * size_t(dv);
   const int t0 = st.first[item], t1 = st.first[item + 1];

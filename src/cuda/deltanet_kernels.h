@@ -14,6 +14,8 @@ namespace fak::cuda {
 
 struct DeltaNetShape {
   int nk = 0, nv = 0, dk = 0, dv = 0, kernel = 0;
+  bool tiled = false;  // value heads in llama.cpp's tiled order (DeltaNetParams::tiled_v_heads)
+  __host__ __device__ int key_head(int h) const { return tiled ? h % nk : h / (nv / nk); }
   __host__ __device__ int key_dim() const { return nk * dk; }
   __host__ __device__ int value_dim() const { return nv * dv; }
   __host__ __device__ int conv_dim() const { return 2 * key_dim() + value_dim(); }

@@ -95,7 +95,8 @@ DeltaNetParams deltanet_params(const ModelConfig& c, const DeltaNetWeights& D) {
           c.linear_conv_kernel,
           &D.conv1d,
           &D.ssm_a,
-          &D.dt_bias};
+          &D.dt_bias,
+          D.tiled_v_heads};
 }
 
 std::atomic<ForwardProfile*> g_profile{nullptr};

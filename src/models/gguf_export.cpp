@@ -65,6 +65,12 @@ std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
   return bytes;
 }
 
+// Whether d's layer holds its value heads in llama.cpp's tiled order already (loaded so from a
+// GGUF: DeltaNetWeights::tiled_v_heads).
+bool already_tiled(const TensorDef& d) {
+  return d.v_heads_tiled && *d.v_heads_tiled;
+}
+
 // A vector in llama.cpp's order (the inverse of the loader's).
 std::vector<float> gguf_ordered(const ModelConfig& c, const TensorDef& d, std::vector<float> v) {
   switch (d.gguf_order) {
@@ -76,7 +82,7 @@ std::vector<float> gguf_ordered(const ModelConfig& c, const TensorDef& d, std::v
     }
     case GgufOrder::VHeadRows: {
       const VHeadOrder order{c.linear_num_key_heads, c.linear_num_value_heads};
-      if (order.identity()) return v;
+      if (order.identity() || already_tiled(d)) return v;
       return reorder_v_vec(v, d.order_offset * d.cols, d.order_per_head * d.cols, order, true);
     }
     default:
@@ -99,12 +105,12 @@ WeightMatrix gguf_ordered(const ModelConfig& c, const TensorDef& d, WeightMatrix
                     m.row(llama_unpermuted_row(g, int(d.order_per_head))), m.row_bytes);
       break;
     case GgufOrder::VHeadRows:
-      if (order.identity()) return m;
+      if (order.identity() || already_tiled(d)) return m;
       keep = reorder_v_rows(static_cast<const uint8_t*>(m.data), m.rows, m.row_bytes,
                             d.order_offset, d.order_per_head, order, true);
       break;
     case GgufOrder::VHeadCols:
-      if (order.identity()) return m;
+      if (order.identity() || already_tiled(d)) return m;
       keep = reorder_v_cols(m, d.order_per_head, order, true, d.gguf);
       break;
   }

@@ -227,7 +227,7 @@ class Loader {
       }
       case GgufOrder::VHeadRows: {
         const VHeadOrder order = v_order();
-        if (order.identity()) return v;
+        if (order.identity() || keep_tiled(d)) return v;
         return reorder_v_vec(v, d.order_offset * d.cols, d.order_per_head * d.cols, order, false);
       }
       case GgufOrder::VHeadCols:
@@ -237,6 +237,23 @@ class Loader {
   }
 
   VHeadOrder v_order() const { return {c_.linear_num_key_heads, c_.linear_num_value_heads}; }
+
+  // Whether d's layer keeps its value heads in the file's tiled order (TensorDef::v_heads_tiled):
+  // when its out_proj's blocks straddle value heads, so its columns cannot be moved back whole.
+  // (They were once widened to f32, reordered and quantised again as Q8_0: twice the bytes a
+  // token of a Q4_K out_proj, computed at another precision than the file's.) Recorded in the
+  // layer's weights for the forward.
+  bool keep_tiled(const TensorDef& d) {
+    if (!d.v_heads_tiled || v_order().identity()) return false;
+    const size_t layer_end = d.gguf.find('.', d.gguf.find('.') + 1);  // "blk.N."
+    const GgufTensor* out = layer_end == std::string::npos
+                                ? nullptr
+                                : f_.tensor(d.gguf.substr(0, layer_end + 1) + "ssm_out.weight");
+    const std::optional<WType> type = out ? wtype_from_ggml(out->ggml_type) : std::nullopt;
+    const bool keep = type && c_.linear_value_head_dim % wtype_block(*type) != 0;
+    if (keep) *d.v_heads_tiled = true;
+    return keep;
+  }
 
   // Undoes llama.cpp's order on a matrix: HF's rotate-half rows for llama q/k, HF's grouped value
   // heads for Qwen3.5 DeltaNet.
@@ -254,28 +271,14 @@ class Loader {
       }
       case GgufOrder::VHeadRows: {
         const VHeadOrder order = v_order();
-        if (order.identity()) return m;
+        if (order.identity() || keep_tiled(d)) return m;
         return repacked(m, reorder_v_rows(static_cast<const uint8_t*>(m.data), m.rows, m.row_bytes,
                                           d.order_offset, d.order_per_head, order, false));
       }
       case GgufOrder::VHeadCols: {
         const VHeadOrder order = v_order();
-        if (order.identity()) return m;
-        const int64_t dv = d.order_per_head;
-        if (dv % wtype_block(m.type) == 0)
-          return repacked(m, reorder_v_cols(m, dv, order, false, d.gguf));
-        // Blocks wider than a value head (K-quants on 128-wide heads) cannot be moved whole:
-        // widen, reorder, and keep it as Q8_0 (F32 where heads are not 32-aligned). note: so such
-        // a tensor is computed at Q8_0's precision, not the file's type.
-        std::vector<uint8_t> wide = convert_matrix(m, WType::F32);
-        WeightMatrix f = m;
-        f.type = WType::F32;
-        f.row_bytes = wtype_row_bytes(WType::F32, f.cols);
-        f.data = wide.data();
-        std::vector<uint8_t> re = reorder_v_cols(f, dv, order, false, d.gguf);
-        f.data = re.data();
-        const WType t = dv % 32 == 0 ? WType::Q8_0 : WType::F32;
-        return repacked(m, t == WType::F32 ? std::move(re) : convert_matrix(f, t), t);
+        if (order.identity() || keep_tiled(d)) return m;
+        return repacked(m, reorder_v_cols(m, d.order_per_head, order, false, d.gguf));
       }
     }
     return m;

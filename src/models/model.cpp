@@ -102,6 +102,14 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path,
     m->weights_ = std::move(g.weights);
     m->extra_storage_ = std::move(g.storage);
     m->weights_memory_ = g.memory;
+    // Layers computing in the file's tiled value-head order (DeltaNetWeights::tiled_v_heads) keep
+    // their recurrent state in that order: session files and caches from a fak that moved the heads
+    // back (and widened out_proj to Q8_0) must not be taken for this model's.
+    for (const LayerWeights& l : m->weights_.layers)
+      if (l.delta.tiled_v_heads) {
+        m->identity_suffix_ += "-tiledv";
+        break;
+      }
     if (g.tokenizer)
       m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_spec(std::move(*g.tokenizer)));
     m->stretch_context(options.context_past_training);

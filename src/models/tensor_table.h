@@ -78,6 +78,10 @@ struct TensorDef {
   std::string gguf;
   GgufOrder gguf_order = GgufOrder::AsIs;
   int64_t order_offset = 0, order_per_head = 0;
+  // VHeadRows / VHeadCols: where the loader records that it kept the layer's value heads in the
+  // file's tiled order (DeltaNetWeights::tiled_v_heads), which it does for every one of them when
+  // the layer's out_proj ("ssm_out") has blocks wider than a value head.
+  bool* v_heads_tiled = nullptr;
   // What llama-quantize calls the tensor ("attn_v", "ffn_down_exps", "output"): the quantisation
   // rules (quant_policy.h) key on it.
   std::string role;

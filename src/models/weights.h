@@ -31,6 +31,10 @@ struct DeltaNetWeights {
   // an HF checkpoint and its GGUF compute the same decay bit for bit.
   std::vector<float> ssm_a;
   std::vector<float> norm;  // [v_head_dim] gated RMSNorm weight (not zero-centred)
+  // Every value-head tensor above in llama.cpp's tiled order, as the GGUF stores it (a K-quant
+  // out_proj: its 256-element blocks straddle 128-wide heads, so its columns cannot be moved back
+  // and the layer computes in the file's order instead; DeltaNetParams::tiled_v_heads).
+  bool tiled_v_heads = false;
 };
 
 struct MlpWeights {
@@ -41,15 +45,15 @@ struct MlpWeights {
 // A sparse MoE block: a router and n_experts SwiGLU experts (views into the file's tensors, one
 // WeightMatrix per expert), plus, in Qwen3.5 MoE, a shared expert behind a sigmoid gate.
 struct MoeWeights {
-  WeightMatrix router;                 // [n_experts, dim]
-  std::vector<float> router_bias;      // sigmoid routers: e_score_correction_bias [n_experts]
+  WeightMatrix router;                   // [n_experts, dim]
+  std::vector<float> router_bias;        // sigmoid routers: e_score_correction_bias [n_experts]
   std::vector<float> router_logit_bias;  // moe_bias: added to the router's logits [n_experts]
   std::vector<WeightMatrix> gate, up;    // per expert [expert_hidden_dim, dim]
   std::vector<WeightMatrix> down;        // per expert [dim, expert_hidden_dim]
   // moe_bias: every expert's biases, [n_experts][expert_hidden_dim] and [n_experts][dim].
   std::vector<float> b_gate, b_up, b_down;
-  MlpWeights shared;                   // [shared_expert_hidden_dim, dim] ...; empty if none
-  WeightMatrix shared_gate;            // [1, dim]
+  MlpWeights shared;         // [shared_expert_hidden_dim, dim] ...; empty if none
+  WeightMatrix shared_gate;  // [1, dim]
 };
 
 struct LayerWeights {

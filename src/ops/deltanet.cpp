@@ -2,7 +2,8 @@
 //
 //   qkv  = SiLU(causal depthwise conv1d(in_proj_qkv x))   split into q | k | v heads
 //   q, k   L2-normalised per head (eps 1e-6), q scaled by 1/sqrt(k_head_dim); value head h reads
-//          q/k head h / (n_v_heads / n_k_heads) (HF's repeat_interleave)
+//          q/k head h / (n_v_heads / n_k_heads) (HF's repeat_interleave; h % n_k_heads with the
+//          heads in llama.cpp's tiled order, DeltaNetParams::tiled_v_heads)
 //   beta = sigmoid(in_proj_b x)
 //   g    = -exp(A_log) * softplus(in_proj_a x + dt_bias)          (log of the per-head decay)
 //   S_t  = e^g_t S_{t-1} + k_t [beta_t (v_t - (e^g_t S_{t-1})^T k_t)]^T,   o_t = S_t^T q_t
@@ -39,7 +40,8 @@ namespace {
 constexpr double kL2NormEps = 1e-6;  // HF l2norm's own eps, not rms_norm_eps
 
 struct Shape {
-  int nk, nv, dk, dv, kernel, key_dim, value_dim, conv_dim, group;
+  int nk, nv, dk, dv, kernel, key_dim, value_dim, conv_dim;
+  const DeltaNetParams& params;
   explicit Shape(const DeltaNetParams& p)
       : nk(p.n_k_heads),
         nv(p.n_v_heads),
@@ -49,7 +51,7 @@ struct Shape {
         key_dim(nk * dk),
         value_dim(nv * dv),
         conv_dim(2 * key_dim + value_dim),
-        group(nv / nk) {}
+        params(p) {}
 };
 
 double softplus(double x) {
@@ -167,7 +169,7 @@ void deltanet_core(const DeltaNetParams& p, int layer, std::span<const DeltaNetS
     const DeltaNetSequence& q = seqs[size_t(task / s.nv)];
     if (q.n_tokens == 0) continue;
     const int h = task % s.nv;
-    const int kh = h / s.group;
+    const int kh = s.params.key_head(h);
     float* S = q.state->ssm(layer) + size_t(h) * size_t(s.dk) * size_t(s.dv);
     const size_t t = size_t(first[size_t(task / s.nv)]);
     const float* row = &conv[t * cd];

@@ -15,6 +15,11 @@ struct DeltaNetParams {
   const std::vector<float>* conv = nullptr;     // [conv_dim][kernel]
   const std::vector<float>* ssm_a = nullptr;    // [n_v_heads] -exp(A_log)
   const std::vector<float>* dt_bias = nullptr;  // [n_v_heads]
+  // The value heads in llama.cpp's tiled order (models/qwen35_gguf.h), not HF's grouped one: head
+  // h then reads key head h % n_k_heads, not h / (n_v_heads / n_k_heads). Every value-head input
+  // and the output are in that order; each head's arithmetic is the same.
+  bool tiled_v_heads = false;
+  int key_head(int h) const { return tiled_v_heads ? h % n_k_heads : h / (n_v_heads / n_k_heads); }
   int key_dim() const { return n_k_heads * k_head_dim; }
   int value_dim() const { return n_v_heads * v_head_dim; }
   int conv_dim() const { return 2 * key_dim() + value_dim(); }

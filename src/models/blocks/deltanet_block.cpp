@@ -18,10 +18,11 @@ void deltanet_tensors(const ModelConfig& c, DeltaNetWeights& d, const LayerNames
   const int64_t value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
   // llama.cpp tiles the value heads when there are fewer key heads: runs of per_head rows (or
   // columns) from offset move.
-  auto tiled = [](TensorDef e, GgufOrder order, int64_t offset, int64_t per_head) {
+  auto tiled = [&d](TensorDef e, GgufOrder order, int64_t offset, int64_t per_head) {
     e.gguf_order = order;
     e.order_offset = offset;
     e.order_per_head = per_head;
+    e.v_heads_tiled = &d.tiled_v_heads;
     return e;
   };
   out.push_back(tiled(matrix_entry(d.in_proj_qkv, conv_dim, c.dim, hf + "in_proj_qkv.weight",
