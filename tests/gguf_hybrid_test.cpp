@@ -251,10 +251,11 @@ TEST(GgufHybrid, MtpBlocksLeaveTheDecoderAsItIs) {
   EXPECT_EQ(logits(g), logits(plain));
 }
 
-// The real 27B's head structure (16 key / 48 value heads of 128) at a tiny width: a q8_0 GGUF,
-// whose value heads are stored tiled and moved back block by block, computes exactly what
-// quantising the HF weights at load does.
-TEST(GgufHybrid, Q8_0AtTheRealHeadLayoutEqualsQuantisingAtLoad) {
+namespace {
+
+// The real 27B's head structure (16 key / 48 value heads of 128) at a tiny width, 4 layers, f32:
+// an HF directory `m` in a new temporary folder (returned).
+std::filesystem::path real_head_layout_model() {
   auto cfg =
       nlohmann::json::parse(test::read_file(test::data_path("configs/qwen3.6-27b-text.json")));
   cfg["hidden_size"] = 64;
@@ -265,21 +266,35 @@ TEST(GgufHybrid, Q8_0AtTheRealHeadLayoutEqualsQuantisingAtLoad) {
   auto r = test::run_fak("synth --config " + (tmp / "config.json").string() + " -o " +
                          (tmp / "m").string() + " --layers 4 --dtype f32 --std 0.05 --tokenizer " +
                          test::source_path("models/pycoder-6m").string());
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return tmp;
+}
+
+// Every position's logits for 40 fixed tokens of real_head_layout_model's vocabulary.
+std::vector<float> logits_of_40(std::shared_ptr<const Model> m) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 211 + 7) % 8192));
+  auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
+                                         m->config().head_dim);
+  Session s(m, cache);
+  std::vector<float> all;
+  s.append(ids, &all);
+  return all;
+}
+
+}  // namespace
+
+// The real 27B's head structure (16 key / 48 value heads of 128) at a tiny width: a q8_0 GGUF,
+// whose value heads are stored tiled and moved back block by block, computes exactly what
+// quantising the HF weights at load does.
+TEST(GgufHybrid, Q8_0AtTheRealHeadLayoutEqualsQuantisingAtLoad) {
+  const auto tmp = real_head_layout_model();
+  ASSERT_TRUE(std::filesystem::exists(tmp / "m" / "config.json"));
   auto hf = Model::load(tmp / "m");
   export_gguf(*hf, FileType::Q8_0, tmp / "q8.gguf");
   auto g = Model::load(tmp / "q8.gguf");
   auto q = Model::load(tmp / "m", {.quant = QuantType::Q8_0});
-  std::vector<int32_t> ids;
-  for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 211 + 7) % 8192));
-  auto logits = [&](std::shared_ptr<const Model> m) {
-    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
-                                           m->config().head_dim);
-    Session s(m, cache);
-    std::vector<float> all;
-    s.append(ids, &all);
-    return all;
-  };
+  const auto logits = logits_of_40;
   const auto a = logits(g), b = logits(q);
   ASSERT_EQ(a.size(), b.size());
   // Same bytes in every tensor, so the same logits bit for bit.
@@ -293,17 +308,8 @@ TEST(GgufHybrid, Q8_0AtTheRealHeadLayoutEqualsQuantisingAtLoad) {
 // and exported again it writes the tiled layout as it holds it (read back: the same logits within
 // the rounding of the widened weights).
 TEST(GgufHybrid, KQuantOutProjKeepsTheFilesHeadOrder) {
-  auto cfg =
-      nlohmann::json::parse(test::read_file(test::data_path("configs/qwen3.6-27b-text.json")));
-  cfg["hidden_size"] = 64;
-  cfg["intermediate_size"] = 96;
-  cfg["vocab_size"] = 8192;
-  const auto tmp = test::temp_dir();
-  test::write_file(tmp / "config.json", cfg.dump());
-  auto r = test::run_fak("synth --config " + (tmp / "config.json").string() + " -o " +
-                         (tmp / "m").string() + " --layers 4 --dtype f32 --std 0.05 --tokenizer " +
-                         test::source_path("models/pycoder-6m").string());
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto tmp = real_head_layout_model();
+  ASSERT_TRUE(std::filesystem::exists(tmp / "m" / "config.json"));
   auto hf = Model::load(tmp / "m");
   export_gguf(*hf, FileType::Q4_K_M, tmp / "q4.gguf");
   auto g = Model::load(tmp / "q4.gguf");
@@ -317,16 +323,7 @@ TEST(GgufHybrid, KQuantOutProjKeepsTheFilesHeadOrder) {
   EXPECT_EQ(tiled_layers, 3);
   EXPECT_NE(g->identity().find("-tiledv"), std::string::npos) << g->identity();
   EXPECT_EQ(hf->identity().find("-tiledv"), std::string::npos) << hf->identity();
-  std::vector<int32_t> ids;
-  for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 211 + 7) % 8192));
-  auto logits = [&](std::shared_ptr<const Model> m) {
-    auto cache = std::make_shared<KvCache>(m->n_attention_layers(), m->config().n_kv_heads,
-                                           m->config().head_dim);
-    Session s(m, cache);
-    std::vector<float> all;
-    s.append(ids, &all);
-    return all;
-  };
+  const auto logits = logits_of_40;
   // The logits' correlation with the f32 model's: Q4_K's rounding moves them (on this small random
   // model as much as quantising the HF weights to Q4_K at load does), a head read from the wrong
   // place more.
