@@ -192,18 +192,20 @@ std::unique_ptr<MatrixPool> make_pool(WType type, int64_t rows, int64_t cols, in
 
 // One token through a MoE layer's chosen experts, as decode runs them: 8 of 128 experts' gate and
 // up projections (2048 columns, 768 rows each: Qwen3-30B-A3B's shape) in one matmul_many call,
-// packed, each call a different 8 so every call reads from memory (a pool of 768 MiB or more).
+// packed, each call the next 8 of the pool, so an expert is read again only after the whole pool
+// (1 GiB or more): every call reads from memory. (Routing 8 experts 13 apart, one further each
+// call, as until session 37, read each expert again 13 calls later, 120 MB on: from this Xeon's
+// 480 MiB L3, faster than the probe reads memory.)
 // Against membw_bench's pool row it says what many short matrices cost. (Not against
 // Q8_0_streamed_1tok_packed: that rereads one 119 MB matrix, which partly streams from the cache.)
 void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
-                       int64_t kUsed = 8) {
-  const int64_t kCols = 2048;
+                       int64_t kUsed = 8, int64_t kCols = 2048) {
   const QuantType qt = *wtype_quant(type);
   const size_t rb = row_bytes(qt, kCols), matrix_bytes = rb * size_t(kRows);
-  // 128 experts of 768 rows, or more: at least 768 MiB in all, so no call finds its experts in the
+  // 128 experts of 768 rows, or more: at least 1 GiB in all, so no call finds its experts in the
   // cache (a few hundred MiB read again and again partly stream from it; see membw_bench).
   const int64_t kExperts =
-      std::max<int64_t>(128 * 768 / kRows, int64_t((size_t(768) << 20) / (2 * matrix_bytes)) + 1);
+      std::max<int64_t>(128 * 768 / kRows, int64_t((size_t(1) << 30) / (2 * matrix_bytes)) + 1);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(kCols));
@@ -220,14 +222,15 @@ void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
   for (auto _ : state) {
     jobs.clear();
     for (int64_t i = 0; i < kUsed; ++i) {
-      const int64_t e =
-          (first + i * 13) % kExperts;  // NOLINT  // scattered, as a router picks them
+      const int64_t e = (first + i) % kExperts;
+      // Gates and ups in two tensors, as GGUF files hold them (a gate's end is not the up's start).
       for (int64_t p = 0; p < 2; ++p)
-        jobs.push_back({&m[size_t(2 * e + p)], x.data(), 1, y.data() + size_t(2 * i + p) * kRows});
+        jobs.push_back(
+            {&m[size_t(e + p * kExperts)], x.data(), 1, y.data() + size_t(2 * i + p) * kRows});
     }
     matmul_many(jobs);
     benchmark::DoNotOptimize(y.data());
-    first = (first + 1) % kExperts;
+    first = (first + kUsed) % kExperts;
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * kUsed) * int64_t(matrix_bytes));
 }
@@ -243,6 +246,10 @@ BENCHMARK_CAPTURE(bench_moe_experts, Q8_0_x6144_1, WType::Q8_0, 6144, 1)->UseRea
 // against membw_bench's pool row, the share of the host's read rate each decode kernel reaches.
 BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_x6144_1, WType::Q4_K, 6144, 1)->UseRealTime();
 BENCHMARK_CAPTURE(bench_moe_experts, Q6_K_x6144_1, WType::Q6_K, 6144, 1)->UseRealTime();
+// Qwen3.5-35B-A3B's experts as llama-quantize's Q4_K_M writes them: gate and up Q4_K (512 x
+// 2048), down Q6_K (2048 x 512, two blocks a row; here in pairs of two experts' downs).
+BENCHMARK_CAPTURE(bench_moe_experts, Q4_K_512x2048_8, WType::Q4_K, 512, 8)->UseRealTime();
+BENCHMARK_CAPTURE(bench_moe_experts, Q6_K_2048x512_4, WType::Q6_K, 2048, 4, 512)->UseRealTime();
 
 // A prefill's experts: 32 experts' gate and up (512 x 2048 each, Qwen3.5-35B-A3B's shape) in one
 // matmul_many call, each over the same `n` tokens (a 512-token prompt over 256 experts, 8 routed:

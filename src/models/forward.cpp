@@ -288,10 +288,13 @@ class Pass {
     float* beta = b_.buf(Buf::DeltaB);     // [T][n_v_heads]
     float* a = b_.buf(Buf::DeltaA);        // [T][n_v_heads]
     float* core = b_.buf(Buf::DeltaCore);  // [T][value_dim]
-    b_.matmul(D.in_proj_qkv, xn, T_, qkv);
-    b_.matmul(D.in_proj_z, xn, T_, z);
-    b_.matmul(D.in_proj_b, xn, T_, beta);
-    b_.matmul(D.in_proj_a, xn, T_, a);
+    // The four input projections in one call: one fork and join, xn quantised once, and the two
+    // 32-row ones (too small to wake a thread for alone) shared out with the wide ones.
+    const MatmulJob in[4] = {{&D.in_proj_qkv, xn, T_, qkv},
+                             {&D.in_proj_z, xn, T_, z},
+                             {&D.in_proj_b, xn, T_, beta},
+                             {&D.in_proj_a, xn, T_, a}};
+    b_.matmuls(in);
     b_.deltanet(p, layer, qkv, beta, a, core);
     // The gated norm's weight is used as stored (not zero-centred).
     b_.rmsnorm(core, D.norm, T_ * p.n_v_heads, p.v_head_dim, c_.rms_eps, core);
