@@ -152,6 +152,11 @@ FAK_FEW_PACKED(IQ4_XS, 3)
 FAK_FEW_PACKED(IQ4_XS, 4)
 FAK_FEW_PACKED(Q4_K, 2)
 FAK_FEW_PACKED(Q6_K, 2)
+FAK_FEW_PACKED(Q6_K, 4)
+FAK_FEW_PACKED(Q6_K, 8)
+FAK_FEW_PACKED(Q4_K, 4)
+FAK_FEW_PACKED(Q4_K, 8)
+FAK_FEW_PACKED(Q8_0, 8)
 // n matrices of rows x cols in one 64-byte aligned allocation, packed at load as a model's are:
 // the first `distinct` quantised from random weights, the rest copies of them in turn (quantising
 // hundreds of MiB would take most of a benchmark's time, and memory reads the same bytes at the

@@ -351,6 +351,10 @@ TEST(Cli, BenchRunsTestsAtDepth) {
   EXPECT_EQ(jb["results"][1]["test"], "tg4 x3 @ d16");
   EXPECT_EQ(jb["results"][1]["n_batch"], 3);
   EXPECT_GT(jb["results"][1]["tok_s"].get<double>(), 0);
+  // --same-tokens: named apart (its MoE steps read one token's experts, not the batch's union).
+  auto same = test::run_fak("bench -p 0 -n 4 -b 3 --same-tokens -r 1 -o json -t 1 --no-membw");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(nlohmann::json::parse(same.out)["results"][0]["test"], "tg4 x3 same");
   // A depth past the model's context is refused with the reason, before any prefill; so is a
   // prompt that does not fit after its depth (and what would fit is said).
   auto bad = test::run_fak("bench -p 8 -n 0 -d 100000 -r 1 -o json -t 1");

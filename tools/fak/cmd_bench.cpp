@@ -60,7 +60,7 @@ namespace {
 struct BenchArgs {
   std::string model, prompts = "16,64,256", gens = "32", depths = "0", batches = "1", output = "md";
   int threads = 0, reps = 3;
-  bool membw = true, profile = false;
+  bool membw = true, profile = false, same_tokens = false;
   KvFlags kv;
 };
 
@@ -360,7 +360,12 @@ void bench(const BenchArgs& a) {
           for (int i = 0; i < b; ++i) seqs.push_back(fresh());
           std::vector<Session*> ptrs;
           for (Session& x : seqs) ptrs.push_back(&x);
-          std::vector<int32_t> toks = random_tokens(b);
+          // Each sequence its own token, or (--same-tokens) one for all, so the clones stay alike.
+          const auto step_tokens = [&] {
+            return a.same_tokens ? std::vector<int32_t>(size_t(b), random_tokens(1)[0])
+                                 : random_tokens(b);
+          };
+          std::vector<int32_t> toks = step_tokens();
           // As llama-bench: one token per forward (per sequence), after the depth's context.
           if (a.profile) set_forward_profile(&profile);
           auto t0 = std::chrono::steady_clock::now();
@@ -369,12 +374,14 @@ void bench(const BenchArgs& a) {
               seqs[0].append({toks.data(), 1});
             else
               decode_batch(ptrs, toks);
-            toks = random_tokens(b);
+            toks = step_tokens();
           }
           v.push_back(double(n) * double(b) / seconds_since(t0));
           set_forward_profile(nullptr);
         }
-        record("tg" + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : "") + at, 0, n, d, b,
+        record("tg" + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : "") +
+                   (b > 1 && a.same_tokens ? " same" : "") + at,
+               0, n, d, b,
                v, rep_membw, a.profile ? &profile : nullptr);
       }
     }
@@ -425,6 +432,10 @@ void register_bench(CLI::App& app) {
               "token, and for tg the weight bandwidth against the probe");
   c->add_option("-b,--batch", a->batches,
                 "sequences decoded in lockstep by the tg tests, comma-separated (default 1)");
+  c->add_flag("--same-tokens", a->same_tokens,
+              "the sequences of a -b test all take the same token each step, so a MoE step reads "
+              "one token's experts (as ik_llama.cpp's llama-batched-bench, which feeds token 0 to "
+              "every sequence); without it each takes its own random token");
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_option("-r,--repetitions", a->reps, "repetitions of each test");
   c->add_option("-o,--output", a->output, "md or json")->check(CLI::IsMember({"md", "json"}));

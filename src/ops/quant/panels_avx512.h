@@ -72,10 +72,13 @@ constexpr size_t kPrefetchAhead = 4096;
 // kToL2: into L2 only (kPrefetchFar's stream, FarRows), not L1. A template parameter, not a
 // member: a run-time choice of hint in this loop cost the MXFP4 decode kernel, which inlines it,
 // 13% (gpt-oss-20b tg32 10.2 -> 9.0 tok/s).
+// far: a second stream as far ahead of p as it is set, into L2 (kPrefetchFar's, as the decode
+// kernels' prefetch_block has beside its L1 one).
 template <bool kToL2 = false>
 struct PrefetchRows {
   const uint8_t* p = nullptr;  // null: nothing to prefetch
   size_t bytes = 0, done = 0;
+  const uint8_t* far = nullptr;
   void upto(int64_t b, int64_t nb) {
     if (!p) return;
     for (const size_t end = size_t(b + 1) * bytes / size_t(nb); done < end; done += 64) {
@@ -83,6 +86,7 @@ struct PrefetchRows {
         _mm_prefetch(reinterpret_cast<const char*>(p + done), _MM_HINT_T1);
       else
         _mm_prefetch(reinterpret_cast<const char*>(p + done), _MM_HINT_T0);
+      if (far) _mm_prefetch(reinterpret_cast<const char*>(far + done), _MM_HINT_T1);
     }
   }
 };

@@ -76,7 +76,7 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
     const int ts_end = q.n_tokens - ts > kTokenSuperBlock ? ts + kTokenSuperBlock : q.n_tokens;
     for (int64_t r = r0; r < r1; r += kRows) {
       const uint8_t* panel = q.w->row(r);
-      NextRows next{panel + kPrefetchAhead, group_bytes, 0};
+      NextRows next{panel + kPrefetchAhead, group_bytes, 0, panel + kPrefetchFar};
       int t = ts;
       if constexpr (!P::kWidensInTile)
         t = amx_tiles16<typename P::F, true>(q, panel, nb, r, ts, ts_end, amx);
