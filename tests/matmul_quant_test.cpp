@@ -172,8 +172,9 @@ TEST_P(MatmulQuant, AmxTilesBitIdenticalToVnni) {
       Quantised m = make_matrix(type, rows, cols, 13);
       if (packed && !pack_weight_panels(m.w, m.bytes.data())) continue;
       // Fewer than 16, and remainders past whole tiles: a padded last tile from
-      // kAmxFewestTokens tokens (10, 12, 15 left), the VNNI tiles below it (1, 8 left).
-      for (int n_tokens : {10, 12, 16, 17, 26, 31, 32, 47, 64, 600}) {
+      // kAmxFewestTokens tokens (10, 12, 15 left), the VNNI tiles below it (1, 5, 7 left); packed
+      // q8_0's 8-row tiles for 8 left (8; 24 after a whole tile).
+      for (int n_tokens : {5, 7, 8, 10, 12, 16, 17, 21, 24, 26, 31, 32, 47, 64, 600}) {
         std::vector<float> x = activations(n_tokens, cols, uint32_t(7 * n_tokens + 3));
         kernels::set_amx_enabled(false);
         std::vector<float> vnni = run(m.w, x, n_tokens);

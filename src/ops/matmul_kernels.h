@@ -119,6 +119,11 @@ int amx_sum_factor(QuantType t);
 // it is cheaper than the VNNI tiles for them. A MoE layer's experts see a few tens of tokens each
 // in a prefill, so a tile's worth left over is common (half the tokens of Qwen3.5's 256 experts).
 inline constexpr int kAmxFewestTokens = 10;
+// Packed q8_0's 8-row AMX tiles (a few sequences decoding together) from this many tokens: at 8
+// they beat the VNNI tile of 8 (two threads, tg32 x8 at depth 16: Qwen2.5-0.5B Q8_0 256 -> 291
+// tok/s, the Qwen3-30B-A3B 6-layer Q8_0 cut with one token for all 211-219 -> 225-232), at 7
+// and 6 they lost to the VNNI tiles of 7 and 6 (the cut: 218-223 -> 191-193, 189-202 -> 176-178).
+inline constexpr int kAmx8FewestTokens = 8;
 // quantize_act_avx512.cpp: x (cols a multiple of 32) quantised to Q8_0 blocks in act, the same
 // bytes as the quantiser's, with each block's fp16 scale widened into scales and the sum of its
 // quants into sums (cols / 32 of each). Only when avx512_enabled().

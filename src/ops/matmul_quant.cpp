@@ -319,7 +319,8 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   // q8_0 too with VNNI): they come with the scales.
   // The AMX tiles' activations: Q8_0 ones with their scales; Q8_K ones for the K-quants'.
   const bool amx_acts =
-      (want_scales || (at == QuantType::Q8_K && panels)) && n_tokens >= kAmxFewestTokens;
+      (want_scales || (at == QuantType::Q8_K && panels)) &&
+      n_tokens >= (w.type == WType::Q8_0 && w.panels ? kAmx8FewestTokens : kAmxFewestTokens);
   const int amx_factor = amx_acts ? amx_sum_factor(qt) : 0;
   const bool want_amx = amx_factor != 0;
   // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens

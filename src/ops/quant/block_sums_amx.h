@@ -42,13 +42,32 @@ inline void amx_configure_tiles() {
   amx_use_config(block_sums_tile_config());
 }
 
+// The same tiles for 8 tokens: C 8 x 16 int32, A 8 x 32 bytes (the first 8 rows of a 16-token
+// activation block), B as above. A call of a few sequences' tokens (batched decode) then stores and
+// reads back half the sums and makes half the float steps of a padded 16-token tile.
+inline const AmxTileConfig& block_sums8_tile_config() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    const uint16_t bytes[6] = {64, 32, 64, 64, 32, 64};
+    const uint8_t rows[6] = {8, 8, 8, 8, 8, 8};
+    for (int t = 0; t < 6; ++t) {
+      c.bytes_per_row[t] = bytes[t];
+      c.rows[t] = rows[t];
+    }
+    return c;
+  }();
+  return config;
+}
+
 // For blocks i in [0, n_blocks): out[256 i + 16 m + k] = Σ_e a_m[e] * c_k[e], the exact dot
 // product of token m's 32 signed activation bytes (acts + i * act_block_bytes + m * act_stride)
 // and row k's 32 codes, unsigned (TDPBSUD) or kSignedCodes signed (TDPBSSD: q8_0's, which then
 // need no offset taken off), from the VNNI panel at codes + i * code_block_bytes: line g holds
 // codes 4g..4g+3 of row k at bytes 4k..4k+3. out: 64-byte aligned; token m's 16 sums are then one
 // line, one row per lane, where the VPDPBUSD tile has them.
-template <bool kSignedCodes = false>
+// out_stride: ints between blocks' sums (256; 128 with block_sums8_tile_config()'s 8 tokens,
+// whose tiles read and store 8 lines).
+template <bool kSignedCodes = false, size_t kOutStride = 256>
 [[gnu::always_inline]] inline void amx_block_sums16(const uint8_t* acts, size_t act_stride,
                                                     size_t act_block_bytes, const uint8_t* codes,
                                                     size_t code_block_bytes, int n_blocks,
@@ -70,15 +89,15 @@ template <bool kSignedCodes = false>
     _tile_loadd(5, codes + size_t(i + 1) * code_block_bytes, 64);
     _tile_zero(3);
     FAK_AMX_BLOCK_PRODUCT(3, 4, 5);
-    _tile_stored(0, out + size_t(i) * 256, 64);
-    _tile_stored(3, out + size_t(i + 1) * 256, 64);
+    _tile_stored(0, out + size_t(i) * kOutStride, 64);
+    _tile_stored(3, out + size_t(i + 1) * kOutStride, 64);
   }
   if (i < n_blocks) {
     _tile_loadd(1, acts + size_t(i) * act_block_bytes, stride);
     _tile_loadd(2, codes + size_t(i) * code_block_bytes, 64);
     _tile_zero(0);
     FAK_AMX_BLOCK_PRODUCT(0, 1, 2);
-    _tile_stored(0, out + size_t(i) * 256, 64);
+    _tile_stored(0, out + size_t(i) * kOutStride, 64);
   }
 #undef FAK_AMX_BLOCK_PRODUCT
 }

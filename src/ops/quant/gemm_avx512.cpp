@@ -253,27 +253,45 @@ struct Block32 {
   template <bool kPacked>
   static void tile_amx16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
                          int n_valid, bool stream) {
+    tile_amx<16, kPacked>(q, panel, nb, r, t, n_valid, stream);
+  }
+  // Tokens [t, t + 8) (t a multiple of 16) on 8-row tiles: packed q8_0's few-token calls (a few
+  // sequences decoding together), whose padded 16-token tile made twice the float steps needed.
+  static void tile_amx8(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
+                        int n_valid, bool stream) {
+    static_assert(T == WType::Q8_0);
+    tile_amx<8, true>(q, panel, nb, r, t, n_valid, stream);
+  }
+  template <int TT, bool kPacked>
+  static void tile_amx(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t,
+                       int n_valid, bool stream) {
     static_assert(!kPacked || T == WType::Q8_0, "packed codes other than q8_0's widen in the tile");
+    static_assert(TT == 16 || TT == 8);
     const uint8_t* acts = q.amx_acts + size_t(t / 16) * size_t(nb) * kAmxActBlockBytes;
     float* y = q.y + size_t(t) * size_t(q.w->rows) + size_t(r);
     const size_t y_stride = size_t(q.w->rows);
     constexpr size_t kStride = kPacked ? size_t(kPackedBytes) : size_t(kPanelBytes);
     constexpr size_t kCodes = kPacked ? size_t(kPackedCodes) : size_t(kCodesAt);
+    constexpr size_t kSums = size_t(TT) * 16;  // ints of a block's sums
     // Blocks a chunk: 8 KB of sums, read back from L1. The tile unit makes chunk c + 1's sums while
     // the vector units do chunk c's float steps (issued in that order, so both are in flight).
     constexpr int kChunk = 8;
-    alignas(64) int32_t sums[2][kChunk * 256];
+    alignas(64) int32_t sums[2][kChunk * kSums];
     const int64_t chunks = (nb + kChunk - 1) / kChunk;
     const auto sums_of = [&](int64_t c) {
       const int64_t b0 = c * kChunk;
-      amx_block_sums16<kSignedCodes>(acts + size_t(b0) * kAmxActBlockBytes, 32, kAmxActBlockBytes,
-                                     panel + size_t(b0) * kStride + kCodes, kStride,
-                                     int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
+      amx_block_sums16<kSignedCodes, kSums>(
+          acts + size_t(b0) * kAmxActBlockBytes, 32, kAmxActBlockBytes,
+          panel + size_t(b0) * kStride + kCodes, kStride,
+          int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
     };
-    amx_configure_tiles();
-    __m512 acc[16];
+    if constexpr (TT == 16)
+      amx_configure_tiles();
+    else
+      amx_use_config(block_sums8_tile_config());
+    __m512 acc[TT];
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+    for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
     sums_of(0);
     for (int64_t c = 0; c < chunks; ++c) {
       if (c + 1 < chunks) sums_of(c + 1);
@@ -289,15 +307,15 @@ struct Block32 {
         // Q8_0 cut 341 / 326 / 289 -> 354 / 359 / 314 tok/s alternated; the whole next group
         // over the first tile instead, a little less; the 30B-A3B Q8_0 cut level).
         if (stream) prefetch_block<kStride, false>(panel + size_t(b0 + i) * kStride);
-        const int32_t* s = sums[c & 1] + i * 256;
+        const int32_t* s = sums[c & 1] + i * kSums;
         const auto sums_j = [&](int j) { return _mm512_load_si512(s + 16 * j); };
         const auto act_j = [&](int j) { return ActBlock{da[j], asum[j], asum[j]}; };
-        add_block<16, kPacked, decltype(sums_j), decltype(act_j), kSignedCodes>(
+        add_block<TT, kPacked, decltype(sums_j), decltype(act_j), kSignedCodes>(
             acc, sums_j, act_j, panel + size_t(b0 + i) * kStride);
       }
     }
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j)
+    for (int j = 0; j < TT; ++j)
       if (j < n_valid) _mm512_storeu_ps(y + size_t(j) * y_stride, acc[j]);
   }
 };

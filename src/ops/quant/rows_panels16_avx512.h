@@ -29,14 +29,22 @@ void tile_remainder(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_
 // left to the VNNI tiles (t stays a multiple of 16 until then). kPacked: the panel is q8_0's
 // packed one, not this call's own, read from memory: the group's first tile streams the weights
 // ahead of itself into L2 (`stream`), on into the next group.
+// Packed q8_0 (F::tile_amx8) takes a last kAmx8FewestTokens..8 tokens on 8-row tiles.
 template <class F, bool kPacked = false>
 int amx_tiles16(const QuantTask& q, const uint8_t* panel, int64_t nb, int64_t r, int t, int ts_end,
                 bool amx) {
   if constexpr (requires { F::amx_ready(q); })
-    if (amx && F::amx_ready(q))
-      for (const int first = t; t + kAmxFewestTokens <= ts_end; t += 16)
+    if (amx && F::amx_ready(q)) {
+      const int first = t;
+      for (; t + kAmxFewestTokens <= ts_end; t += 16)
         F::template tile_amx16<kPacked>(q, panel, nb, r, t, ts_end - t < 16 ? ts_end - t : 16,
                                         kPacked && t == first);
+      if constexpr (kPacked && requires { F::tile_amx8(q, panel, nb, r, t, 8, false); })
+        if (t < ts_end && ts_end - t >= kAmx8FewestTokens && ts_end - t <= 8) {
+          F::tile_amx8(q, panel, nb, r, t, ts_end - t, t == first);
+          t = ts_end;
+        }
+    }
   return t < ts_end ? t : ts_end;
 }
 
