@@ -500,9 +500,12 @@ void CpuCall::moe_experts(const MoeExperts& ex, const float* x, int k, const flo
             slice + 1 == slices ? D : D * size_t(slice + 1) / size_t(slices) / 16 * 16;
         for (size_t r = 0; r < n_rows; ++r) {
           const int32_t pair = pairs[base + r];
+          // o and y never overlap: vectorised (a float at a time, GCC's -O2 left it, 3% of a
+          // pp512 of the Qwen3.5 Q8_0 cut); a multiply then an add per element either way.
           float* o = out + size_t(pair / k) * D;
           const float w = weights[size_t(pair)];
           const float* y = ys + r * D;
+#pragma omp simd
           for (size_t d = d0; d < d1; ++d) o[d] += w * y[d];
         }
       }
