@@ -83,10 +83,14 @@ void conv_silu(const Shape& s, const float* wt, float* state, const float* x, in
   for (int t = 0; t < n; ++t) {
     float* o = out + size_t(t) * cd;
     const float* r0 = in(t);
+    // omp simd: GCC's -O2 left these a float at a time (2% of a pp512 of the Qwen3.5 Q8_0 cut);
+    // each element still a multiply then an add, so the same bits.
+#pragma omp simd
     for (size_t ch = 0; ch < cd; ++ch) o[ch] = w[ch] * r0[ch];
     for (int j = 1; j < K; ++j) {
       const float* r = in(t + j);
       const float* wj = w + size_t(j) * cd;
+#pragma omp simd
       for (size_t ch = 0; ch < cd; ++ch) o[ch] += wj[ch] * r[ch];
     }
     silu_mul(o, one, int(cd), o);
