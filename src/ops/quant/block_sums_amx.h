@@ -20,21 +20,22 @@
 namespace fak::kernels {
 inline namespace FAK_ISA_NS {
 
-// The tiles' shapes: two sets, so one block's products run while the other's are stored: sums (C)
-// in tiles 0 / 3, 16 x 16 int32; activations (A) in 1 / 4, 16 x 32 bytes; codes (B) in 2 / 5, 8
-// lines of 64 bytes. (GCC's tile intrinsics paste the tile number into the instruction's text, so
-// the loop below names them as literals.)
+// The tiles' shapes for `tokens` tokens: two sets, so one block's products run while the other's
+// are stored: sums (C) in tiles 0 / 3, tokens x 16 int32; activations (A) in 1 / 4, tokens x 32
+// bytes; codes (B) in 2 / 5, 8 lines of 64 bytes. (GCC's tile intrinsics paste the tile number
+// into the instruction's text, so the loop below names them as literals.)
+inline AmxTileConfig block_sums_config_for(uint8_t tokens) {
+  AmxTileConfig c;
+  const uint16_t bytes[6] = {64, 32, 64, 64, 32, 64};
+  const uint8_t rows[6] = {tokens, tokens, 8, tokens, tokens, 8};
+  for (int t = 0; t < 6; ++t) {
+    c.bytes_per_row[t] = bytes[t];
+    c.rows[t] = rows[t];
+  }
+  return c;
+}
 inline const AmxTileConfig& block_sums_tile_config() {
-  static const AmxTileConfig config = [] {
-    AmxTileConfig c;
-    const uint16_t bytes[6] = {64, 32, 64, 64, 32, 64};
-    const uint8_t rows[6] = {16, 16, 8, 16, 16, 8};
-    for (int t = 0; t < 6; ++t) {
-      c.bytes_per_row[t] = bytes[t];
-      c.rows[t] = rows[t];
-    }
-    return c;
-  }();
+  static const AmxTileConfig config = block_sums_config_for(16);
   return config;
 }
 
@@ -42,31 +43,21 @@ inline void amx_configure_tiles() {
   amx_use_config(block_sums_tile_config());
 }
 
-// The same tiles for 8 tokens: C 8 x 16 int32, A 8 x 32 bytes (the first 8 rows of a 16-token
-// activation block), B as above. A call of a few sequences' tokens (batched decode) then stores and
-// reads back half the sums and makes half the float steps of a padded 16-token tile.
+// 8 tokens: C 8 x 16 int32, A 8 x 32 bytes (the first 8 rows of a 16-token activation block). A
+// call of a few sequences' tokens (batched decode) then stores and reads back half the sums and
+// makes half the float steps of a padded 16-token tile.
 inline const AmxTileConfig& block_sums8_tile_config() {
-  static const AmxTileConfig config = [] {
-    AmxTileConfig c;
-    const uint16_t bytes[6] = {64, 32, 64, 64, 32, 64};
-    const uint8_t rows[6] = {8, 8, 8, 8, 8, 8};
-    for (int t = 0; t < 6; ++t) {
-      c.bytes_per_row[t] = bytes[t];
-      c.rows[t] = rows[t];
-    }
-    return c;
-  }();
+  static const AmxTileConfig config = block_sums_config_for(8);
   return config;
 }
 
-// For blocks i in [0, n_blocks): out[256 i + 16 m + k] = Σ_e a_m[e] * c_k[e], the exact dot
-// product of token m's 32 signed activation bytes (acts + i * act_block_bytes + m * act_stride)
-// and row k's 32 codes, unsigned (TDPBSUD) or kSignedCodes signed (TDPBSSD: q8_0's, which then
-// need no offset taken off), from the VNNI panel at codes + i * code_block_bytes: line g holds
-// codes 4g..4g+3 of row k at bytes 4k..4k+3. out: 64-byte aligned; token m's 16 sums are then one
-// line, one row per lane, where the VPDPBUSD tile has them.
-// out_stride: ints between blocks' sums (256; 128 with block_sums8_tile_config()'s 8 tokens,
-// whose tiles read and store 8 lines).
+// For blocks i in [0, n_blocks): out[kOutStride i + 16 m + k] = Σ_e a_m[e] * c_k[e], the exact
+// dot product of token m's 32 signed activation bytes (acts + i * act_block_bytes + m *
+// act_stride) and row k's 32 codes, unsigned (TDPBSUD) or kSignedCodes signed (TDPBSSD: q8_0's,
+// which then need no offset taken off), from the VNNI panel at codes + i * code_block_bytes: line
+// g holds codes 4g..4g+3 of row k at bytes 4k..4k+3. out: 64-byte aligned; token m's 16 sums are
+// then one line, one row per lane, where the VPDPBUSD tile has them. kOutStride: 256, or 128 with
+// block_sums8_tile_config()'s 8 tokens, whose tiles read and store 8 lines.
 template <bool kSignedCodes = false, size_t kOutStride = 256>
 [[gnu::always_inline]] inline void amx_block_sums16(const uint8_t* acts, size_t act_stride,
                                                     size_t act_block_bytes, const uint8_t* codes,
