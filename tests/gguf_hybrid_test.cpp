@@ -282,17 +282,27 @@ std::vector<float> logits_of_40(std::shared_ptr<const Model> m) {
   return all;
 }
 
+// real_head_layout_model loaded from its HF files (hf) and exported as `type` then loaded back (g).
+struct Exported {
+  std::filesystem::path dir;
+  std::shared_ptr<const Model> hf, g;
+};
+Exported exported_real_head_layout(FileType type, const std::string& name) {
+  Exported e{real_head_layout_model(), nullptr, nullptr};
+  EXPECT_TRUE(std::filesystem::exists(e.dir / "m" / "config.json"));
+  e.hf = Model::load(e.dir / "m");
+  export_gguf(*e.hf, type, e.dir / name);
+  e.g = Model::load(e.dir / name);
+  return e;
+}
+
 }  // namespace
 
 // The real 27B's head structure (16 key / 48 value heads of 128) at a tiny width: a q8_0 GGUF,
 // whose value heads are stored tiled and moved back block by block, computes exactly what
 // quantising the HF weights at load does.
 TEST(GgufHybrid, Q8_0AtTheRealHeadLayoutEqualsQuantisingAtLoad) {
-  const auto tmp = real_head_layout_model();
-  ASSERT_TRUE(std::filesystem::exists(tmp / "m" / "config.json"));
-  auto hf = Model::load(tmp / "m");
-  export_gguf(*hf, FileType::Q8_0, tmp / "q8.gguf");
-  auto g = Model::load(tmp / "q8.gguf");
+  const auto [tmp, hf, g] = exported_real_head_layout(FileType::Q8_0, "q8.gguf");
   auto q = Model::load(tmp / "m", {.quant = QuantType::Q8_0});
   const auto logits = logits_of_40;
   const auto a = logits(g), b = logits(q);
@@ -308,11 +318,7 @@ TEST(GgufHybrid, Q8_0AtTheRealHeadLayoutEqualsQuantisingAtLoad) {
 // and exported again it writes the tiled layout as it holds it (read back: the same logits within
 // the rounding of the widened weights).
 TEST(GgufHybrid, KQuantOutProjKeepsTheFilesHeadOrder) {
-  const auto tmp = real_head_layout_model();
-  ASSERT_TRUE(std::filesystem::exists(tmp / "m" / "config.json"));
-  auto hf = Model::load(tmp / "m");
-  export_gguf(*hf, FileType::Q4_K_M, tmp / "q4.gguf");
-  auto g = Model::load(tmp / "q4.gguf");
+  const auto [tmp, hf, g] = exported_real_head_layout(FileType::Q4_K_M, "q4.gguf");
   int tiled_layers = 0;
   for (const LayerWeights& l : g->weights().layers) {
     if (l.kind == LayerKind::FullAttention) continue;
