@@ -95,6 +95,12 @@ struct QuantTask {
   // amx_sum_factor kAmxQ8KFactor, of kAmxQ8KActBlockBytes).
   const uint8_t* amx_acts = nullptr;
   int amx_sum_factor = 0;
+  // Q8_0 activations in the same blocks of 16 tokens (kAmxActBlockBytes, their sums times
+  // act_blocks16_factor), for the VNNI tiles too: one pointer a block instead of a code, scale and
+  // sum row for each of a tile's 8 tokens (24 pointers: GCC spilled them, and the accumulators,
+  // every block). The same buffer as amx_acts where the AMX tiles run; else null.
+  const uint8_t* act_blocks16 = nullptr;
+  int act_blocks16_factor = 0;
 };
 // One block of 16 tokens' Q8_0 activations as the AMX tiles read them: the 16 rows of 32 quants
 // (token m's at 32 m: the tile unit's A operand, contiguous), then their 16 scales (float) and
@@ -114,6 +120,9 @@ inline constexpr int kAmxQ8KFactor = -1;
 // What the AMX tiles of weight type t multiply the activation sums by (their codes' offset, or 1
 // for q4_1 / q5_1), or 0 where t's tiles do not take AMX on this CPU (q.amx_acts is then not made).
 int amx_sum_factor(QuantType t);
+// The same for the 32-element block types' VNNI tiles (act_blocks16), whatever the CPU's AMX; 0
+// for the types whose tiles take Q8_K activations or no tiles.
+int block16_sum_factor(QuantType t);
 // The fewest tokens the AMX tiles take as a tile of 16 (the rest zero rows, their sums not
 // stored): a tile of 16 costs the tile unit the same at any fill, and from about this many tokens
 // it is cheaper than the VNNI tiles for them. A MoE layer's experts see a few tens of tokens each
@@ -124,6 +133,9 @@ inline constexpr int kAmxFewestTokens = 10;
 // tok/s, the Qwen3-30B-A3B 6-layer Q8_0 cut with one token for all 211-219 -> 225-232), at 7
 // and 6 they lost to the VNNI tiles of 7 and 6 (the cut: 218-223 -> 191-193, 189-202 -> 176-178).
 inline constexpr int kAmx8FewestTokens = 8;
+// The fewest tokens for which a call's Q8_0 activations are also laid out in blocks of 16 tokens
+// for the VNNI tiles (QuantTask::act_blocks16).
+inline constexpr int kActBlocks16FewestTokens = 4;
 // quantize_act_avx512.cpp: x (cols a multiple of 32) quantised to Q8_0 blocks in act, the same
 // bytes as the quantiser's, with each block's fp16 scale widened into scales and the sum of its
 // quants into sums (cols / 32 of each). Only when avx512_enabled().
@@ -145,7 +157,8 @@ struct QuantPrepared {
   std::vector<uint8_t> act;
   std::vector<float> scales;
   std::vector<int32_t> sums;
-  std::vector<uint8_t> amx_acts;  // 64 bytes more than the tiles: q.amx_acts is aligned in it
+  std::vector<uint8_t> amx_acts;      // 64 bytes more than the tiles: q.amx_acts is aligned in it
+  std::vector<uint8_t> act_blocks16;  // q.act_blocks16, where it is not q.amx_acts
 };
 // `reuse`: a prepared product over the same x (same activation type and width) whose quantised
 // activations are taken instead of quantising x again; may be null. `source` (from quantize_rows,

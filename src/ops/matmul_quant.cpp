@@ -146,8 +146,7 @@ QuantTileFn quant_gemv_kernel(QuantType t) {
   return quant_gemv_avx2(t);
 }
 
-int amx_sum_factor(QuantType t) {
-  if (!amx_enabled()) return 0;
+int block16_sum_factor(QuantType t) {
   switch (t) {  // the 32-element block types (gemm_avx512.cpp's Block32) and their code offsets
     case QuantType::Q8_0:
     case QuantType::IQ4_NL:
@@ -161,6 +160,14 @@ int amx_sum_factor(QuantType t) {
     case QuantType::Q4_1:
     case QuantType::Q5_1:
       return 1;
+    default:
+      return 0;
+  }
+}
+
+int amx_sum_factor(QuantType t) {
+  if (!amx_enabled()) return 0;
+  switch (t) {
     case QuantType::Q2_K:
     case QuantType::Q3_K:
     case QuantType::IQ4_XS:
@@ -169,7 +176,7 @@ int amx_sum_factor(QuantType t) {
     case QuantType::Q6_K:
       return kAmxQ8KFactor;
     default:
-      return 0;
+      return block16_sum_factor(t);
   }
 }
 
@@ -179,13 +186,15 @@ namespace {
 // tokens, block by block (kAmxActBlockBytes), the last one's missing tokens zeros. A copy of what
 // the tiles would otherwise gather from 16 token rows per block, made once per call instead of
 // once per 16 weight rows.
-void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
+const uint8_t* act_tiles16(const QuantTask& q, int64_t nb, int factor,
+                           std::vector<uint8_t>& buffer) {
   const int tiles = (q.n_tokens + 15) / 16;
-  if (q.amx_sum_factor == kAmxQ8KFactor) {  // Q8_K: kAmxQ8KActBlockBytes
+  if (factor == kAmxQ8KFactor) {  // Q8_K: kAmxQ8KActBlockBytes
     const int64_t nbk = nb / (quant::kQKK / quant::kQK);
     buffer.assign(size_t(tiles) * size_t(nbk) * kAmxQ8KActBlockBytes + 64, 0);
-    uint8_t* out = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
-    q.amx_acts = out;
+    uint8_t* const start =
+        buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+    uint8_t* out = start;
     for (int tile = 0; tile < tiles; ++tile)
       for (int64_t b = 0; b < nbk; ++b, out += kAmxQ8KActBlockBytes)
         for (int m = 0; m < 16 && tile * 16 + m < q.n_tokens; ++m) {  // the padding stays zeros
@@ -200,11 +209,12 @@ void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
           }
           std::memcpy(out + kAmxQ8KActBsumsAt + 32 * m, a.bsums, 32);
         }
-    return;
+    return start;
   }
   buffer.resize(size_t(tiles) * size_t(nb) * kAmxActBlockBytes + 64);
-  uint8_t* out = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
-  q.amx_acts = out;
+  uint8_t* const start =
+      buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  uint8_t* out = start;
   for (int tile = 0; tile < tiles; ++tile)
     for (int64_t b = 0; b < nb; ++b, out += kAmxActBlockBytes)
       for (int m = 0; m < 16; ++m) {
@@ -217,9 +227,26 @@ void amx_act_tiles(QuantTask& q, int64_t nb, std::vector<uint8_t>& buffer) {
         const size_t t = size_t(tile) * 16 + size_t(m), tb = t * size_t(nb) + size_t(b);
         std::memcpy(out + 32 * m, q.act + t * q.act_row_bytes + size_t(b) * 34 + 2, 32);
         std::memcpy(out + 512 + 4 * m, q.act_scales + tb, 4);
-        const int32_t sum = q.act_sums[tb] * q.amx_sum_factor;
+        const int32_t sum = q.act_sums[tb] * factor;
         std::memcpy(out + 576 + 4 * m, &sum, 4);
       }
+  return start;
+}
+
+// q's activation tiles: the AMX ones (amx_factor, where they run), and the VNNI tiles' Q8_0
+// blocks of 16 tokens (the same buffer where the AMX tiles take Q8_0 ones with the same factor).
+void make_act_tiles(QuantTask& q, int64_t nb, int amx_factor, int blocks16_factor,
+                    QuantPrepared& p) {
+  if (amx_factor != 0) {
+    q.amx_sum_factor = amx_factor;
+    q.amx_acts = act_tiles16(q, nb, amx_factor, p.amx_acts);
+  }
+  if (blocks16_factor != 0) {
+    q.act_blocks16_factor = blocks16_factor;
+    q.act_blocks16 = amx_factor == blocks16_factor
+                         ? q.amx_acts
+                         : act_tiles16(q, nb, blocks16_factor, p.act_blocks16);
+  }
 }
 
 }  // namespace
@@ -322,7 +349,12 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
       (want_scales || (at == QuantType::Q8_K && panels)) &&
       n_tokens >= (w.type == WType::Q8_0 && w.panels ? kAmx8FewestTokens : kAmxFewestTokens);
   const int amx_factor = amx_acts ? amx_sum_factor(qt) : 0;
-  const bool want_amx = amx_factor != 0;
+  // The VNNI tiles' blocks of 16 tokens: from a few tokens (a copy of the activations, once a
+  // call, against a tile's float steps over all the weight's row groups).
+  const int blocks16_factor =
+      want_scales && n_tokens >= kActBlocks16FewestTokens && avx512_enabled()
+          ? block16_sum_factor(qt)
+          : 0;
   // Prefill repacks rows per call into a panel (8 rows, 16 with VNNI), which pays once many tokens
   // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
   // directly, each 8-row group staying in L1 while every token passes over it. Weights packed at
@@ -336,10 +368,16 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
     q.act = reuse->q.act;
     q.act_scales = want_scales ? reuse->q.act_scales : nullptr;
     q.act_sums = want_scales ? reuse->q.act_sums : nullptr;
-    if (want_amx) {
+    const bool same_amx = amx_factor == 0 || reuse->q.amx_sum_factor == amx_factor;
+    const bool same_blocks16 =
+        blocks16_factor == 0 || reuse->q.act_blocks16_factor == blocks16_factor;
+    if (same_amx && same_blocks16) {
       q.amx_sum_factor = amx_factor;
-      q.amx_acts = reuse->q.amx_sum_factor == amx_factor ? reuse->q.amx_acts : nullptr;
-      if (!q.amx_acts) amx_act_tiles(q, nb, p.amx_acts);
+      q.amx_acts = amx_factor ? reuse->q.amx_acts : nullptr;
+      q.act_blocks16_factor = blocks16_factor;
+      q.act_blocks16 = blocks16_factor ? reuse->q.act_blocks16 : nullptr;
+    } else {
+      make_act_tiles(q, nb, amx_factor, blocks16_factor, p);
     }
     return;
   }
@@ -347,10 +385,7 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   const double work = double(w.rows) * double(w.cols) * double(n_tokens);
   const bool parallel = omp_get_max_threads() > 1 && work >= 256.0 * 1024;
   fill_activations(at, x, n_tokens, w.cols, want_scales, parallel, p, source, rows);
-  if (want_amx) {
-    q.amx_sum_factor = amx_factor;
-    amx_act_tiles(q, nb, p.amx_acts);
-  }
+  make_act_tiles(q, nb, amx_factor, blocks16_factor, p);
 }
 
 bool quant_rows_fit(const WeightMatrix& w, const QuantPrepared& source) {

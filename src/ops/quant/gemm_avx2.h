@@ -94,6 +94,10 @@ struct TileArgs {
   const float* scales[TT];
   const int32_t* sums[TT];
   float* ys[TT];
+  // The tokens' Q8_0 blocks of 16 (QuantTask::act_blocks16: block b of their group at
+  // blocks16 + b kAmxActBlockBytes, token j the group's token m0 + j), or null.
+  const uint8_t* blocks16 = nullptr;
+  int m0 = 0;
 };
 
 // One family of weight types: F::kBlock elements per block, F::kPanelBytes bytes of panel per
@@ -108,6 +112,10 @@ TileArgs<TT> tile_args(const QuantTask& q, int64_t nb, int64_t r, int t) {
     a.scales[j] = q.act_scales ? q.act_scales + size_t(t + j) * size_t(nb) : nullptr;
     a.sums[j] = q.act_sums ? q.act_sums + size_t(t + j) * size_t(nb) : nullptr;
     a.ys[j] = q.y + size_t(t + j) * size_t(q.w->rows) + size_t(r);
+  }
+  if (q.act_blocks16 && t % 16 + TT <= 16) {
+    a.blocks16 = q.act_blocks16 + size_t(t / 16) * size_t(nb) * kAmxActBlockBytes;
+    a.m0 = t % 16;
   }
   return a;
 }

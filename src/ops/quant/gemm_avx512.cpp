@@ -212,6 +212,7 @@ struct Block32 {
   template <int TT, bool kPacked = false>
   static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
                    NextRows* next = nullptr) {
+    if (args.blocks16) return tile_blocks16<TT, kPacked>(panel, nb, args, next);
     constexpr size_t kStride = kPacked ? size_t(kPackedBytes) : size_t(kPanelBytes);
     __m512 acc[TT];
 #pragma GCC unroll 16
@@ -235,6 +236,46 @@ struct Block32 {
           [&](int j) {
             const int32_t sum = args.sums[j][b];
             return ActBlock{args.scales[j][b], kOffset * sum, sum};
+          },
+          p);
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
+  }
+
+  // tile's steps with the tokens' activations from their blocks of 16 (act_blocks16): each
+  // block's codes, scales and offset sums a fixed distance from one pointer, so the loop keeps
+  // its accumulators in registers (with a pointer per token and row it spilled them: one core,
+  // 4864 x 896 q8_0 packed, 128 tokens, 107-120 -> 181 GMAC/s).
+  template <int TT, bool kPacked>
+  static void tile_blocks16(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
+                            NextRows* next) {
+    constexpr size_t kStride = kPacked ? size_t(kPackedBytes) : size_t(kPanelBytes);
+    const uint8_t* codes = args.blocks16 + 32 * size_t(args.m0);
+    const uint8_t* scales = args.blocks16 + 512 + 4 * size_t(args.m0);
+    __m512 acc[TT];
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, codes += kAmxActBlockBytes, scales += kAmxActBlockBytes) {
+      if (next) next->upto(b, nb);
+      const uint8_t* p = panel + size_t(b) * kStride;
+      __m512i isum[TT];
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m512i w = vnni_codes(kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g));
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j)
+          isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(codes + 32 * j + 4 * g));
+      }
+      // act_tiles16 stored Σ a times kOffset (times 1 for the q4_1 / q5_1 mins).
+      const auto* da = reinterpret_cast<const float*>(scales);
+      const auto* asum = reinterpret_cast<const int32_t*>(scales + 64);
+      add_block<TT, kPacked>(
+          acc, [&](int j) { return isum[j]; },
+          [&](int j) {
+            return ActBlock{da[j], asum[j], asum[j]};
           },
           p);
     }
@@ -280,10 +321,10 @@ struct Block32 {
     const int64_t chunks = (nb + kChunk - 1) / kChunk;
     const auto sums_of = [&](int64_t c) {
       const int64_t b0 = c * kChunk;
-      amx_block_sums16<kSignedCodes, kSums>(
-          acts + size_t(b0) * kAmxActBlockBytes, 32, kAmxActBlockBytes,
-          panel + size_t(b0) * kStride + kCodes, kStride,
-          int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
+      amx_block_sums16<kSignedCodes, kSums>(acts + size_t(b0) * kAmxActBlockBytes, 32,
+                                            kAmxActBlockBytes,
+                                            panel + size_t(b0) * kStride + kCodes, kStride,
+                                            int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
     };
     if constexpr (TT == 16)
       amx_configure_tiles();
