@@ -23,6 +23,11 @@ void gelu_tanh_mul(const float* gate, const float* up, int n, float* out) {
   for_each_chunk(n, [&](int b, int e) { kernel(gate + b, up + b, e - b, out + b); });
 }
 
+void sigmoid_mul(float* x, const float* gate, int n) {
+  const auto kernel = vec_kernels().sigmoid_mul;
+  for_each_chunk(n, [&](int b, int e) { kernel(x + b, gate + b, e - b); });
+}
+
 // gpt-oss's experts, as transformers' GptOssExperts writes it:
 //   g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) * g * sigmoid(alpha g),
 // with libm's expf.

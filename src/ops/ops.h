@@ -19,6 +19,8 @@ void rope_apply(float* head, int rot, const float* cos, const float* sin);
 void silu_mul(const float* gate, const float* up, int n, float* out);
 // out = gelu_tanh(gate) * up: GeGLU with PyTorch's tanh approximation (ops/gated_activation.cpp).
 void gelu_tanh_mul(const float* gate, const float* up, int n, float* out);
+// x *= sigmoid(gate), with exp_poly: the gated attention's output gate (Qwen3.5).
+void sigmoid_mul(float* x, const float* gate, int n);
 // out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate, limit): gpt-oss's
 // experts (ops/gated_activation.cpp).
 void clamped_swiglu_mul(const float* gate, const float* up, int n, float alpha, float limit,

@@ -22,6 +22,9 @@ struct VecKernels {
   // u = sqrt(2 / pi) (x + 0.044715 x^3): PyTorch's tanh GELU (1 + tanh(u) = 2 sigma(2u)) through
   // the same exp as SiLU; every variant gives the same bits.
   void (*gelu_mul)(const float* gate, const float* up, int n, float* out);
+  // x[i] *= 1 / (1 + exp_poly(-gate[i])): PyTorch's x * sigmoid(gate) with the same exp as SiLU;
+  // every variant gives the same bits.
+  void (*sigmoid_mul)(float* x, const float* gate, int n);
   // Σ x[i]² in double (RMSNorm's sum), in kSquareLanes lanes, element i into lane i % 16 in order,
   // then the lanes added as sum_square_lanes does; every variant gives the same bits. (One chain
   // of double adds cost 4 cycles an element: 3% of a prefill.)

@@ -83,6 +83,17 @@ void silu_mul_avx2(const float* gate, const float* up, int n, float* out) {
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
 }
 
+void sigmoid_mul_avx2(float* x, const float* gate, int n) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = kernels::exp256(_mm256_xor_ps(_mm256_loadu_ps(gate + i), sign));
+    _mm256_storeu_ps(
+        x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_div_ps(one, _mm256_add_ps(one, e))));
+  }
+  for (; i < n; ++i) x[i] *= 1.0f / (1.0f + exp_poly(-gate[i]));
+}
+
 void gelu_mul_avx2(const float* gate, const float* up, int n, float* out) {
   const __m256 one = _mm256_set1_ps(1.0f), beta = _mm256_set1_ps(kGeluBeta),
                kappa = _mm256_set1_ps(kGeluKappa), minus_two = _mm256_set1_ps(-2.0f);
@@ -126,6 +137,7 @@ const VecKernels& vec_kernels_avx2() {
                             axpy_half_avx2<widen_bf16, bf16_to_f32>,
                             silu_mul_avx2,
                             gelu_mul_avx2,
+                            sigmoid_mul_avx2,
                             sum_squares_avx2,
                             "avx2"};
   return k;

@@ -28,6 +28,9 @@ void silu_mul_ref(const float* gate, const float* up, int n, float* out) {
 void gelu_mul_ref(const float* gate, const float* up, int n, float* out) {
   for (int i = 0; i < n; ++i) out[i] = gelu_mul_one(gate[i], up[i]);
 }
+void sigmoid_mul_ref(float* x, const float* gate, int n) {
+  for (int i = 0; i < n; ++i) x[i] *= 1.0f / (1.0f + exp_poly(-gate[i]));
+}
 double sum_squares_ref(const float* x, int n) {
   double lane[kSquareLanes] = {};
   for (int i = 0; i < n; ++i) lane[i % kSquareLanes] += double(x[i]) * double(x[i]);
@@ -44,6 +47,7 @@ const VecKernels& vec_kernels_ref() {
                             axpy_half_ref<bf16_to_f32>,
                             silu_mul_ref,
                             gelu_mul_ref,
+                            sigmoid_mul_ref,
                             sum_squares_ref,
                             "scalar"};
   return k;
