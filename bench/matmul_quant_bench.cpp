@@ -22,9 +22,9 @@ namespace fak {
 namespace {
 
 void bench_matmul(benchmark::State& state, WType type, int n_tokens, bool tiles,
-                  int64_t rows = 4864, bool packed = false) {
+                  int64_t rows = 4864, bool packed = false, int64_t wide_cols = 0) {
   // Rows of 256-element super-blocks (the K-quants, iq4_xs) are 1024 long.
-  const int64_t cols = wtype_block(type) == 256 ? 1024 : 896;
+  const int64_t cols = wide_cols ? wide_cols : wtype_block(type) == 256 ? 1024 : 896;
   const QuantType qt = *wtype_quant(type);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -93,6 +93,13 @@ FAK_PACKED(Q2_K)
 FAK_PACKED(Q3_K)
 FAK_PACKED(IQ4_XS)
 FAK_PACKED(IQ4_NL)
+
+// Rows of 4096 (GLM-4.5-Air's hidden size): a 16-row group's panel and a tile's activations no
+// longer fit L1 together, as they do at 896.
+BENCHMARK_CAPTURE(bench_matmul, Q8_0_prefill128_packed_4096cols, WType::Q8_0, 128, true, 1024, true,
+                  4096);
+BENCHMARK_CAPTURE(bench_matmul, Q4_K_prefill128_packed_4096cols, WType::Q4_K, 128, true, 1024, true,
+                  4096);
 
 // A MoE expert's share of a prefill: 768 rows (Qwen3-30B-A3B's expert width) packed at load, 12
 // and 26 tokens (a 512-token prompt over 128 or 256 experts, 8 routed: 16-32 tokens each): the
@@ -203,8 +210,8 @@ std::unique_ptr<MatrixPool> make_pool(WType type, int64_t rows, int64_t cols, in
 // 480 MiB L3, faster than the probe reads memory.)
 // Against membw_bench's pool row it says what many short matrices cost. (Not against
 // Q8_0_streamed_1tok_packed: that rereads one 119 MB matrix, which partly streams from the cache.)
-void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768,
-                       int64_t kUsed = 8, int64_t kCols = 2048) {
+void bench_moe_experts(benchmark::State& state, WType type, int64_t kRows = 768, int64_t kUsed = 8,
+                       int64_t kCols = 2048) {
   const QuantType qt = *wtype_quant(type);
   const size_t rb = row_bytes(qt, kCols), matrix_bytes = rb * size_t(kRows);
   // 128 experts of 768 rows, or more: at least 1 GiB in all, so no call finds its experts in the
