@@ -208,6 +208,20 @@ struct Block32 {
     }
   }
 
+  // Block p's integer sums for TT tokens, codes x activations (the codes' offset not yet off):
+  // token j's 4 activation bytes against code register g at act(j, g).
+  template <int TT, bool kPacked, class Act>
+  [[gnu::always_inline]] static void block_isums(const uint8_t* p, __m512i (&isum)[TT], Act act) {
+#pragma GCC unroll 16
+    for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m512i w = vnni_codes(kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g));
+#pragma GCC unroll 16
+      for (int j = 0; j < TT; ++j) isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(act(j, g)));
+    }
+  }
+
   // kPacked: a prepacked panel (Packed32 below) instead of this call's own.
   template <int TT, bool kPacked = false>
   static void tile(const uint8_t* panel, int64_t nb, const TileArgs<TT>& args,
@@ -222,15 +236,7 @@ struct Block32 {
       const uint8_t* p = panel + size_t(b) * kStride;
       const size_t ab = size_t(b) * sizeof(BlockQ8_0) + 2;  // this block's activation quants
       __m512i isum[TT];
-#pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) {
-        const __m512i w = vnni_codes(kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g));
-#pragma GCC unroll 16
-        for (int j = 0; j < TT; ++j)
-          isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(args.acts[j] + ab + 4 * g));
-      }
+      block_isums<TT, kPacked>(p, isum, [&](int j, int g) { return args.acts[j] + ab + 4 * g; });
       add_block<TT, kPacked>(
           acc, [&](int j) { return isum[j]; },
           [&](int j) {
@@ -260,15 +266,7 @@ struct Block32 {
       if (next) next->upto(b, nb);
       const uint8_t* p = panel + size_t(b) * kStride;
       __m512i isum[TT];
-#pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) {
-        const __m512i w = vnni_codes(kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g));
-#pragma GCC unroll 16
-        for (int j = 0; j < TT; ++j)
-          isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(codes + 32 * j + 4 * g));
-      }
+      block_isums<TT, kPacked>(p, isum, [&](int j, int g) { return codes + 32 * j + 4 * g; });
       // act_tiles16 stored Σ a times kOffset (times 1 for the q4_1 / q5_1 mins).
       const auto* da = reinterpret_cast<const float*>(scales);
       const auto* asum = reinterpret_cast<const int32_t*>(scales + 64);
