@@ -9,8 +9,10 @@
 # (the peers' tool: cmake --build build --target llama-batched-bench in each peer's tree).
 set -u
 F=${FAK:-build/fak}
-IKB=${IK_BATCHED:?IK_BATCHED: ik_llama.cpp's llama-batched-bench}
-LLB=${LLAMA_BATCHED:?LLAMA_BATCHED: llama.cpp's llama-batched-bench}
+# (no apostrophes in the messages: inside ${...:?word} one opens a quoted string, which ran on to
+# the next line's and left LLB unset)
+IKB=${IK_BATCHED:?IK_BATCHED: the llama-batched-bench of ik_llama.cpp}
+LLB=${LLAMA_BATCHED:?LLAMA_BATCHED: the llama-batched-bench of llama.cpp}
 for pass in ${PASSES:-1 2}; do
   for m in "$@"; do
     echo "=== pass $pass $m fak"
