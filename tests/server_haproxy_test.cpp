@@ -146,28 +146,45 @@ TEST(ServerHaproxy, AgentsFinishWithOneServersRepliesWhileAReplicaIsKilled) {
 
   std::vector<Agent> agents;
   for (int i = 0; i < kAgents; ++i) agents.push_back(new_agent(i));
-  std::atomic<int> turns_done{0};
+  // A third of the way through, every agent waits at a gate: the kill then always strands the
+  // victim's agents with turns left, after the victim has published their prefixes (blocks reach
+  // the store after a reply, and on a loaded host that can lag behind the next turn).
+  constexpr int kTurnsBeforeKill = kTurns / 3;
+  std::atomic<int> at_gate{0};
+  std::atomic<bool> gate_open{false};
   std::vector<std::thread> threads;
   std::vector<int> ok(kAgents, 0);
   for (int i = 0; i < kAgents; ++i)
     threads.emplace_back([&, i] {
       for (int t = 0; t < kTurns; ++t) {
-        if (!turn(lb.port(), agents[size_t(i)], t)) return;
-        ++turns_done;
+        if (t == kTurnsBeforeKill) {
+          ++at_gate;
+          while (!gate_open) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        if (!turn(lb.port(), agents[size_t(i)], t)) {
+          if (t < kTurnsBeforeKill) ++at_gate;
+          return;
+        }
       }
       ok[size_t(i)] = 1;
     });
-  // A third of the way through, the replica that served the most goes without a word.
-  while (turns_done < kAgents * kTurns / 3)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 60000 && at_gate < kAgents; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The replica that served the most goes without a word.
   const double n1 = completions_served(r1.port()), n2 = completions_served(r2.port());
   ServerProcess& victim = n1 >= n2 ? r1 : r2;
   ServerProcess& survivor = n1 >= n2 ? r2 : r1;
   EXPECT_GT(std::max(n1, n2), 0);
-  // Blocks reach the store after a reply: on a loaded host the victim may not have published
-  // its agents' prefixes yet, and the survivor could then hit nothing of them. Killed once it has.
-  for (int i = 0; i < 1000 && metric(victim.port(), "fak_store_published_blocks_total") <= 0; ++i)
+  for (int i = 0; i < 2000; ++i) {
+    if (metric(victim.port(), "fak_store_published_blocks_total") > 0 &&
+        metric(victim.port(), "fak_store_upload_queue_bytes") == 0)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Killed mid-turn where it can be: once one of its agents' next requests is being served.
+  gate_open = true;
+  for (int i = 0; i < 2000 && metric(victim.port(), "fak_active_sequences") <= 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ::kill(victim.pid(), SIGKILL);
   for (auto& t : threads) t.join();
 
