@@ -53,6 +53,9 @@ struct WeightMatrix {
   // Rows rewritten into 16-row panels (pack_weight_panels): row(r) is then where row r's group
   // starts, not row r, and only matmul and dequantize_row know the layout.
   bool panels = false;
+  // q8_0 panels whose codes are stored + 128, unsigned: the VNNI tiles' operand as it is, where
+  // the CPU has no AMX (whose tiles take the codes signed, as stored, with no offset to take off).
+  bool panel_codes_u8 = false;
 
   const uint8_t* row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes;

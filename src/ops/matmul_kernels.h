@@ -104,9 +104,9 @@ struct QuantTask {
 };
 // One block of 16 tokens' Q8_0 activations as the AMX tiles read them: the 16 rows of 32 quants
 // (token m's at 32 m: the tile unit's A operand, contiguous), then their 16 scales (float) and
-// their 16 quant sums (int32) times the weight type's code offset (amx_sum_factor), which the
-// tile takes off each sum with one broadcast subtract (the q4_1 / q5_1 tiles, with no offset,
-// take the plain sum for their mins term).
+// their 16 quant sums (int32) times minus the weight type's code offset (amx_sum_factor), which
+// the tile adds to each sum (the q4_1 / q5_1 tiles, with no offset, take the plain sum for their
+// mins term).
 inline constexpr size_t kAmxActBlockBytes = 16 * 32 + 16 * 4 + 16 * 4;
 // The same for the K-quant AMX tiles (q2_K ... q6_K, iq4_xs), whose activations are Q8_K
 // (amx_sum_factor kAmxQ8KFactor marks them): one 256-element block of 16 tokens is their 16 rows of
@@ -117,8 +117,9 @@ inline constexpr size_t kAmxQ8KActScalesAt = 16 * 256, kAmxQ8KActPairsAt = kAmxQ
                         kAmxQ8KActBsumsAt = kAmxQ8KActPairsAt + 16 * 16;
 inline constexpr size_t kAmxQ8KActBlockBytes = kAmxQ8KActBsumsAt + 16 * 32;
 inline constexpr int kAmxQ8KFactor = -1;
-// What the AMX tiles of weight type t multiply the activation sums by (their codes' offset, or 1
-// for q4_1 / q5_1), or 0 where t's tiles do not take AMX on this CPU (q.amx_acts is then not made).
+// What the AMX tiles of weight type t multiply the activation sums by (minus their codes' offset,
+// or 1 for q4_1 / q5_1), or 0 where t's tiles do not take AMX on this CPU (q.amx_acts is then not
+// made).
 int amx_sum_factor(QuantType t);
 // The same for the 32-element block types' VNNI tiles (act_blocks16), whatever the CPU's AMX; 0
 // for the types whose tiles take Q8_K activations or no tiles.
@@ -182,10 +183,11 @@ QuantTileFn quant_tile_avx512(QuantType t);
 // gemm_avx512.cpp: rewrites n_rows rows of type t in place into prepacked panels (the
 // quant::kPackedQ8* / Q4K* / Q5K* layouts), or returns false where it cannot (only q8_0, q4_K and
 // q5_K, rows a multiple of 16); and the kernel that reads them, for any n_tokens (q8_0 needs
-// act_scales and act_sums even for one token).
+// act_scales and act_sums even for one token). q8_codes_u8: q8_0's codes stored + 128
+// (WeightMatrix::panel_codes_u8).
 bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
-                          size_t row_bytes);
-QuantTileFn quant_tile_packed_avx512(QuantType t);
+                          size_t row_bytes, bool q8_codes_u8);
+QuantTileFn quant_tile_packed_avx512(QuantType t, bool q8_codes_u8);
 // The decode kernel (n_tokens == 1) for t on this CPU, or null (rows are then done by vec_dot).
 QuantTileFn quant_gemv_kernel(QuantType t);
 QuantTileFn quant_gemv_avx2(QuantType t);  // gemv_avx2.cpp; only when cpu_has_avx2()

@@ -147,16 +147,18 @@ QuantTileFn quant_gemv_kernel(QuantType t) {
 }
 
 int block16_sum_factor(QuantType t) {
-  switch (t) {  // the 32-element block types (gemm_avx512.cpp's Block32) and their code offsets
+  // The 32-element block types (gemm_avx512.cpp's Block32): minus their code offsets, the
+  // correction the tiles add to each block's integer sums.
+  switch (t) {
     case QuantType::Q8_0:
     case QuantType::IQ4_NL:
-      return 128;
+      return -128;
     case QuantType::Q4_0:
-      return 8;
+      return -8;
     case QuantType::Q5_0:
-      return 16;
+      return -16;
     case QuantType::MXFP4:
-      return 12;
+      return -12;
     case QuantType::Q4_1:
     case QuantType::Q5_1:
       return 1;
@@ -359,7 +361,7 @@ void prepare_quant(const WeightMatrix& w, const float* x, int n_tokens, float* y
   // share it; a few tokens (decode, batched decode of a few sequences) read the stored rows
   // directly, each 8-row group staying in L1 while every token passes over it. Weights packed at
   // load (pack_weight_panels) have no rows left for those to read: their kernel takes every call.
-  p.tile = w.panels ? quant_tile_packed_avx512(qt)
+  p.tile = w.panels ? quant_tile_packed_avx512(qt, w.panel_codes_u8)
            : panels ? quant_tile_kernel(qt)
                     : quant_gemv_kernel(qt);
   check(p.tile || !w.panels, "matmul: packed weights without their kernel");
@@ -458,7 +460,9 @@ bool pack_weight_panels(WeightMatrix& w, uint8_t* bytes) {
   // Which types and shapes pack is the kernel's to say (pack_panels16_avx512 refuses the rest).
   const std::optional<QuantType> qt = wtype_quant(w.type);
   if (!kernels::avx512_enabled() || quant_kernels().isa != "avx2" || !qt) return false;
-  w.panels = kernels::pack_panels16_avx512(*qt, bytes, w.rows, w.cols, w.row_bytes);
+  const bool codes_u8 = *qt == QuantType::Q8_0 && !kernels::cpu_has_amx_int8();
+  w.panels = kernels::pack_panels16_avx512(*qt, bytes, w.rows, w.cols, w.row_bytes, codes_u8);
+  w.panel_codes_u8 = w.panels && codes_u8;
   return w.panels;
 }
 
@@ -471,7 +475,7 @@ void dequantize_packed_row(const WeightMatrix& w, int64_t r, float* out) {
   const size_t panel = quant::packed_block_bytes(qt);
   alignas(8) uint8_t blk[sizeof(quant::BlockQ6K)];  // the largest of the packed types' blocks
   for (int64_t b = 0; b < w.cols / block; ++b) {
-    quant::unpack_packed_block(qt, group + size_t(b) * panel, int(r % 16), blk);
+    quant::unpack_packed_block(qt, group + size_t(b) * panel, int(r % 16), blk, w.panel_codes_u8);
     dequantize_row(qt, blk, out + b * block, block);
   }
 }

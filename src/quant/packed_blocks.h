@@ -43,13 +43,16 @@ inline size_t packed_block_bytes(QuantType t) {
 }
 
 // Row `lane` (0..15) of the 16 rows' block in panel p, as the stored block of type t at out.
-inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* out) {
+// q8_codes_u8: q8_0's codes are in the panel + 128.
+inline void unpack_packed_block(QuantType t, const uint8_t* p, int lane, void* out,
+                                bool q8_codes_u8 = false) {
   const int i = lane;
   if (t == QuantType::Q8_0) {
     auto& blk = *static_cast<BlockQ8_0*>(out);
     std::memcpy(&blk.d, p + 2 * i, 2);
+    const uint8_t flip = q8_codes_u8 ? 0x80 : 0;
     for (int k = 0; k < kQK; ++k)
-      blk.qs[k] = int8_t(p[kPackedQ8CodesOffset + 64 * (k / 4) + 4 * i + k % 4]);
+      blk.qs[k] = int8_t(p[kPackedQ8CodesOffset + 64 * (k / 4) + 4 * i + k % 4] ^ flip);
     return;
   }
   auto dwords = [&](uint8_t* dst, int offset, int n) {  // dword m of the part: lane i's at 4i

@@ -39,7 +39,9 @@ using namespace fak::quant;
 // float mins), then 8 registers of unsigned codes (register g: codes 4g..4g+3 of row i in lane i).
 // MXFP4: its doubled E2M1 codes + 12, unsigned, and the E8M0 scales widened. IQ4_NL: its grid
 // values + 128, as q8_0's codes (never packed at load: no packed layout is defined for it).
-template <WType T>
+// kPackedU8: q8_0's codes packed at load + 128 (quant::kPackedQ8* with codes_u8, on CPUs without
+// AMX), so the VNNI tiles take them as they are.
+template <WType T, bool kPackedU8 = false>
 struct Block32 {
   static constexpr QuantType kType = T == WType::Q8_0     ? QuantType::Q8_0
                                      : T == WType::Q4_0   ? QuantType::Q4_0
@@ -85,9 +87,16 @@ struct Block32 {
   // signed by signed (TDPBSSD), so its sums need no offset taken off, and the VNNI tiles, whose
   // VPDPBUSD wants unsigned codes, flip each register's sign bits (vnni_codes: the code + 128,
   // then 128 Σ a off as before).
+  // Where the codes are stored + 128 instead (kPackedU8), the flip goes: one vector op a code
+  // register, an eighth of a tile's VPDPBUSDs (one core, 4864 x 896 q8_0 packed, 128 tokens,
+  // matmul_quant_bench: 194 -> 207 GMAC/s), and the AMX tiles take their sums unsigned (TDPBSUD)
+  // with the offset off, as for the nibble types.
   static constexpr bool kSignedCodes = T == WType::Q8_0 || T == WType::IQ4_NL;
+  template <bool kPacked>
+  static constexpr bool kSignedIn = kSignedCodes && !(kPacked && kPackedU8);
+  template <bool kPacked>
   static __m512i vnni_codes(__m512i panel_codes) {
-    if constexpr (kSignedCodes) return _mm512_xor_si512(panel_codes, _mm512_set1_epi8(-128));
+    if constexpr (kSignedIn<kPacked>) return _mm512_xor_si512(panel_codes, _mm512_set1_epi8(-128));
     return panel_codes;
   }
 
@@ -171,14 +180,15 @@ struct Block32 {
 
   // The float steps of block b (at p) for TT tokens from their integer sums isum(j) (codes x
   // activations, the codes' offset not yet off) and their activation block's scale, code offset
-  // correction (kOffset Σ a) and quant sum (Σ a, for the mins term), act(j) = {d_a, kOffset Σ a,
-  // Σ a}: the VNNI and the AMX tiles go through the same steps, reading those from where each
-  // keeps them.
+  // correction (-kOffset Σ a, added) and quant sum (Σ a, for the mins term), act(j) = {d_a,
+  // -kOffset Σ a, Σ a}: the VNNI and the AMX tiles go through the same steps, reading those from
+  // where each keeps them.
   struct ActBlock {
     float d;
-    int32_t offset_sum, sum;
+    int32_t offset_add, sum;
   };
-  // kNoOffset: the sums are the codes' own (the AMX tile's on signed codes).
+  // kNoOffset: the sums are the codes' own (the AMX tile's on signed codes), or had the offset
+  // correction as their start (tile_blocks16).
   template <int TT, bool kPacked, class Sums, class Act, bool kNoOffset = false>
   [[gnu::always_inline]] static void add_block(__m512 acc[TT], Sums isum, Act act,
                                                const uint8_t* p) {
@@ -201,24 +211,26 @@ struct Block32 {
       const __m512 da = _mm512_set1_ps(a.d);
       __m512i s = isum(j);
       if constexpr (kOffset != 0 && !kNoOffset)
-        s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.offset_sum));
+        s = _mm512_add_epi32(s, _mm512_set1_epi32(a.offset_add));
       acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);
       if constexpr (kMin)  // + m Σ a: the min times the block's activation sum
         acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_set1_ps(float(a.sum)), acc[j]);
     }
   }
 
-  // Block p's integer sums for TT tokens, codes x activations (the codes' offset not yet off):
-  // token j's 4 activation bytes against code register g at act(j, g).
-  template <int TT, bool kPacked, class Act>
-  [[gnu::always_inline]] static void block_isums(const uint8_t* p, __m512i (&isum)[TT], Act act) {
+  // Block p's integer sums for TT tokens, start(j) + codes x activations: token j's 4 activation
+  // bytes against code register g at act(j, g).
+  template <int TT, bool kPacked, class Act, class Start>
+  [[gnu::always_inline]] static void block_isums(const uint8_t* p, __m512i (&isum)[TT], Act act,
+                                                 Start start) {
 #pragma GCC unroll 16
-    for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+    for (int j = 0; j < TT; ++j) isum[j] = start(j);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-      const __m512i w = vnni_codes(kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g));
+      const __m512i w =
+          vnni_codes<kPacked>(kPacked ? packed_codes(p, g) : load_si(p + kCodesAt + 64 * g));
 #pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) isum[j] = _mm512_dpbusd_epi32(isum[j], w, bcast4_512(act(j, g)));
+      for (int j = 0; j < TT; ++j) isum[j] = dpbusd_bcast4(isum[j], w, act(j, g));
     }
   }
 
@@ -236,12 +248,14 @@ struct Block32 {
       const uint8_t* p = panel + size_t(b) * kStride;
       const size_t ab = size_t(b) * sizeof(BlockQ8_0) + 2;  // this block's activation quants
       __m512i isum[TT];
-      block_isums<TT, kPacked>(p, isum, [&](int j, int g) { return args.acts[j] + ab + 4 * g; });
+      block_isums<TT, kPacked>(
+          p, isum, [&](int j, int g) { return args.acts[j] + ab + 4 * g; },
+          [](int) { return _mm512_setzero_si512(); });
       add_block<TT, kPacked>(
           acc, [&](int j) { return isum[j]; },
           [&](int j) {
             const int32_t sum = args.sums[j][b];
-            return ActBlock{args.scales[j][b], kOffset * sum, sum};
+            return ActBlock{args.scales[j][b], -kOffset * sum, sum};
           },
           p);
     }
@@ -265,17 +279,20 @@ struct Block32 {
     for (int64_t b = 0; b < nb; ++b, codes += kAmxActBlockBytes, scales += kAmxActBlockBytes) {
       if (next) next->upto(b, nb);
       const uint8_t* p = panel + size_t(b) * kStride;
-      __m512i isum[TT];
-      block_isums<TT, kPacked>(p, isum, [&](int j, int g) { return codes + 32 * j + 4 * g; });
-      // act_tiles16 stored Σ a times kOffset (times 1 for the q4_1 / q5_1 mins).
+      // act_tiles16 stored Σ a times -kOffset (times 1 for the q4_1 / q5_1 mins): the offset
+      // correction is each sum's start, one broadcast load, where a subtract after took a vector
+      // op a token and block (13 -> 12 for 8 VPDPBUSD; same integers).
       const auto* da = reinterpret_cast<const float*>(scales);
       const auto* asum = reinterpret_cast<const int32_t*>(scales + 64);
-      add_block<TT, kPacked>(
-          acc, [&](int j) { return isum[j]; },
+      __m512i isum[TT];
+      block_isums<TT, kPacked>(
+          p, isum, [&](int j, int g) { return codes + 32 * j + 4 * g; },
           [&](int j) {
-            return ActBlock{da[j], asum[j], asum[j]};
-          },
-          p);
+            return kOffset != 0 ? _mm512_set1_epi32(asum[j]) : _mm512_setzero_si512();
+          });
+      const auto sums_j = [&](int j) { return isum[j]; };
+      const auto act_j = [&](int j) { return ActBlock{da[j], asum[j], asum[j]}; };
+      add_block<TT, kPacked, decltype(sums_j), decltype(act_j), true>(acc, sums_j, act_j, p);
     }
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
@@ -319,10 +336,10 @@ struct Block32 {
     const int64_t chunks = (nb + kChunk - 1) / kChunk;
     const auto sums_of = [&](int64_t c) {
       const int64_t b0 = c * kChunk;
-      amx_block_sums16<kSignedCodes, kSums>(acts + size_t(b0) * kAmxActBlockBytes, 32,
-                                            kAmxActBlockBytes,
-                                            panel + size_t(b0) * kStride + kCodes, kStride,
-                                            int(nb - b0 < kChunk ? nb - b0 : kChunk), sums[c & 1]);
+      amx_block_sums16<kSignedIn<kPacked>, kSums>(
+          acts + size_t(b0) * kAmxActBlockBytes, 32, kAmxActBlockBytes,
+          panel + size_t(b0) * kStride + kCodes, kStride, int(nb - b0 < kChunk ? nb - b0 : kChunk),
+          sums[c & 1]);
     };
     if constexpr (TT == 16)
       amx_configure_tiles();
@@ -339,7 +356,7 @@ struct Block32 {
       for (int i = 0; i < n; ++i) {
         const uint8_t* a = acts + size_t(b0 + i) * kAmxActBlockBytes;
         const auto* da = reinterpret_cast<const float*>(a + 512);
-        // amx_act_tiles stored Σ a times kOffset (times 1 for the q4_1 / q5_1 mins).
+        // amx_act_tiles stored Σ a times -kOffset (times 1 for the q4_1 / q5_1 mins).
         const auto* asum = reinterpret_cast<const int32_t*>(a + 576);
         // The first tile of a packed group reads it from memory: kPrefetchFar ahead into L2 (an
         // expert sees ~32 tokens, two tiles, so its weights' latency showed: pp512 GLM-4.5-Air
@@ -349,7 +366,7 @@ struct Block32 {
         const int32_t* s = sums[c & 1] + i * kSums;
         const auto sums_j = [&](int j) { return _mm512_load_si512(s + 16 * j); };
         const auto act_j = [&](int j) { return ActBlock{da[j], asum[j], asum[j]}; };
-        add_block<TT, kPacked, decltype(sums_j), decltype(act_j), kSignedCodes>(
+        add_block<TT, kPacked, decltype(sums_j), decltype(act_j), kSignedIn<kPacked>>(
             acc, sums_j, act_j, panel + size_t(b0 + i) * kStride);
       }
     }
@@ -366,9 +383,9 @@ struct Block32 {
 // call of 2-16 tokens (perf, 8 sequences: 44% of the samples against 25% in the tiles). The
 // families, each read by its F::tile<TT, true> (kWidensInTile: the tile rebuilds codes from the
 // packed bytes, as all but q8_0's are):
-template <WType T>
+template <WType T, bool kPackedU8 = false>
 struct Packed32 {
-  using F = Block32<T>;
+  using F = Block32<T, kPackedU8>;
   static constexpr int kBlock = kQK, kTT = F::kTT;
   static constexpr bool kWidensInTile = T != WType::Q8_0;
 };
@@ -386,9 +403,9 @@ struct Packed32 {
 // 8-layer cut (Q8_0 attention and head, 2/3 of its bytes) 33.3 / 34.2 / 35.4 -> 37.6 / 38.7 / 39.7
 // without. (The q4_K / q6_K decode kernels, 2.3-3.4 KB a block, lose a third without theirs;
 // MXFP4's is level either way.)
-template <WType T>
+template <WType T, bool kPackedU8 = false>
 void gemv_packed32(const QuantTask& q, int64_t r0, int64_t r1) {
-  using F = Block32<T>;
+  using F = Block32<T, kPackedU8>;
   static_assert(!F::kMx, "MXFP4 has a decode kernel of its own (gemv_mxfp4_avx512.cpp)");
   const int64_t nb = q.w->cols / kQK;
   for (int64_t r = r0; r < r1; r += kRows) {
@@ -405,9 +422,9 @@ void gemv_packed32(const QuantTask& q, int64_t r0, int64_t r1) {
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int g = 0; g < 8; g += 2) {
-          s0 =
-              _mm512_dpbusd_epi32(s0, F::vnni_codes(F::packed_codes(p, g)), bcast4_512(aq + 4 * g));
-          s1 = _mm512_dpbusd_epi32(s1, F::vnni_codes(F::packed_codes(p, g + 1)),
+          s0 = _mm512_dpbusd_epi32(s0, F::template vnni_codes<true>(F::packed_codes(p, g)),
+                                   bcast4_512(aq + 4 * g));
+          s1 = _mm512_dpbusd_epi32(s1, F::template vnni_codes<true>(F::packed_codes(p, g + 1)),
                                    bcast4_512(aq + 4 * g + 4));
         }
         __m512i isum = _mm512_add_epi32(s0, s1);
@@ -429,9 +446,11 @@ void gemv_packed32(const QuantTask& q, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-QuantTileFn quant_tile_packed_avx512(QuantType t) {
+QuantTileFn quant_tile_packed_avx512(QuantType t, bool codes_u8) {
   switch (t) {
     case QuantType::Q8_0:
+      if (codes_u8)
+        return rows_packed16_gemv<Packed32<WType::Q8_0, true>, gemv_packed32<WType::Q8_0, true>>;
       return rows_packed16_gemv<Packed32<WType::Q8_0>, gemv_packed32<WType::Q8_0>>;
     case QuantType::Q4_0:
       return rows_packed16_gemv<Packed32<WType::Q4_0>, gemv_packed32<WType::Q4_0>>;

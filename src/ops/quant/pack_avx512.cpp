@@ -64,7 +64,9 @@ void pack_block_iq4_xs(const uint8_t* const* src, int64_t b, uint8_t* p) {
   }
 }
 
-// 16 rows' block b of q8_0 (from a copy of the rows) as its packed panel at p.
+// 16 rows' block b of q8_0 (from a copy of the rows) as its packed panel at p; kU8: the codes
+// + 128 (quant::unpack_packed_block's codes_u8).
+template <bool kU8>
 void pack_block_q8_0(const uint8_t* const* src, int64_t b, uint8_t* p) {
   for (int i = 0; i < kRows; ++i)
     std::memcpy(p + 2 * i, &reinterpret_cast<const BlockQ8_0*>(src[i])[b].d, 2);
@@ -72,6 +74,10 @@ void pack_block_q8_0(const uint8_t* const* src, int64_t b, uint8_t* p) {
   for (int i = 0; i < 8; ++i) {
     lo[i] = load256(reinterpret_cast<const BlockQ8_0*>(src[i])[b].qs);
     hi[i] = load256(reinterpret_cast<const BlockQ8_0*>(src[8 + i])[b].qs);
+    if constexpr (kU8) {
+      lo[i] = _mm256_xor_si256(lo[i], _mm256_set1_epi8(-128));
+      hi[i] = _mm256_xor_si256(hi[i], _mm256_set1_epi8(-128));
+    }
   }
   store_transposed16(lo, hi, p + quant::kPackedQ8CodesOffset);
 }
@@ -141,12 +147,12 @@ void pack_block_k(const uint8_t* const* src, int64_t b, uint8_t* p) {
 }  // namespace
 
 bool pack_panels16_avx512(QuantType t, uint8_t* rows, int64_t n_rows, int64_t cols,
-                          size_t row_bytes) {
+                          size_t row_bytes, bool q8_codes_u8) {
   using PackBlockFn = void (*)(const uint8_t* const*, int64_t, uint8_t*);
   PackBlockFn pack = nullptr;
   switch (t) {
     case QuantType::Q8_0:
-      pack = pack_block_q8_0;
+      pack = q8_codes_u8 ? pack_block_q8_0<true> : pack_block_q8_0<false>;
       break;
     case QuantType::Q4_0:
       pack = pack_block_32<BlockQ4_0>;

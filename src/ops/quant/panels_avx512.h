@@ -168,6 +168,16 @@ inline __m512i bcast4_512(const void* p) {
   return _mm512_set1_epi32(quant::load_i32(p));
 }
 
+// acc + VPDPBUSD(codes, the 4 signed bytes at p in every lane), the bytes read by the instruction's
+// own broadcast: GCC loads them into a register first (a vpbroadcastd a dpbusd), two instructions
+// to decode where one does, and the tiles issue 8 a token and block.
+[[gnu::always_inline]] inline __m512i dpbusd_bcast4(__m512i acc, __m512i codes, const void* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(codes), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+
 // Σ_k t_k bsum_k (lane i: row i's t) over a Q8_K block's 16 bsums (int16, at bsums), t given as
 // 8 registers of int16 pairs (t_2k, t_2k+1) at pairs: the low-bit tiles' mins and offset terms.
 inline __m512i pair_sums(const uint8_t* pairs, const void* bsums) {
