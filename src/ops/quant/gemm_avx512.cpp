@@ -89,7 +89,7 @@ struct Block32 {
   // then 128 Σ a off as before).
   // Where the codes are stored + 128 instead (kPackedU8), the flip goes: one vector op a code
   // register, an eighth of a tile's VPDPBUSDs (one core, 4864 x 896 q8_0 packed, 128 tokens,
-  // matmul_quant_bench: 194 -> 207 GMAC/s), and the AMX tiles take their sums unsigned (TDPBSUD)
+  // matmul_quant_bench, with the start above: 179-182 -> 196-197 GMAC/s), and the AMX tiles take their sums unsigned (TDPBSUD)
   // with the offset off, as for the nibble types.
   static constexpr bool kSignedCodes = T == WType::Q8_0 || T == WType::IQ4_NL;
   template <bool kPacked>

@@ -120,8 +120,7 @@ struct Iq4Xs {
         for (int g = 0; g < 8; ++g) {
           const __m512i w = load_si(codes + 64 * g);
 #pragma GCC unroll 16
-          for (int j = 0; j < TT; ++j)
-            t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 32 * s + 4 * g));
+          for (int j = 0; j < TT; ++j) t[j] = dpbusd_bcast4(t[j], w, a[j]->qs + 32 * s + 4 * g);
         }
         const __m512i sc = load_si(p + kOffSc + 64 * s);
 #pragma GCC unroll 16

@@ -247,8 +247,7 @@ struct Q6K : AmxPlanes<Q6K> {
         for (int g = 0; g < 4; ++g) {
           const __m512i w = kPacked ? widen_codes(p, k, g) : load_si(codes + 64 * g);
 #pragma GCC unroll 16
-          for (int j = 0; j < TT; ++j)
-            t[j] = _mm512_dpbusd_epi32(t[j], w, bcast4_512(a[j]->qs + 16 * k + 4 * g));
+          for (int j = 0; j < TT; ++j) t[j] = dpbusd_bcast4(t[j], w, a[j]->qs + 16 * k + 4 * g);
         }
         const __m512i sc = kPacked ? _mm512_load_si512(sc_lanes[k]) : load_si(p + kOffSc + 64 * k);
 #pragma GCC unroll 16
