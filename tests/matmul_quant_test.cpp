@@ -302,6 +302,44 @@ INSTANTIATE_TEST_SUITE_P(PackedTypes, MatmulQuantPacked,
                                            WType::IQ4_NL),
                          [](const auto& info) { return std::string(wtype_name(info.param)); });
 
+// q4_K at the edge of its integer range: codes 12-15 under the largest sub-block scales (63),
+// activations 80-127 of one sign, so each block's Σ sc_s t_s passes 2^24 and its float must round.
+// The tiles sum sc_s t_s in floats (two exact halves); their outputs must stay vec_dot's, packed or
+// not, at every token count.
+TEST(MatmulQuantEdges, LargestQ4KSumsGiveTheBitsOfVecDot) {
+  const int64_t rows = 48, cols = 1024;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> code(12, 15), half_bits(0x3000, 0x3800);
+  Quantised m;
+  m.bytes.resize(size_t(rows) * wtype_row_bytes(WType::Q4_K, cols));
+  auto* blocks = reinterpret_cast<quant::BlockQ4K*>(m.bytes.data());
+  for (int64_t b = 0; b < rows * cols / 256; ++b) {
+    quant::BlockQ4K& blk = blocks[b];
+    blk.d = uint16_t(half_bits(rng));
+    blk.dmin = uint16_t(half_bits(rng));
+    std::memset(blk.scales, 0xFF, sizeof(blk.scales));  // every sc and m 63
+    for (uint8_t& q : blk.qs) q = uint8_t(code(rng) | code(rng) << 4);
+  }
+  m.w = {WType::Q4_K, m.bytes.data(), rows, cols, wtype_row_bytes(WType::Q4_K, cols)};
+  Quantised packed = m;
+  packed.w.data = packed.bytes.data();
+  const bool has_packed = pack_weight_panels(packed.w, packed.bytes.data());
+  std::uniform_real_distribution<float> act(0.63f, 1.0f);
+  for (int n_tokens : {1, 6, 7, 64}) {
+    std::vector<float> x(size_t(n_tokens) * size_t(cols));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (i / size_t(cols)) % 2 ? -act(rng) : act(rng);
+    const std::vector<float> tiled = run(m.w, x, n_tokens);
+    kernels::set_quant_tiles_enabled(false);
+    const std::vector<float> plain = run(m.w, x, n_tokens);
+    kernels::set_quant_tiles_enabled(true);
+    ASSERT_EQ(0, std::memcmp(tiled.data(), plain.data(), 4 * tiled.size())) << n_tokens;
+    if (has_packed) {
+      ASSERT_EQ(0, std::memcmp(run(packed.w, x, n_tokens).data(), plain.data(), 4 * plain.size()))
+          << "packed, n_tokens " << n_tokens;
+    }
+  }
+}
+
 TEST(MatmulQuantPacking, LeavesWhatItCannotPack) {
   for (auto [type, rows] : {std::pair<WType, int64_t>{WType::Q8_0, 40},
                             {WType::Q4_K, 24},

@@ -255,13 +255,9 @@ struct K4 : AmxPlanes<K4<kFiveBit>> {
       const BlockQ8K* a[TT];
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) a[j] = reinterpret_cast<const BlockQ8K*>(args.acts[j]) + b;
-      __m512i isum[TT];
-#pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
-#pragma GCC unroll 1
-      for (int s = 0; s < 8; ++s) {
+      // Sub-block s's sums of codes x activations, t_s (8 VPDPBUSD a token).
+      const auto sub_block_sums = [&](int s, __m512i(&t)[TT]) {
         const uint8_t* codes = p + kOffCodes + 512 * s;  // a call's own panel (packed: widen_codes)
-        __m512i t[TT];
 #pragma GCC unroll 16
         for (int j = 0; j < TT; ++j) t[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -275,10 +271,49 @@ struct K4 : AmxPlanes<K4<kFiveBit>> {
 #pragma GCC unroll 16
           for (int j = 0; j < TT; ++j) t[j] = dpbusd_bcast4(t[j], w, a[j]->qs + 32 * s + 4 * g);
         }
-        const __m512i sc = kPacked ? _mm512_load_si512(sc_lanes[s]) : load_si(p + kOffSc + 64 * s);
+      };
+      const auto scales = [&](int s) {
+        return kPacked ? _mm512_load_si512(sc_lanes[s]) : load_si(p + kOffSc + 64 * s);
+      };
+      // float(Σ_s sc_s t_s) for each token, the integer sum's own float (as vec_dot rounds it).
+      __m512 fsum[TT];
+      if constexpr (kFiveBit) {
+        __m512i isum[TT];
 #pragma GCC unroll 16
-        for (int j = 0; j < TT; ++j)
-          isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(t[j], sc));
+        for (int j = 0; j < TT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+        for (int s = 0; s < 8; ++s) {
+          __m512i t[TT];
+          sub_block_sums(s, t);
+          const __m512i sc = scales(s);
+#pragma GCC unroll 16
+          for (int j = 0; j < TT; ++j)
+            isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(t[j], sc));
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j) fsum[j] = _mm512_cvtepi32_ps(isum[j]);
+      } else {
+        // q4_K: each sc_s t_s is an integer under 2^22 (|t_s| <= 32 x 15 x 127, sc_s <= 63) and
+        // four of them under 2^24, so two float sums of four sub-blocks each are exact, and
+        // their sum is the exact integer rounded once: float(Σ), as cvtepi32_ps gives it. A
+        // convert and an FMA a sub-block and token where VPMULLD (two uops) and an add were.
+        __m512 half[2][TT];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 16
+          for (int j = 0; j < TT; ++j) half[h][j] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+          for (int s = 4 * h; s < 4 * h + 4; ++s) {
+            __m512i t[TT];
+            sub_block_sums(s, t);
+            const __m512 sc = _mm512_cvtepi32_ps(scales(s));
+#pragma GCC unroll 16
+            for (int j = 0; j < TT; ++j)
+              half[h][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[j]), sc, half[h][j]);
+          }
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < TT; ++j) fsum[j] = _mm512_add_ps(half[0][j], half[1][j]);
       }
       // The fp16 scales widen exactly: the same floats as a panel that stores them widened.
       const __m512 dw =
@@ -288,16 +323,16 @@ struct K4 : AmxPlanes<K4<kFiveBit>> {
           kPacked ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)))
                   : load_ps(p + 64);
 #pragma GCC unroll 16
-      for (int j = 0; j < TT; ++j) acc[j] = add_token(acc[j], isum[j], *a[j], mp, dw, dmw);
+      for (int j = 0; j < TT; ++j) acc[j] = add_token(acc[j], fsum[j], *a[j], mp, dw, dmw);
     }
 #pragma GCC unroll 16
     for (int j = 0; j < TT; ++j) _mm512_storeu_ps(args.ys[j], acc[j]);
   }
 
-  // One token's float steps for a block from its integer sum Σ_s sc_s t_s (isum): the mins term
-  // Σ_k m_k (bsum_2k + bsum_2k+1) from the activation block's 16-element sums, paired per madd,
-  // then acc + (d_w d_a) isum - (dmin_w d_a) imin.
-  [[gnu::always_inline]] static __m512 add_token(__m512 acc, __m512i isum, const BlockQ8K& a,
+  // One token's float steps for a block from its integer sum Σ_s sc_s t_s (as a float, fsum): the
+  // mins term Σ_k m_k (bsum_2k + bsum_2k+1) from the activation block's 16-element sums, paired
+  // per madd, then acc + (d_w d_a) fsum - (dmin_w d_a) imin.
+  [[gnu::always_inline]] static __m512 add_token(__m512 acc, __m512 fsum, const BlockQ8K& a,
                                                  const __m512i mp[4], __m512 dw, __m512 dmw) {
     int16_t s32[8];
 #pragma GCC unroll 8
@@ -313,12 +348,12 @@ struct K4 : AmxPlanes<K4<kFiveBit>> {
       imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp[k], bcast4_512(&s32[2 * k])));
     float d;
     std::memcpy(&d, &a.d, 4);
-    return float_steps(acc, isum, imin, d, dw, dmw);
+    return float_steps(acc, fsum, imin, d, dw, dmw);
   }
-  [[gnu::always_inline]] static __m512 float_steps(__m512 acc, __m512i isum, __m512i imin, float d,
+  [[gnu::always_inline]] static __m512 float_steps(__m512 acc, __m512 fsum, __m512i imin, float d,
                                                    __m512 dw, __m512 dmw) {
     const __m512 da = _mm512_set1_ps(d);
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum), acc);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), fsum, acc);
     return _mm512_fnmadd_ps(_mm512_mul_ps(dmw, da), _mm512_cvtepi32_ps(imin), acc);
   }
 
@@ -331,7 +366,7 @@ struct K4 : AmxPlanes<K4<kFiveBit>> {
 #pragma GCC unroll 4
     for (int k = 1; k < 4; ++k)
       imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp[k], _mm512_set1_epi32(pairs[k])));
-    return float_steps(acc, isum, imin, d, dw, dmw);
+    return float_steps(acc, _mm512_cvtepi32_ps(isum), imin, d, dw, dmw);
   }
 
   // AMX (amx_planes_pass below): per block the planes' tile products, then per token
