@@ -89,8 +89,8 @@ struct Block32 {
   // then 128 Σ a off as before).
   // Where the codes are stored + 128 instead (kPackedU8), the flip goes: one vector op a code
   // register, an eighth of a tile's VPDPBUSDs (one core, 4864 x 896 q8_0 packed, 128 tokens,
-  // matmul_quant_bench, with the start above: 179-182 -> 196-197 GMAC/s), and the AMX tiles take their sums unsigned (TDPBSUD)
-  // with the offset off, as for the nibble types.
+  // matmul_quant_bench, with the offset as the sums' start: 179-182 -> 196-197 GMAC/s), and the
+  // AMX tiles take their sums unsigned (TDPBSUD) with the offset off, as for the nibble types.
   static constexpr bool kSignedCodes = T == WType::Q8_0 || T == WType::IQ4_NL;
   template <bool kPacked>
   static constexpr bool kSignedIn = kSignedCodes && !(kPacked && kPackedU8);
