@@ -100,6 +100,14 @@ BENCHMARK_CAPTURE(bench_matmul, Q8_0_prefill128_packed_4096cols, WType::Q8_0, 12
                   4096);
 BENCHMARK_CAPTURE(bench_matmul, Q4_K_prefill128_packed_4096cols, WType::Q4_K, 128, true, 1024, true,
                   4096);
+// GLM-4.5-Air's query and output projections over a 512-token prompt (34% of its Q8_0 cut's
+// pp512): with 2 threads, against the 1024-row case, what the model's own shapes cost.
+BENCHMARK_CAPTURE(bench_matmul, Q8_0_pp512_packed_12288x4096, WType::Q8_0, 512, true, 12288, true,
+                  4096)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(bench_matmul, Q8_0_pp512_packed_4096x12288, WType::Q8_0, 512, true, 4096, true,
+                  12288)
+    ->UseRealTime();
 
 // A MoE expert's share of a prefill: 768 rows (Qwen3-30B-A3B's expert width) packed at load, 12
 // and 26 tokens (a 512-token prompt over 128 or 256 experts, 8 routed: 16-32 tokens each): the

@@ -267,7 +267,10 @@ TEST_P(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
   const bool k_quant = wtype_block(type) == 256;
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, k_quant ? 256 : 32},
                             {48, k_quant ? 1024 : 896},
-                            {160, 256}}) {
+                            {160, 256},
+                            // Rows wide enough that a call goes in several blocks of rows and of
+                            // tokens (rows_packed16's L2 blocks), the last of each partly filled.
+                            {80, 12288}}) {
     Quantised stored = make_matrix(type, rows, cols, 11);
     Quantised packed = make_matrix(type, rows, cols, 11);
     ASSERT_TRUE(pack_weight_panels(packed.w, packed.bytes.data()));

@@ -3,6 +3,8 @@
 // panel, next) and tile<TT>(panel, nb, args). Only for files compiled with AVX-512.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "ops/matmul_kernels.h"
@@ -65,6 +67,13 @@ bool amx_planes(const QuantTask& q) {
   return false;
 }
 
+// The bytes of weights, and of activations, a block of rows x tokens keeps in L2 (the tiles'
+// row drivers here and in rows_packed16_avx512.h): a block's weights are read from memory (and
+// widened) once, by its first token block, and each token block's activations from L3 once per
+// row block, not once per 16-row group. A 512-token call of GLM-4.5-Air's 4096-column rows has
+// 2.6 MB of activations, past L2.
+inline constexpr size_t kL2BlockBytes = size_t(512) << 10;
+
 // Rows [r0, r_end) (whole groups of 16) for every token through F's tiles, each group's panel
 // made by prep(r, panel, next, amx_layout, b0, b1), which prefetches `next` (the next group) over
 // its blocks; amx_layout: the panel F's AMX planes tiles read (amx_planes), which then take every
@@ -76,9 +85,38 @@ void tiles_over_panels16(const QuantTask& q, int64_t r0, int64_t r_end, Prep pre
   size_t panel_bytes = size_t(F::kPanelBytes);
   if constexpr (requires { F::kAmxPanelBytes; })
     if (planes) panel_bytes = size_t(F::kAmxPanelBytes);
+  const bool amx = amx_enabled();
+  if (!planes) {
+    // Blocks of rows x tokens (kL2BlockBytes of each): each group's panel made once, kept while
+    // every token block of the call passes over it.
+    const size_t one_panel = size_t(nb) * panel_bytes;
+    const int64_t groups =
+        int64_t(std::max<size_t>(1, kL2BlockBytes / std::max<size_t>(one_panel, 1)));
+    const int token_block =
+        int(std::max<size_t>(16, kL2BlockBytes / std::max<size_t>(q.act_row_bytes, 1) / 16 * 16));
+    auto* panels =
+        static_cast<uint8_t*>(thread_scratch(ScratchSlot::kQuantPanel, size_t(groups) * one_panel));
+    for (int64_t rb = r0; rb < r_end; rb += groups * kRows) {
+      const int64_t rb_end = r_end - rb > groups * kRows ? rb + groups * kRows : r_end;
+      for (int64_t r = rb; r < rb_end; r += kRows) {
+        NextRows next;
+        if (r + 2 * kRows <= q.w->rows) next = {q.w->row(r + kRows), kRows * q.w->row_bytes, 0};
+        prep(r, panels + size_t((r - rb) / kRows) * one_panel, next, false, 0, nb);
+      }
+      for (int ts = 0; ts < q.n_tokens; ts += token_block) {
+        const int ts_end = q.n_tokens - ts > token_block ? ts + token_block : q.n_tokens;
+        for (int64_t r = rb; r < rb_end; r += kRows) {
+          const uint8_t* panel = panels + size_t((r - rb) / kRows) * one_panel;
+          int t = amx_tiles16<F>(q, panel, nb, r, ts, ts_end, amx);
+          for (; t + F::kTT <= ts_end; t += F::kTT) tile_at<F, F::kTT>(q, panel, nb, r, t);
+          if (t < ts_end) tile_remainder<F, F::kTT - 1>(q, panel, nb, r, t, ts_end - t);
+        }
+      }
+    }
+    return;
+  }
   auto* panel =
       static_cast<uint8_t*>(thread_scratch(ScratchSlot::kQuantPanel, size_t(nb) * panel_bytes));
-  const bool amx = amx_enabled();
   // Long prompts: a few hundred tokens' activations at a time stay in cache while every panel of
   // this chunk passes over them; panels are repacked again per super-block.
   // (pp2048 of Qwen2.5-0.5B Q8_0: 710-726 -> 742-768 tok/s with blocks of 512.)
