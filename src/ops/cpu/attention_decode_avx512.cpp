@@ -254,6 +254,40 @@ template <int HD, int LW, int H, int DC>
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(ot + h * HD + d0 + 16 * c, acc[h][c]);
 }
 
+// values_slot over a float type's rows as stored (f32, f16, bf16): each V block converted to f32
+// where it is read, once for all H heads, instead of widened into a buffer, stored and read back
+// (the same values, so the same bits). attention_bench decode_1agent_16k_f16, 2 threads: 15.3 /
+// 15.3 / 16.9 -> 14.1 / 13.7 / 13.8 ms a step from L3 (FAK_BENCH_ONE_LAYER), decode_1agent_3k_f16
+// 2.82 / 2.85 -> 2.59 / 2.60.
+template <int HD, int LW, int H, int DC>
+[[gnu::always_inline]] inline void values_slot_rows(const float* s, const KvRows& r, int j0, int j1,
+                                                    int d0, bool first, float* ot) {
+  constexpr int NC = DC / 16;
+  __m512 acc[H][NC];
+#pragma GCC unroll 8
+  for (int h = 0; h < H; ++h)
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c)
+      acc[h][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + h * HD + d0 + 16 * c);
+  for (int j = j0; j < j1; ++j) {
+    const uint8_t* vr = r.v[j] + r.head_offset;
+    const float* pj = s + size_t(j) * LW;
+    __m512 x[NC];
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c) x[c] = load16(vr, r.dtype, d0 + 16 * c);
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) {
+      const __m512 p = _mm512_set1_ps(pj[h]);
+#pragma GCC unroll 2
+      for (int c = 0; c < NC; ++c) acc[h][c] = _mm512_fmadd_ps(p, x[c], acc[h][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < H; ++h)
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(ot + h * HD + d0 + 16 * c, acc[h][c]);
+}
+
 template <int HD, int NZ, int H>
 void attend_group(const DecodeGroup& g, float scale) {
   constexpr int LW = 16 * NZ;
@@ -425,6 +459,7 @@ void attend_group(const DecodeGroup& g, float scale) {
   __m512 sum[NZ];
   for (int v = 0; v < NZ; ++v) sum[v] = _mm512_setzero_ps();
   const float* vp[kKeyBlock];
+  const bool blocked = dtype_blocked(r0.dtype);  // every sequence's rows are one type
   for (int j0 = 0; j0 < n_max; j0 += kKeyBlock) {
     const int je = j0 + kKeyBlock < n_max ? j0 + kKeyBlock : n_max;
     softmax_numerators<NZ>(s, LW, j0, je, mx, sum);
@@ -433,12 +468,23 @@ void attend_group(const DecodeGroup& g, float scale) {
       const int n = g.seq[i].n_keys;
       if (j0 >= n) continue;
       const int j1 = j0 + kKeyBlock < n ? j0 + kKeyBlock : n;
-      // Shared rows were widened (half types) for the first sequence and are reused; a block
+      stream.ahead((i == 0 ? j1s - j0 : 0) + (j1 > j1s ? j1 - (j0 > j1s ? j0 : j1s) : 0));
+      // A lone sequence's float rows: read as stored. (Where several sequences share V rows,
+      // widening them once for all reads less: attention_bench decode_5agents_2k_shared_f16 5.2
+      // -> 5.5 ms converting per sequence.)
+      if (n_seq == 1 && !blocked) {
+        if constexpr (HD % 16 == 0) {
+          for (int d0 = 0; d0 < HD; d0 += DC)
+            values_slot_rows<HD, LW, H, DC>(s + kSlot * i, g.seq[i].rows, j0, j1, d0, j0 == 0,
+                                            ot + size_t(i) * H * HD);
+          continue;
+        }
+      }
+      // Shared rows were widened (blocked types) for the first sequence and are reused; a block
       // past or straddling the end of the shared keys is this sequence's own rows.
       if (i == 0 || j1 > j1s)
         block_rows<HD>(g.seq[i].rows.v, g.seq[i].rows.head_offset, g.seq[i].rows.dtype, j0, j1,
                        conv, vp);
-      stream.ahead((i == 0 ? j1s - j0 : 0) + (j1 > j1s ? j1 - (j0 > j1s ? j0 : j1s) : 0));
       for (int d0 = 0; d0 < HD; d0 += DC)
         values_slot<HD, LW, H, DC>(s + kSlot * i, vp, j0, j1, d0, j0 == 0, ot + size_t(i) * H * HD);
       // A straddling block replaced the shared rows the next sequence needs.
