@@ -225,9 +225,14 @@ template <int HD, int KB, int kHalf = 0>
 
 // Output of one slot over keys [j0, j1): acc[h][c] += p[h] * V[j][dims of chunk c], H heads,
 // DC dimensions (DC / 16 registers) per call; `ot` holds the running sums between key blocks.
-template <int HD, int LW, int H, int DC>
-[[gnu::always_inline]] inline void values_slot(const float* s, const float* const* v, int j0,
-                                               int j1, int d0, bool first, float* ot) {
+// v16(j, d): V[j][d, d + 16) as f32, from rows widened into a buffer (values_slot_widened) or from
+// the rows as stored, converted where they are read (values_slot_rows: a lone sequence's f32 /
+// f16 / bf16 rows, no buffer written and read back for every head; the same values, so the same
+// bits; attention_bench decode_1agent_16k_f16, 2 threads: 15.3 / 15.3 / 16.9 -> 14.1 / 13.7 /
+// 13.8 ms a step from L3 (FAK_BENCH_ONE_LAYER), decode_1agent_3k_f16 2.88-3.01 -> 2.63-2.77).
+template <int HD, int LW, int H, int DC, class V16>
+[[gnu::always_inline]] inline void values_slot(const float* s, V16 v16, int j0, int j1, int d0,
+                                               bool first, float* ot) {
   constexpr int NC = DC / 16;
   __m512 acc[H][NC];
 #pragma GCC unroll 8
@@ -236,11 +241,10 @@ template <int HD, int LW, int H, int DC>
     for (int c = 0; c < NC; ++c)
       acc[h][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + h * HD + d0 + 16 * c);
   for (int j = j0; j < j1; ++j) {
-    const float* vr = v[j - j0] + d0;
     const float* pj = s + size_t(j) * LW;
     __m512 x[NC];
 #pragma GCC unroll 2
-    for (int c = 0; c < NC; ++c) x[c] = _mm512_loadu_ps(vr + 16 * c);
+    for (int c = 0; c < NC; ++c) x[c] = v16(j, d0 + 16 * c);
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       const __m512 p = _mm512_set1_ps(pj[h]);
@@ -254,38 +258,20 @@ template <int HD, int LW, int H, int DC>
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(ot + h * HD + d0 + 16 * c, acc[h][c]);
 }
 
-// values_slot over a float type's rows as stored (f32, f16, bf16): each V block converted to f32
-// where it is read, once for all H heads, instead of widened into a buffer, stored and read back
-// (the same values, so the same bits). attention_bench decode_1agent_16k_f16, 2 threads: 15.3 /
-// 15.3 / 16.9 -> 14.1 / 13.7 / 13.8 ms a step from L3 (FAK_BENCH_ONE_LAYER), decode_1agent_3k_f16
-// 2.82 / 2.85 -> 2.59 / 2.60.
+template <int HD, int LW, int H, int DC>
+[[gnu::always_inline]] inline void values_slot_widened(const float* s, const float* const* v,
+                                                       int j0, int j1, int d0, bool first,
+                                                       float* ot) {
+  values_slot<HD, LW, H, DC>(
+      s, [&](int j, int d) { return _mm512_loadu_ps(v[j - j0] + d); }, j0, j1, d0, first, ot);
+}
+
 template <int HD, int LW, int H, int DC>
 [[gnu::always_inline]] inline void values_slot_rows(const float* s, const KvRows& r, int j0, int j1,
                                                     int d0, bool first, float* ot) {
-  constexpr int NC = DC / 16;
-  __m512 acc[H][NC];
-#pragma GCC unroll 8
-  for (int h = 0; h < H; ++h)
-#pragma GCC unroll 2
-    for (int c = 0; c < NC; ++c)
-      acc[h][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + h * HD + d0 + 16 * c);
-  for (int j = j0; j < j1; ++j) {
-    const uint8_t* vr = r.v[j] + r.head_offset;
-    const float* pj = s + size_t(j) * LW;
-    __m512 x[NC];
-#pragma GCC unroll 2
-    for (int c = 0; c < NC; ++c) x[c] = load16(vr, r.dtype, d0 + 16 * c);
-#pragma GCC unroll 8
-    for (int h = 0; h < H; ++h) {
-      const __m512 p = _mm512_set1_ps(pj[h]);
-#pragma GCC unroll 2
-      for (int c = 0; c < NC; ++c) acc[h][c] = _mm512_fmadd_ps(p, x[c], acc[h][c]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int h = 0; h < H; ++h)
-#pragma GCC unroll 2
-    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(ot + h * HD + d0 + 16 * c, acc[h][c]);
+  values_slot<HD, LW, H, DC>(
+      s, [&](int j, int d) { return load16(r.v[j] + r.head_offset, r.dtype, d); }, j0, j1, d0,
+      first, ot);
 }
 
 template <int HD, int NZ, int H>
@@ -486,7 +472,8 @@ void attend_group(const DecodeGroup& g, float scale) {
         block_rows<HD>(g.seq[i].rows.v, g.seq[i].rows.head_offset, g.seq[i].rows.dtype, j0, j1,
                        conv, vp);
       for (int d0 = 0; d0 < HD; d0 += DC)
-        values_slot<HD, LW, H, DC>(s + kSlot * i, vp, j0, j1, d0, j0 == 0, ot + size_t(i) * H * HD);
+        values_slot_widened<HD, LW, H, DC>(s + kSlot * i, vp, j0, j1, d0, j0 == 0,
+                                           ot + size_t(i) * H * HD);
       // A straddling block replaced the shared rows the next sequence needs.
       if (j1 > j1s && j0 < shared && i + 1 < n_seq)
         block_rows<HD>(r0.v, r0.head_offset, r0.dtype, j0, j1s, conv, vp);
