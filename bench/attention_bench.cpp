@@ -6,9 +6,10 @@
 // FAK_BENCH_ONE_LAYER=1 runs layer 0 24 times instead: the same arithmetic on rows that stay in
 // cache, which separates the kernel's compute from its memory traffic.
 // Cases: decode steps of A agents batched (arm c) or of one agent alone (arm b), a batched
-// tool-result prefill (A x R tokens) and one long prompt.
+// tool-result prefill (A x R tokens) and one long prompt; one case on Qwen3-30B-A3B's shape.
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -19,7 +20,14 @@
 namespace fak {
 namespace {
 
-constexpr int kLayers = 24, kHeads = 14, kKvHeads = 2, kHeadDim = 64;
+// The attention shape of a model's layers (all the same), and how many of them one step runs.
+struct Shape {
+  int layers, heads, kv_heads, head_dim;
+};
+constexpr Shape kQwen05{24, 14, 2, 64};
+// Qwen3-30B-A3B's attention (32 query heads, 4 KV heads, head_dim 128) over the 6 layers of the
+// cut that `fak bench -d 8192` runs against both peers.
+constexpr Shape kQwen3Moe6{6, 32, 4, 128};
 
 struct Workload {
   KvCache cache;
@@ -28,13 +36,13 @@ struct Workload {
   std::vector<AttentionTask> tasks;
 
   // `agents` sequences of prefix + own rows each; the last `new_tokens` rows of each are queries.
-  Workload(int agents, int prefix, int own, int new_tokens, DType dtype)
-      : cache(kLayers, kKvHeads, kHeadDim, KvCacheOptions{32, true, 0, dtype}) {
+  Workload(const Shape& shape, int agents, int prefix, int own, int new_tokens, DType dtype)
+      : cache(shape.layers, shape.kv_heads, shape.head_dim, KvCacheOptions{32, true, 0, dtype}) {
     std::mt19937 rng(11);
     std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> row(size_t(kKvHeads * kHeadDim));
+    std::vector<float> row(size_t(shape.kv_heads * shape.head_dim));
     auto fill = [&](int32_t block) {
-      for (int l = 0; l < kLayers; ++l)
+      for (int l = 0; l < shape.layers; ++l)
         for (KvPlane p : {KvPlane::K, KvPlane::V, KvPlane::Kraw})
           for (int s = 0; s < cache.block_size(); ++s) {
             for (float& v : row) v = dist(rng);
@@ -54,7 +62,7 @@ struct Workload {
         tables.back().push_back(cache.allocate());
         fill(tables.back().back());
       }
-      const size_t q_elems = size_t(new_tokens) * kHeads * kHeadDim;
+      const size_t q_elems = size_t(new_tokens) * size_t(shape.heads * shape.head_dim);
       q.emplace_back(q_elems);
       for (float& v : q.back()) v = dist(rng);
       out.emplace_back(q_elems);
@@ -65,22 +73,27 @@ struct Workload {
   }
 };
 
-void bench_attention(benchmark::State& state, int agents, int prefix, int own, int new_tokens,
-                     DType dtype) {
-  Workload w(agents, prefix, own, new_tokens, dtype);
-  const AttentionShape shape{kHeads, kKvHeads, kHeadDim, 0.125f};
+void bench_attention_shape(benchmark::State& state, const Shape& m, int agents, int prefix, int own,
+                           int new_tokens, DType dtype) {
+  Workload w(m, agents, prefix, own, new_tokens, dtype);
+  const AttentionShape shape{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim))};
   const bool one_layer = std::getenv("FAK_BENCH_ONE_LAYER") != nullptr;
   for (auto _ : state)
-    for (int l = 0; l < kLayers; ++l) attention(w.tasks, w.cache, one_layer ? 0 : l, shape);
+    for (int l = 0; l < m.layers; ++l) attention(w.tasks, w.cache, one_layer ? 0 : l, shape);
   const int n = prefix + own;
   // Query-key pairs of all layers, causal within the new tokens.
   const double pairs =
-      double(agents) * kHeads * kLayers *
+      double(agents) * m.heads * m.layers *
       (double(new_tokens) * (n - new_tokens) + 0.5 * new_tokens * (new_tokens + 1));
   state.counters["GFLOP/s"] = benchmark::Counter(
-      double(state.iterations()) * pairs * 4 * kHeadDim / 1e9, benchmark::Counter::kIsRate);
+      double(state.iterations()) * pairs * 4 * m.head_dim / 1e9, benchmark::Counter::kIsRate);
   state.counters["ms_per_step"] = benchmark::Counter(
       double(state.iterations()) * 1e3, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void bench_attention(benchmark::State& state, int agents, int prefix, int own, int new_tokens,
+                     DType dtype) {
+  bench_attention_shape(state, kQwen05, agents, prefix, own, new_tokens, dtype);
 }
 
 // agentbench A=5, P=2048, mid-run: ~950 rows of tool results and replies per agent.
@@ -121,6 +134,11 @@ BENCHMARK_CAPTURE(bench_attention, prefill_1x2048, 1, 0, 2048, 2048, DType::F32)
 // A pp512 at depth 8192 (fak bench -d): 512 queries over 8.7k f16 rows, the work that makes a long
 // prompt's prefill slow.
 BENCHMARK_CAPTURE(bench_attention, prefill_512_at_8k_f16, 1, 8192, 512, 512, DType::F16)
+    ->Unit(benchmark::kMillisecond);
+// The same on Qwen3-30B-A3B's attention (head_dim 128, 8 query heads a KV head): the pp512 at
+// depth 8,192 of the 6-layer cut, three quarters of which is this.
+BENCHMARK_CAPTURE(bench_attention_shape, prefill_512_at_8k_f16_qwen3moe, kQwen3Moe6, 1, 8192, 512,
+                  512, DType::F16)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

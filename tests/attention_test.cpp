@@ -165,9 +165,9 @@ TEST(Attention, OutputOfAQueryDoesNotDependOnItsBatch) {
 }
 
 // A prefill deep enough that its K and V rows are not widened into f32 copies for the call (past
-// attention.cpp's 8 MiB: 8300 rows of 2 x 64 f32 values, K and V, are 8.1 MiB), so every tile
-// widens the rows it reads: each query still the same bits as its decode step, and close to the
-// reference.
+// attention.cpp's 8 MiB: 8300 rows of 2 x 64 f32 values, K and V, are 8.1 MiB), so the tiles
+// widen the rows they read (on AVX-512 four full tiles to a unit, each key block once for all
+// four): each query still the same bits as its decode step, and close to the reference.
 TEST(Attention, DeepPrefillPastTheWideningCapEqualsDecode) {
   for (DType dt : {DType::F16, DType::Q8_0}) {
     const AttnSetup s{14, 2, 64, 8300, dt};

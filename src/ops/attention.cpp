@@ -126,6 +126,7 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
     int task, kv_head, first;  // first: index into the task's flattened (token, head) queries
     int group = -1;            // a decode group (AVX-512): its index, and its first query head
     int head0 = 0;
+    int tiles = 1;  // consecutive tiles from `first` on (kernels::attend_tiles_avx512)
   };
   const int group = s.n_heads / s.n_kv_heads;
   const int bs = cache.block_size();
@@ -162,10 +163,18 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
       decode_tasks.push_back(int(ti));
       continue;
     }
-    // Later tiles see more keys: queue them first so dynamic scheduling ends evenly.
-    for (int first = ((n_queries - 1) / tile_queries) * tile_queries; first >= 0;
-         first -= tile_queries)
-      for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) units.push_back({int(ti), kvh, first});
+    // Later tiles see more keys: queue them first so dynamic scheduling ends evenly. On AVX-512
+    // (no window: every tile's rows start at key 0) full tiles go kMaxTilesPerUnit to a unit and
+    // a partial last one alone.
+    const int n_tiles = (n_queries + tile_queries - 1) / tile_queries;
+    const int per_unit = kernels::avx512_enabled() && !windowed ? kernels::kMaxTilesPerUnit : 1;
+    for (int end = n_tiles; end > 0;) {
+      const bool partial = end == n_tiles && n_queries % tile_queries != 0;
+      const int count = partial ? 1 : std::min(per_unit, end);
+      end -= count;
+      for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+        units.push_back({int(ti), kvh, end * tile_queries, -1, 0, count});
+    }
   }
   const std::vector<DecodeGroup> groups =
       decode_groups(tasks, decode_tasks, bs, kernels::kMaxDecodeGroup);
@@ -290,6 +299,14 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
           tile.n = dg.heads;
           tile_kernel(tile, rows_of(ti, un.kv_head), s.head_dim, s.scale, scratch);
         }
+        continue;
+      }
+      if (un.tiles > 1) {
+        kernels::AttentionTile tiles[kernels::kMaxTilesPerUnit];
+        for (int c = 0; c < un.tiles; ++c)
+          make_tile(un.task, un.kv_head, un.first + c * tile_queries, tiles[c]);
+        kernels::attend_tiles_avx512(tiles, un.tiles, rows_of(un.task, un.kv_head), s.head_dim,
+                                     s.scale, scratch);
         continue;
       }
       kernels::AttentionTile tile;

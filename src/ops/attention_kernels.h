@@ -23,6 +23,10 @@ namespace fak::kernels {
 
 inline constexpr int kTileQueries = 48;      // the AVX-512 tile; attend_tile_avx2 takes up to
 inline constexpr int kTileQueriesAvx2 = 16;  // this many
+// Full AVX-512 tiles of one sequence and KV head that run as one unit (attend_tiles_avx512): each
+// f16 / bf16 / quantised key block is widened once for all of them rather than once per tile (at
+// depth the widening was a sixth of prefill attention's time).
+inline constexpr int kMaxTilesPerUnit = 4;
 
 struct AttentionTile {
   int n = 0;                     // queries in the tile, 1..kTileQueries
@@ -67,6 +71,9 @@ bool attend_tile_supported(int head_dim);
 // avx512_enabled() (ops/matmul_kernels.h).
 bool attend_tile_avx512(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
                         AttentionScratch& scratch);
+// Up to kMaxTilesPerUnit tiles over the same rows: the same bits as each tile alone.
+bool attend_tiles_avx512(const AttentionTile* tiles, int count, const KvRows& rows, int head_dim,
+                         float scale, AttentionScratch& scratch);
 // One decode step (one new token) of up to kMaxDecodeGroup sequences over one KV head: each
 // sequence's `heads` queries (consecutive, head_dim floats each) attend to its keys [0, n_keys).
 // Keys [0, shared_keys) are the same rows in every sequence (blocks of a prefix they were cloned
