@@ -139,9 +139,10 @@ void attention_tiled(const std::vector<AttentionTask>& tasks, const KvCache& cac
   const bool windowed = s.window > 0;
   // Decode groups have no sinks either (gpt-oss's full layers run one-token tiles).
   const bool group_decode = kernels::avx512_enabled() && !windowed && !s.sinks;
-  const int tile_queries = group_decode || (windowed && kernels::avx512_enabled())
-                               ? kernels::kTileQueries
-                               : kernels::kTileQueriesAvx2;
+  // Every AVX-512 tile takes 48 queries, sinks or not (gpt-oss's full layers ran tiles of 16:
+  // three times the rows widened and a third of the FMAs per broadcast).
+  const int tile_queries =
+      kernels::avx512_enabled() ? kernels::kTileQueries : kernels::kTileQueriesAvx2;
   std::vector<int> decode_tasks;  // one-token tasks, grouped below
   RowPointers rp = row_pointers(tasks, cache, layer, s);
   std::vector<std::vector<const uint8_t*>>& k_rows = rp.k;
