@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -78,6 +79,42 @@ TEST(Vec, GeluMulVariantsAgreeAndMatchTheTanhFormula) {
       const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
       const double want = 0.5 * x * (1.0 + std::tanh(u)) * up[size_t(i)];
       EXPECT_NEAR(ref[size_t(i)], want, 2e-6 * (1.0 + std::fabs(want))) << i << " x " << x;
+    }
+  }
+}
+
+// gpt-oss's clamped SwiGLU through exp_poly: every variant the same bits (the threaded op too, in
+// place), the clamps where transformers' GptOssExperts puts them, within 1e-6 of the formula in
+// double, and a NaN passes through as std::min / std::clamp let it.
+TEST(Vec, ClampedSwigluVariantsAgreeAndMatchTheFormula) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;  // gpt-oss-20b's config
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 5.0f);
+  for (int n : {1, 7, 8, 33, 3 * 16 * 1024 + 5}) {
+    const size_t sz = static_cast<size_t>(n);
+    std::vector<float> gate(sz), up(sz);
+    for (auto& v : gate) v = nd(rng);
+    for (auto& v : up) v = nd(rng);
+    gate[0] = -100.0f;  // sigmoid past exp_poly's clamp: ~0
+    if (n > 9) {
+      gate[8] = std::nanf("");
+      up[9] = std::nanf("");
+    }
+    std::vector<float> ref(sz), fast(sz), threaded = gate;
+    vec_kernels_ref().clamped_swiglu_mul(gate.data(), up.data(), n, kAlpha, kLimit, ref.data());
+    vec_kernels().clamped_swiglu_mul(gate.data(), up.data(), n, kAlpha, kLimit, fast.data());
+    clamped_swiglu_mul(threaded.data(), up.data(), n, kAlpha, kLimit, threaded.data());
+    ASSERT_EQ(0, std::memcmp(ref.data(), fast.data(), sizeof(float) * sz)) << n;
+    ASSERT_EQ(0, std::memcmp(ref.data(), threaded.data(), sizeof(float) * sz)) << n;
+    for (int i = 0; i < n; ++i) {
+      if (n > 9 && (i == 8 || i == 9)) {
+        EXPECT_TRUE(std::isnan(ref[size_t(i)])) << i;
+        continue;
+      }
+      const double g = std::min(double(gate[size_t(i)]), double(kLimit));
+      const double u = std::clamp(double(up[size_t(i)]), -double(kLimit), double(kLimit));
+      const double want = (u + 1.0) * g / (1.0 + std::exp(-double(kAlpha) * g));
+      EXPECT_NEAR(ref[size_t(i)], want, 1e-6 * (1.0 + std::fabs(want))) << i;
     }
   }
 }

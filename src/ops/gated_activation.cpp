@@ -1,7 +1,6 @@
-// The gated MLPs' activations, out = act(gate) * up, over whole arrays: SwiGLU and GeGLU through
-// the vector kernels (ops/vec.h: the same exp, the same bits on every ISA), gpt-oss's clamped
-// SwiGLU element by element. The arrays are split over the threads (ops/elementwise.h); no result
-// depends on the split.
+// The gated MLPs' activations, out = act(gate) * up, over whole arrays: SwiGLU, GeGLU and gpt-oss's
+// clamped SwiGLU through the vector kernels (ops/vec.h: the same exp, the same bits on every ISA).
+// The arrays are split over the threads (ops/elementwise.h); no result depends on the split.
 #include <algorithm>
 #include <cmath>
 
@@ -30,16 +29,11 @@ void sigmoid_mul(float* x, const float* gate, int n) {
 
 // gpt-oss's experts, as transformers' GptOssExperts writes it:
 //   g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) * g * sigmoid(alpha g),
-// with libm's expf.
+// through the vector kernels' exp (libm's expf, element by element, was 4.6% of a gpt-oss pp512).
 void clamped_swiglu_mul(const float* gate, const float* up, int n, float alpha, float limit,
                         float* out) {
-  for_each_chunk(n, [&](int b, int e) {
-    for (int i = b; i < e; ++i) {
-      const float g = std::min(gate[i], limit);
-      const float u = std::clamp(up[i], -limit, limit);
-      out[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
-    }
-  });
+  const auto kernel = vec_kernels().clamped_swiglu_mul;
+  for_each_chunk(n, [&](int b, int e) { kernel(gate + b, up + b, e - b, alpha, limit, out + b); });
 }
 
 }  // namespace fak

@@ -2,6 +2,7 @@
 // to AVX2 when the CPU has it. Deterministic: a given (a, b, n) always sums in the same order.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +26,10 @@ struct VecKernels {
   // x[i] *= 1 / (1 + exp_poly(-gate[i])): PyTorch's x * sigmoid(gate) with the same exp as SiLU;
   // every variant gives the same bits.
   void (*sigmoid_mul)(float* x, const float* gate, int n);
+  // gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+  // out[i] = (u + 1) * (g / (1 + exp_poly(-alpha g))); every variant gives the same bits.
+  void (*clamped_swiglu_mul)(const float* gate, const float* up, int n, float alpha, float limit,
+                             float* out);
   // Σ x[i]² in double (RMSNorm's sum), in kSquareLanes lanes, element i into lane i % 16 in order,
   // then the lanes added as sum_square_lanes does; every variant gives the same bits. (One chain
   // of double adds cost 4 cycles an element: 3% of a prefill.)
@@ -65,6 +70,14 @@ inline float gelu_mul_one(float x, float up) {
   const float x3k = kGeluKappa * x * x;
   const float u = kGeluBeta * std::fma(x3k, x, x);
   return x / (1.0f + exp_poly(-2.0f * u)) * up;
+}
+
+// One element of clamped_swiglu_mul, in the vector kernels' operations and order (std::min and
+// std::clamp as MINPS / MAXPS with the bound first: a NaN input passes through, as in them).
+inline float clamped_swiglu_one(float gate, float up, float alpha, float limit) {
+  const float g = std::min(gate, limit);
+  const float u = std::clamp(up, -limit, limit);
+  return (u + 1.0f) * (g / (1.0f + exp_poly(-(alpha * g))));
 }
 
 inline constexpr int kSquareLanes = 16;

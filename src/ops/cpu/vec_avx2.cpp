@@ -109,6 +109,23 @@ void gelu_mul_avx2(const float* gate, const float* up, int n, float* out) {
   for (; i < n; ++i) out[i] = gelu_mul_one(gate[i], up[i]);
 }
 
+void clamped_swiglu_mul_avx2(const float* gate, const float* up, int n, float alpha, float limit,
+                             float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f), a = _mm256_set1_ps(alpha),
+               hi = _mm256_set1_ps(limit), lo = _mm256_set1_ps(-limit);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // MINPS / MAXPS return their second operand when either is NaN: the bound goes first, so
+    // (limit < g) ? limit : g, as std::min(g, limit) is.
+    const __m256 g = _mm256_min_ps(hi, _mm256_loadu_ps(gate + i));
+    const __m256 u = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_loadu_ps(up + i)));
+    const __m256 e = kernels::exp256(_mm256_xor_ps(_mm256_mul_ps(a, g), sign));
+    _mm256_storeu_ps(out + i,
+                     _mm256_mul_ps(_mm256_add_ps(u, one), _mm256_div_ps(g, _mm256_add_ps(one, e))));
+  }
+  for (; i < n; ++i) out[i] = clamped_swiglu_one(gate[i], up[i], alpha, limit);
+}
+
 // Four accumulators of 4 doubles: lanes 0-15. Each product is exact in double, so the fma rounds
 // once, as the scalar form's add does.
 double sum_squares_avx2(const float* x, int n) {
@@ -138,6 +155,7 @@ const VecKernels& vec_kernels_avx2() {
                             silu_mul_avx2,
                             gelu_mul_avx2,
                             sigmoid_mul_avx2,
+                            clamped_swiglu_mul_avx2,
                             sum_squares_avx2,
                             "avx2"};
   return k;

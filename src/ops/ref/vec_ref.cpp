@@ -31,6 +31,10 @@ void gelu_mul_ref(const float* gate, const float* up, int n, float* out) {
 void sigmoid_mul_ref(float* x, const float* gate, int n) {
   for (int i = 0; i < n; ++i) x[i] *= 1.0f / (1.0f + exp_poly(-gate[i]));
 }
+void clamped_swiglu_mul_ref(const float* gate, const float* up, int n, float alpha, float limit,
+                            float* out) {
+  for (int i = 0; i < n; ++i) out[i] = clamped_swiglu_one(gate[i], up[i], alpha, limit);
+}
 double sum_squares_ref(const float* x, int n) {
   double lane[kSquareLanes] = {};
   for (int i = 0; i < n; ++i) lane[i % kSquareLanes] += double(x[i]) * double(x[i]);
@@ -48,6 +52,7 @@ const VecKernels& vec_kernels_ref() {
                             silu_mul_ref,
                             gelu_mul_ref,
                             sigmoid_mul_ref,
+                            clamped_swiglu_mul_ref,
                             sum_squares_ref,
                             "scalar"};
   return k;
