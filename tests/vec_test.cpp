@@ -83,6 +83,13 @@ TEST(Vec, GeluMulVariantsAgreeAndMatchTheTanhFormula) {
   }
 }
 
+// n draws of nd, in order.
+std::vector<float> normal_floats(size_t n, std::normal_distribution<float>& nd, std::mt19937& rng) {
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
 // gpt-oss's clamped SwiGLU through exp_poly: every variant the same bits (the threaded op too, in
 // place), the clamps where transformers' GptOssExperts puts them, within 1e-6 of the formula in
 // double, and a NaN passes through as std::min / std::clamp let it.
@@ -92,9 +99,7 @@ TEST(Vec, ClampedSwigluVariantsAgreeAndMatchTheFormula) {
   std::normal_distribution<float> nd(0.0f, 5.0f);
   for (int n : {1, 7, 8, 33, 3 * 16 * 1024 + 5}) {
     const size_t sz = static_cast<size_t>(n);
-    std::vector<float> gate(sz), up(sz);
-    for (auto& v : gate) v = nd(rng);
-    for (auto& v : up) v = nd(rng);
+    std::vector<float> gate = normal_floats(sz, nd, rng), up = normal_floats(sz, nd, rng);
     gate[0] = -100.0f;  // sigmoid past exp_poly's clamp: ~0
     if (n > 9) {
       gate[8] = std::nanf("");
@@ -126,9 +131,7 @@ TEST(Vec, SigmoidMulVariantsAgreeAndMatchTheFormula) {
   std::normal_distribution<float> nd(0.0f, 4.0f);
   for (int n : {1, 7, 8, 33, 3 * 16 * 1024 + 5}) {
     const size_t sz = static_cast<size_t>(n);
-    std::vector<float> gate(sz), x(sz);
-    for (auto& v : gate) v = nd(rng);
-    for (auto& v : x) v = nd(rng);
+    std::vector<float> gate = normal_floats(sz, nd, rng), x = normal_floats(sz, nd, rng);
     gate[0] = -100.0f;  // past exp_poly's clamp (88.37): sigmoid ~4e-39 for 4e-44, as good as 0
     std::vector<float> ref = x, fast = x, threaded = x;
     vec_kernels_ref().sigmoid_mul(ref.data(), gate.data(), n);

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/avx512_warnings.h"  // first: before the intrinsics headers
 #include "ops/attention_kernels.h"
@@ -212,30 +213,37 @@ void attend_tile_hd(const AttentionTile& t, const KvRows& rows, float scale) {
     attend_tiles16<HD, 3>(&t, 1, rows, scale);
 }
 
+// Calls fn(std::integral_constant<int, HD>) for the head sizes the tiles are built for; false for
+// any other.
+template <class Fn>
+bool with_head_dim(int head_dim, Fn&& fn) {
+  switch (head_dim) {
+    case 16:
+      fn(std::integral_constant<int, 16>{});
+      return true;
+    case 32:
+      fn(std::integral_constant<int, 32>{});
+      return true;
+    case 64:
+      fn(std::integral_constant<int, 64>{});
+      return true;
+    case 128:
+      fn(std::integral_constant<int, 128>{});
+      return true;
+    case 256:
+      fn(std::integral_constant<int, 256>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 bool attend_tile_avx512(const AttentionTile& tile, const KvRows& rows, int head_dim, float scale,
                         AttentionScratch& scratch) {
   if (tile.n <= 8) return attend_tile_avx2(tile, rows, head_dim, scale, scratch);
-  switch (head_dim) {
-    case 16:
-      attend_tile_hd<16>(tile, rows, scale);
-      return true;
-    case 32:
-      attend_tile_hd<32>(tile, rows, scale);
-      return true;
-    case 64:
-      attend_tile_hd<64>(tile, rows, scale);
-      return true;
-    case 128:
-      attend_tile_hd<128>(tile, rows, scale);
-      return true;
-    case 256:
-      attend_tile_hd<256>(tile, rows, scale);
-      return true;
-    default:
-      return false;
-  }
+  return with_head_dim(head_dim, [&](auto hd) { attend_tile_hd<hd()>(tile, rows, scale); });
 }
 
 bool attend_tiles_avx512(const AttentionTile* tiles, int count, const KvRows& rows, int head_dim,
@@ -248,25 +256,8 @@ bool attend_tiles_avx512(const AttentionTile* tiles, int count, const KvRows& ro
     return true;
   }
   static_assert(kTileQueries == 48, "full tiles are three registers of lanes");
-  switch (head_dim) {
-    case 16:
-      attend_tiles16<16, 3>(tiles, count, rows, scale);
-      return true;
-    case 32:
-      attend_tiles16<32, 3>(tiles, count, rows, scale);
-      return true;
-    case 64:
-      attend_tiles16<64, 3>(tiles, count, rows, scale);
-      return true;
-    case 128:
-      attend_tiles16<128, 3>(tiles, count, rows, scale);
-      return true;
-    case 256:
-      attend_tiles16<256, 3>(tiles, count, rows, scale);
-      return true;
-    default:
-      return false;
-  }
+  return with_head_dim(head_dim,
+                       [&](auto hd) { attend_tiles16<hd(), 3>(tiles, count, rows, scale); });
 }
 
 }  // namespace fak::kernels
