@@ -9,6 +9,7 @@
 #include "core/json.h"
 #include "core/memory_bandwidth.h"
 #include "grammar/schema_validate.h"
+#include "ops/matmul.h"
 #include "test_util.h"
 
 namespace fak {
@@ -287,6 +288,23 @@ TEST(Cli, BenchPrintsJsonTests) {
   EXPECT_EQ(j["results"][0]["test"], "pp8");
   EXPECT_EQ(j["results"][1]["test"], "tg4");
   EXPECT_GT(j["results"][1]["tok_s"].get<double>(), 0);
+}
+
+// --activations: auto takes the bf16 product only where this CPU runs it faster than the f32 path
+// (bf16_activations_faster), bf16 wherever the CPU has one, f32 never; anything else is refused.
+TEST(Cli, ActivationsAutoTakesTheFasterPathOfThisCpu) {
+  auto chosen = [](const std::string& mode) {
+    auto r = test::run_fak("bench -p 4 -n 0 -r 1 -o json -t 1 --no-membw --activations " + mode);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out).at("bf16_activations").get<bool>();
+  };
+  EXPECT_EQ(chosen("auto"), bf16_activations_faster());
+  EXPECT_EQ(chosen("bf16"), bf16_activations_available());
+  EXPECT_FALSE(chosen("f32"));
+  auto bad = test::run_fak("bench -p 4 -n 0 -r 1 --activations fp8");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--activations 'fp8': choose auto, f32 or bf16"), std::string::npos)
+      << bad.err;
 }
 
 // --profile: each part of the model's time per generated token and the weight bytes it read,

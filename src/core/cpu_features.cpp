@@ -30,6 +30,17 @@ bool detect_amx_int8() {
 #endif
 }
 
+// The vendor string of CPUID leaf 0: AMD's, or Hygon's (Zen cores under another name).
+bool amd_core() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0;
+}
+
 // note: clang's __builtin_cpu_supports does not know "f16c", so feature bits are read with cpuid
 // directly; __builtin_cpu_supports("avx2") also covers the OS saving YMM state.
 CpuFeatures detect() {
@@ -46,6 +57,7 @@ CpuFeatures detect() {
     vbmi = (ecx & (1u << 1)) != 0;
     if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512_bf16 = (eax & (1u << 5)) != 0;
   }
+  f.bf16_dot_full_rate = f.avx512_bf16 && amd_core();
   // The K-quant AMX tiles make their planes with VBMI's byte permutes (ops/quant): every CPU with
   // AMX has VBMI, but a VM could show one without the other.
   f.amx_int8 = f.avx512_vnni && vbmi && detect_amx_int8();
@@ -59,7 +71,7 @@ CpuFeatures detect() {
   if (const char* cap = std::getenv("FAK_ISA")) {
     f.amx_int8 = f.amx_bf16 = false;
     if (std::strcmp(cap, "avx2") == 0 || std::strcmp(cap, "scalar") == 0)
-      f.avx512 = f.avx512_vnni = f.avx512_bf16 = false;
+      f.avx512 = f.avx512_vnni = f.avx512_bf16 = f.bf16_dot_full_rate = false;
     if (std::strcmp(cap, "scalar") == 0) f.avx2 = false;
   }
   return f;

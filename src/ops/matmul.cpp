@@ -221,6 +221,11 @@ bool bf16_activations_on_tiles() {
   return bf16_activations() && kernels::cpu_has_bf16_amx();
 }
 
+bool bf16_activations_faster() {
+  return bf16_activations_available() &&
+         (kernels::cpu_has_bf16_amx() || cpu_features().bf16_dot_full_rate);
+}
+
 std::string_view matmul_isa() {
   if (kernels::amx_enabled()) return "avx512+amx";
   if (kernels::avx512_enabled()) return "avx512";

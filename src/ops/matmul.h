@@ -132,5 +132,10 @@ bool bf16_activations();
 bool bf16_activations_available();
 // Whether the bf16 path runs on AMX-BF16's tile unit (other bits than vdpbf16ps': store keys).
 bool bf16_activations_on_tiles();
+// Whether the bf16 path multiplies faster than the f32 path on this CPU: on the tile unit, or on a
+// vdpbf16ps at full rate (CpuFeatures::bf16_dot_full_rate). Intel's vdpbf16ps without the tile
+// unit runs slower than widening the weights (one core, Qwen2.5-0.5B BF16 pp256: 67-68 tok/s
+// against 98-111), so there the exact path is also the fast one. `--activations auto`.
+bool bf16_activations_faster();
 
 }  // namespace fak

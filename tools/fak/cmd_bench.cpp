@@ -300,9 +300,11 @@ void bench(const BenchArgs& a) {
     std::printf("GB/s: %.2f GB of weights per generated token%s%s\n", weight_gb,
                 untied ? " (the untied embedding is not read)" : "",
                 c.is_moe() ? " (active parameters: the experts a token routes to)" : "");
-    std::printf("device: %s, threads: %d, kernels: %s, weights: %s, load: %.2f s\n\n",
-                model->device().name().c_str(), threads, std::string(matmul_isa()).c_str(),
-                model->weights_memory(), load_s);
+    std::printf(
+        "device: %s, threads: %d, kernels: %s, bf16 weights x %s activations, weights: "
+        "%s, load: %.2f s\n\n",
+        model->device().name().c_str(), threads, std::string(matmul_isa()).c_str(),
+        bf16_activations() ? "bf16" : "f32", model->weights_memory(), load_s);
     if (membw_gb_s > 0)
       std::printf(
           "memory read bandwidth (measured now, %d threads, median of 3 reads of 128 MiB, none "
@@ -405,6 +407,7 @@ void bench(const BenchArgs& a) {
                      {"weights_memory", model->weights_memory()},
                      {"threads", threads},
                      {"kernels", std::string(matmul_isa())},
+                     {"bf16_activations", bf16_activations()},
                      {"device", model->device().name()},
                      {"load_seconds", load_s},
                      {"membw_gb_s", membw_gb_s},

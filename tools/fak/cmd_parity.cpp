@@ -93,7 +93,8 @@ void register_parity(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--activations", a->activations,
                 "bf16 weights: f32 (widened weights, the references' precision) or bf16 "
-                "(activations rounded to bf16: what fak run and serve do, see --activations there)")
+                "(activations rounded to bf16: what fak run and serve take where it is the faster, "
+                "see --activations there)")
       ->capture_default_str();
   c->add_option("-t,--threads", a->threads, "threads (default: all cores)");
   c->add_flag("--json", a->json, "print JSON");

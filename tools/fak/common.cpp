@@ -39,7 +39,7 @@ std::string resolve_model_path(const std::string& arg) {
 namespace {
 LoadOptions g_load_options;
 std::string g_quant;
-std::string g_activations = "bf16";
+std::string g_activations = "auto";
 std::string g_device = "cpu";
 }  // namespace
 
@@ -57,9 +57,10 @@ std::shared_ptr<const Model> load_model(const std::string& path) {
            "': choose q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, "
            "iq4_xs or mxfp4 (MoE experts)");
   }
-  if (g_activations != "f32" && g_activations != "bf16")
-    fail("--activations '" + g_activations + "': choose f32 or bf16");
-  set_bf16_activations(g_activations == "bf16");
+  if (g_activations != "f32" && g_activations != "bf16" && g_activations != "auto")
+    fail("--activations '" + g_activations + "': choose auto, f32 or bf16");
+  set_bf16_activations(g_activations == "bf16" ||
+                       (g_activations == "auto" && bf16_activations_faster()));
   std::shared_ptr<const Model> model = Model::load(resolve_model_path(path), o);
   if (!model->load_note().empty()) std::fprintf(stderr, "fak: %s\n", model->load_note().c_str());
   return model;
@@ -76,8 +77,9 @@ void add_load_flags(CLI::App* c, const char* activations) {
   c->add_option("--activations", g_activations,
                 "bf16 weights: bf16 (activations rounded to bf16 for the CPU's bf16 dot product, "
                 "where it has one: AVX512-BF16, or AMX-BF16's tile unit, 3.4x the f32 path's "
-                "prefill; perplexity +0.006%) or f32 (weights widened, the exact path: parity "
-                "with f32/f64 references)")
+                "prefill; perplexity +0.006%), f32 (weights widened, the exact path: parity "
+                "with f32/f64 references) or auto (bf16 where it is the faster: the tile unit, "
+                "or AMD's full-rate vdpbf16ps; f32 on other CPUs)")
       ->default_str(activations);
   c->add_option("--device", g_device,
                 "where the forward pass runs: cpu (default), cuda or cuda:N (a -DFAK_CUDA=ON build "
