@@ -27,9 +27,11 @@ namespace fak {
 
 namespace {
 // The dense MLP's tokens per pass (mlp_block): its gate and up activations are the widest buffers
-// of a prefill call (Gemma 3 27B: 86 KiB a token), and reading each weight once per this many
-// tokens keeps its matmuls compute-bound.
-constexpr int kMlpCallTokens = 128;
+// of a prefill call (Gemma 3 27B: 172 KiB a token, 86 MiB at 512), and each pass reads every
+// weight from memory again and widens it into the tiles' panels. At 128 that was 6% of the
+// Gemma-3-27B Q4_K_M cut's pp512, stalled on memory (perf), against 1.8% at 512 (llama-bench's
+// micro-batch, so a pp512 takes one pass); peak RSS +72 MiB on that cut.
+constexpr int kMlpCallTokens = 512;
 }  // namespace
 
 BufferSizes forward_buffer_sizes(const ModelConfig& c, int T) {

@@ -92,8 +92,11 @@ void tiles_over_panels16(const QuantTask& q, int64_t r0, int64_t r_end, Prep pre
     const size_t one_panel = size_t(nb) * panel_bytes;
     const int64_t groups =
         int64_t(std::max<size_t>(1, kL2BlockBytes / std::max<size_t>(one_panel, 1)));
+    // Whole tiles to a token block: AMX's 16 tokens, else the VNNI tile's kTT (Gemma-3-27B's
+    // 21504-wide down projection took blocks of 16, each a 4-token tile after two of 6).
+    const size_t unit = amx ? 16 : size_t(F::kTT);
     const int token_block =
-        int(std::max<size_t>(16, kL2BlockBytes / std::max<size_t>(q.act_row_bytes, 1) / 16 * 16));
+        int(std::max(unit, kL2BlockBytes / std::max<size_t>(q.act_row_bytes, 1) / unit * unit));
     auto* panels =
         static_cast<uint8_t*>(thread_scratch(ScratchSlot::kQuantPanel, size_t(groups) * one_panel));
     for (int64_t rb = r0; rb < r_end; rb += groups * kRows) {
