@@ -342,10 +342,10 @@ struct K4 : AmxPlanes<K4<kFiveBit>> {
       std::memcpy(&b1, &a.bsums[2 * k + 1], 2);
       s32[k] = int16_t(b0 + b1);
     }
+    // VPDPWSSD: a pair product and the add in one instruction (the same integers as madd + add).
     __m512i imin = _mm512_madd_epi16(mp[0], bcast4_512(&s32[0]));
 #pragma GCC unroll 4
-    for (int k = 1; k < 4; ++k)
-      imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp[k], bcast4_512(&s32[2 * k])));
+    for (int k = 1; k < 4; ++k) imin = _mm512_dpwssd_epi32(imin, mp[k], bcast4_512(&s32[2 * k]));
     float d;
     std::memcpy(&d, &a.d, 4);
     return float_steps(acc, fsum, imin, d, dw, dmw);
@@ -365,7 +365,7 @@ struct K4 : AmxPlanes<K4<kFiveBit>> {
     __m512i imin = _mm512_madd_epi16(mp[0], _mm512_set1_epi32(pairs[0]));
 #pragma GCC unroll 4
     for (int k = 1; k < 4; ++k)
-      imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp[k], _mm512_set1_epi32(pairs[k])));
+      imin = _mm512_dpwssd_epi32(imin, mp[k], _mm512_set1_epi32(pairs[k]));
     return float_steps(acc, _mm512_cvtepi32_ps(isum), imin, d, dw, dmw);
   }
 

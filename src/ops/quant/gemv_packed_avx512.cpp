@@ -137,7 +137,7 @@ inline __m512i bit_select(__m512i a, __m512i b, __m512i c) {
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
     const __m512i mp = byte_pair_i16(k < 2 ? sm.m_lo : sm.m_hi, k % 2);  // m_2k, m_2k+1
-    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mp, bcast4_512(&b32[2 * k])));
+    imin = _mm512_dpwssd_epi32(imin, mp, bcast4_512(&b32[2 * k]));
   }
   const __m512 da = _mm512_set1_ps(a.d);
   acc = _mm512_fmadd_ps(_mm512_mul_ps(load_f16x16(p), da), _mm512_cvtepi32_ps(isum), acc);
