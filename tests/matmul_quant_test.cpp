@@ -425,7 +425,8 @@ TEST(QuantizeActivations, FusedQ8_0MatchesTheReference) {
   }
 }
 
-// The same for Q8_K (the K-quants' activations): d, quants and the 16 block sums, byte for byte.
+// The same for Q8_K (the K-quants' activations): d, quants, the 16 sums of 16 and the 8 of 32, byte
+// for byte.
 TEST(QuantizeActivations, FusedQ8_KMatchesTheReference) {
   if (!kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
   std::mt19937 rng(12);

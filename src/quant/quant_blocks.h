@@ -257,11 +257,15 @@ static_assert(kPackedIq4XsBlockBytes == 16 * sizeof(BlockIq4Xs),
               "panels replace the rows in place");
 
 // Activations for the K-quant dots: x = d * q with d a plain float, plus the sum of each group of
-// 16 quants so the dots can apply mins and offsets without touching the quants again.
+// 16 quants so the dots can apply mins and offsets without touching the quants again, and of each
+// 32 (sums32[k] = bsums[2k] + bsums[2k + 1]): q4_K's and q5_K's mins are per 32, and their tiles
+// take these pairs straight into VPDPWSSD's broadcast operand rather than pairing bsums per token
+// and row group.
 struct [[gnu::packed]] BlockQ8K {
   float d;
   int8_t qs[kQKK];
   int16_t bsums[kQKK / 16];
+  int16_t sums32[kQKK / 32];
 };
 
 static_assert(sizeof(BlockQ8_0) == 34);
@@ -274,7 +278,7 @@ static_assert(kPackedMxfp4BlockBytes == 16 * sizeof(BlockMxfp4));
 static_assert(sizeof(BlockQ4K) == 144);
 static_assert(sizeof(BlockQ5K) == 176);
 static_assert(sizeof(BlockQ6K) == 210);
-static_assert(sizeof(BlockQ8K) == 292);
+static_assert(sizeof(BlockQ8K) == 308);
 static_assert(sizeof(BlockQ2K) == 84);
 static_assert(sizeof(BlockQ3K) == 110);
 static_assert(sizeof(BlockIq4Nl) == 18);

@@ -87,6 +87,9 @@ void quantize_q8_k_avx2(const float* x, void* vy, int64_t n) {
       bsums[j / 16 + 1] = int16_t(_mm256_extract_epi32(s16, 4));
     }
     std::memcpy(y[i].bsums, bsums, sizeof bsums);
+    int16_t sums32[kQKK / 32];
+    for (int k = 0; k < kQKK / 32; ++k) sums32[k] = int16_t(bsums[2 * k] + bsums[2 * k + 1]);
+    std::memcpy(y[i].sums32, sums32, sizeof sums32);
   }
 }
 

@@ -155,6 +155,7 @@ void quantize_q8_k_ref(const float* x, void* vy, int64_t n) {
       for (int l = 0; l < 16; ++l) sum += b.qs[16 * g + l];
       b.bsums[g] = int16_t(sum);
     }
+    for (int k = 0; k < kQKK / 32; ++k) b.sums32[k] = int16_t(b.bsums[2 * k] + b.bsums[2 * k + 1]);
     std::memcpy(&y[i], &b, sizeof b);
   }
 }

@@ -330,22 +330,14 @@ struct K4 : AmxPlanes<K4<kFiveBit>> {
   }
 
   // One token's float steps for a block from its integer sum Σ_s sc_s t_s (as a float, fsum): the
-  // mins term Σ_k m_k (bsum_2k + bsum_2k+1) from the activation block's 16-element sums, paired
-  // per madd, then acc + (d_w d_a) fsum - (dmin_w d_a) imin.
+  // mins term Σ_k m_k sums32_k from the activation block's 32-element sums, paired per VPDPWSSD
+  // (each pair the instruction's own broadcast operand), then acc + (d_w d_a) fsum - (dmin_w d_a)
+  // imin.
   [[gnu::always_inline]] static __m512 add_token(__m512 acc, __m512 fsum, const BlockQ8K& a,
                                                  const __m512i mp[4], __m512 dw, __m512 dmw) {
-    int16_t s32[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      int16_t b0, b1;
-      std::memcpy(&b0, &a.bsums[2 * k], 2);
-      std::memcpy(&b1, &a.bsums[2 * k + 1], 2);
-      s32[k] = int16_t(b0 + b1);
-    }
-    // VPDPWSSD: a pair product and the add in one instruction (the same integers as madd + add).
-    __m512i imin = _mm512_madd_epi16(mp[0], bcast4_512(&s32[0]));
+    __m512i imin = _mm512_madd_epi16(mp[0], bcast4_512(&a.sums32[0]));
 #pragma GCC unroll 4
-    for (int k = 1; k < 4; ++k) imin = _mm512_dpwssd_epi32(imin, mp[k], bcast4_512(&s32[2 * k]));
+    for (int k = 1; k < 4; ++k) imin = dpwssd_bcast4(imin, mp[k], &a.sums32[2 * k]);
     float d;
     std::memcpy(&d, &a.d, 4);
     return float_steps(acc, fsum, imin, d, dw, dmw);

@@ -121,20 +121,12 @@ struct K4 {
       const __m256 dmw = _mm256_load_ps(reinterpret_cast<const float*>(p + 32));
 #pragma GCC unroll 16
       for (int j = 0; j < TT; ++j) {
-        // Σ_k m_k (bsum_2k + bsum_2k+1): the 32-element sums of this token, paired per madd.
-        int16_t s32[8];
-#pragma GCC unroll 16
-        for (int k = 0; k < 8; ++k) {
-          int16_t b0, b1;
-          std::memcpy(&b0, &a[j]->bsums[2 * k], 2);
-          std::memcpy(&b1, &a[j]->bsums[2 * k + 1], 2);
-          s32[k] = int16_t(b0 + b1);
-        }
-        __m256i imin = _mm256_madd_epi16(load_a(p + kOffMp), bcast4(&s32[0]));
+        // Σ_k m_k sums32_k: this token's 32-element sums, paired per madd.
+        __m256i imin = _mm256_madd_epi16(load_a(p + kOffMp), bcast4(&a[j]->sums32[0]));
 #pragma GCC unroll 16
         for (int k = 1; k < 4; ++k)
           imin = _mm256_add_epi32(
-              imin, _mm256_madd_epi16(load_a(p + kOffMp + 32 * k), bcast4(&s32[2 * k])));
+              imin, _mm256_madd_epi16(load_a(p + kOffMp + 32 * k), bcast4(&a[j]->sums32[2 * k])));
         const __m256 da = _mm256_set1_ps(a[j]->d);
         acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[j]), acc[j]);
         acc[j] = _mm256_fnmadd_ps(_mm256_mul_ps(dmw, da), _mm256_cvtepi32_ps(imin), acc[j]);

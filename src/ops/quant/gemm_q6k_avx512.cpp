@@ -263,7 +263,7 @@ struct Q6K : AmxPlanes<Q6K> {
         __m512i off = _mm512_madd_epi16(scp[0], bcast4_512(&a[j]->bsums[0]));
 #pragma GCC unroll 8
         for (int k = 1; k < 8; ++k)  // VPDPWSSD: madd + add in one (the same integers)
-          off = _mm512_dpwssd_epi32(off, scp[k], bcast4_512(&a[j]->bsums[2 * k]));
+          off = dpwssd_bcast4(off, scp[k], &a[j]->bsums[2 * k]);
         const __m512i s = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(off, 5));
         const __m512 da = _mm512_set1_ps(a[j]->d);
         acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s), acc[j]);

@@ -129,15 +129,12 @@ inline __m512i bit_select(__m512i a, __m512i b, __m512i c) {
         _mm512_and_si512(_mm512_srli_epi32(bytes, 8 * (s % 4)), _mm512_set1_epi32(0xff));
     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(t[s], sc));
   }
-  // Σ_s m_s (bsum_2s + bsum_2s+1): the mins against the 32-element sums, two per madd.
-  alignas(64) int16_t b32[8];
-#pragma GCC unroll 8
-  for (int s = 0; s < 8; ++s) b32[s] = int16_t(a.bsums[2 * s] + a.bsums[2 * s + 1]);
+  // Σ_s m_s sums32_s: the mins against the 32-element sums, two per VPDPWSSD.
   __m512i imin = _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
     const __m512i mp = byte_pair_i16(k < 2 ? sm.m_lo : sm.m_hi, k % 2);  // m_2k, m_2k+1
-    imin = _mm512_dpwssd_epi32(imin, mp, bcast4_512(&b32[2 * k]));
+    imin = dpwssd_bcast4(imin, mp, &a.sums32[2 * k]);
   }
   const __m512 da = _mm512_set1_ps(a.d);
   acc = _mm512_fmadd_ps(_mm512_mul_ps(load_f16x16(p), da), _mm512_cvtepi32_ps(isum), acc);
@@ -247,7 +244,7 @@ constexpr int kChainOrder[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
     // Two chains of vpdpbusd, the low nibbles' and the high ones'.
-    __m512i t = _mm512_set1_epi32(-128 * (a.bsums[2 * s] + a.bsums[2 * s + 1]));
+    __m512i t = _mm512_set1_epi32(-128 * a.sums32[s]);
     __m512i t_hi = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int G = 0; G < 4; ++G) {

@@ -178,6 +178,15 @@ inline __m512i bcast4_512(const void* p) {
   return acc;
 }
 
+// acc + VPDPWSSD(pairs, the int16 pair at p in every lane), read by the instruction's own broadcast
+// as dpbusd_bcast4's bytes.
+[[gnu::always_inline]] inline __m512i dpwssd_bcast4(__m512i acc, __m512i pairs, const void* p) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(pairs), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+
 // Σ_k t_k bsum_k (lane i: row i's t) over a Q8_K block's 16 bsums (int16, at bsums), t given as
 // 8 registers of int16 pairs (t_2k, t_2k+1) at pairs: the low-bit tiles' mins and offset terms.
 inline __m512i pair_sums(const uint8_t* pairs, const void* bsums) {
@@ -185,7 +194,7 @@ inline __m512i pair_sums(const uint8_t* pairs, const void* bsums) {
   __m512i s = _mm512_madd_epi16(load_si(pairs), bcast4_512(b));
 #pragma GCC unroll 8
   for (int k = 1; k < 8; ++k)  // VPDPWSSD: madd + add in one (the same integers)
-    s = _mm512_dpwssd_epi32(s, load_si(pairs + 64 * k), bcast4_512(b + 4 * k));
+    s = dpwssd_bcast4(s, load_si(pairs + 64 * k), b + 4 * k);
   return s;
 }
 

@@ -127,6 +127,9 @@ void quantize_q8_k_act_avx512(const float* x, int64_t cols, uint8_t* act) {
     // bsums[g]: the sum of quants 16 g .. 16 g + 15, exact as int16 (|sum| <= 16 * 127).
     const __m512i sums = reduce16(q, [](__m512i a, __m512i b) { return _mm512_add_epi32(a, b); });
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].bsums), _mm512_cvtepi32_epi16(sums));
+    // sums32[k] = bsums[2k] + bsums[2k + 1]: adjacent lanes added (|sum| <= 32 * 127).
+    const __m512i pairs = _mm512_add_epi32(sums, _mm512_srli_epi64(sums, 32));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[i].sums32), _mm512_cvtepi64_epi16(pairs));
   }
 }
 
