@@ -135,6 +135,11 @@ BENCHMARK_CAPTURE(bench_attention, prefill_1x2048, 1, 0, 2048, 2048, DType::F32)
 // prompt's prefill slow.
 BENCHMARK_CAPTURE(bench_attention, prefill_512_at_8k_f16, 1, 8192, 512, 512, DType::F16)
     ->Unit(benchmark::kMillisecond);
+// One token's decode on Qwen3-30B-A3B's attention at depth 32,768 (f16 KV: 192 MiB of keys and
+// values over the 6 layers, past L2 and most of L3, as a long agent context's step reads them).
+BENCHMARK_CAPTURE(bench_attention_shape, decode_1agent_32k_f16_qwen3moe, kQwen3Moe6, 1, 32768, 0, 1,
+                  DType::F16)
+    ->Unit(benchmark::kMillisecond);
 // The same on Qwen3-30B-A3B's attention (head_dim 128, 8 query heads a KV head): the pp512 at
 // depth 8,192 of the 6-layer cut, three quarters of which is this.
 BENCHMARK_CAPTURE(bench_attention_shape, prefill_512_at_8k_f16_qwen3moe, kQwen3Moe6, 1, 8192, 512,

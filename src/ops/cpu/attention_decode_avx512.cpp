@@ -38,6 +38,12 @@ constexpr int kSlot = 8;       // lanes per sequence
 // of their use. Decode reads every row once, from memory; without this the kernel waited on
 // nearly every block (the hardware prefetcher restarts at each 32-row KV block, and the
 // arithmetic per row is too little for out-of-order execution to run far ahead).
+// The lines are issued one at a time between the arithmetic (owe, then pay from the inner loops),
+// not a block's worth at once: a burst of 128 prefetches overran the core's fill buffers, and
+// each prefetch past them held up everything behind it until a line arrived (perf: 43% of a
+// 32k-context decode's samples on the instruction after a prefetch, 24% paced). Prefetching only
+// each 4 KiB page's first line (the hardware streamer left to fetch the rest) or every other line
+// was slower, and 24 or 96 rows ahead level with 48 (attention_bench, interleaved).
 class RowStream {
  public:
   RowStream(size_t head_offset, size_t row_bytes)
@@ -47,21 +53,38 @@ class RowStream {
   void add(const uint8_t* const* plane, int from, int to) {
     if (from < to) segs_.push_back({plane, from, to});
   }
-  // Issues the next n rows' prefetches.
+  // Issues the next n rows' prefetches now.
   void ahead(int n) {
-    for (; n > 0 && seg_ < segs_.size(); --n) {
-      const Seg& sg = segs_[seg_];
-      if (pos_ < sg.from) pos_ = sg.from;
-      const char* row = reinterpret_cast<const char*>(sg.plane[pos_] + off_);
-      for (size_t b = 0; b < bytes_; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
-      if (++pos_ == sg.to) {
-        ++seg_;
-        pos_ = 0;
-      }
-    }
+    owe(n);
+    settle();
+  }
+  // Adds n rows to the lines to issue (none for n <= 0); pay() and settle() issue them.
+  void owe(int n) {
+    if (n > 0) debt_ += size_t(n) * ((bytes_ + 63) / 64);
+  }
+  // Issues the next line owed, if any.
+  [[gnu::always_inline]] void pay() {
+    if (debt_ > 0) issue_line();
+  }
+  void settle() {
+    while (debt_ > 0) issue_line();
   }
 
  private:
+  void issue_line() {
+    --debt_;
+    if (seg_ >= segs_.size()) return;
+    const Seg& sg = segs_[seg_];
+    if (pos_ < sg.from) pos_ = sg.from;
+    _mm_prefetch(reinterpret_cast<const char*>(sg.plane[pos_] + off_) + line_, _MM_HINT_T0);
+    line_ += 64;
+    if (line_ < bytes_) return;
+    line_ = 0;
+    if (++pos_ == sg.to) {
+      ++seg_;
+      pos_ = 0;
+    }
+  }
   struct Seg {
     const uint8_t* const* plane;
     int from, to;
@@ -72,7 +95,7 @@ class RowStream {
   }
   std::vector<Seg>& segs_;
   size_t off_, bytes_;
-  size_t seg_ = 0;
+  size_t seg_ = 0, line_ = 0, debt_ = 0;
   int pos_ = 0;
 };
 
@@ -192,13 +215,14 @@ void pair_rows(const KvRows& a, const KvRows& b, int j0, int j1, float* kb) {
 // ms.)
 template <int HD, int KB, int kHalf = 0>
 [[gnu::always_inline]] inline void scores_pair(const float* qp, const float* kb, float scale,
-                                               float* s, size_t lw, __m512& mx) {
+                                               float* s, size_t lw, __m512& mx, RowStream& stream) {
   const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   __m512 acc[KB];
 #pragma GCC unroll 8
   for (int b = 0; b < KB; ++b) acc[b] = _mm512_setzero_ps();
 #pragma GCC unroll 2
   for (int d = 0; d < HD; ++d) {
+    stream.pay();
     const __m512 q = _mm512_loadu_ps(qp + d * 16);
 #pragma GCC unroll 8
     for (int b = 0; b < KB; ++b) {
@@ -232,7 +256,7 @@ template <int HD, int KB, int kHalf = 0>
 // 13.8 ms a step from L3 (FAK_BENCH_ONE_LAYER), decode_1agent_3k_f16 2.88-3.01 -> 2.63-2.77).
 template <int HD, int LW, int H, int DC, class V16>
 [[gnu::always_inline]] inline void values_slot(const float* s, V16 v16, int j0, int j1, int d0,
-                                               bool first, float* ot) {
+                                               bool first, float* ot, RowStream& stream) {
   constexpr int NC = DC / 16;
   __m512 acc[H][NC];
 #pragma GCC unroll 8
@@ -241,6 +265,7 @@ template <int HD, int LW, int H, int DC, class V16>
     for (int c = 0; c < NC; ++c)
       acc[h][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ot + h * HD + d0 + 16 * c);
   for (int j = j0; j < j1; ++j) {
+    stream.pay();
     const float* pj = s + size_t(j) * LW;
     __m512 x[NC];
 #pragma GCC unroll 2
@@ -261,17 +286,19 @@ template <int HD, int LW, int H, int DC, class V16>
 template <int HD, int LW, int H, int DC>
 [[gnu::always_inline]] inline void values_slot_widened(const float* s, const float* const* v,
                                                        int j0, int j1, int d0, bool first,
-                                                       float* ot) {
+                                                       float* ot, RowStream& stream) {
   values_slot<HD, LW, H, DC>(
-      s, [&](int j, int d) { return _mm512_loadu_ps(v[j - j0] + d); }, j0, j1, d0, first, ot);
+      s, [&](int j, int d) { return _mm512_loadu_ps(v[j - j0] + d); }, j0, j1, d0, first, ot,
+      stream);
 }
 
 template <int HD, int LW, int H, int DC>
 [[gnu::always_inline]] inline void values_slot_rows(const float* s, const KvRows& r, int j0, int j1,
-                                                    int d0, bool first, float* ot) {
+                                                    int d0, bool first, float* ot,
+                                                    RowStream& stream) {
   values_slot<HD, LW, H, DC>(
       s, [&](int j, int d) { return load16(r.v[j] + r.head_offset, r.dtype, d); }, j0, j1, d0,
-      first, ot);
+      first, ot, stream);
 }
 
 template <int HD, int NZ, int H>
@@ -363,9 +390,9 @@ void attend_group(const DecodeGroup& g, float scale) {
       later.k = r0.k + kHalf;
       pair_rows<HD>(r0, later, j0, j0 + kHalf, kb);
       for (int j = j0; j < j0 + kHalf; j += KB) {
-        stream.ahead(2 * KB);
+        stream.owe(2 * KB);
         scores_pair<HD, KB, kHalf>(qp, kb + size_t(j - j0) * HD * 2, scale, s + size_t(j) * LW, LW,
-                                   mx_two);
+                                   mx_two, stream);
       }
       continue;
     }
@@ -401,12 +428,14 @@ void attend_group(const DecodeGroup& g, float scale) {
       pair_rows<HD>(g.seq[2 * v].rows, g.seq[2 * v + 1].rows, j0, j1, kb);
       int j = j0;
       for (; j + KB <= j1; j += KB) {
-        stream.ahead(2 * KB);
-        scores_pair<HD, KB>(qp, kb + size_t(j - j0) * HD * 2, scale, sv + size_t(j) * LW, LW, mxp);
+        stream.owe(2 * KB);
+        scores_pair<HD, KB>(qp, kb + size_t(j - j0) * HD * 2, scale, sv + size_t(j) * LW, LW, mxp,
+                            stream);
       }
       for (; j < j1; ++j) {
-        stream.ahead(2);
-        scores_pair<HD, 1>(qp, kb + size_t(j - j0) * HD * 2, scale, sv + size_t(j) * LW, LW, mxp);
+        stream.owe(2);
+        scores_pair<HD, 1>(qp, kb + size_t(j - j0) * HD * 2, scale, sv + size_t(j) * LW, LW, mxp,
+                           stream);
       }
     }
     mx[v] = _mm512_max_ps(mx[v], mxp);
@@ -454,7 +483,7 @@ void attend_group(const DecodeGroup& g, float scale) {
       const int n = g.seq[i].n_keys;
       if (j0 >= n) continue;
       const int j1 = j0 + kKeyBlock < n ? j0 + kKeyBlock : n;
-      stream.ahead((i == 0 ? j1s - j0 : 0) + (j1 > j1s ? j1 - (j0 > j1s ? j0 : j1s) : 0));
+      stream.owe((i == 0 ? j1s - j0 : 0) + (j1 > j1s ? j1 - (j0 > j1s ? j0 : j1s) : 0));
       // A lone sequence's float rows: read as stored. (Where several sequences share V rows,
       // widening them once for all reads less: attention_bench decode_5agents_2k_shared_f16 5.2
       // -> 5.5 ms converting per sequence.)
@@ -462,7 +491,8 @@ void attend_group(const DecodeGroup& g, float scale) {
         if constexpr (HD % 16 == 0) {
           for (int d0 = 0; d0 < HD; d0 += DC)
             values_slot_rows<HD, LW, H, DC>(s + kSlot * i, g.seq[i].rows, j0, j1, d0, j0 == 0,
-                                            ot + size_t(i) * H * HD);
+                                            ot + size_t(i) * H * HD, stream);
+          stream.settle();
           continue;
         }
       }
@@ -473,7 +503,8 @@ void attend_group(const DecodeGroup& g, float scale) {
                        conv, vp);
       for (int d0 = 0; d0 < HD; d0 += DC)
         values_slot_widened<HD, LW, H, DC>(s + kSlot * i, vp, j0, j1, d0, j0 == 0,
-                                           ot + size_t(i) * H * HD);
+                                           ot + size_t(i) * H * HD, stream);
+      stream.settle();
       // A straddling block replaced the shared rows the next sequence needs.
       if (j1 > j1s && j0 < shared && i + 1 < n_seq)
         block_rows<HD>(r0.v, r0.head_offset, r0.dtype, j0, j1s, conv, vp);
