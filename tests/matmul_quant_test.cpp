@@ -277,7 +277,7 @@ TEST_P(MatmulQuantPacked, PanelsGiveTheBitsOfTheRows) {
     EXPECT_TRUE(packed.w.panels);
     EXPECT_EQ(packed.bytes.size(), stored.bytes.size());
     EXPECT_NE(packed.bytes, stored.bytes);  // rewritten, so the checks below test the panels
-    for (int n_tokens : {1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 600}) {
+    for (int n_tokens : {1, 2, 3, 4, 5, 8, 9, 12, 16, 17, 24, 30, 33, 64, 600}) {
       std::vector<float> x = activations(n_tokens, cols, uint32_t(5 * n_tokens + 2));
       const std::vector<float> want = run(stored.w, x, n_tokens);
       ASSERT_EQ(0, std::memcmp(want.data(), run(packed.w, x, n_tokens).data(), 4 * want.size()))

@@ -237,7 +237,8 @@ void append_row_chunks(std::vector<RowChunk>& out, size_t job, int64_t rows, int
                        int threads, int n_tokens, int64_t later_rows) {
   const int64_t parts = std::max(threads, 1);
   const auto units = [unit](int64_t n) { return (n + unit - 1) / unit * unit; };
-  const int64_t equal = std::max(unit, units(rows / (parts * 4)));
+  int64_t equal = std::max(unit, units(rows / (parts * 4)));
+  if (n_tokens > 1 && later_rows >= 4 * parts * rows) equal = units(rows);  // see the header
   for (int64_t r0 = 0; r0 < rows;) {
     const int64_t left = rows - r0 + later_rows;
     const int64_t size =

@@ -72,8 +72,11 @@ struct RowChunk {
 // last ones are shared. Alternated runs, tg32 tok/s, medians: 0.5B F16 51.4 (four equal chunks a
 // thread) -> 54.0 (two) -> 58.2 (these); 0.5B Q8_0 107.4 (two) -> 112.6; Qwen3-30B-A3B 6-layer Q8_0
 // cut 77.2 (four) -> 83.4 (whole experts to a thread) -> 63.9 / 65.2 (whole, then shared; a
-// slower hour). Prefill (compute: balance matters more than streams) takes four equal chunks a
-// thread.
+// slower hour). Prefill takes four equal chunks a thread, except a matrix with at least four
+// threads' shares of four of its size still to come (a MoE prefill's experts, 10-60 tokens each:
+// as much a stream as compute), which a thread takes whole. Two threads, the Qwen3.5-35B-A3B Q8_0
+// cut's pp512, three alternations: experts 0.475-0.484 -> 0.404-0.417 ms a token
+// (matmul_quant_bench moe_prefill Q8_0_16tok 240-262 -> 311-321 GMAC/s, _32tok 287-332 -> 368-388).
 void append_row_chunks(std::vector<RowChunk>& out, size_t job, int64_t rows, int64_t unit,
                        int threads, int n_tokens, int64_t later_rows = 0);
 

@@ -91,8 +91,13 @@ void rows_packed16(const QuantTask& q, int64_t r0, int64_t r1) {
         NextRows next{panel + kPrefetchAhead, group_bytes, 0, panel + kPrefetchFar};
         NextRows* first_read = ts == 0 ? &next : nullptr;
         int t = ts;
-        if constexpr (!P::kWidensInTile)
+        if constexpr (!P::kWidensInTile) {
           t = amx_tiles16<typename P::F, true>(q, panel, nb, r, ts, ts_end, amx);
+          // Up to 16 tokens of a blocks-of-16 group in one pass (F::tile_blocks16's wide tiles).
+          for (; q.act_blocks16 && t % 16 == 0 && ts_end - t > P::kTT; t += 16)
+            packed_tile_remainder<P, 16>(q, panel, nb, r, t, std::min(16, ts_end - t),
+                                         t == ts ? first_read : nullptr);
+        }
         for (; t + P::kTT <= ts_end; t += P::kTT)
           packed_tile_at<P, P::kTT>(q, panel, nb, r, t, t == ts ? first_read : nullptr);
         if (t < ts_end)
