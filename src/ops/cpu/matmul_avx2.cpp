@@ -65,17 +65,22 @@ __attribute__((always_inline)) inline void tile(const Rows& w, int64_t n, const 
     for (int j = 0; j < TT; ++j) acc[i][j] = _mm256_setzero_ps();
   // Decode streams RT rows at once: fetch the next RT rows a cache line at a time while these are
   // used, so the stream never waits on DRAM latency (more concurrent streams than the hardware
-  // prefetcher follows well). Prefetches past the matrix are harmless.
+  // prefetcher follows well), and the same lines kFarBytes further on into L2, as the quantised
+  // decode kernels do (panels_avx512.h's kPrefetchFar): the L1 stream alone holds too few lines in
+  // flight to keep memory busy. Prefetches past the matrix are harmless.
   constexpr size_t kElem = T == WType::F32 ? 4 : 2;
   constexpr int64_t kLineElems = int64_t(64 / kElem);
+  constexpr size_t kFarBytes = 16384;
   const size_t ahead = size_t(RT) * w.row_bytes;
   for (int64_t k = 0; k < n8; k += 8) {
     if constexpr (TT == 1 && RT == 8) {
       if (k % kLineElems == 0) {
 #pragma GCC unroll 8
-        for (int i = 0; i < RT; ++i)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[i] + ahead + size_t(k) * kElem),
-                       _MM_HINT_T0);
+        for (int i = 0; i < RT; ++i) {
+          const char* line = reinterpret_cast<const char*>(rows[i] + ahead + size_t(k) * kElem);
+          _mm_prefetch(line, _MM_HINT_T0);
+          _mm_prefetch(line + kFarBytes, _MM_HINT_T1);
+        }
       }
     }
     __m256 xv[TT];
